@@ -1,0 +1,77 @@
+import { randomUUID } from 'node:crypto';
+import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
+import Fastify, { type FastifyInstance } from 'fastify';
+import type { Config } from './config.js';
+import type { AppContext } from './context.js';
+import { type Clock, systemClock } from './lib/clock.js';
+import { createJwtVerifier, resolveJwtSecret } from './lib/jwt.js';
+import { createScopeResolver } from './lib/scope.js';
+import { adminRoutes } from './modules/admin/routes.js';
+import { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
+import { apiKeyRoutes } from './modules/api-keys/routes.js';
+import { healthRoutes } from './modules/health/routes.js';
+import { createOrganizationRepository } from './modules/organizations/repository.js';
+import { organizationRoutes } from './modules/organizations/routes.js';
+import { projectRoutes } from './modules/projects/routes.js';
+import { registerAuth } from './plugins/auth.js';
+import { registerErrorHandling } from './plugins/errors.js';
+import type { Store } from './storage/db.js';
+
+export interface BuildOptions {
+  config: Config;
+  store: Store;
+  clock?: Clock;
+  logger?: boolean;
+}
+
+const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Builds the HTTP application on an open, migrated store. Closing the app closes nothing it did not open. */
+export async function buildApp({ config, store, clock = systemClock, logger = true }: BuildOptions): Promise<{
+  app: FastifyInstance;
+  ctx: AppContext;
+}> {
+  const app = Fastify({
+    logger: logger ? { level: config.logLevel } : false,
+    bodyLimit: 1024 * 1024,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
+    },
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+  }).withTypeProvider<TypeBoxTypeProvider>();
+  app.setValidatorCompiler(TypeBoxValidatorCompiler);
+
+  app.addHook('onSend', async (req, reply) => {
+    reply.header('x-request-id', req.id);
+  });
+
+  const organizations = createOrganizationRepository(store.db);
+  const keys = new ApiKeyAuthenticator(store, clock);
+  const secret = await resolveJwtSecret(config, store);
+  const jwt = createJwtVerifier(config, secret);
+  const ctx: AppContext = {
+    config,
+    store,
+    clock,
+    log: app.log,
+    keys,
+    scope: createScopeResolver((u, o) => organizations.roleOf(u, o)),
+  };
+
+  registerErrorHandling(app);
+  registerAuth(app, { config, keys, jwt });
+  app.addHook('onClose', async () => {
+    await keys.close();
+  });
+
+  await app.register(healthRoutes, { ctx });
+  await app.register(organizationRoutes, { ctx });
+  await app.register(projectRoutes, { ctx });
+  await app.register(apiKeyRoutes, { ctx });
+  await app.register(adminRoutes, { ctx });
+
+  return { app, ctx };
+}

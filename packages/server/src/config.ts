@@ -1,0 +1,53 @@
+export interface Config {
+  port: number;
+  host: string;
+  databaseUrl: string;
+  jwtSecret: string | null;
+  jwtJwksUrl: string | null;
+  jwtIssuer: string | null;
+  jwtAudience: string | null;
+  adminToken: string | null;
+  baseUrl: string;
+  docsUrl: string;
+  logLevel: string;
+  redisUrl: string | null;
+}
+
+export const DEFAULT_DATABASE_URL = 'sqlite:./data/svc.db';
+
+function nonEmpty(value: string | undefined): string | null {
+  return value !== undefined && value.trim() !== '' ? value.trim() : null;
+}
+
+function port(value: string | undefined): number {
+  if (value === undefined || value === '') return 8080;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535)
+    throw new Error(`PORT must be an integer 0-65535, got "${value}"`);
+  return n;
+}
+
+/** Reads the operator contract from the environment; invalid values stop the start with a clear message. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const host = nonEmpty(env.HOST) ?? '127.0.0.1';
+  const p = port(env.PORT);
+  const databaseUrl = nonEmpty(env.SVC_DATABASE_URL) ?? DEFAULT_DATABASE_URL;
+  if (!/^(sqlite:|postgres(ql)?:\/\/)/.test(databaseUrl)) {
+    throw new Error('SVC_DATABASE_URL must start with sqlite: or postgres://');
+  }
+  const baseUrl = (nonEmpty(env.SVC_BASE_URL) ?? `http://${host}:${p}`).replace(/\/+$/, '');
+  return {
+    port: p,
+    host,
+    databaseUrl,
+    jwtSecret: nonEmpty(env.SVC_JWT_SECRET),
+    jwtJwksUrl: nonEmpty(env.SVC_JWT_JWKS_URL),
+    jwtIssuer: nonEmpty(env.SVC_JWT_ISSUER),
+    jwtAudience: nonEmpty(env.SVC_JWT_AUDIENCE),
+    adminToken: nonEmpty(env.SVC_ADMIN_TOKEN),
+    baseUrl,
+    docsUrl: (nonEmpty(env.SVC_DOCS_URL) ?? `${baseUrl}/docs`).replace(/\/+$/, ''),
+    logLevel: nonEmpty(env.SVC_LOG_LEVEL) ?? 'info',
+    redisUrl: nonEmpty(env.SVC_REDIS_URL),
+  };
+}

@@ -1,0 +1,16 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Config } from './config.js';
+import type { Clock } from './lib/clock.js';
+import type { ScopeResolver } from './lib/scope.js';
+import type { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
+import type { Store } from './storage/db.js';
+
+/** Shared infrastructure handed to every module plugin; each module builds its own services from it. */
+export interface AppContext {
+  config: Config;
+  store: Store;
+  clock: Clock;
+  log: FastifyBaseLogger;
+  keys: ApiKeyAuthenticator;
+  scope: ScopeResolver;
+}

@@ -1,0 +1,42 @@
+import { randomBytes } from 'node:crypto';
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+let lastMs = 0;
+let counter = 0;
+
+/**
+ * RFC 9562 UUID version 7: 48-bit Unix milliseconds, then randomness. Ids created within one
+ * millisecond in this process stay ordered through a 12-bit counter in rand_a, so sorting by id
+ * is sorting by creation.
+ */
+export function uuidv7(now: number = Date.now()): string {
+  if (now > lastMs) {
+    lastMs = now;
+    counter = 0;
+  } else {
+    counter++;
+    if (counter > 0xfff) {
+      // Counter exhausted within one millisecond: borrow the next millisecond.
+      lastMs++;
+      counter = 0;
+    }
+  }
+  const b = randomBytes(16);
+  const ms = lastMs;
+  b[0] = Math.floor(ms / 2 ** 40) & 0xff;
+  b[1] = Math.floor(ms / 2 ** 32) & 0xff;
+  b[2] = (ms >>> 24) & 0xff;
+  b[3] = (ms >>> 16) & 0xff;
+  b[4] = (ms >>> 8) & 0xff;
+  b[5] = ms & 0xff;
+  b[6] = 0x70 | ((counter >>> 8) & 0x0f);
+  b[7] = counter & 0xff;
+  b[8] = 0x80 | (b[8]! & 0x3f);
+  const h = b.toString('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+export function isUuid(value: string): boolean {
+  return UUID_RE.test(value);
+}

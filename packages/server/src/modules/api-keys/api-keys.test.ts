@@ -1,0 +1,247 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  asUser,
+  createTenant,
+  createTestApp,
+  expectError,
+  keyHeader,
+  type TestApp,
+} from '../../../test/helpers.js';
+import { hashApiKey } from './keys.js';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await createTestApp();
+});
+afterAll(async () => t.close());
+
+describe('API keys', () => {
+  it('creates a key shown in full only once, stored only as a hash', async () => {
+    const tenant = await createTenant(t);
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/api-keys',
+      headers: asUser(tenant),
+      payload: { name: 'ci', projectId: tenant.projectId },
+    });
+    expect(res.statusCode).toBe(201);
+    const created = res.json();
+    expect(created).toMatchObject({ name: 'ci', keyPrefix: `${created.key.slice(0, 12)}...` });
+    expect(created.warning).toEqual(expect.any(String));
+    expect(created.key).toMatch(/^svc_/);
+    // At least 128 bits of randomness: 43 base64url characters = 256 bits.
+    expect(created.key.length - 4).toBeGreaterThanOrEqual(22);
+
+    const row = await t.store.db
+      .selectFrom('api_keys')
+      .selectAll()
+      .where('id', '=', created.id)
+      .executeTakeFirstOrThrow();
+    expect(row.key_hash).toBe(hashApiKey(created.key));
+    expect(JSON.stringify(row)).not.toContain(created.key);
+
+    const got = await t.inject({ method: 'GET', url: `/v1/api-keys/${created.id}`, headers: asUser(tenant) });
+    expect(got.json()).toEqual({
+      id: created.id,
+      name: 'ci',
+      keyPrefix: created.keyPrefix,
+      projectId: tenant.projectId,
+      isRevoked: false,
+      lastUsedAt: null,
+      createdAt: created.createdAt,
+    });
+    const list = await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader(created.key) });
+    expect(list.body).not.toContain(created.key);
+    expect(list.json().data).toHaveLength(2);
+  });
+
+  it('keeps lastUsedAt without writing on every request', async () => {
+    const tenant = await createTenant(t);
+    const [key] = (
+      await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader(tenant.apiKey) })
+    ).json().data;
+    expect(key.lastUsedAt).toEqual(expect.any(String));
+    const row = await t.store.db
+      .selectFrom('api_keys')
+      .select('last_used_at')
+      .where('id', '=', key.id)
+      .executeTakeFirstOrThrow();
+    expect(row.last_used_at).toBeNull();
+    await t.ctx.keys.flush();
+    const flushed = await t.store.db
+      .selectFrom('api_keys')
+      .select('last_used_at')
+      .where('id', '=', key.id)
+      .executeTakeFirstOrThrow();
+    expect(flushed.last_used_at).toBe(key.lastUsedAt);
+  });
+
+  it('renames, revokes (immediately effective) and deletes', async () => {
+    const tenant = await createTenant(t);
+    const created = (
+      await t.inject({
+        method: 'POST',
+        url: '/v1/api-keys',
+        headers: keyHeader(tenant.apiKey),
+        payload: { name: 'tmp', projectId: tenant.projectId },
+      })
+    ).json();
+    const renamed = await t.inject({
+      method: 'PATCH',
+      url: `/v1/api-keys/${created.id}`,
+      headers: keyHeader(tenant.apiKey),
+      payload: { name: 'renamed' },
+    });
+    expect(renamed.json().name).toBe('renamed');
+
+    expect(
+      (await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader(created.key) })).statusCode,
+    ).toBe(200);
+    const revoke = await t.inject({
+      method: 'POST',
+      url: `/v1/api-keys/${created.id}/revoke`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(revoke.json()).toEqual({
+      success: true,
+      message: expect.any(String),
+      id: created.id,
+      isRevoked: true,
+    });
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader(created.key) }),
+      401,
+      'invalid_api_key',
+    );
+    expect(
+      (
+        await t.inject({
+          method: 'GET',
+          url: `/v1/api-keys/${created.id}`,
+          headers: keyHeader(tenant.apiKey),
+        })
+      ).json().isRevoked,
+    ).toBe(true);
+
+    const del = await t.inject({
+      method: 'DELETE',
+      url: `/v1/api-keys/${created.id}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(del.json()).toEqual({ success: true });
+    expectError(
+      await t.inject({ method: 'GET', url: `/v1/api-keys/${created.id}`, headers: keyHeader(tenant.apiKey) }),
+      404,
+      'not_found',
+    );
+  });
+
+  it('validates names and the project', async () => {
+    const tenant = await createTenant(t);
+    const h = keyHeader(tenant.apiKey);
+    for (const payload of [
+      { name: '', projectId: tenant.projectId },
+      { name: 'x'.repeat(101), projectId: tenant.projectId },
+      { name: 'x' },
+    ]) {
+      expectError(
+        await t.inject({ method: 'POST', url: '/v1/api-keys', headers: h, payload }),
+        400,
+        'validation_failed',
+      );
+    }
+    expectError(
+      await t.inject({
+        method: 'POST',
+        url: '/v1/api-keys',
+        headers: h,
+        payload: { name: 'x', projectId: '00000000-0000-7000-8000-000000000000' },
+      }),
+      404,
+      'not_found',
+    );
+    const [key] = (await t.inject({ method: 'GET', url: '/v1/api-keys', headers: h })).json().data;
+    expectError(
+      await t.inject({ method: 'PATCH', url: `/v1/api-keys/${key.id}`, headers: h, payload: { name: '' } }),
+      400,
+      'validation_failed',
+    );
+  });
+
+  it('answers 404 for another organization key id, and changes nothing', async () => {
+    const a = await createTenant(t);
+    const b = await createTenant(t);
+    const [aKey] = (
+      await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader(a.apiKey) })
+    ).json().data;
+    for (const headers of [keyHeader(b.apiKey), asUser(b)]) {
+      expectError(
+        await t.inject({ method: 'GET', url: `/v1/api-keys/${aKey.id}`, headers }),
+        404,
+        'not_found',
+      );
+      expectError(
+        await t.inject({ method: 'PATCH', url: `/v1/api-keys/${aKey.id}`, headers, payload: { name: 'x' } }),
+        404,
+        'not_found',
+      );
+      expectError(
+        await t.inject({ method: 'POST', url: `/v1/api-keys/${aKey.id}/revoke`, headers }),
+        404,
+        'not_found',
+      );
+      expectError(
+        await t.inject({ method: 'DELETE', url: `/v1/api-keys/${aKey.id}`, headers }),
+        404,
+        'not_found',
+      );
+    }
+    // b cannot mint keys for a's project.
+    expectError(
+      await t.inject({
+        method: 'POST',
+        url: '/v1/api-keys',
+        headers: keyHeader(b.apiKey),
+        payload: { name: 'x', projectId: a.projectId },
+      }),
+      404,
+      'not_found',
+    );
+    // b's user naming a's organization is not a member.
+    expectError(
+      await t.inject({
+        method: 'GET',
+        url: '/v1/api-keys',
+        headers: { authorization: `Bearer ${b.token}`, 'x-organization-id': a.orgId },
+      }),
+      403,
+      'authorization_error',
+    );
+    const list = (await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader(b.apiKey) })).json()
+      .data;
+    expect(list.map((k: { id: string }) => k.id)).not.toContain(aKey.id);
+    expect(
+      (
+        await t.inject({ method: 'GET', url: `/v1/api-keys/${aKey.id}`, headers: keyHeader(a.apiKey) })
+      ).json(),
+    ).toMatchObject({
+      name: aKey.name,
+      isRevoked: false,
+    });
+  });
+
+  it('accepts the key as Authorization: Bearer', async () => {
+    const tenant = await createTenant(t);
+    const res = await t.inject({
+      method: 'GET',
+      url: '/v1/api-keys',
+      headers: { authorization: `Bearer ${tenant.apiKey}` },
+    });
+    expect(res.statusCode).toBe(200);
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader('svc_wrong') }),
+      401,
+      'invalid_api_key',
+    );
+  });
+});

@@ -1,0 +1,112 @@
+import type { Clock } from '../../lib/clock.js';
+import type { Store } from '../../storage/db.js';
+import { hashApiKey } from './keys.js';
+
+export interface KeyPrincipal {
+  kind: 'apiKey';
+  keyId: string;
+  organizationId: string;
+  projectId: string | null;
+  tier: string;
+  rateLimitPerMinute: number | null;
+}
+
+const MAX_CACHED = 50_000;
+const FLUSH_EVERY_MS = 15_000;
+
+/**
+ * Resolves API keys to principals. Valid keys are cached in memory so the hot path does not touch
+ * the store; every change that can make a cached key stale (revoke, delete, regenerate, organization
+ * delete or tier change) calls forget*, so the very next request sees it. `lastUsedAt` is collected in
+ * memory and written in one batch every few seconds instead of one write per request.
+ */
+export class ApiKeyAuthenticator {
+  private readonly cache = new Map<string, KeyPrincipal>();
+  private readonly lastUsed = new Map<string, string>();
+  private readonly timer: NodeJS.Timeout;
+  private flushing: Promise<void> = Promise.resolve();
+  /** Called after local forget*, so other instances can forget too (scale-out). */
+  onForget: ((what: { keyIds?: string[]; organizationId?: string }) => void) | null = null;
+
+  constructor(
+    private readonly store: Store,
+    private readonly clock: Clock,
+  ) {
+    this.timer = setInterval(() => void this.flush(), FLUSH_EVERY_MS);
+    this.timer.unref();
+  }
+
+  async authenticate(key: string): Promise<KeyPrincipal | null> {
+    const hash = hashApiKey(key);
+    let principal = this.cache.get(hash) ?? null;
+    if (!principal) {
+      const row = await this.store.db
+        .selectFrom('api_keys as k')
+        .innerJoin('organizations as o', 'o.id', 'k.organization_id')
+        .select([
+          'k.id',
+          'k.organization_id',
+          'k.project_id',
+          'k.is_revoked',
+          'o.tier',
+          'o.rate_limit_per_minute',
+        ])
+        .where('k.key_hash', '=', hash)
+        .executeTakeFirst();
+      if (!row || row.is_revoked) return null;
+      principal = {
+        kind: 'apiKey',
+        keyId: row.id,
+        organizationId: row.organization_id,
+        projectId: row.project_id,
+        tier: row.tier,
+        rateLimitPerMinute: row.rate_limit_per_minute,
+      };
+      if (this.cache.size >= MAX_CACHED) this.cache.delete(this.cache.keys().next().value!);
+      this.cache.set(hash, principal);
+    }
+    this.lastUsed.set(principal.keyId, this.clock.now().toISOString());
+    return principal;
+  }
+
+  /** The last use not yet written to the store, so reads are current between flushes. */
+  pendingLastUsed(keyId: string): string | undefined {
+    return this.lastUsed.get(keyId);
+  }
+
+  forgetKeys(keyIds: string[], broadcast = true): void {
+    const ids = new Set(keyIds);
+    for (const [hash, p] of this.cache) if (ids.has(p.keyId)) this.cache.delete(hash);
+    if (broadcast) this.onForget?.({ keyIds });
+  }
+
+  forgetOrganization(organizationId: string, broadcast = true): void {
+    for (const [hash, p] of this.cache) if (p.organizationId === organizationId) this.cache.delete(hash);
+    if (broadcast) this.onForget?.({ organizationId });
+  }
+
+  async flush(): Promise<void> {
+    // Serialise flushes so a slow one is never overtaken by the next.
+    this.flushing = this.flushing.then(async () => {
+      if (this.lastUsed.size === 0) return;
+      const batch = [...this.lastUsed];
+      this.lastUsed.clear();
+      try {
+        await this.store.db.transaction().execute(async (trx) => {
+          for (const [id, at] of batch) {
+            await trx.updateTable('api_keys').set({ last_used_at: at }).where('id', '=', id).execute();
+          }
+        });
+      } catch {
+        // Keep the newest values for the next attempt, unless a newer use replaced them meanwhile.
+        for (const [id, at] of batch) if (!this.lastUsed.has(id)) this.lastUsed.set(id, at);
+      }
+    });
+    return this.flushing;
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await this.flush();
+  }
+}

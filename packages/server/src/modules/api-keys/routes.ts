@@ -1,0 +1,101 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import type { AppContext } from '../../context.js';
+import { IdParams, Name, Nullable } from '../../lib/schemas.js';
+import { createProjectRepository } from '../projects/repository.js';
+import { createApiKeyRepository } from './repository.js';
+import { createApiKeyService } from './service.js';
+
+const ApiKeySchema = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  keyPrefix: Type.String(),
+  projectId: Nullable(Type.String()),
+  isRevoked: Type.Boolean(),
+  lastUsedAt: Nullable(Type.String()),
+  createdAt: Type.String(),
+});
+
+export const apiKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
+  const projects = createProjectRepository(ctx.store.db);
+  const service = createApiKeyService({
+    keys: createApiKeyRepository(ctx.store.db),
+    authenticator: ctx.keys,
+    clock: ctx.clock,
+    projectExists: async (org, id) => (await projects.get(org, id)) !== undefined,
+  });
+
+  app.get(
+    '/v1/api-keys',
+    { schema: { response: { 200: Type.Object({ data: Type.Array(ApiKeySchema) }) } } },
+    async (req) => ({ data: await service.list(await ctx.scope(req)) }),
+  );
+
+  app.post(
+    '/v1/api-keys',
+    {
+      schema: {
+        body: Type.Object({ name: Name, projectId: Type.String({ minLength: 1, maxLength: 200 }) }),
+        response: {
+          201: Type.Object({
+            id: Type.String(),
+            name: Type.String(),
+            key: Type.String(),
+            keyPrefix: Type.String(),
+            projectId: Type.String(),
+            createdAt: Type.String(),
+            warning: Type.String(),
+          }),
+        },
+      },
+    },
+    async (req, reply) => reply.code(201).send(await service.create(await ctx.scope(req), req.body)),
+  );
+
+  app.get(
+    '/v1/api-keys/:id',
+    { schema: { params: IdParams, response: { 200: ApiKeySchema } } },
+    async (req) => service.get(await ctx.scope(req), req.params.id),
+  );
+
+  app.patch(
+    '/v1/api-keys/:id',
+    { schema: { params: IdParams, body: Type.Object({ name: Name }), response: { 200: ApiKeySchema } } },
+    async (req) => service.rename(await ctx.scope(req), req.params.id, req.body.name),
+  );
+
+  app.post(
+    '/v1/api-keys/:id/revoke',
+    {
+      schema: {
+        params: IdParams,
+        response: {
+          200: Type.Object({
+            success: Type.Literal(true),
+            message: Type.String(),
+            id: Type.String(),
+            isRevoked: Type.Literal(true),
+          }),
+        },
+      },
+    },
+    async (req) => {
+      await service.revoke(await ctx.scope(req), req.params.id);
+      return {
+        success: true as const,
+        message: 'API key revoked',
+        id: req.params.id,
+        isRevoked: true as const,
+      };
+    },
+  );
+
+  app.delete(
+    '/v1/api-keys/:id',
+    { schema: { params: IdParams, response: { 200: Type.Object({ success: Type.Literal(true) }) } } },
+    async (req) => {
+      await service.delete(await ctx.scope(req), req.params.id);
+      return { success: true as const };
+    },
+  );
+};

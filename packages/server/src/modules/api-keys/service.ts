@@ -1,0 +1,122 @@
+import type { Kysely, Transaction } from 'kysely';
+import type { Clock } from '../../lib/clock.js';
+import { notFound } from '../../lib/errors.js';
+import { uuidv7 } from '../../lib/ids.js';
+import type { OrgScope } from '../../lib/scope.js';
+import type { Database } from '../../storage/schema.js';
+import type { ApiKeyAuthenticator } from './authenticator.js';
+import { displayPrefix, generateApiKey, hashApiKey } from './keys.js';
+import type { ApiKeyRepository, ApiKeyRow } from './repository.js';
+
+export interface ApiKey {
+  id: string;
+  name: string;
+  keyPrefix: string;
+  projectId: string | null;
+  isRevoked: boolean;
+  lastUsedAt: string | null;
+  createdAt: string;
+}
+
+export interface CreatedApiKey {
+  id: string;
+  name: string;
+  key: string;
+  keyPrefix: string;
+  projectId: string;
+  createdAt: string;
+  warning: string;
+}
+
+export const KEY_WARNING = 'Store this key now: it is shown only once and cannot be retrieved later.';
+
+export interface ApiKeyServiceDeps {
+  keys: ApiKeyRepository;
+  authenticator: ApiKeyAuthenticator;
+  clock: Clock;
+  projectExists: (organizationId: string, projectId: string) => Promise<boolean>;
+}
+
+export function createApiKeyService({ keys, authenticator, clock, projectExists }: ApiKeyServiceDeps) {
+  const view = (row: ApiKeyRow): ApiKey => ({
+    id: row.id,
+    name: row.name,
+    keyPrefix: row.key_prefix,
+    projectId: row.project_id,
+    isRevoked: row.is_revoked === 1,
+    lastUsedAt: authenticator.pendingLastUsed(row.id) ?? row.last_used_at,
+    createdAt: row.created_at,
+  });
+
+  async function load(scope: OrgScope, id: string): Promise<ApiKeyRow> {
+    const row = await keys.get(scope.organizationId, id);
+    if (!row) throw notFound('API key');
+    return row;
+  }
+
+  return {
+    /** Mints a key for a project; the full key exists only in the returned value. */
+    async mint(
+      organizationId: string,
+      projectId: string,
+      name: string,
+      trx?: Transaction<Database> | Kysely<Database>,
+    ): Promise<CreatedApiKey> {
+      const key = generateApiKey();
+      const row: ApiKeyRow = {
+        id: uuidv7(),
+        organization_id: organizationId,
+        project_id: projectId,
+        name,
+        key_hash: hashApiKey(key),
+        key_prefix: displayPrefix(key),
+        is_revoked: 0,
+        last_used_at: null,
+        created_at: clock.now().toISOString(),
+        updated_at: null,
+      };
+      await keys.insert(row, trx);
+      return {
+        id: row.id,
+        name,
+        key,
+        keyPrefix: row.key_prefix,
+        projectId,
+        createdAt: row.created_at,
+        warning: KEY_WARNING,
+      };
+    },
+
+    async create(scope: OrgScope, input: { name: string; projectId: string }): Promise<CreatedApiKey> {
+      if (!(await projectExists(scope.organizationId, input.projectId))) throw notFound('Project');
+      return this.mint(scope.organizationId, input.projectId, input.name);
+    },
+
+    async list(scope: OrgScope): Promise<ApiKey[]> {
+      return (await keys.list(scope.organizationId)).map(view);
+    },
+
+    async get(scope: OrgScope, id: string): Promise<ApiKey> {
+      return view(await load(scope, id));
+    },
+
+    async rename(scope: OrgScope, id: string, name: string): Promise<ApiKey> {
+      if (!(await keys.rename(scope.organizationId, id, name, clock.now().toISOString())))
+        throw notFound('API key');
+      return view(await load(scope, id));
+    },
+
+    async revoke(scope: OrgScope, id: string): Promise<void> {
+      if (!(await keys.revoke(scope.organizationId, id, clock.now().toISOString())))
+        throw notFound('API key');
+      authenticator.forgetKeys([id]);
+    },
+
+    async delete(scope: OrgScope, id: string): Promise<void> {
+      if (!(await keys.delete(scope.organizationId, id))) throw notFound('API key');
+      authenticator.forgetKeys([id]);
+    },
+  };
+}
+
+export type ApiKeyService = ReturnType<typeof createApiKeyService>;

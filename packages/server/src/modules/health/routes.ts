@@ -1,0 +1,17 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { AppContext } from '../../context.js';
+import { sendError } from '../../plugins/errors.js';
+
+export const healthRoutes: FastifyPluginAsync<{ ctx: AppContext }> = async (app, { ctx }) => {
+  app.get('/healthz', { config: { auth: 'none' } }, async () => ({ status: 'ok' }));
+
+  app.get('/readyz', { config: { auth: 'none' } }, async (req, reply) => {
+    try {
+      await ctx.store.ping();
+      return { status: 'ready' };
+    } catch (err) {
+      req.log.warn({ err }, 'store not ready');
+      return sendError(reply, 'service_unavailable', 'The store is not answering');
+    }
+  });
+};

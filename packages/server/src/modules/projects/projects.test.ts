@@ -1,0 +1,311 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  bearer,
+  createTenant,
+  createTestApp,
+  expectError,
+  keyHeader,
+  type TestApp,
+} from '../../../test/helpers.js';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await createTestApp();
+});
+afterAll(async () => t.close());
+
+const UNKNOWN = '00000000-0000-7000-8000-000000000000';
+
+describe('projects', () => {
+  it('creates the first project as default, with a working API key returned once', async () => {
+    const tenant = await createTenant(t);
+    const first = await t.inject({
+      method: 'GET',
+      url: `/v1/projects/${tenant.projectId}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(first.statusCode).toBe(200);
+    expect(first.json()).toMatchObject({
+      _id: tenant.projectId,
+      organizationId: tenant.orgId,
+      name: 'Main',
+      isDefault: true,
+      updatedAt: null,
+    });
+    expect(first.json().apiKey).toBeUndefined();
+    expect(tenant.apiKey).toMatch(/^svc_[A-Za-z0-9_-]{43}$/);
+
+    const second = await t.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: bearer(tenant.token),
+      payload: { organizationId: tenant.orgId, name: 'Second' },
+    });
+    expect(second.statusCode).toBe(201);
+    expect(second.json().isDefault).toBe(false);
+    expect(second.json().apiKey).toMatch(/^svc_/);
+  });
+
+  it('lists projects: JWT needs organizationId, an API key auto-scopes', async () => {
+    const tenant = await createTenant(t);
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/projects', headers: bearer(tenant.token) }),
+      400,
+      'missing_organization',
+    );
+    const viaQuery = await t.inject({
+      method: 'GET',
+      url: `/v1/projects?organizationId=${tenant.orgId}`,
+      headers: bearer(tenant.token),
+    });
+    expect(viaQuery.json().data).toHaveLength(1);
+    const viaKey = await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(tenant.apiKey) });
+    expect(viaKey.json().data.map((p: { _id: string }) => p._id)).toEqual([tenant.projectId]);
+  });
+
+  it('renames, with organizationId required', async () => {
+    const tenant = await createTenant(t);
+    const missing = await t.inject({
+      method: 'PUT',
+      url: `/v1/projects/${tenant.projectId}`,
+      headers: bearer(tenant.token),
+      payload: { name: 'X' },
+    });
+    expectError(missing, 400, 'missing_organization');
+    const res = await t.inject({
+      method: 'PUT',
+      url: `/v1/projects/${tenant.projectId}`,
+      headers: bearer(tenant.token),
+      payload: { organizationId: tenant.orgId, name: 'Renamed' },
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toMatchObject({ name: 'Renamed' });
+    expect(res.json().updatedAt).not.toBeNull();
+    const unknown = await t.inject({
+      method: 'PUT',
+      url: `/v1/projects/${UNKNOWN}`,
+      headers: bearer(tenant.token),
+      payload: { organizationId: tenant.orgId, name: 'X' },
+    });
+    expectError(unknown, 404, 'not_found');
+  });
+
+  it('validates the project name', async () => {
+    const tenant = await createTenant(t);
+    for (const name of ['', 'x'.repeat(101)]) {
+      const res = await t.inject({
+        method: 'POST',
+        url: '/v1/projects',
+        headers: bearer(tenant.token),
+        payload: { organizationId: tenant.orgId, name },
+      });
+      expectError(res, 400, 'validation_failed');
+    }
+    const noOrg = await t.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: bearer(tenant.token),
+      payload: { name: 'x' },
+    });
+    expectError(noOrg, 400, 'missing_organization');
+  });
+
+  it('regenerates the key: every old key answers 401 on the very next request', async () => {
+    const tenant = await createTenant(t);
+    const extra = await t.inject({
+      method: 'POST',
+      url: '/v1/api-keys',
+      headers: keyHeader(tenant.apiKey),
+      payload: { name: 'extra', projectId: tenant.projectId },
+    });
+    const extraKey = extra.json().key as string;
+    // Warm the authentication cache with both keys.
+    for (const k of [tenant.apiKey, extraKey]) {
+      expect((await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(k) })).statusCode).toBe(
+        200,
+      );
+    }
+    const regen = await t.inject({
+      method: 'POST',
+      url: `/v1/projects/${tenant.projectId}/regenerate-key`,
+      headers: bearer(tenant.token),
+      payload: { organizationId: tenant.orgId },
+    });
+    expect(regen.statusCode).toBe(200);
+    const fresh = regen.json().apiKey as string;
+    for (const k of [tenant.apiKey, extraKey]) {
+      expectError(
+        await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(k) }),
+        401,
+        'invalid_api_key',
+      );
+    }
+    expect(
+      (await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(fresh) })).statusCode,
+    ).toBe(200);
+    const listed = await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader(fresh) });
+    expect(listed.json().data.filter((k: { isRevoked: boolean }) => !k.isRevoked)).toHaveLength(1);
+  });
+
+  it('deletes a project, its keys stop working, and the next project becomes default', async () => {
+    const tenant = await createTenant(t);
+    const second = await t.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: bearer(tenant.token),
+      payload: { organizationId: tenant.orgId, name: 'Second' },
+    });
+    const noOrg = await t.inject({
+      method: 'DELETE',
+      url: `/v1/projects/${tenant.projectId}`,
+      headers: bearer(tenant.token),
+    });
+    expectError(noOrg, 400, 'missing_organization');
+    const del = await t.inject({
+      method: 'DELETE',
+      url: `/v1/projects/${tenant.projectId}?organizationId=${tenant.orgId}`,
+      headers: bearer(tenant.token),
+    });
+    expect(del.json()).toEqual({ success: true });
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(tenant.apiKey) }),
+      401,
+      'invalid_api_key',
+    );
+    const left = await t.inject({
+      method: 'GET',
+      url: '/v1/projects',
+      headers: keyHeader(second.json().apiKey),
+    });
+    expect(left.json().data).toEqual([expect.objectContaining({ _id: second.json()._id, isDefault: true })]);
+    const again = await t.inject({
+      method: 'DELETE',
+      url: `/v1/projects/${tenant.projectId}?organizationId=${tenant.orgId}`,
+      headers: bearer(tenant.token),
+    });
+    expectError(again, 404, 'not_found');
+  });
+
+  it('refuses API keys on JWT-only project endpoints', async () => {
+    const tenant = await createTenant(t);
+    const h = keyHeader(tenant.apiKey);
+    const body = { organizationId: tenant.orgId, name: 'x' };
+    expectError(
+      await t.inject({ method: 'POST', url: '/v1/projects', headers: h, payload: body }),
+      403,
+      'authorization_error',
+    );
+    expectError(
+      await t.inject({ method: 'PUT', url: `/v1/projects/${tenant.projectId}`, headers: h, payload: body }),
+      403,
+      'authorization_error',
+    );
+    expectError(
+      await t.inject({
+        method: 'DELETE',
+        url: `/v1/projects/${tenant.projectId}?organizationId=${tenant.orgId}`,
+        headers: h,
+      }),
+      403,
+      'authorization_error',
+    );
+    expectError(
+      await t.inject({
+        method: 'POST',
+        url: `/v1/projects/${tenant.projectId}/regenerate-key`,
+        headers: h,
+        payload: body,
+      }),
+      403,
+      'authorization_error',
+    );
+  });
+
+  it('isolates tenants: another organization cannot read or change projects', async () => {
+    const a = await createTenant(t);
+    const b = await createTenant(t);
+    expectError(
+      await t.inject({ method: 'GET', url: `/v1/projects/${a.projectId}`, headers: keyHeader(b.apiKey) }),
+      403,
+      'authorization_error',
+    );
+    expectError(
+      await t.inject({ method: 'GET', url: `/v1/projects/${a.projectId}`, headers: bearer(b.token) }),
+      403,
+      'authorization_error',
+    );
+    expectError(
+      await t.inject({ method: 'GET', url: `/v1/projects/${UNKNOWN}`, headers: bearer(b.token) }),
+      404,
+      'not_found',
+    );
+    expectError(
+      await t.inject({
+        method: 'GET',
+        url: `/v1/projects?organizationId=${a.orgId}`,
+        headers: bearer(b.token),
+      }),
+      403,
+      'authorization_error',
+    );
+    expectError(
+      await t.inject({
+        method: 'GET',
+        url: `/v1/projects?organizationId=${a.orgId}`,
+        headers: keyHeader(b.apiKey),
+      }),
+      403,
+      'authorization_error',
+    );
+    // b names a's organization: not a member.
+    const asB = { organizationId: a.orgId, name: 'pwned' };
+    expectError(
+      await t.inject({ method: 'POST', url: '/v1/projects', headers: bearer(b.token), payload: asB }),
+      403,
+      'authorization_error',
+    );
+    expectError(
+      await t.inject({
+        method: 'PUT',
+        url: `/v1/projects/${a.projectId}`,
+        headers: bearer(b.token),
+        payload: asB,
+      }),
+      403,
+      'authorization_error',
+    );
+    // b names its own organization but a's project: not found there.
+    const own = { organizationId: b.orgId, name: 'pwned' };
+    expectError(
+      await t.inject({
+        method: 'PUT',
+        url: `/v1/projects/${a.projectId}`,
+        headers: bearer(b.token),
+        payload: own,
+      }),
+      404,
+      'not_found',
+    );
+    expectError(
+      await t.inject({
+        method: 'POST',
+        url: `/v1/projects/${a.projectId}/regenerate-key`,
+        headers: bearer(b.token),
+        payload: { organizationId: b.orgId },
+      }),
+      404,
+      'not_found',
+    );
+    expectError(
+      await t.inject({
+        method: 'DELETE',
+        url: `/v1/projects/${a.projectId}?organizationId=${b.orgId}`,
+        headers: bearer(b.token),
+      }),
+      404,
+      'not_found',
+    );
+    const still = await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(a.apiKey) });
+    expect(still.json().data[0].name).toBe('Main');
+  });
+});

@@ -1,0 +1,120 @@
+import { timingSafeEqual } from 'node:crypto';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Config } from '../config.js';
+import { AppError } from '../lib/errors.js';
+import { type JwtVerifier, TokenError } from '../lib/jwt.js';
+import type { ApiKeyAuthenticator, KeyPrincipal } from '../modules/api-keys/authenticator.js';
+import { looksLikeApiKey } from '../modules/api-keys/keys.js';
+
+export interface UserPrincipal {
+  kind: 'user';
+  userId: string;
+}
+
+export interface AdminPrincipal {
+  kind: 'admin';
+}
+
+export type Principal = KeyPrincipal | UserPrincipal | AdminPrincipal;
+
+/**
+ * Route-level auth mode: `any` = API key or user JWT, `jwt` = user JWT only (API keys get 403),
+ * `apiKey` = API key only, `admin` = operator token, `none` = public.
+ */
+export type AuthMode = 'none' | 'any' | 'jwt' | 'apiKey' | 'admin';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal | null;
+  }
+  interface FastifyContextConfig {
+    auth?: AuthMode;
+    /** Accept the API key in the `apiKey` query parameter (EventSource cannot set headers). */
+    queryApiKey?: boolean;
+    /** Answer 401 with code `unauthorized` for every authentication failure (event stream). */
+    plainUnauthorized?: boolean;
+  }
+}
+
+export interface AuthDeps {
+  config: Config;
+  keys: ApiKeyAuthenticator;
+  jwt: JwtVerifier;
+}
+
+function safeEqual(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+function bearer(request: FastifyRequest): string | null {
+  const h = request.headers.authorization;
+  if (!h) return null;
+  const m = /^Bearer\s+(.+)$/i.exec(h.trim());
+  return m ? m[1]!.trim() : null;
+}
+
+export function registerAuth(app: FastifyInstance, deps: AuthDeps): void {
+  app.decorateRequest('principal', null);
+
+  async function authenticate(request: FastifyRequest): Promise<Principal> {
+    const config = request.routeOptions.config;
+    const plain = config.plainUnauthorized === true;
+    const headerKey = request.headers['x-service-api-key'];
+    const token = bearer(request);
+    let key = typeof headerKey === 'string' && headerKey !== '' ? headerKey : null;
+    if (!key && token && looksLikeApiKey(token)) key = token;
+    if (!key && !token && config.queryApiKey) {
+      const q = (request.query as Record<string, unknown> | undefined)?.apiKey;
+      if (typeof q === 'string' && q !== '') key = q;
+    }
+    if (key) {
+      const principal = await deps.keys.authenticate(key);
+      if (!principal) {
+        throw new AppError(plain ? 'unauthorized' : 'invalid_api_key', 'Invalid or revoked API key');
+      }
+      return principal;
+    }
+    if (token) {
+      try {
+        const claims = await deps.jwt.verify(token);
+        return { kind: 'user', userId: claims.sub };
+      } catch (err) {
+        const why = err instanceof TokenError ? err.message : 'invalid token';
+        throw new AppError('unauthorized', `Invalid bearer token: ${why}`);
+      }
+    }
+    throw new AppError(
+      'unauthorized',
+      'Authentication required: send X-Service-API-Key or Authorization: Bearer <token>',
+    );
+  }
+
+  app.addHook('onRequest', async (request) => {
+    // Unknown routes answer 404 whatever the credentials.
+    if (!request.routeOptions.url) return;
+    const mode: AuthMode = request.routeOptions.config.auth ?? 'any';
+    if (mode === 'none') return;
+    if (mode === 'admin') {
+      const token = bearer(request);
+      const expected = deps.config.adminToken;
+      if (!expected || !token || !safeEqual(token, expected)) {
+        throw new AppError('unauthorized', 'A valid operator admin token is required');
+      }
+      request.principal = { kind: 'admin' };
+      return;
+    }
+    const principal = await authenticate(request);
+    if (mode === 'jwt' && principal.kind !== 'user') {
+      throw new AppError(
+        'authorization_error',
+        'This endpoint needs a user token (JWT); API keys are not accepted',
+      );
+    }
+    if (mode === 'apiKey' && principal.kind !== 'apiKey') {
+      throw new AppError('authorization_error', 'This endpoint needs an API key (X-Service-API-Key)');
+    }
+    request.principal = principal;
+  });
+}

@@ -1,0 +1,77 @@
+import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
+import { AppError, type ErrorCode, STATUS_BY_CODE } from '../lib/errors.js';
+
+export function sendError(reply: FastifyReply, code: ErrorCode, message: string): FastifyReply {
+  return reply.code(STATUS_BY_CODE[code]).type('application/json').send({ error: { code, message } });
+}
+
+/** Names the offending field: "body/name must NOT have more than 100 characters". */
+function validationMessage(err: FastifyError): string {
+  const first = err.validation?.[0];
+  if (!first) return err.message;
+  const context = err.validationContext ?? 'request';
+  const missing = (first.params as { missingProperty?: string } | undefined)?.missingProperty;
+  if (first.keyword === 'required' && missing) {
+    const parent = first.instancePath ? `${context}${first.instancePath}` : context;
+    return `${parent}/${missing} is required`;
+  }
+  return `${context}${first.instancePath} ${first.message ?? 'is invalid'}`;
+}
+
+/** Maps Fastify's own client errors onto the error table. */
+function fromFastify(err: FastifyError): { code: ErrorCode; message: string } | null {
+  switch (err.code) {
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return { code: 'unsupported_media_type', message: 'Content-Type must be application/json' };
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return { code: 'payload_too_large', message: 'Request body is larger than the limit of 1 MiB' };
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return { code: 'validation_failed', message: 'Content-Length does not match the body' };
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return { code: 'invalid_json', message: `Request body is not valid JSON: ${err.message}` };
+  }
+  if (err instanceof SyntaxError || (err as { type?: string }).type === 'entity.parse.failed') {
+    return { code: 'invalid_json', message: `Request body is not valid JSON: ${err.message}` };
+  }
+  const status = err.statusCode ?? 500;
+  if (status === 413) return { code: 'payload_too_large', message: err.message };
+  if (status === 415) return { code: 'unsupported_media_type', message: err.message };
+  if (status === 405) return { code: 'method_not_allowed', message: err.message };
+  if (status >= 400 && status < 500) return { code: 'validation_failed', message: err.message };
+  return null;
+}
+
+export function registerErrorHandling(app: FastifyInstance): void {
+  // Empty JSON bodies on body-less POSTs (revoke, activate) are common in clients; treat as no body.
+  const defaultJson = app.getDefaultJsonParser('error', 'error');
+  // The API speaks JSON only; any other body type answers 415.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (body === '' || (typeof body === 'string' && body.trim() === '')) return done(null, undefined);
+    try {
+      defaultJson(req, body as string, (err, value) => {
+        if (err) return done(new AppError('invalid_json', `Request body is not valid JSON: ${err.message}`));
+        done(null, value);
+      });
+    } catch (err) {
+      done(new AppError('invalid_json', `Request body is not valid JSON: ${(err as Error).message}`));
+    }
+  });
+
+  app.setErrorHandler((err: FastifyError | AppError, request, reply) => {
+    if (err instanceof AppError) {
+      if (err.headers) reply.headers(err.headers);
+      return sendError(reply, err.code, err.message);
+    }
+    if (err.validation) return sendError(reply, 'validation_failed', validationMessage(err));
+    const mapped = fromFastify(err);
+    if (mapped) return sendError(reply, mapped.code, mapped.message);
+    request.log.error({ err }, 'unhandled error');
+    return sendError(reply, 'internal_error', `Internal error (request ${request.id})`);
+  });
+
+  app.setNotFoundHandler((request, reply) =>
+    sendError(reply, 'not_found', `Route ${request.method} ${request.url.split('?')[0]} not found`),
+  );
+}

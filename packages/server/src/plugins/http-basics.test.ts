@@ -1,0 +1,152 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  bearer,
+  createTenant,
+  createTestApp,
+  expectError,
+  keyHeader,
+  type TestApp,
+} from '../../test/helpers.js';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await createTestApp();
+});
+afterAll(async () => t.close());
+
+describe('envelope A on every error', () => {
+  it('answers unknown routes with 404 not_found, whatever the credentials', async () => {
+    expectError(await t.inject({ method: 'GET', url: '/v1/nothing-here' }), 404, 'not_found');
+    expectError(
+      await t.inject({ method: 'DELETE', url: '/nope', headers: keyHeader('svc_bad') }),
+      404,
+      'not_found',
+    );
+  });
+
+  it('answers malformed JSON with 400 invalid_json and changes nothing', async () => {
+    const token = await t.token('json');
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/organizations',
+      headers: { ...bearer(token), 'content-type': 'application/json' },
+      payload: '{"name": "x", "slug": ',
+    });
+    expectError(res, 400, 'invalid_json');
+    const list = await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(token) });
+    expect(list.json().data).toEqual([]);
+  });
+
+  it('answers a wrong content type with 415', async () => {
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/organizations',
+      headers: { ...bearer(await t.token('ct')), 'content-type': 'text/plain' },
+      payload: 'name=x',
+    });
+    expectError(res, 415, 'unsupported_media_type');
+  });
+
+  it('answers bodies over 1 MB with 413', async () => {
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/organizations',
+      headers: { ...bearer(await t.token('big')), 'content-type': 'application/json' },
+      payload: JSON.stringify({ name: 'x', slug: 'y', pad: 'a'.repeat(1024 * 1024) }),
+    });
+    expectError(res, 413, 'payload_too_large');
+  });
+
+  it('answers a JSON body that is not an object with 400 validation_failed', async () => {
+    for (const payload of ['[]', '"text"', '42', 'null']) {
+      const res = await t.inject({
+        method: 'POST',
+        url: '/v1/organizations',
+        headers: { ...bearer(await t.token('shape')), 'content-type': 'application/json' },
+        payload,
+      });
+      expectError(res, 400, 'validation_failed');
+    }
+  });
+
+  it('treats an empty JSON body on a body-less POST as no body', async () => {
+    const tenant = await createTenant(t);
+    const [key] = (
+      await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader(tenant.apiKey) })
+    ).json().data;
+    const extra = await t.inject({
+      method: 'POST',
+      url: '/v1/api-keys',
+      headers: keyHeader(tenant.apiKey),
+      payload: { name: 'x', projectId: tenant.projectId },
+    });
+    const res = await t.inject({
+      method: 'POST',
+      url: `/v1/api-keys/${extra.json().id}/revoke`,
+      headers: { ...keyHeader(tenant.apiKey), 'content-type': 'application/json' },
+      payload: '',
+    });
+    expect(res.statusCode).toBe(200);
+    expect(key.isRevoked).toBe(false);
+  });
+
+  it('answers missing credentials with 401 unauthorized and bad tokens with 401', async () => {
+    expectError(await t.inject({ method: 'GET', url: '/v1/organizations' }), 401, 'unauthorized');
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer('not-a-jwt') }),
+      401,
+      'unauthorized',
+    );
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/organizations', headers: keyHeader('svc_nope') }),
+      401,
+      'invalid_api_key',
+    );
+    const foreign = await (async () => {
+      const { SignJWT } = await import('jose');
+      return new SignJWT({ sub: 'eve' })
+        .setProtectedHeader({ alg: 'HS256' })
+        .setExpirationTime('1h')
+        .sign(new TextEncoder().encode('other-secret-other-secret-other-secret'));
+    })();
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(foreign) }),
+      401,
+      'unauthorized',
+    );
+  });
+
+  it('returns a request id on every response', async () => {
+    const res = await t.inject({ method: 'GET', url: '/healthz', headers: { 'x-request-id': 'abc-123' } });
+    expect(res.headers['x-request-id']).toBe('abc-123');
+    const other = await t.inject({ method: 'GET', url: '/nope' });
+    expect(other.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  });
+});
+
+describe('health', () => {
+  it('serves /healthz and /readyz without credentials', async () => {
+    expect((await t.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
+    expect((await t.inject({ method: 'GET', url: '/readyz' })).json()).toEqual({ status: 'ready' });
+  });
+});
+
+describe('JWT issuer and audience', () => {
+  it('verifies iss and aud when configured', async () => {
+    const strict = await createTestApp({ jwtIssuer: 'https://auth.example', jwtAudience: 'svc-api' });
+    try {
+      const good = await strict.token('u1');
+      expect(
+        (await strict.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(good) })).statusCode,
+      ).toBe(200);
+      const wrongAud = await t.token('u1'); // no iss/aud
+      expectError(
+        await strict.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(wrongAud) }),
+        401,
+        'unauthorized',
+      );
+    } finally {
+      await strict.close();
+    }
+  });
+});

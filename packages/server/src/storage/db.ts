@@ -1,0 +1,71 @@
+import { mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import SQLite from 'better-sqlite3';
+import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
+import pg from 'pg';
+import type { Database } from './schema.js';
+
+export type DialectName = 'sqlite' | 'postgres';
+
+export interface Store {
+  db: Kysely<Database>;
+  dialect: DialectName;
+  /** Absolute path of the embedded database file, or null on PostgreSQL. */
+  sqlitePath: string | null;
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
+
+// int8 (COUNT, SUM, BIGINT columns) as JS numbers: every value we store fits in 2^53.
+pg.types.setTypeParser(20, (v) => Number(v));
+// numeric as number as well (SUM over integer columns yields numeric).
+pg.types.setTypeParser(1700, (v) => Number(v));
+
+function openSqlite(url: string): Store {
+  const path = url.slice('sqlite:'.length);
+  const inMemory = path === ':memory:' || path === '';
+  const absolute = inMemory ? null : resolve(path);
+  if (absolute) mkdirSync(dirname(absolute), { recursive: true });
+  const handle = new SQLite(absolute ?? ':memory:');
+  // Durable before answered: WAL with synchronous=FULL fsyncs every commit.
+  handle.pragma('journal_mode = WAL');
+  handle.pragma('synchronous = FULL');
+  handle.pragma('foreign_keys = ON');
+  handle.pragma('busy_timeout = 5000');
+  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: handle }) });
+  return {
+    db,
+    dialect: 'sqlite',
+    sqlitePath: absolute,
+    ping: async () => {
+      handle.prepare('select 1').get();
+    },
+    close: async () => {
+      await db.destroy();
+    },
+  };
+}
+
+function openPostgres(url: string): Store {
+  const pool = new pg.Pool({ connectionString: url, max: 10 });
+  // A dropped idle connection must not crash the process; the pool replaces it.
+  pool.on('error', () => {});
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  return {
+    db,
+    dialect: 'postgres',
+    sqlitePath: null,
+    ping: async () => {
+      await sql`select 1`.execute(db);
+    },
+    close: async () => {
+      await db.destroy();
+    },
+  };
+}
+
+export function openStore(url: string): Store {
+  if (url.startsWith('sqlite:')) return openSqlite(url);
+  if (/^postgres(ql)?:\/\//.test(url)) return openPostgres(url);
+  throw new Error('database URL must start with sqlite: or postgres://');
+}
