@@ -1,0 +1,187 @@
+import { canonicalJson, GENESIS_HASH, hashJson, isTaggedHash, tagDigest } from './canonical.js';
+import { leafHash, MerkleFrontier } from './merkle.js';
+
+export const RECEIPT_SCHEMA = 'svc.receipt/1';
+
+export type ReceiptDecision = 'allow' | 'deny' | 'require_approval' | 'approval_approved' | 'approval_denied';
+export type ReceiptMode = 'deterministic' | 'llm';
+
+/** What the caller supplies for one receipt; the chain fields are filled in by appendReceipts. */
+export interface ReceiptFields {
+  organization_id: string;
+  project_id: string | null;
+  decision_id: string | null;
+  decision: ReceiptDecision;
+  mode: ReceiptMode | null;
+  tool_name: string;
+  /** sha256:<hex> of the canonical JSON of the arguments; see argumentHash(). */
+  argument_hash: string;
+  policy_version: number | null;
+  /** sha256:<hex> of the canonical JSON of the policy definition used. */
+  policy_hash: string | null;
+  reason: string | null;
+  /** ISO 8601. */
+  timestamp: string;
+  // Optional bindings: written only when present (undefined or null means absent).
+  result_hash?: string;
+  client_id?: string;
+  connection_id?: string;
+  upstream_id?: string;
+  approval_id?: string;
+  approval_hash?: string;
+  source?: string;
+}
+
+export type ReceiptInput = ReceiptFields & { receipt_id: string };
+
+export interface Receipt extends ReceiptFields {
+  schema: typeof RECEIPT_SCHEMA;
+  receipt_id: string;
+  sequence: number;
+  previous_receipt_hash: string;
+  merkle_root: string;
+  receipt_hash: string;
+}
+
+/** Per-organization chain state, persisted by the server as JSON; O(log n) in size. */
+export interface ChainHead {
+  /** Next sequence to assign (= number of receipts so far = Merkle tree size). */
+  sequence: number;
+  /** previous_receipt_hash for the next receipt. */
+  lastHash: string;
+  /** Roots of the perfect subtrees of the Merkle tree, sha256:<hex>, largest first. */
+  frontier: string[];
+}
+
+export interface ReceiptSummary {
+  receipt_id: string;
+  receipt_hash: string;
+  previous_receipt_hash: string;
+  merkle_root: string;
+}
+
+const REQUIRED_KEYS = [
+  'organization_id',
+  'project_id',
+  'decision_id',
+  'decision',
+  'mode',
+  'tool_name',
+  'argument_hash',
+  'policy_version',
+  'policy_hash',
+  'reason',
+  'timestamp',
+] as const;
+
+const OPTIONAL_KEYS = [
+  'result_hash',
+  'client_id',
+  'connection_id',
+  'upstream_id',
+  'approval_id',
+  'approval_hash',
+  'source',
+] as const;
+
+export function emptyChainHead(): ChainHead {
+  return { sequence: 0, lastHash: GENESIS_HASH, frontier: [] };
+}
+
+/**
+ * sha256:<hex> of the RFC 8785 canonical JSON of a tool call's arguments. Missing arguments
+ * (undefined) hash as `{}`, because MCP treats an omitted arguments object as an empty one.
+ */
+export function argumentHash(args: unknown): string {
+  return hashJson(args === undefined ? {} : args);
+}
+
+/** Merkle leaf data of a receipt: canonical JSON without receipt_hash and merkle_root. */
+export function receiptLeafData(receipt: Record<string, unknown>): string {
+  const { receipt_hash: _h, merkle_root: _m, ...rest } = receipt;
+  return canonicalJson(rest);
+}
+
+/** receipt_hash as it should be: hash of the canonical JSON of everything except receipt_hash. */
+export function computeReceiptHash(receipt: Record<string, unknown>): string {
+  const { receipt_hash: _h, ...rest } = receipt;
+  return hashJson(rest);
+}
+
+/**
+ * Extends the chain by a whole batch: assigns sequences, links previous hashes, computes each
+ * receipt's Merkle root (over leaves 0..i) and receipt hash. Pure: `head` is not mutated and the
+ * new head is returned, so the caller can write the rows and the head in one transaction. Throws
+ * before returning anything if any item is malformed, so a batch is all or nothing.
+ */
+export function appendReceipts(
+  head: ChainHead,
+  items: readonly ReceiptInput[],
+): { receipts: Receipt[]; head: ChainHead } {
+  if (!Number.isSafeInteger(head.sequence) || head.sequence < 0) {
+    throw new Error(`invalid chain head sequence ${head.sequence}`);
+  }
+  if (!isTaggedHash(head.lastHash)) throw new Error(`invalid chain head lastHash ${head.lastHash}`);
+  const tree = MerkleFrontier.fromTagged(head.frontier, head.sequence);
+  let lastHash = head.lastHash;
+  const receipts: Receipt[] = [];
+
+  for (const item of items) {
+    const body = buildBody(item, tree.size, lastHash);
+    tree.append(leafHash(receiptLeafData(body)));
+    const withRoot = { ...body, merkle_root: tagDigest(tree.root()) };
+    const receipt = { ...withRoot, receipt_hash: hashJson(withRoot) } as Receipt;
+    receipts.push(receipt);
+    lastHash = receipt.receipt_hash;
+  }
+  return { receipts, head: { sequence: tree.size, lastHash, frontier: tree.toTagged() } };
+}
+
+export function receiptSummary(r: Receipt): ReceiptSummary {
+  return {
+    receipt_id: r.receipt_id,
+    receipt_hash: r.receipt_hash,
+    previous_receipt_hash: r.previous_receipt_hash,
+    merkle_root: r.merkle_root,
+  };
+}
+
+/**
+ * Copies only the contract's fields, so stray properties on the input (a DB row, a request body)
+ * can never leak into what is hashed, and absent optional bindings are omitted rather than null.
+ */
+function buildBody(item: ReceiptInput, sequence: number, previous: string): Record<string, unknown> {
+  if (typeof item.receipt_id !== 'string' || item.receipt_id === '') {
+    throw new Error('receipt_id must be a non-empty string');
+  }
+  const problems = fieldProblems(item as unknown as Record<string, unknown>);
+  if (problems.length > 0) throw new Error(`receipt ${item.receipt_id}: ${problems.join('; ')}`);
+  const body: Record<string, unknown> = { schema: RECEIPT_SCHEMA, receipt_id: item.receipt_id, sequence };
+  for (const key of REQUIRED_KEYS) body[key] = item[key];
+  for (const key of OPTIONAL_KEYS) {
+    const v = item[key];
+    if (v !== undefined && v !== null) body[key] = v;
+  }
+  body['previous_receipt_hash'] = previous;
+  return body;
+}
+
+/** Field-level checks shared with the verifier: presence of required fields and hash formats. */
+export function fieldProblems(r: Record<string, unknown>): string[] {
+  const problems: string[] = [];
+  for (const key of REQUIRED_KEYS) {
+    if (r[key] === undefined) problems.push(`${key} is missing`);
+  }
+  if (r['argument_hash'] !== undefined && !isTaggedHash(r['argument_hash'])) {
+    problems.push('argument_hash is not sha256:<64 hex>');
+  }
+  if (r['policy_hash'] !== undefined && r['policy_hash'] !== null && !isTaggedHash(r['policy_hash'])) {
+    problems.push('policy_hash is neither null nor sha256:<64 hex>');
+  }
+  for (const key of ['result_hash', 'approval_hash']) {
+    if (r[key] !== undefined && r[key] !== null && !isTaggedHash(r[key])) {
+      problems.push(`${key} is not sha256:<64 hex>`);
+    }
+  }
+  return problems;
+}
