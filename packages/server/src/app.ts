@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Config } from './config.js';
+import { LocalEventBus } from './events/bus.js';
 import type { AppContext } from './context.js';
 import { type Clock, systemClock } from './lib/clock.js';
 import { createJwtVerifier, resolveJwtSecret } from './lib/jwt.js';
@@ -12,6 +13,8 @@ import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { healthRoutes } from './modules/health/routes.js';
 import { createOrganizationRepository } from './modules/organizations/repository.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
+import { PolicyCache } from './modules/policies/cache.js';
+import { createPolicyRepository } from './modules/policies/repository.js';
 import { projectRoutes } from './modules/projects/routes.js';
 import { registerAuth } from './plugins/auth.js';
 import { registerErrorHandling } from './plugins/errors.js';
@@ -59,12 +62,15 @@ export async function buildApp({ config, store, clock = systemClock, logger = tr
     log: app.log,
     keys,
     scope: createScopeResolver((u, o) => organizations.roleOf(u, o)),
+    events: new LocalEventBus(),
+    policies: new PolicyCache(createPolicyRepository(store.db)),
   };
 
   registerErrorHandling(app);
   registerAuth(app, { config, keys, jwt });
   app.addHook('onClose', async () => {
     await keys.close();
+    await ctx.events.close();
   });
 
   await app.register(healthRoutes, { ctx });

@@ -1,8 +1,10 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Config } from './config.js';
+import type { EventBus } from './events/bus.js';
 import type { Clock } from './lib/clock.js';
 import type { ScopeResolver } from './lib/scope.js';
 import type { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
+import type { PolicyCache } from './modules/policies/cache.js';
 import type { Store } from './storage/db.js';
 
 /** Shared infrastructure handed to every module plugin; each module builds its own services from it. */
@@ -13,4 +15,6 @@ export interface AppContext {
   log: FastifyBaseLogger;
   keys: ApiKeyAuthenticator;
   scope: ScopeResolver;
+  events: EventBus;
+  policies: PolicyCache;
 }

@@ -1,6 +1,7 @@
 import { type Migration, type MigrationProvider, Migrator } from 'kysely';
 import type { Store } from './db.js';
 import * as m0001 from './migrations/0001_tenancy.js';
+import * as m0002 from './migrations/0002_enforcement.js';
 
 /**
  * Migrations are listed in code (not read from a folder) so they run the same under tsx, a bundle
@@ -8,6 +9,7 @@ import * as m0001 from './migrations/0001_tenancy.js';
  */
 const MIGRATIONS: Record<string, Migration> = {
   '0001_tenancy': m0001,
+  '0002_enforcement': m0002,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -48,10 +48,98 @@ export interface SettingsTable {
   value: string;
 }
 
+export interface ToolsTable {
+  organization_id: string;
+  name: string;
+  description: string | null;
+  /** JSON array of tool arguments as registered. */
+  arguments: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface PoliciesTable {
+  organization_id: string;
+  tool_name: string;
+  /** Project of the key that last wrote the policy (carried in policy events); null for users. */
+  project_id: string | null;
+  version: number;
+  is_active: number;
+  mode: string;
+  /** JSON array of constraints. */
+  constraints: string;
+  session_constraints: string | null;
+  llm_config: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface DecisionsTable {
+  id: string;
+  organization_id: string;
+  project_id: string | null;
+  tool_name: string;
+  arguments: string;
+  context: string;
+  decision: string;
+  mode: string;
+  reason: string;
+  failed_argument: string | null;
+  matched_exception: string | null;
+  /** JSON array of failed constraints, or null when none failed. */
+  validations: string | null;
+  latency_ms: number;
+  /** `server` for validations, `client` for decisions logged by SDKs. */
+  source: string;
+  policy_version: number | null;
+  receipt_id: string;
+  receipt_hash: string;
+  previous_receipt_hash: string;
+  merkle_root: string;
+  created_at: string;
+}
+
+export interface ReceiptsTable {
+  organization_id: string;
+  sequence: number;
+  receipt_id: string;
+  decision_id: string | null;
+  receipt_hash: string;
+  /** The full receipt as canonical JSON. */
+  payload: string;
+  created_at: string;
+}
+
+export interface ChainHeadsTable {
+  organization_id: string;
+  /** Next sequence to assign. */
+  sequence: number;
+  last_hash: string;
+  /** JSON array: Merkle frontier (compact range), largest subtree first. */
+  frontier: string;
+  updated_at: string;
+}
+
+export interface SessionCountersTable {
+  organization_id: string;
+  session_id: string;
+  tool_name: string;
+  calls: number;
+  /** JSON object: argument name to running total. */
+  cumulative: string;
+  updated_at: string;
+}
+
 export interface Database {
   organizations: OrganizationsTable;
   memberships: MembershipsTable;
   projects: ProjectsTable;
   api_keys: ApiKeysTable;
   settings: SettingsTable;
+  tools: ToolsTable;
+  policies: PoliciesTable;
+  decisions: DecisionsTable;
+  receipts: ReceiptsTable;
+  chain_heads: ChainHeadsTable;
+  session_counters: SessionCountersTable;
 }

@@ -1,0 +1,77 @@
+import type { Kysely, Selectable, Transaction } from 'kysely';
+import type { Database, PoliciesTable } from '../../storage/schema.js';
+
+export type PolicyRow = Selectable<PoliciesTable>;
+type Db = Kysely<Database> | Transaction<Database>;
+
+/** Policy storage: one policy per tool per organization; every method is scoped by organization. */
+export function createPolicyRepository(db: Kysely<Database>) {
+  return {
+    async get(organizationId: string, toolName: string, trx: Db = db): Promise<PolicyRow | undefined> {
+      return trx
+        .selectFrom('policies')
+        .selectAll()
+        .where('organization_id', '=', organizationId)
+        .where('tool_name', '=', toolName)
+        .executeTakeFirst();
+    },
+
+    async list(organizationId: string): Promise<PolicyRow[]> {
+      return db
+        .selectFrom('policies')
+        .selectAll()
+        .where('organization_id', '=', organizationId)
+        .orderBy('tool_name')
+        .execute();
+    },
+
+    /** Inserts; throws a unique violation when the tool already has a policy. */
+    async insert(row: PolicyRow, trx: Db = db): Promise<void> {
+      await trx.insertInto('policies').values(row).execute();
+    },
+
+    /** Replaces the definition and bumps the version atomically; returns the new row. */
+    async replace(
+      organizationId: string,
+      toolName: string,
+      patch: Pick<PolicyRow, 'mode' | 'constraints' | 'session_constraints' | 'llm_config' | 'project_id' | 'updated_at'>,
+      trx: Db = db,
+    ): Promise<PolicyRow | undefined> {
+      const res = await trx
+        .updateTable('policies')
+        .set((eb) => ({ ...patch, version: eb('version', '+', 1) }))
+        .where('organization_id', '=', organizationId)
+        .where('tool_name', '=', toolName)
+        .executeTakeFirst();
+      if (Number(res.numUpdatedRows) === 0) return undefined;
+      return this.get(organizationId, toolName, trx);
+    },
+
+    async setActive(
+      organizationId: string,
+      toolName: string,
+      active: boolean,
+      at: string,
+      projectId: string | null,
+    ): Promise<boolean> {
+      const res = await db
+        .updateTable('policies')
+        .set({ is_active: active ? 1 : 0, updated_at: at, project_id: projectId })
+        .where('organization_id', '=', organizationId)
+        .where('tool_name', '=', toolName)
+        .executeTakeFirst();
+      return Number(res.numUpdatedRows) > 0;
+    },
+
+    async delete(organizationId: string, toolName: string, trx: Db = db): Promise<boolean> {
+      const res = await trx
+        .deleteFrom('policies')
+        .where('organization_id', '=', organizationId)
+        .where('tool_name', '=', toolName)
+        .executeTakeFirst();
+      return Number(res.numDeletedRows) > 0;
+    },
+  };
+}
+
+export type PolicyRepository = ReturnType<typeof createPolicyRepository>;
