@@ -2,22 +2,29 @@ import { randomUUID } from 'node:crypto';
 import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Config } from './config.js';
-import { LocalEventBus } from './events/bus.js';
 import type { AppContext } from './context.js';
+import { LocalEventBus } from './events/bus.js';
 import { type Clock, systemClock } from './lib/clock.js';
 import { createJwtVerifier, resolveJwtSecret } from './lib/jwt.js';
 import { createScopeResolver } from './lib/scope.js';
 import { adminRoutes } from './modules/admin/routes.js';
 import { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
+import { DecisionWriter } from './modules/decisions/writer.js';
 import { healthRoutes } from './modules/health/routes.js';
 import { createOrganizationRepository } from './modules/organizations/repository.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
 import { PolicyCache } from './modules/policies/cache.js';
 import { createPolicyRepository } from './modules/policies/repository.js';
+import { policyRoutes } from './modules/policies/routes.js';
 import { projectRoutes } from './modules/projects/routes.js';
+import { toolRoutes } from './modules/tools/routes.js';
+import { validationRoutes } from './modules/validation/routes.js';
+import { createValidationService } from './modules/validation/service.js';
+import { SessionCounters } from './modules/validation/sessions.js';
 import { registerAuth } from './plugins/auth.js';
 import { registerErrorHandling } from './plugins/errors.js';
+import { MemoryRateLimiter } from './plugins/rate-limit.js';
 import type { Store } from './storage/db.js';
 
 export interface BuildOptions {
@@ -55,6 +62,9 @@ export async function buildApp({ config, store, clock = systemClock, logger = tr
   const keys = new ApiKeyAuthenticator(store, clock);
   const secret = await resolveJwtSecret(config, store);
   const jwt = createJwtVerifier(config, secret);
+  const events = new LocalEventBus();
+  const policies = new PolicyCache(createPolicyRepository(store.db));
+  const writer = new DecisionWriter(store, { log: app.log });
   const ctx: AppContext = {
     config,
     store,
@@ -62,14 +72,26 @@ export async function buildApp({ config, store, clock = systemClock, logger = tr
     log: app.log,
     keys,
     scope: createScopeResolver((u, o) => organizations.roleOf(u, o)),
-    events: new LocalEventBus(),
-    policies: new PolicyCache(createPolicyRepository(store.db)),
+    events,
+    policies,
+    writer,
+    validation: createValidationService({
+      policies,
+      sessions: new SessionCounters(store),
+      writer,
+      events,
+      clock,
+    }),
+    rateLimiter: new MemoryRateLimiter(),
   };
 
   registerErrorHandling(app);
   registerAuth(app, { config, keys, jwt });
   app.addHook('onClose', async () => {
+    // In-flight requests have drained; commit what they queued before the store closes.
+    await writer.close();
     await keys.close();
+    await ctx.rateLimiter.close();
     await ctx.events.close();
   });
 
@@ -78,6 +100,9 @@ export async function buildApp({ config, store, clock = systemClock, logger = tr
   await app.register(projectRoutes, { ctx });
   await app.register(apiKeyRoutes, { ctx });
   await app.register(adminRoutes, { ctx });
+  await app.register(toolRoutes, { ctx });
+  await app.register(policyRoutes, { ctx });
+  await app.register(validationRoutes, { ctx });
 
   return { app, ctx };
 }

@@ -1,4 +1,4 @@
-import { type CompiledPolicy, type PolicyDefinition, compilePolicy } from '@svc/policy-engine';
+import { type CompiledPolicy, compilePolicy, type PolicyDefinition } from '@svc/policy-engine';
 import { hashJson } from '../receipts/canonical.js';
 import type { PolicyRepository, PolicyRow } from './repository.js';
 

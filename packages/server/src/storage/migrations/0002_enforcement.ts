@@ -1,8 +1,7 @@
 import type { ColumnDefinitionBuilder, Kysely } from 'kysely';
 
 export async function up(db: Kysely<unknown>): Promise<void> {
-  const org = (c: ColumnDefinitionBuilder) =>
-    c.notNull().references('organizations.id').onDelete('cascade');
+  const org = (c: ColumnDefinitionBuilder) => c.notNull().references('organizations.id').onDelete('cascade');
 
   await db.schema
     .createTable('tools')
@@ -54,7 +53,11 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn('merkle_root', 'text', (c) => c.notNull())
     .addColumn('created_at', 'text', (c) => c.notNull())
     .execute();
-  await db.schema.createIndex('decisions_org_time').on('decisions').columns(['organization_id', 'created_at']).execute();
+  await db.schema
+    .createIndex('decisions_org_time')
+    .on('decisions')
+    .columns(['organization_id', 'created_at'])
+    .execute();
   await db.schema
     .createIndex('decisions_org_tool_time')
     .on('decisions')
@@ -81,7 +84,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
 
   await db.schema
     .createTable('chain_heads')
-    .addColumn('organization_id', 'text', (c) => c.primaryKey().references('organizations.id').onDelete('cascade'))
+    .addColumn('organization_id', 'text', (c) =>
+      c.primaryKey().references('organizations.id').onDelete('cascade'),
+    )
     .addColumn('sequence', 'bigint', (c) => c.notNull())
     .addColumn('last_hash', 'text', (c) => c.notNull())
     .addColumn('frontier', 'text', (c) => c.notNull())

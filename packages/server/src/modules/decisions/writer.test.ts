@@ -1,0 +1,112 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createTenant,
+  createTestApp,
+  freshDatabase,
+  type TestApp,
+  type TestDatabase,
+} from '../../../test/helpers.js';
+import { openStore, type Store } from '../../storage/db.js';
+import { argumentHash } from '../receipts/receipt.js';
+import { verifyReceipts } from '../receipts/verify.js';
+import { DecisionWriter, type WriteItem } from './writer.js';
+
+let database: TestDatabase;
+let t: TestApp;
+beforeAll(async () => {
+  database = await freshDatabase();
+  t = await createTestApp({}, { database });
+});
+afterAll(async () => {
+  await t.close();
+  await database.drop();
+});
+
+function item(org: string, n: number): WriteItem {
+  return {
+    receipt: {
+      organization_id: org,
+      project_id: null,
+      decision_id: null,
+      decision: 'allow',
+      mode: 'deterministic',
+      tool_name: `tool-${n}`,
+      argument_hash: argumentHash({ n }),
+      policy_version: null,
+      policy_hash: null,
+      reason: 'test',
+      timestamp: new Date().toISOString(),
+    },
+  };
+}
+
+async function chainOf(org: string) {
+  const rows = await t.store.db
+    .selectFrom('receipts')
+    .select(['payload', 'sequence'])
+    .where('organization_id', '=', org)
+    .orderBy('sequence')
+    .execute();
+  return rows.map((r) => r.payload);
+}
+
+describe('DecisionWriter', () => {
+  it('commits concurrent writes in batches and resolves each with its own receipt', async () => {
+    const { orgId } = await createTenant(t);
+    const writer = new DecisionWriter(t.store);
+    const receipts = await Promise.all(Array.from({ length: 300 }, (_, i) => writer.write(item(orgId, i))));
+    await writer.close();
+    expect(new Set(receipts.map((r) => r.sequence)).size).toBe(300);
+    for (const [i, r] of receipts.entries()) expect(r.tool_name).toBe(`tool-${i}`);
+    const report = await verifyReceipts(await chainOf(orgId));
+    expect(report.ok).toBe(true);
+    expect(report.count).toBe(300);
+  });
+
+  it('never forks the chain with two writers (two processes) on one database', async () => {
+    const { orgId } = await createTenant(t);
+    const second: Store = openStore(database.url);
+    const w1 = new DecisionWriter(t.store, { maxBatch: 7 });
+    const w2 = new DecisionWriter(second, { maxBatch: 5 });
+    try {
+      const writes: Promise<unknown>[] = [];
+      for (let round = 0; round < 20; round++) {
+        for (let i = 0; i < 5; i++)
+          writes.push(w1.write(item(orgId, round * 10 + i)), w2.write(item(orgId, round * 10 + 5 + i)));
+        await new Promise((r) => setImmediate(r));
+      }
+      await Promise.all(writes);
+    } finally {
+      await w1.close();
+      await w2.close();
+      await second.close();
+    }
+    const chain = await chainOf(orgId);
+    expect(chain).toHaveLength(200);
+    const report = await verifyReceipts(chain);
+    expect(report.errors).toEqual([]);
+    expect(report.ok).toBe(true);
+  });
+
+  it('rejects only the write that cannot commit; its batch neighbours are committed', async () => {
+    const { orgId } = await createTenant(t);
+    const writer = new DecisionWriter(t.store);
+    const good = writer.write(item(orgId, 1));
+    const bad = writer.write({
+      ...item(orgId, 2),
+      receipt: { ...item(orgId, 2).receipt, argument_hash: 'not-a-hash' },
+    });
+    await expect(bad).rejects.toThrow();
+    expect((await good).sequence).toBe(0);
+    await writer.close();
+    const chain = await chainOf(orgId);
+    expect(chain).toHaveLength(1);
+    expect((await verifyReceipts(chain)).ok).toBe(true);
+  });
+
+  it('refuses writes after close', async () => {
+    const writer = new DecisionWriter(t.store);
+    await writer.close();
+    await expect(writer.write(item('x', 1))).rejects.toThrow(/closed/);
+  });
+});

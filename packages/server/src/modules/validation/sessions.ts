@@ -1,0 +1,120 @@
+import {
+  evaluateSession,
+  type FailedConstraint,
+  type SessionConstraints,
+  type SessionState,
+  sessionIncrements,
+} from '@svc/policy-engine';
+import type { Store } from '../../storage/db.js';
+
+interface Entry {
+  state: SessionState;
+  /** Reservations not yet committed or released; such an entry must not be evicted. */
+  pending: number;
+}
+
+export interface Reservation {
+  failures: FailedConstraint[];
+  /** Absolute values after this call, for the durable write; null when the call was refused. */
+  after: SessionState | null;
+  /** Undo the reservation (the call was not recorded). */
+  release(): void;
+  /** The reservation is durable; the entry may now be evicted. */
+  settle(): void;
+}
+
+const MAX_ENTRIES = 200_000;
+const noop = () => {};
+
+/**
+ * Session counters for maxCalls and cumulativeLimits. The check and the increment happen in one
+ * synchronous step on an in-memory copy (loaded once from the store), so concurrent calls in one
+ * process can never both take the last slot; the new totals are then written in the same
+ * transaction as the decision. Only allowed calls count.
+ */
+export class SessionCounters {
+  private readonly entries = new Map<string, Entry>();
+  private readonly loading = new Map<string, Promise<Entry>>();
+
+  constructor(private readonly store: Store) {}
+
+  private async entry(org: string, session: string, tool: string): Promise<Entry> {
+    const key = `${org}\u0000${session}\u0000${tool}`;
+    const hit = this.entries.get(key);
+    if (hit) return hit;
+    let load = this.loading.get(key);
+    if (!load) {
+      load = (async () => {
+        const row = await this.store.db
+          .selectFrom('session_counters')
+          .select(['calls', 'cumulative'])
+          .where('organization_id', '=', org)
+          .where('session_id', '=', session)
+          .where('tool_name', '=', tool)
+          .executeTakeFirst();
+        const entry: Entry = {
+          state: { calls: row?.calls ?? 0, cumulative: row ? JSON.parse(row.cumulative) : {} },
+          pending: 0,
+        };
+        this.evictIfFull();
+        this.entries.set(key, entry);
+        return entry;
+      })().finally(() => this.loading.delete(key));
+      this.loading.set(key, load);
+    }
+    return load;
+  }
+
+  private evictIfFull(): void {
+    if (this.entries.size < MAX_ENTRIES) return;
+    for (const [key, e] of this.entries) {
+      if (e.pending === 0) {
+        this.entries.delete(key);
+        return;
+      }
+    }
+  }
+
+  /** Checks the call against the session constraints and, if it passes, counts it. */
+  async reserve(
+    org: string,
+    session: string,
+    tool: string,
+    constraints: SessionConstraints,
+    args: Record<string, unknown>,
+  ): Promise<Reservation> {
+    const entry = await this.entry(org, session, tool);
+    // From here to the increment nothing awaits: check-and-count is atomic within the process.
+    const failures = evaluateSession(constraints, entry.state, args);
+    if (failures.length > 0) return { failures, after: null, release: noop, settle: noop };
+    const inc = sessionIncrements(constraints, args);
+    const before = entry.state;
+    const cumulative = { ...before.cumulative };
+    for (const [name, value] of Object.entries(inc.cumulative))
+      cumulative[name] = (cumulative[name] ?? 0) + value;
+    const after: SessionState = { calls: before.calls + inc.calls, cumulative };
+    entry.state = after;
+    entry.pending++;
+    let done = false;
+    return {
+      failures,
+      after,
+      release: () => {
+        if (done) return;
+        done = true;
+        entry.pending--;
+        entry.state = {
+          calls: entry.state.calls - inc.calls,
+          cumulative: Object.fromEntries(
+            Object.entries(entry.state.cumulative).map(([k, v]) => [k, v - (inc.cumulative[k] ?? 0)]),
+          ),
+        };
+      },
+      settle: () => {
+        if (done) return;
+        done = true;
+        entry.pending--;
+      },
+    };
+  }
+}

@@ -1,0 +1,93 @@
+import type { FastifyReply } from 'fastify';
+import { AppError } from '../lib/errors.js';
+
+export interface RateLimitResult {
+  allowed: boolean;
+  limit: number;
+  remaining: number;
+  /** Unix time (seconds) at which the current window ends. */
+  resetAt: number;
+}
+
+/** Fixed-window counters; in-memory by default, shared through Redis when scaled out. */
+export interface RateLimiter {
+  hit(bucket: string, limit: number, windowMs: number, nowMs: number): Promise<RateLimitResult>;
+  close(): Promise<void>;
+}
+
+export class MemoryRateLimiter implements RateLimiter {
+  private readonly windows = new Map<string, { start: number; count: number }>();
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor() {
+    // Forget windows that ended: memory stays proportional to recently active keys.
+    this.sweeper = setInterval(() => {
+      const now = Date.now();
+      for (const [k, w] of this.windows) if (now - w.start > 10 * 60_000) this.windows.delete(k);
+    }, 60_000);
+    this.sweeper.unref();
+  }
+
+  async hit(bucket: string, limit: number, windowMs: number, nowMs: number): Promise<RateLimitResult> {
+    const start = nowMs - (nowMs % windowMs);
+    let w = this.windows.get(bucket);
+    if (!w || w.start !== start) {
+      w = { start, count: 0 };
+      this.windows.set(bucket, w);
+    }
+    const allowed = w.count < limit;
+    if (allowed) w.count++;
+    return {
+      allowed,
+      limit,
+      remaining: Math.max(0, limit - w.count),
+      resetAt: Math.ceil((start + windowMs) / 1000),
+    };
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.sweeper);
+  }
+}
+
+export const VALIDATION_LIMITS: Record<string, number> = {
+  free: 60,
+  team: 600,
+  business: 600,
+  enterprise: 600,
+};
+
+/** Per-minute validation limit of a key's organization; enterprise uses the organization's custom rate. */
+export function validationLimit(tier: string, custom: number | null): number {
+  if (tier === 'enterprise' && custom !== null) return custom;
+  return VALIDATION_LIMITS[tier] ?? VALIDATION_LIMITS.free!;
+}
+
+/** Applies one hit: sets the X-RateLimit-* headers and throws 429 when over. */
+export async function enforceRateLimit(
+  limiter: RateLimiter,
+  reply: FastifyReply,
+  bucket: string,
+  limit: number,
+  windowMs: number,
+  nowMs: number,
+): Promise<void> {
+  const r = await limiter.hit(bucket, limit, windowMs, nowMs);
+  const headers = {
+    'x-ratelimit-limit': String(r.limit),
+    'x-ratelimit-remaining': String(r.remaining),
+    'x-ratelimit-reset': String(r.resetAt),
+  };
+  reply.headers(headers);
+  if (!r.allowed) {
+    const retry = Math.max(1, r.resetAt - Math.floor(nowMs / 1000));
+    throw new AppError(
+      'rate_limit_exceeded',
+      `Rate limit of ${r.limit} requests per window exceeded; retry in ${retry} s`,
+      {
+        ...headers,
+        'retry-after': String(retry),
+      },
+    );
+  }
+}
