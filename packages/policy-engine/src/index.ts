@@ -1,0 +1,40 @@
+export {
+  type CompiledPolicy,
+  compilePolicy,
+  evaluate,
+  LLM_UNAVAILABLE,
+  PolicyDefinitionError,
+} from './compile.js';
+export { CONSTRAINT_TYPES, type ConstraintType } from './constraint-types.js';
+export { CONSTRAINT_FIELDS, checkPolicyDefinition } from './definition-check.js';
+export {
+  type CompiledDraft,
+  compileDraftRules,
+  DRAFT_OPERATORS,
+  type DraftCondition,
+  type DraftOperator,
+  type DraftPolicy,
+  type DraftRule,
+  type SkippedRule,
+} from './drafts.js';
+export { MAX_REGEX_LENGTH } from './limits.js';
+export { INVALID_SCORE_CAP, PENALTY, type QualityReport, scorePolicy } from './quality.js';
+export { evaluateSession, mergeEvaluation, sessionIncrements } from './session.js';
+export { type StarterPolicy, starterPolicy } from './starter.js';
+export type {
+  ArgType,
+  ArgumentInstruction,
+  Constraint,
+  ConstraintAction,
+  CumulativeLimit,
+  Decision,
+  Evaluation,
+  FailedConstraint,
+  LlmConfig,
+  PolicyDefinition,
+  PolicyMode,
+  SessionConstraints,
+  SessionIncrements,
+  SessionState,
+  ToolArgument,
+} from './types.js';

@@ -1,0 +1,94 @@
+import { describe, expect, it } from 'vitest';
+import {
+  compilePolicy,
+  evaluate,
+  evaluateSession,
+  mergeEvaluation,
+  type SessionConstraints,
+  sessionIncrements,
+} from './index.js';
+
+const limits: SessionConstraints = {
+  maxCalls: 3,
+  cumulativeLimits: [
+    { argumentName: 'amount', maxValue: 100 },
+    { argumentName: 'order.units', maxValue: 10 },
+  ],
+};
+
+describe('session constraints', () => {
+  it('counts one call and the numeric values under a limit', () => {
+    expect(sessionIncrements(limits, { amount: 40, order: { units: 2 }, other: 9 })).toEqual({
+      calls: 1,
+      cumulative: { amount: 40, 'order.units': 2 },
+    });
+    expect(sessionIncrements(limits, { amount: '40', order: { units: -2 } })).toEqual({
+      calls: 1,
+      cumulative: {},
+    });
+    expect(sessionIncrements(null, { amount: 1 })).toEqual({ calls: 1, cumulative: {} });
+  });
+
+  it('allows calls 1..maxCalls and denies the next', () => {
+    expect(evaluateSession(limits, { calls: 2, cumulative: {} }, {})).toEqual([]);
+    expect(evaluateSession(limits, { calls: 3, cumulative: {} }, {})).toEqual([
+      {
+        parameter: '',
+        constraint_type: 'max_calls',
+        expected: { maxCalls: 3 },
+        actual: 4,
+        message: 'session call limit reached: at most 3 calls per session (this would be call 4)',
+      },
+    ]);
+  });
+
+  it('fails a cumulative limit when before + value exceeds it', () => {
+    const state = { calls: 0, cumulative: { amount: 70 } };
+    expect(evaluateSession(limits, state, { amount: 30 })).toEqual([]);
+    expect(evaluateSession(limits, state, { amount: 31 })).toEqual([
+      {
+        parameter: 'amount',
+        constraint_type: 'cumulative_limit',
+        expected: { maxValue: 100 },
+        actual: 101,
+        message: 'amount: session total would be 101 (70 so far + 31), over the limit of 100',
+      },
+    ]);
+  });
+
+  it('fails closed on values that cannot be counted', () => {
+    const state = { calls: 0, cumulative: {} };
+    const types = (args: Record<string, unknown>) =>
+      evaluateSession(limits, state, args).map((f) => [f.parameter, f.constraint_type, f.actual]);
+    expect(types({ amount: '5' })).toEqual([['amount', 'type', 'string']]);
+    expect(types({ amount: null })).toEqual([['amount', 'type', 'null']]);
+    expect(types({ amount: Number.NaN })).toEqual([['amount', 'type', 'non-finite number']]);
+    expect(types({ amount: -1 })).toEqual([['amount', 'range', -1]]);
+    expect(types({ order: { units: 11 } })).toEqual([['order.units', 'cumulative_limit', 11]]);
+  });
+
+  it('merges session failures into a deny', () => {
+    const compiled = compilePolicy({
+      mode: 'deterministic',
+      constraints: [{ argumentName: 'amount', maximum: 50, action: 'require_approval' }],
+    });
+    const evaluation = evaluate(compiled, { amount: 60 });
+    expect(evaluation.decision).toBe('require_approval');
+    expect(mergeEvaluation(evaluation, [])).toBe(evaluation);
+    const merged = mergeEvaluation(
+      evaluation,
+      evaluateSession(limits, { calls: 3, cumulative: {} }, { amount: 60 }),
+    );
+    expect(merged.decision).toBe('deny');
+    expect(merged.failedArgument).toBe('amount');
+    expect(merged.failedConstraints.map((f) => f.constraint_type)).toEqual(['range', 'max_calls']);
+    expect(merged.reason).toBe(
+      'amount: must be at most 50 (got 60); session call limit reached: at most 3 calls per session (this would be call 4)',
+    );
+    const fromAllow = mergeEvaluation(
+      evaluate(compiled, {}),
+      evaluateSession({ maxCalls: 0 }, { calls: 0, cumulative: {} }, {}),
+    );
+    expect(fromAllow).toMatchObject({ decision: 'deny', failedArgument: null });
+  });
+});
