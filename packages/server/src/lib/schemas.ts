@@ -1,4 +1,4 @@
-import { FormatRegistry, type TSchema, Type } from '@sinclair/typebox';
+import { FormatRegistry, type TSchema, type TUnsafe, Type } from '@sinclair/typebox';
 import { isUuid } from './ids.js';
 
 // TypeBox's compiler knows no formats by itself; these are the ones the API uses.
@@ -15,3 +15,13 @@ export const Success = Type.Object({ success: Type.Literal(true) });
 export const ErrorEnvelope = Type.Object({
   error: Type.Object({ code: Type.String(), message: Type.String() }),
 });
+
+const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** A closed set of strings; unlike a literal union, its validation error shows the allowed values. */
+export function OneOf<const T extends readonly string[]>(values: T): TUnsafe<T[number]> {
+  return Type.String({
+    enum: [...values],
+    pattern: `^(${values.map(escapeRegex).join('|')})$`,
+  }) as unknown as TUnsafe<T[number]>;
+}

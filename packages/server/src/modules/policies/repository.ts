@@ -30,11 +30,25 @@ export function createPolicyRepository(db: Kysely<Database>) {
       await trx.insertInto('policies').values(row).execute();
     },
 
+    /** Inserts unless the tool already has a policy; returns whether it inserted (race-safe on both stores). */
+    async insertIfAbsent(row: PolicyRow, trx: Db = db): Promise<boolean> {
+      const inserted = await trx
+        .insertInto('policies')
+        .values(row)
+        .onConflict((oc) => oc.columns(['organization_id', 'tool_name']).doNothing())
+        .returning('tool_name')
+        .executeTakeFirst();
+      return inserted !== undefined;
+    },
+
     /** Replaces the definition and bumps the version atomically; returns the new row. */
     async replace(
       organizationId: string,
       toolName: string,
-      patch: Pick<PolicyRow, 'mode' | 'constraints' | 'session_constraints' | 'llm_config' | 'project_id' | 'updated_at'>,
+      patch: Pick<
+        PolicyRow,
+        'mode' | 'constraints' | 'session_constraints' | 'llm_config' | 'project_id' | 'updated_at'
+      >,
       trx: Db = db,
     ): Promise<PolicyRow | undefined> {
       const res = await trx

@@ -1,0 +1,121 @@
+import type { Static } from '@sinclair/typebox';
+import type {
+  Constraint,
+  LlmConfig,
+  PolicyDefinition,
+  PolicyMode,
+  SessionConstraints,
+} from '@svc/policy-engine';
+import type { ServiceEvent } from '../../events/bus.js';
+import type { OrgScope } from '../../lib/scope.js';
+import { definitionOf } from './cache.js';
+import type { PolicyRow } from './repository.js';
+import type { UpdatePolicyBody } from './schemas.js';
+
+/** A policy as the API shows it. */
+export interface Policy {
+  toolName: string;
+  version: number;
+  isActive: boolean;
+  mode: PolicyMode;
+  constraints: Constraint[];
+  sessionConstraints: SessionConstraints | null;
+  llmConfig: LlmConfig | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export type PolicyInput = Static<typeof UpdatePolicyBody>;
+
+/**
+ * A copy without null-valued object fields, at any depth: the spec's "?" means optional or null, and
+ * "not set" is then stored and validated one way only. Null array elements are kept (and rejected).
+ */
+export function dropNulls(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(dropNulls);
+  if (typeof value !== 'object' || value === null) return value;
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([, v]) => v !== null)
+      .map(([k, v]) => [k, dropNulls(v)]),
+  );
+}
+
+/**
+ * The stored form of a body: deterministic mode and enabled constraints unless said otherwise. A PUT
+ * replaces the whole definition, so an omitted field resets to its default.
+ */
+export function toDefinition(input: PolicyInput): PolicyDefinition {
+  return {
+    mode: input.mode ?? 'deterministic',
+    constraints: (input.constraints ?? []).map((c) => ({ ...c, enabled: c.enabled ?? true })),
+    sessionConstraints: input.sessionConstraints ?? null,
+    llmConfig: input.llmConfig ?? null,
+  };
+}
+
+export function toPolicy(row: PolicyRow): Policy {
+  const def = definitionOf(row);
+  return {
+    toolName: row.tool_name,
+    version: row.version,
+    isActive: row.is_active === 1,
+    mode: def.mode,
+    constraints: def.constraints ?? [],
+    sessionConstraints: def.sessionConstraints ?? null,
+    llmConfig: def.llmConfig ?? null,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
+}
+
+/** A new policy row: version 1, active. */
+export function newPolicyRow(
+  scope: OrgScope,
+  toolName: string,
+  def: PolicyDefinition,
+  now: string,
+): PolicyRow {
+  return {
+    organization_id: scope.organizationId,
+    tool_name: toolName,
+    project_id: scope.projectId,
+    version: 1,
+    is_active: 1,
+    ...definitionColumns(def),
+    created_at: now,
+    updated_at: now,
+  };
+}
+
+export function definitionColumns(
+  def: PolicyDefinition,
+): Pick<PolicyRow, 'mode' | 'constraints' | 'session_constraints' | 'llm_config'> {
+  return {
+    mode: def.mode,
+    constraints: JSON.stringify(def.constraints ?? []),
+    session_constraints: def.sessionConstraints ? JSON.stringify(def.sessionConstraints) : null,
+    llm_config: def.llmConfig ? JSON.stringify(def.llmConfig) : null,
+  };
+}
+
+export type PolicyEventType =
+  | 'policy.created'
+  | 'policy.updated'
+  | 'policy.activated'
+  | 'policy.deactivated'
+  | 'policy.deleted';
+
+/** A catalog A policy event; projectId is the acting key's project (null for users). */
+export function policyEvent(
+  scope: OrgScope,
+  type: PolicyEventType,
+  toolName: string,
+  extra: Record<string, unknown> = {},
+): ServiceEvent {
+  return {
+    organizationId: scope.organizationId,
+    type,
+    data: { toolName, projectId: scope.projectId, ...extra },
+  };
+}

@@ -1,0 +1,140 @@
+import {
+  checkPolicyDefinition,
+  type PolicyDefinition,
+  type QualityReport,
+  scorePolicy,
+} from '@svc/policy-engine';
+import type { Kysely } from 'kysely';
+import type { EventBus } from '../../events/bus.js';
+import type { Clock } from '../../lib/clock.js';
+import { AppError, invalid, notFound } from '../../lib/errors.js';
+import type { OrgScope } from '../../lib/scope.js';
+import { isUniqueViolation } from '../../storage/errors.js';
+import type { Database } from '../../storage/schema.js';
+import type { ToolRepository } from '../tools/repository.js';
+import { type Tool, toTool } from '../tools/service.js';
+import type { PolicyCache } from './cache.js';
+import {
+  definitionColumns,
+  newPolicyRow,
+  type Policy,
+  type PolicyInput,
+  policyEvent,
+  toDefinition,
+  toPolicy,
+} from './model.js';
+import type { PolicyRepository } from './repository.js';
+
+export interface PolicyServiceDeps {
+  db: Kysely<Database>;
+  policies: PolicyRepository;
+  tools: ToolRepository;
+  cache: Pick<PolicyCache, 'invalidate'>;
+  events: EventBus;
+  clock: Clock;
+}
+
+export const policyNotFound = (toolName: string) => notFound(`Policy for tool "${toolName}"`);
+
+/** Hard problems make a policy unwritable; the message lists every one so the caller fixes them at once. */
+function assertWritable(toolName: string, def: PolicyDefinition): void {
+  const problems = checkPolicyDefinition(def);
+  if (problems.length > 0) {
+    throw invalid(`The policy for "${toolName}" cannot be saved: ${problems.join(' ')}`);
+  }
+}
+
+export function createPolicyService({ db, policies, tools, cache, events, clock }: PolicyServiceDeps) {
+  async function registeredTool(scope: OrgScope, toolName: string): Promise<Tool | null> {
+    const row = await tools.get(scope.organizationId, toolName);
+    return row ? toTool(row) : null;
+  }
+
+  async function quality(scope: OrgScope, toolName: string, def: PolicyDefinition): Promise<QualityReport> {
+    return scorePolicy(def, await registeredTool(scope, toolName));
+  }
+
+  /** Runs after the write committed: other readers must never see the old policy after the answer. */
+  function written(scope: OrgScope, toolName: string): void {
+    cache.invalidate(scope.organizationId, toolName);
+  }
+
+  return {
+    async list(scope: OrgScope): Promise<Policy[]> {
+      return (await policies.list(scope.organizationId)).map(toPolicy);
+    },
+
+    async get(scope: OrgScope, toolName: string): Promise<Policy & { tool: Tool | null }> {
+      const row = await policies.get(scope.organizationId, toolName);
+      if (!row) throw policyNotFound(toolName);
+      return { ...toPolicy(row), tool: await registeredTool(scope, toolName) };
+    },
+
+    async create(
+      scope: OrgScope,
+      input: PolicyInput & { toolName: string },
+    ): Promise<Policy & { quality: QualityReport }> {
+      const def = toDefinition(input);
+      assertWritable(input.toolName, def);
+      const row = newPolicyRow(scope, input.toolName, def, clock.now().toISOString());
+      try {
+        await policies.insert(row);
+      } catch (err) {
+        if (!isUniqueViolation(err)) throw err;
+        throw new AppError(
+          'policy_exists',
+          `A policy for tool "${input.toolName}" already exists; change it with PUT /v1/policies/:toolName`,
+        );
+      }
+      written(scope, input.toolName);
+      events.publish(policyEvent(scope, 'policy.created', input.toolName));
+      return { ...toPolicy(row), quality: await quality(scope, input.toolName, def) };
+    },
+
+    /** Replaces the whole definition; the version is bumped in the same statement, activity is kept. */
+    async update(
+      scope: OrgScope,
+      toolName: string,
+      input: PolicyInput,
+    ): Promise<Policy & { quality: QualityReport }> {
+      const def = toDefinition(input);
+      assertWritable(toolName, def);
+      const patch = {
+        ...definitionColumns(def),
+        project_id: scope.projectId,
+        updated_at: clock.now().toISOString(),
+      };
+      const row = await db
+        .transaction()
+        .execute((trx) => policies.replace(scope.organizationId, toolName, patch, trx));
+      if (!row) throw policyNotFound(toolName);
+      written(scope, toolName);
+      events.publish(policyEvent(scope, 'policy.updated', toolName, { version: row.version }));
+      return { ...toPolicy(row), quality: await quality(scope, toolName, def) };
+    },
+
+    async delete(scope: OrgScope, toolName: string): Promise<void> {
+      if (!(await policies.delete(scope.organizationId, toolName))) throw policyNotFound(toolName);
+      written(scope, toolName);
+      events.publish(policyEvent(scope, 'policy.deleted', toolName));
+    },
+
+    /** Idempotent: activating an active policy succeeds and still announces the state. */
+    async setActive(scope: OrgScope, toolName: string, active: boolean): Promise<string> {
+      const at = clock.now().toISOString();
+      if (!(await policies.setActive(scope.organizationId, toolName, active, at, scope.projectId))) {
+        throw policyNotFound(toolName);
+      }
+      written(scope, toolName);
+      events.publish(policyEvent(scope, active ? 'policy.activated' : 'policy.deactivated', toolName));
+      return `Policy for tool "${toolName}" ${active ? 'activated' : 'deactivated'}`;
+    },
+
+    /** Dry run: nothing is read from or written to the policy; hard problems are reported as issues. */
+    async validate(scope: OrgScope, toolName: string, input: PolicyInput): Promise<QualityReport> {
+      return quality(scope, toolName, toDefinition(input));
+    },
+  };
+}
+
+export type PolicyService = ReturnType<typeof createPolicyService>;

@@ -1,0 +1,96 @@
+import { Type } from '@sinclair/typebox';
+import { Nullable, OneOf } from '../../lib/schemas.js';
+
+/*
+ * Request bodies reach these schemas with null-valued fields already removed (see dropNulls): the spec's
+ * "?" means optional or null, and plain optionals keep validation messages precise.
+ */
+const Opt = Type.Optional;
+
+export const ToolName = Type.String({ minLength: 1, maxLength: 200 });
+const ArgumentName = Type.String({ minLength: 1, maxLength: 200 });
+const ArgType = OneOf(['string', 'number', 'boolean', 'array', 'object']);
+
+const baseArgument = {
+  name: ArgumentName,
+  type: ArgType,
+  description: Opt(Type.String()),
+  required: Opt(Type.Boolean()),
+};
+const registerExtras = {
+  enum: Opt(Type.Array(Type.String())),
+  minimum: Opt(Type.Number()),
+  maximum: Opt(Type.Number()),
+  pattern: Opt(Type.String()),
+};
+
+const RegisterParameter = Type.Object(
+  { ...baseArgument, ...registerExtras },
+  { additionalProperties: false },
+);
+const SyncArgument = Type.Object(baseArgument, { additionalProperties: false });
+
+export const RegisterBody = Type.Object(
+  {
+    tools: Type.Array(
+      Type.Object(
+        { name: ToolName, description: Opt(Type.String()), parameters: Type.Array(RegisterParameter) },
+        { additionalProperties: false },
+      ),
+      { minItems: 1 },
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const SyncBody = Type.Object(
+  {
+    tools: Type.Array(
+      Type.Object(
+        { name: ToolName, description: Opt(Type.String()), arguments: Type.Array(SyncArgument) },
+        { additionalProperties: false },
+      ),
+      { minItems: 1 },
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const RegisterResponse = Type.Object({
+  success: Type.Literal(true),
+  registered_tools: Type.Array(Type.String()),
+  message: Type.String(),
+});
+
+export const SyncResponse = Type.Object({
+  synced: Type.Integer(),
+  tools: Type.Array(
+    Type.Object({
+      name: Type.String(),
+      status: Type.Union([Type.Literal('created'), Type.Literal('updated')]),
+    }),
+  ),
+  policiesGenerated: Type.Integer(),
+});
+
+/** Arguments come back as registered, including register's enum/minimum/maximum/pattern. */
+const StoredArgument = Type.Object({
+  name: Type.String(),
+  type: Type.String(),
+  description: Type.Optional(Type.String()),
+  required: Type.Optional(Type.Boolean()),
+  enum: Type.Optional(Type.Array(Type.String())),
+  minimum: Type.Optional(Type.Number()),
+  maximum: Type.Optional(Type.Number()),
+  pattern: Type.Optional(Type.String()),
+});
+
+export const ToolSchema = Type.Object({
+  name: Type.String(),
+  description: Nullable(Type.String()),
+  arguments: Type.Array(StoredArgument),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+});
+
+export const ToolParams = Type.Object({ name: ToolName });
