@@ -1,10 +1,11 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { jwtVerify } from 'jose';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../test/helpers.js';
 
 const run = promisify(execFile);
 const BIN = join(import.meta.dirname, '..', 'bin', 'svc.js');
@@ -48,5 +49,135 @@ describe('svc command', () => {
       stderr: expect.stringContaining('--sub'),
     });
     await expect(run('node', [BIN, 'frobnicate'], { env: env() })).rejects.toMatchObject({ code: 2 });
+  });
+});
+
+describe('svc receipts verify', () => {
+  let t: TestApp;
+  let tenant: Tenant;
+  let url: string;
+  let lines: string[];
+  const file = (name: string, content: string[]) => {
+    const path = join(dir, name);
+    writeFileSync(path, `${content.join('\n')}\n`);
+    return path;
+  };
+  const verify = (args: string[], extra: Record<string, string> = {}) =>
+    run('node', [BIN, 'receipts', 'verify', ...args], { env: env({ SVC_API_KEY: '', ...extra }) });
+  /** Resolves with the exit code and output, whatever the code. */
+  const outcome = (args: string[], extra: Record<string, string> = {}) =>
+    verify(args, extra).then(
+      (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),
+      (e: { code: number; stdout: string; stderr: string }) => ({
+        code: e.code,
+        stdout: e.stdout,
+        stderr: e.stderr,
+      }),
+    );
+
+  beforeAll(async () => {
+    t = await createTestApp();
+    tenant = await createTenant(t);
+    for (let i = 0; i < 12; i++) {
+      await t.inject({
+        method: 'POST',
+        url: '/v1/tools/validate',
+        headers: keyHeader(tenant.apiKey),
+        payload: { tool_name: `tool-${i % 3}`, arguments: { i } },
+      });
+    }
+    await t.inject({
+      method: 'POST',
+      url: '/v1/decisions',
+      headers: keyHeader(tenant.apiKey),
+      payload: {
+        tool_name: 'local',
+        arguments: {},
+        decision: 'allow',
+        mode: 'deterministic',
+        latency_ms: 1,
+        source: 'client',
+      },
+    });
+    const res = await t.inject({
+      method: 'GET',
+      url: '/v1/receipts/export',
+      headers: keyHeader(tenant.apiKey),
+    });
+    lines = res.body.split('\n').filter((l) => l !== '');
+    expect(lines).toHaveLength(13);
+    const address = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    url = `${address}/v1/receipts/export`;
+  });
+  afterAll(async () => t?.close());
+
+  it('accepts an intact export file', async () => {
+    const r = await outcome([file('good.ndjson', lines)]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(
+      /^OK: 13 receipts verified, chain head sha256:[0-9a-f]{64}, merkle root sha256:/,
+    );
+  });
+
+  it('says exactly where a tampered export breaks', async () => {
+    const edited = [...lines];
+    const victim = JSON.parse(edited[4]!);
+    edited[4] = JSON.stringify({ ...victim, reason: 'nothing to see here' });
+    const r = await outcome([file('tampered.ndjson', edited)]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain(
+      `FAILED: 2 problem(s) in 13 receipts; first break at line 5 (sequence 4, receipt ${victim.receipt_id}): ` +
+        'receipt_hash does not match the receipt content',
+    );
+
+    const dropped = lines.filter((_, i) => i !== 7);
+    const gap = await outcome([file('dropped.ndjson', dropped)]);
+    expect(gap.code).toBe(1);
+    expect(gap.stdout).toMatch(/first break at line 8 \(sequence 8, .*sequence 8 where 7 was expected/);
+  });
+
+  it('fetches and verifies the export endpoint, with --api-key or SVC_API_KEY', async () => {
+    const [viaFlag, viaEnv, after] = await Promise.all([
+      outcome([url, '--api-key', tenant.apiKey]),
+      outcome([url], { SVC_API_KEY: tenant.apiKey }),
+      outcome([url, '--after', '9', '--api-key', tenant.apiKey]),
+    ]);
+    expect(viaFlag.code).toBe(0);
+    expect(viaFlag.stdout).toMatch(/^OK: 13 receipts verified/);
+    expect(viaEnv.stdout).toBe(viaFlag.stdout);
+    expect(after.code).toBe(0);
+    expect(after.stdout).toMatch(/^OK: 3 receipts verified/);
+    expect(after.stdout).toContain('chain starts at sequence 10');
+  });
+
+  it('exits 2 for usage and I/O errors', async () => {
+    const cases = [
+      [url],
+      [],
+      ['a', 'b'],
+      [join(dir, 'missing.ndjson')],
+      [url, '--after', 'x'],
+      ['f', '--after', '1'],
+    ];
+    const results = await Promise.all([
+      ...cases.map((args) => outcome(args)),
+      run('node', [BIN, 'receipts', 'frob'], { env: env() }).catch((e) => e),
+      run('node', [BIN, 'receipts', 'verify', '--bogus', 'x'], { env: env() }).catch((e) => e),
+    ]);
+    expect(results.map((r) => r.code)).toEqual(results.map(() => 2));
+    expect(results[0]!.stderr).toContain('HTTP 401');
+    expect(results[3]!.stderr).toContain('ENOENT');
+  });
+
+  it('reports receipts missing from the end of the chain as broken', async () => {
+    // The stored tail is removed while the chain head still counts it.
+    await t.store.db
+      .deleteFrom('receipts')
+      .where('organization_id', '=', tenant.orgId)
+      .where('sequence', '>=', 11)
+      .execute();
+    const r = await outcome([url, '--api-key', tenant.apiKey]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain('ended after 11 receipt(s) but the server announced 13');
   });
 });

@@ -1,9 +1,17 @@
+import { createReadStream } from 'node:fs';
+import { Readable } from 'node:stream';
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { parseArgs } from 'node:util';
 import { loadConfig } from './config.js';
-import { parseTtl, resolveJwtSecret, signUserToken } from './lib/jwt.js';
-import { startServer } from './server.js';
-import { openStore } from './storage/db.js';
-import { migrateToLatest } from './storage/migrate.js';
+import { formatReport, verifyReceipts } from './modules/receipts/verify.js';
+
+// The server, the store and JWT signing load only for the commands that use them, so offline
+// commands (receipts verify) start quickly.
+const loadServer = () => import('./server.js');
+const loadStorage = async () => ({
+  ...(await import('./storage/db.js')),
+  ...(await import('./storage/migrate.js')),
+});
 
 const USAGE = `Usage: svc <command>
 
@@ -11,12 +19,17 @@ Commands:
   serve                          run the HTTP service (migrates the store first)
   migrate                        apply pending migrations and exit
   token --sub USER [--ttl 1h]    print a user JWT signed with the server's HS256 secret
+  receipts verify <file|url|-> [--api-key KEY] [--after N]
+                                 verify an NDJSON receipt export offline (a file, stdin, or a
+                                 GET /v1/receipts/export URL; the key defaults to SVC_API_KEY);
+                                 exit 0 intact, 1 broken, 2 usage or I/O error
   help                           show this help
 
 Configuration comes from the environment (see README.md).`;
 
 async function serve(): Promise<void> {
   const config = loadConfig();
+  const { startServer } = await loadServer();
   const server = await startServer(config);
   let signals = 0;
   const shutdown = (signal: string) => {
@@ -36,6 +49,7 @@ async function serve(): Promise<void> {
 }
 
 async function migrate(): Promise<void> {
+  const { openStore, migrateToLatest } = await loadStorage();
   const store = openStore(loadConfig().databaseUrl);
   try {
     const applied = await migrateToLatest(store);
@@ -55,6 +69,8 @@ async function token(args: string[]): Promise<void> {
   if (!config.jwtSecret && config.jwtJwksUrl) {
     throw new Error('SVC_JWT_JWKS_URL is set: tokens come from your identity provider, not from svc token');
   }
+  const { openStore, migrateToLatest } = await loadStorage();
+  const { parseTtl, resolveJwtSecret, signUserToken } = await import('./lib/jwt.js');
   const store = openStore(config.databaseUrl);
   try {
     if (store.dialect === 'postgres') await migrateToLatest(store);
@@ -62,6 +78,110 @@ async function token(args: string[]): Promise<void> {
     console.log(await signUserToken(secret!, values.sub, parseTtl(values.ttl ?? '1h'), config));
   } finally {
     await store.close();
+  }
+}
+
+const VERIFY_USAGE = 'usage: svc receipts verify <file|url|-> [--api-key KEY] [--after N]';
+
+/** Splits a byte stream into lines as it arrives, so an export of any size is never held whole. */
+async function* linesOf(stream: AsyncIterable<Uint8Array | string>): AsyncGenerator<string> {
+  const decoder = new TextDecoder();
+  let buf = '';
+  for await (const chunk of stream) {
+    buf += typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true });
+    let start = 0;
+    for (let nl = buf.indexOf('\n'); nl !== -1; nl = buf.indexOf('\n', start)) {
+      yield buf.slice(start, nl);
+      start = nl + 1;
+    }
+    buf = buf.slice(start);
+  }
+  buf += decoder.decode();
+  if (buf !== '') yield buf;
+}
+
+interface ReceiptSource {
+  lines: AsyncIterable<string>;
+  /** Receipts the server announced for this export (X-Chain-Length minus the cursor), if known. */
+  expected: number | null;
+}
+
+async function fetchExport(target: string, apiKey: string | undefined, after: string | undefined) {
+  const url = new URL(target);
+  if (after !== undefined) url.searchParams.set('after', after);
+  const res = await fetch(url, { headers: apiKey ? { 'x-service-api-key': apiKey } : {} });
+  if (!res.ok || !res.body) {
+    const text = await res.text().catch(() => '');
+    let why = text.slice(0, 300);
+    try {
+      const e = JSON.parse(text).error;
+      why = `${e.code}: ${e.message}`;
+    } catch {}
+    throw new Error(`${url} answered HTTP ${res.status}${why ? ` (${why})` : ''}`);
+  }
+  const length = Number(res.headers.get('x-chain-length') ?? Number.NaN);
+  const from = Number(url.searchParams.get('after') ?? -1) + 1;
+  // With X-Next-After the server cut the export short on purpose: no completeness check then.
+  const expected =
+    Number.isSafeInteger(length) && Number.isSafeInteger(from) && !res.headers.has('x-next-after')
+      ? Math.max(0, length - from)
+      : null;
+  const body = Readable.fromWeb(res.body as unknown as WebReadableStream<Uint8Array>);
+  return { lines: linesOf(body), expected };
+}
+
+function openSource(
+  target: string,
+  apiKey: string | undefined,
+  after: string | undefined,
+): Promise<ReceiptSource> | ReceiptSource {
+  if (/^https?:\/\//i.test(target)) return fetchExport(target, apiKey, after);
+  if (after !== undefined) throw new Error('--after applies to a URL only; a file is verified whole');
+  const input = target === '-' ? process.stdin : createReadStream(target);
+  return { lines: linesOf(input), expected: null };
+}
+
+function verifyArgs(args: string[]) {
+  let parsed: { values: { 'api-key'?: string; after?: string }; positionals: string[] };
+  try {
+    parsed = parseArgs({
+      args,
+      allowPositionals: true,
+      options: { 'api-key': { type: 'string' }, after: { type: 'string' } },
+    });
+  } catch (err) {
+    throw new Error(`${(err as Error).message}\n${VERIFY_USAGE}`);
+  }
+  if (parsed.positionals.length !== 1) throw new Error(VERIFY_USAGE);
+  const after = parsed.values.after;
+  if (after !== undefined && !/^\d+$/.test(after)) {
+    throw new Error('--after must be a sequence number (a non-negative integer)');
+  }
+  return { target: parsed.positionals[0]!, values: parsed.values };
+}
+
+/** Exit code 0: the chain is intact; 1: it is broken; 2: usage or I/O error. */
+async function receipts(args: string[]): Promise<void> {
+  try {
+    if (args[0] !== 'verify') throw new Error(VERIFY_USAGE);
+    const { target, values } = verifyArgs(args.slice(1));
+    const apiKey = values['api-key'] ?? (process.env.SVC_API_KEY || undefined);
+    const source = await openSource(target, apiKey, values.after);
+    const report = await verifyReceipts(source.lines);
+    let output = formatReport(report);
+    let ok = report.ok;
+    if (source.expected !== null && report.count < source.expected) {
+      // A clean end before the announced length: receipts are missing from the end of the chain.
+      ok = false;
+      output =
+        `FAILED: the export ended after ${report.count} receipt(s) but the server announced ` +
+        `${source.expected} (X-Chain-Length): receipts are missing at the end\n${output}`;
+    }
+    console.log(output);
+    process.exitCode = ok ? 0 : 1;
+  } catch (err) {
+    console.error(`svc: ${(err as Error).message}`);
+    process.exitCode = 2;
   }
 }
 
@@ -74,6 +194,8 @@ export async function main(argv: string[]): Promise<void> {
       return migrate();
     case 'token':
       return token(rest);
+    case 'receipts':
+      return receipts(rest);
     case undefined:
     case 'help':
     case '--help':

@@ -225,11 +225,16 @@ export class DecisionWriter {
         .insertInto('session_counters')
         .values(s)
         .onConflict((oc) =>
-          oc.columns(['organization_id', 'session_id', 'tool_name']).doUpdateSet({
-            calls: s.calls,
-            cumulative: s.cumulative,
-            updated_at: s.updated_at,
-          }),
+          oc
+            .columns(['organization_id', 'session_id', 'tool_name'])
+            .doUpdateSet({
+              calls: s.calls,
+              cumulative: s.cumulative,
+              updated_at: s.updated_at,
+            })
+            // Every counted call adds one, so `calls` orders the writes: with several instances two
+            // commits can land out of order, and the older one must not overwrite the newer.
+            .where('session_counters.calls', '<=', s.calls),
         )
         .execute();
     }

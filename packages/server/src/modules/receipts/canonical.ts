@@ -46,7 +46,59 @@ export function sha256Tagged(data: string | Uint8Array): string {
  * value is checked first and anything JSON cannot carry faithfully is rejected with its path.
  * Like JSON.stringify, undefined object properties are omitted and undefined array items become null.
  */
+const NOT_PLAIN = Symbol('not plain');
+const MAX_FAST_DEPTH = 200;
+
+/**
+ * RFC 8785 for plain JSON data (objects, arrays, strings, finite numbers, booleans, null) in one
+ * pass: keys sorted by UTF-16 code units, numbers and strings as ECMAScript's JSON.stringify writes
+ * them, which is what RFC 8785 prescribes. Anything else (toJSON, Map, NaN, very deep nesting,
+ * a cycle) returns NOT_PLAIN and takes the checked path, which explains what is wrong.
+ */
+function plainCanonical(value: unknown, depth: number): string | typeof NOT_PLAIN {
+  switch (typeof value) {
+    case 'string':
+      return JSON.stringify(value);
+    case 'number':
+      return Number.isFinite(value) ? JSON.stringify(value) : NOT_PLAIN;
+    case 'boolean':
+      return value ? 'true' : 'false';
+    case 'object':
+      break;
+    default:
+      return NOT_PLAIN;
+  }
+  if (value === null) return 'null';
+  if (depth > MAX_FAST_DEPTH) return NOT_PLAIN;
+  if (Array.isArray(value)) {
+    let out = '[';
+    for (let i = 0; i < value.length; i++) {
+      const item = value[i] === undefined ? 'null' : plainCanonical(value[i], depth + 1);
+      if (item === NOT_PLAIN) return NOT_PLAIN;
+      out += i === 0 ? item : `,${item}`;
+    }
+    return `${out}]`;
+  }
+  const proto = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) return NOT_PLAIN;
+  const obj = value as Record<string, unknown>;
+  const keys = Object.keys(obj).sort();
+  let out = '{';
+  let first = true;
+  for (const key of keys) {
+    const v = obj[key];
+    if (v === undefined) continue;
+    const item = plainCanonical(v, depth + 1);
+    if (item === NOT_PLAIN) return NOT_PLAIN;
+    out += `${first ? '' : ','}${JSON.stringify(key)}:${item}`;
+    first = false;
+  }
+  return `${out}}`;
+}
+
 export function canonicalJson(value: unknown): string {
+  const fast = plainCanonical(value, 0);
+  if (fast !== NOT_PLAIN) return fast;
   assertRepresentable(value, '$', new Set());
   let out: string | undefined;
   try {

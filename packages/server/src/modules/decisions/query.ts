@@ -1,0 +1,111 @@
+import { invalid } from '../../lib/errors.js';
+import type { DecisionFilter } from './repository.js';
+
+/*
+ * Query strings arrive as strings (the validator does not coerce), so numeric and date parameters
+ * are parsed here, in one place, with messages that name the parameter as body errors do.
+ */
+
+const INT_RE = /^\d{1,16}$/;
+
+/** A decimal integer in [min, max]; `fallback` when absent. */
+export function intParam(
+  name: string,
+  raw: string | undefined,
+  min: number,
+  max: number,
+  fallback: number,
+): number;
+export function intParam(
+  name: string,
+  raw: string | undefined,
+  min: number,
+  max: number,
+  fallback?: undefined,
+): number | undefined;
+export function intParam(
+  name: string,
+  raw: string | undefined,
+  min: number,
+  max: number,
+  fallback?: number,
+): number | undefined {
+  if (raw === undefined) return fallback;
+  const n = INT_RE.test(raw) ? Number(raw) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < min || n > max) {
+    const range = max >= Number.MAX_SAFE_INTEGER - 1 ? `>= ${min}` : `from ${min} to ${max}`;
+    throw invalid(`querystring/${name} must be an integer ${range}`);
+  }
+  return n;
+}
+
+// A calendar date, optionally followed by a time and an offset (none means UTC).
+const DATE_RE =
+  /^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?([Zz]|[+-]\d{2}:?\d{2})?)?$/;
+
+const DAY_MS = 86_400_000;
+
+/**
+ * Parses an ISO 8601 date or date-time into a half-open bound on created_at: a start bound is
+ * inclusive; an end bound is returned exclusive, so a date-only end includes that whole UTC day and a
+ * date-time end includes that very millisecond.
+ */
+export function dateParam(name: string, raw: string | undefined, edge: 'start' | 'end'): string | undefined {
+  if (raw === undefined) return undefined;
+  const m = DATE_RE.exec(raw);
+  const bad = () =>
+    invalid(`querystring/${name} must be an ISO 8601 date (2026-11-21) or date-time (2026-11-21T10:00:00Z)`);
+  if (!m) throw bad();
+  const [, y, mo, d, h, mi, s, frac, zone] = m;
+  const day = Date.UTC(Number(y), Number(mo) - 1, Number(d));
+  // Date.UTC rolls 2026-02-30 over into March: a real date survives the round trip.
+  if (new Date(day).toISOString().slice(0, 10) !== `${y}-${mo}-${d}`) throw bad();
+  if (h === undefined) return new Date(edge === 'start' ? day : day + DAY_MS).toISOString();
+  if (Number(h) > 23 || Number(mi) > 59 || Number(s ?? 0) > 59) throw bad();
+  let ms = day + Number(h) * 3_600_000 + Number(mi) * 60_000 + Number(s ?? 0) * 1000;
+  ms += Math.floor(Number(`0.${frac ?? '0'}`) * 1000);
+  if (zone && zone.toUpperCase() !== 'Z') {
+    const sign = zone.startsWith('-') ? -1 : 1;
+    const digits = zone.slice(1).replace(':', '');
+    const offset = Number(digits.slice(0, 2)) * 60 + Number(digits.slice(2));
+    if (Number(digits.slice(0, 2)) > 23 || Number(digits.slice(2)) > 59) throw bad();
+    ms -= sign * offset * 60_000;
+  }
+  return new Date(edge === 'start' ? ms : ms + 1).toISOString();
+}
+
+// require_approval is accepted too: escalated decisions are stored with that value.
+const DECISIONS = ['allow', 'deny', 'require_approval'];
+
+export interface ListQueryInput {
+  limit?: string;
+  offset?: string;
+  projectId?: string;
+  toolName?: string;
+  decision?: string;
+  startDate?: string;
+  endDate?: string;
+}
+
+/** GET /v1/decisions query → repository filter and page. */
+export function parseListQuery(q: ListQueryInput): { filter: DecisionFilter; limit: number; offset: number } {
+  const limit = intParam('limit', q.limit, 1, 100, 50);
+  const offset = intParam('offset', q.offset, 0, Number.MAX_SAFE_INTEGER, 0);
+  const from = dateParam('startDate', q.startDate, 'start');
+  const before = dateParam('endDate', q.endDate, 'end');
+  if (from !== undefined && before !== undefined && from >= before) {
+    throw invalid('querystring/startDate must not be after querystring/endDate');
+  }
+  const filter: DecisionFilter = {};
+  if (q.projectId !== undefined) filter.projectId = q.projectId;
+  if (q.toolName !== undefined) filter.toolName = q.toolName;
+  if (q.decision !== undefined) {
+    if (!DECISIONS.includes(q.decision)) {
+      throw invalid(`querystring/decision must be one of ${DECISIONS.join(', ')}`);
+    }
+    filter.decision = q.decision;
+  }
+  if (from !== undefined) filter.from = from;
+  if (before !== undefined) filter.before = before;
+  return { filter, limit, offset };
+}

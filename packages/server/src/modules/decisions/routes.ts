@@ -1,0 +1,115 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import type { AppContext } from '../../context.js';
+import { AppError } from '../../lib/errors.js';
+import { enforceRateLimit } from '../../plugins/rate-limit.js';
+import type { KeyPrincipal } from '../api-keys/authenticator.js';
+import { createReceiptRepository } from '../receipts/repository.js';
+import { roundMs } from '../validation/routes.js';
+import { intParam, parseListQuery } from './query.js';
+import { createDecisionRepository } from './repository.js';
+import {
+  DecisionParams,
+  DecisionSchema,
+  ListQuery,
+  ListResponse,
+  LogBody,
+  LogResponse,
+  StatsQuery,
+  StatsResponse,
+} from './schemas.js';
+import { createDecisionService } from './service.js';
+
+/** SPEC section 8: decision logging, 120 requests per 60 seconds per API key. */
+export const LOG_LIMIT = 120;
+const LOG_WINDOW_MS = 60_000;
+
+export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
+  const service = createDecisionService({
+    decisions: createDecisionRepository(ctx.store.db),
+    receipts: createReceiptRepository(ctx.store.db),
+    validation: ctx.validation,
+    policies: ctx.policies,
+    clock: ctx.clock,
+  });
+
+  app.get(
+    '/v1/decisions',
+    { schema: { querystring: ListQuery, response: { 200: ListResponse } } },
+    async (req) => {
+      const scope = await ctx.scope(req);
+      const { filter, limit, offset } = parseListQuery(req.query);
+      return service.list(scope, filter, limit, offset);
+    },
+  );
+
+  app.get(
+    '/v1/decisions/stats',
+    { schema: { querystring: StatsQuery, response: { 200: StatsResponse } } },
+    async (req) => {
+      const scope = await ctx.scope(req);
+      return service.stats(scope, intParam('days', req.query.days, 1, 90, 7), req.query.projectId);
+    },
+  );
+
+  app.get(
+    '/v1/decisions/:id',
+    { schema: { params: DecisionParams, response: { 200: DecisionSchema } } },
+    async (req) => service.get(await ctx.scope(req), req.params.id),
+  );
+
+  app.get(
+    '/v1/decisions/:id/receipt',
+    // The full svc.receipt/1 payload; its fields are documented with the receipt format.
+    {
+      schema: { params: DecisionParams, response: { 200: Type.Object({}, { additionalProperties: true }) } },
+    },
+    async (req, reply) => {
+      const payload = await service.receipt(await ctx.scope(req), req.params.id);
+      // Sent as stored: a JSON string with a JSON content type is not re-serialized.
+      return reply.type('application/json; charset=utf-8').send(payload);
+    },
+  );
+
+  app.post(
+    '/v1/decisions',
+    {
+      config: { auth: 'apiKey' },
+      schema: { body: LogBody, response: { 201: LogResponse } },
+      // Counted before body validation, so every answer of this route carries the X-RateLimit headers.
+      preValidation: async (req, reply) => {
+        const key = req.principal as KeyPrincipal;
+        await enforceRateLimit(
+          ctx.rateLimiter,
+          reply,
+          `decisions:${key.keyId}`,
+          LOG_LIMIT,
+          LOG_WINDOW_MS,
+          ctx.clock.now().getTime(),
+        );
+        if (!key.projectId) {
+          throw new AppError('missing_project', 'This API key is not scoped to a project; use a project key');
+        }
+      },
+    },
+    async (req, reply) => {
+      const key = req.principal as KeyPrincipal;
+      const scope = { organizationId: key.organizationId, projectId: key.projectId, tier: key.tier };
+      let id: string;
+      try {
+        ({ id } = await service.log(scope, {
+          toolName: req.body.tool_name,
+          arguments: req.body.arguments,
+          context: req.body.context ?? {},
+          decision: req.body.decision,
+          reason: req.body.reason,
+          latencyMs: roundMs(req.body.latency_ms),
+        }));
+      } catch (err) {
+        req.log.error({ err }, 'client decision could not be recorded');
+        throw new AppError('service_unavailable', 'The decision could not be recorded durably; retry');
+      }
+      return reply.code(201).send({ success: true as const, id });
+    },
+  );
+};

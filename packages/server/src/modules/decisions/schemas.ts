@@ -1,0 +1,92 @@
+import { Type } from '@sinclair/typebox';
+import { Nullable, Uuid } from '../../lib/schemas.js';
+
+const Obj = Type.Record(Type.String(), Type.Unknown());
+const Counts = {
+  allowed: Type.Integer(),
+  denied: Type.Integer(),
+  escalated: Type.Integer(),
+  deterministic: Type.Integer(),
+  llm: Type.Integer(),
+};
+
+export const FailedConstraintSchema = Type.Object({
+  parameter: Type.String(),
+  constraint_type: Type.String(),
+  expected: Type.Unknown(),
+  actual: Type.Unknown(),
+  message: Type.String(),
+});
+
+export const DecisionSchema = Type.Object({
+  id: Type.String(),
+  projectId: Nullable(Type.String()),
+  toolName: Type.String(),
+  arguments: Obj,
+  context: Obj,
+  decision: Type.String(),
+  mode: Type.String(),
+  reason: Type.String(),
+  failedArgument: Nullable(Type.String()),
+  matchedException: Nullable(Type.String()),
+  validations: Nullable(Type.Array(FailedConstraintSchema)),
+  latencyMs: Type.Number(),
+  policyVersion: Nullable(Type.Integer()),
+  receipt: Type.Object({
+    receipt_id: Type.String(),
+    receipt_hash: Type.String(),
+    previous_receipt_hash: Type.String(),
+    merkle_root: Type.String(),
+  }),
+  createdAt: Type.String(),
+});
+
+// Numbers and dates stay strings here (query strings are not coerced); query.ts parses them.
+export const ListQuery = Type.Object({
+  limit: Type.Optional(Type.String({ description: 'integer 1-100, default 50' })),
+  offset: Type.Optional(Type.String({ description: 'integer >= 0, default 0' })),
+  projectId: Type.Optional(Uuid),
+  toolName: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+  decision: Type.Optional(Type.String({ description: 'allow, deny or require_approval' })),
+  startDate: Type.Optional(Type.String({ description: 'ISO 8601 date or date-time, inclusive' })),
+  endDate: Type.Optional(
+    Type.String({ description: 'ISO 8601 date (whole UTC day included) or date-time, inclusive' }),
+  ),
+});
+
+export const ListResponse = Type.Object({
+  data: Type.Array(DecisionSchema),
+  pagination: Type.Object({
+    total: Type.Integer(),
+    limit: Type.Integer(),
+    offset: Type.Integer(),
+    hasMore: Type.Boolean(),
+  }),
+});
+
+export const StatsQuery = Type.Object({
+  days: Type.Optional(Type.String({ description: 'integer 1-90, default 7' })),
+  projectId: Type.Optional(Uuid),
+});
+
+export const StatsResponse = Type.Object({
+  period: Type.Object({ days: Type.Integer() }),
+  summary: Type.Object({ total: Type.Integer(), ...Counts }),
+  breakdown: Type.Array(Type.Object({ date: Type.String(), ...Counts })),
+});
+
+export const DecisionParams = Type.Object({ id: Uuid });
+
+// Unknown fields are ignored rather than refused: newer SDKs may send more than this version reads.
+export const LogBody = Type.Object({
+  tool_name: Type.String({ minLength: 1, maxLength: 200 }),
+  arguments: Obj,
+  decision: Type.Union([Type.Literal('allow'), Type.Literal('deny')]),
+  reason: Type.Optional(Type.String({ maxLength: 2000 })),
+  mode: Type.Literal('deterministic'),
+  latency_ms: Type.Number({ minimum: 0 }),
+  source: Type.Literal('client'),
+  context: Type.Optional(Obj),
+});
+
+export const LogResponse = Type.Object({ success: Type.Literal(true), id: Type.String() });
