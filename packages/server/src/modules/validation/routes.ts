@@ -60,7 +60,7 @@ export const validationRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = 
     },
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;
-      const scope = { organizationId: key.organizationId, projectId: key.projectId };
+      const scope = { organizationId: key.organizationId, projectId: key.projectId, tier: key.tier };
       const call = {
         toolName: req.body.tool_name,
         arguments: req.body.arguments,
@@ -85,6 +85,7 @@ export const validationRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = 
         ...(decided.failedConstraints.length > 0
           ? { failed_constraints: [...decided.failedConstraints] }
           : {}),
+        ...(recorded.approvalId ? { approval_id: recorded.approvalId } : {}),
         metadata: {
           decision_id: recorded.decisionId,
           policy_version: decided.policy?.version ?? null,

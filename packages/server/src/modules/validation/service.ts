@@ -2,14 +2,17 @@ import { type Evaluation, evaluate, type FailedConstraint, mergeEvaluation } fro
 import type { EventBus } from '../../events/bus.js';
 import type { Clock } from '../../lib/clock.js';
 import { uuidv7 } from '../../lib/ids.js';
+import type { ApprovalService, ApprovalUse } from '../approvals/service.js';
 import type { DecisionWriter } from '../decisions/writer.js';
 import type { LoadedPolicy, PolicyCache } from '../policies/cache.js';
 import {
   argumentHash,
+  type Receipt,
   type ReceiptFields,
   type ReceiptSummary,
   receiptSummary,
 } from '../receipts/receipt.js';
+import { applyApprovals } from './escalation.js';
 import type { Reservation, SessionCounters } from './sessions.js';
 
 export type DecisionValue = 'allow' | 'deny' | 'require_approval';
@@ -23,7 +26,12 @@ export interface ToolCall {
 export interface CallScope {
   organizationId: string;
   projectId: string | null;
+  /** The organization's billing tier: a free organization gets no human approvals. */
+  tier: string;
 }
+
+/** An approved approval this call used (context.approval_id). */
+export type UsedApproval = Extract<ApprovalUse, { ok: true }>;
 
 /** A decision taken but not yet recorded. */
 export interface Decided {
@@ -35,11 +43,15 @@ export interface Decided {
   policy: LoadedPolicy | null;
   session: Reservation | null;
   sessionId: string | null;
+  /** Set when the call was allowed under an approval; given back if the decision is not recorded. */
+  approval?: UsedApproval | null;
 }
 
 export interface Recorded {
   decisionId: string;
   receipt: ReceiptSummary;
+  /** The approval opened for a `require_approval` decision, else null. */
+  approvalId: string | null;
 }
 
 export interface RecordOptions {
@@ -55,16 +67,36 @@ export interface ValidationServiceDeps {
   writer: DecisionWriter;
   events: EventBus;
   clock: Clock;
+  approvals: Pick<ApprovalService, 'open' | 'use'>;
 }
-
-const APPROVALS_UNAVAILABLE =
-  'human approval is required, but this service version cannot create approvals; denied (fail closed)';
 
 function sessionIdOf(context: Record<string, unknown>): string | null {
   const id = context.session_id;
   if (typeof id === 'string' && id !== '') return id;
   if (typeof id === 'number' && Number.isFinite(id)) return String(id);
   return null;
+}
+
+/** Stands in for the policy's evaluation where it no longer counts (no active policy, approved call). */
+const NOT_EVALUATED: Evaluation = {
+  decision: 'allow',
+  reason: null,
+  failedConstraints: [],
+  failedArgument: null,
+};
+
+/** No active policy: allowed without checks, and the answer says why. */
+function unchecked(toolName: string, policy: LoadedPolicy | null): Omit<Decided, 'session' | 'sessionId'> {
+  return {
+    decision: 'allow',
+    reason: policy
+      ? `Policy for tool "${toolName}" is inactive; allowed without checks`
+      : `No policy for tool "${toolName}"; allowed without checks`,
+    failedConstraints: [],
+    failedArgument: null,
+    mode: policy?.mode ?? 'deterministic',
+    policy,
+  };
 }
 
 function fromEvaluation(e: Evaluation, policy: LoadedPolicy): Omit<Decided, 'session' | 'sessionId'> {
@@ -89,46 +121,41 @@ export function createValidationService({
   writer,
   events,
   clock,
+  approvals,
 }: ValidationServiceDeps) {
   return {
     async decide(scope: CallScope, call: ToolCall): Promise<Decided> {
       const sessionId = sessionIdOf(call.context);
       const policy = await policies.get(scope.organizationId, call.toolName);
-      if (!policy?.isActive) {
-        return {
-          decision: 'allow',
-          reason: policy
-            ? `Policy for tool "${call.toolName}" is inactive; allowed without checks`
-            : `No policy for tool "${call.toolName}"; allowed without checks`,
-          failedConstraints: [],
-          failedArgument: null,
-          mode: policy?.mode ?? 'deterministic',
-          policy,
-          session: null,
-          sessionId,
-        };
-      }
-      const evaluation = evaluate(policy.compiled, call.arguments);
-      let decided = fromEvaluation(evaluation, policy);
-      if (decided.decision === 'require_approval') {
-        decided = { ...decided, decision: 'deny', reason: `${decided.reason}: ${APPROVALS_UNAVAILABLE}` };
-      }
-      const sc = policy.definition.sessionConstraints;
+      const active = policy?.isActive ? policy : null;
+      const evaluation = active ? evaluate(active.compiled, call.arguments) : NOT_EVALUATED;
+      const { outcome, approval } = await applyApprovals(
+        active ? fromEvaluation(evaluation, active) : unchecked(call.toolName, policy),
+        scope,
+        call,
+        approvals,
+      );
+      const sc = active?.definition.sessionConstraints;
       const hasSessionLimits = !!sc && (sc.maxCalls !== undefined || (sc.cumulativeLimits?.length ?? 0) > 0);
-      if (decided.decision !== 'allow' || !hasSessionLimits) return { ...decided, session: null, sessionId };
+      if (outcome.decision !== 'allow' || !hasSessionLimits) {
+        return { ...outcome, session: null, sessionId, approval };
+      }
+      // Session limits apply to approved calls too; a refused call gives its approval back.
+      const base = approval ? NOT_EVALUATED : evaluation;
+      const refuse = async (failures: FailedConstraint[]): Promise<Decided> => {
+        await approval?.release();
+        return { ...fromEvaluation(mergeEvaluation(base, failures), active!), session: null, sessionId };
+      };
       if (!sessionId) {
-        const missing: FailedConstraint = {
-          parameter: 'context.session_id',
-          constraint_type: 'required',
-          expected: 'a session id in context.session_id',
-          actual: null,
-          message: 'this policy has session limits; context.session_id is required',
-        };
-        return {
-          ...fromEvaluation(mergeEvaluation(evaluation, [missing]), policy),
-          session: null,
-          sessionId,
-        };
+        return refuse([
+          {
+            parameter: 'context.session_id',
+            constraint_type: 'required',
+            expected: 'a session id in context.session_id',
+            actual: null,
+            message: 'this policy has session limits; context.session_id is required',
+          },
+        ]);
       }
       const reservation = await sessions.reserve(
         scope.organizationId,
@@ -137,14 +164,8 @@ export function createValidationService({
         sc!,
         call.arguments,
       );
-      if (reservation.failures.length > 0) {
-        return {
-          ...fromEvaluation(mergeEvaluation(evaluation, reservation.failures), policy),
-          session: null,
-          sessionId,
-        };
-      }
-      return { ...decided, session: reservation, sessionId };
+      if (reservation.failures.length > 0) return refuse(reservation.failures);
+      return { ...outcome, session: reservation, sessionId, approval };
     },
 
     /** Commits the decision and its receipt durably; resolves only after COMMIT. */
@@ -158,8 +179,12 @@ export function createValidationService({
       const now = clock.now().toISOString();
       const context = options.source === 'client' ? { ...call.context, source: 'client' } : call.context;
       const session = decided.session;
+      // Preassigned so the decision's receipt binds the approval it opens (or the one it used).
+      const approvalId = decided.decision === 'require_approval' ? uuidv7() : null;
+      const boundApproval = approvalId ?? decided.approval?.approvalId;
+      let receipt: Receipt;
       try {
-        const receipt = await writer.write({
+        receipt = await writer.write({
           receipt: {
             organization_id: scope.organizationId,
             project_id: scope.projectId,
@@ -173,6 +198,7 @@ export function createValidationService({
             reason: decided.reason,
             timestamp: now,
             ...(options.source === 'client' ? { source: 'client' } : {}),
+            ...(boundApproval ? { approval_id: boundApproval } : {}),
             ...options.receiptExtras,
           },
           decision: {
@@ -207,25 +233,36 @@ export function createValidationService({
               }
             : {}),
         });
-        session?.settle();
-        events.publish({
-          organizationId: scope.organizationId,
-          type: 'decision.created',
-          data: {
-            decisionId,
-            toolName: call.toolName,
-            decision: decided.decision,
-            mode: decided.mode,
-            latencyMs: options.latencyMs,
-            projectId: scope.projectId,
-          },
-        });
-        return { decisionId, receipt: receiptSummary(receipt) };
       } catch (err) {
-        // Not recorded means not decided: the counted call is given back.
+        // Not recorded means not decided: the counted call and the used approval are given back.
         session?.release();
+        await decided.approval?.release().catch(() => {});
         throw err;
       }
+      session?.settle();
+      events.publish({
+        organizationId: scope.organizationId,
+        type: 'decision.created',
+        data: {
+          decisionId,
+          toolName: call.toolName,
+          decision: decided.decision,
+          mode: decided.mode,
+          latencyMs: options.latencyMs,
+          projectId: scope.projectId,
+        },
+      });
+      // Opened only once the decision is durable; if this fails the caller answers 503 and the
+      // client validates again, getting a fresh decision and approval.
+      if (approvalId) {
+        await approvals.open(scope, {
+          id: approvalId,
+          decisionId,
+          toolName: call.toolName,
+          arguments: call.arguments,
+        });
+      }
+      return { decisionId, receipt: receiptSummary(receipt), approvalId };
     },
   };
 }

@@ -23,16 +23,31 @@ export interface Reservation {
   settle(): void;
 }
 
+/**
+ * Session counters for maxCalls and cumulativeLimits: check-and-count in one atomic step. Only allowed
+ * calls count; the absolute values after the call are written in the same transaction as the decision.
+ * In memory for one process (below), in Redis when several instances share the counters
+ * (`scale/sessions.ts`).
+ */
+export interface SessionCounters {
+  /** Checks the call against the session constraints and, if it passes, counts it. */
+  reserve(
+    org: string,
+    session: string,
+    tool: string,
+    constraints: SessionConstraints,
+    args: Record<string, unknown>,
+  ): Promise<Reservation>;
+}
+
 const MAX_ENTRIES = 200_000;
 const noop = () => {};
 
 /**
- * Session counters for maxCalls and cumulativeLimits. The check and the increment happen in one
- * synchronous step on an in-memory copy (loaded once from the store), so concurrent calls in one
- * process can never both take the last slot; the new totals are then written in the same
- * transaction as the decision. Only allowed calls count.
+ * The check and the increment happen in one synchronous step on an in-memory copy (loaded once from
+ * the store), so concurrent calls in one process can never both take the last slot.
  */
-export class SessionCounters {
+export class MemorySessionCounters implements SessionCounters {
   private readonly entries = new Map<string, Entry>();
   private readonly loading = new Map<string, Promise<Entry>>();
 

@@ -166,7 +166,7 @@ describe('POST /v1/tools/validate', () => {
     expect(res.json().reason).toMatch(/inactive/);
   });
 
-  it('fails closed on llm policies (no model configured) and on approval constraints (no approvals)', async () => {
+  it('fails closed on llm policies (no model configured) and on approval constraints of a free plan', async () => {
     const tenant = await createTenant(t);
     await putPolicy(tenant, 'email', { mode: 'llm', llmConfig: { description: 'Only internal recipients' } });
     const llm = await validate(tenant.apiKey, { tool_name: 'email', arguments: { to: 'a@b.c' } });
@@ -179,7 +179,14 @@ describe('POST /v1/tools/validate', () => {
     });
     const esc = await validate(tenant.apiKey, { tool_name: 'wire', arguments: { amount: 11 } });
     expect(esc.json().decision).toBe('deny');
-    expect(esc.json().reason).toMatch(/approval/i);
+    expect(esc.json().reason).toMatch(/amount: .*human approval is required, but .*Team plan/);
+    expect(esc.json().approval_id).toBeUndefined();
+    const opened = await t.store.db
+      .selectFrom('approvals')
+      .select('id')
+      .where('organization_id', '=', tenant.orgId)
+      .execute();
+    expect(opened).toEqual([]);
   });
 
   it('needs an API key: user tokens get 403, no credentials 401', async () => {

@@ -1,0 +1,342 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  collectEvents,
+  openApproval,
+  receiptsOf,
+  resolveApproval,
+  setTier,
+} from '../../../test/approvals.js';
+import {
+  asUser,
+  createTenant,
+  createTestApp,
+  expectError,
+  keyHeader,
+  type Tenant,
+  type TestApp,
+} from '../../../test/helpers.js';
+import { verifyReceipts } from '../receipts/verify.js';
+import { approvalHash } from './model.js';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await createTestApp();
+});
+afterAll(async () => t.close());
+
+const UNKNOWN = '00000000-0000-7000-8000-000000000000';
+
+async function teamTenant(): Promise<Tenant> {
+  const tenant = await createTenant(t);
+  await setTier(t, tenant, 'team');
+  return tenant;
+}
+
+async function pendingId(tenant: Tenant, body: Record<string, unknown> = {}): Promise<string> {
+  const res = await openApproval(t, tenant, { toolName: 'wire', arguments: { amount: 5 }, ...body });
+  if (res.statusCode !== 201) throw new Error(res.body);
+  return res.json().id;
+}
+
+describe('POST /v1/approvals', () => {
+  it('opens a pending approval with the default TTL and announces it', async () => {
+    const tenant = await teamTenant();
+    const seen = collectEvents(t, tenant.orgId);
+    const res = await openApproval(t, tenant, { toolName: 'wire', arguments: { amount: 5 } });
+    seen.stop();
+    expect(res.statusCode).toBe(201);
+    const body = res.json();
+    expect(Object.keys(body).sort()).toEqual(['createdAt', 'expiresAt', 'id', 'status', 'toolName']);
+    expect(body).toMatchObject({ toolName: 'wire', status: 'pending' });
+    expect(Date.parse(body.expiresAt) - Date.parse(body.createdAt)).toBe(3600_000);
+    expect(seen.events).toEqual([
+      {
+        organizationId: tenant.orgId,
+        type: 'approval.created',
+        data: { approvalId: body.id, toolName: 'wire', decisionId: null },
+      },
+    ]);
+    const ttl = await openApproval(t, tenant, { toolName: 'wire', expiresInSeconds: 60 });
+    expect(Date.parse(ttl.json().expiresAt) - Date.parse(ttl.json().createdAt)).toBe(60_000);
+  });
+
+  it('links a decision of the organization, defaulting to its arguments', async () => {
+    const tenant = await teamTenant();
+    const decided = await t.inject({
+      method: 'POST',
+      url: '/v1/tools/validate',
+      headers: keyHeader(tenant.apiKey),
+      payload: { tool_name: 'wire', arguments: { amount: 7 } },
+    });
+    const decisionId = decided.json().metadata.decision_id;
+    const res = await openApproval(t, tenant, { toolName: 'wire', decisionId });
+    expect(res.statusCode).toBe(201);
+    const got = await t.inject({
+      method: 'GET',
+      url: `/v1/approvals/${res.json().id}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(got.json()).toMatchObject({ decisionId, arguments: { amount: 7 } });
+
+    expectError(await openApproval(t, tenant, { toolName: 'other', decisionId }), 400, 'validation_failed');
+    expectError(await openApproval(t, tenant, { toolName: 'wire', decisionId: UNKNOWN }), 404, 'not_found');
+    const b = await teamTenant();
+    expectError(await openApproval(t, b, { toolName: 'wire', decisionId }), 404, 'not_found');
+  });
+
+  it.each([
+    [{ arguments: {} }, 'toolName'],
+    [{ toolName: '' }, 'toolName'],
+    [{ toolName: 'x', expiresInSeconds: 59 }, 'expiresInSeconds'],
+    [{ toolName: 'x', expiresInSeconds: 86_401 }, 'expiresInSeconds'],
+    [{ toolName: 'x', decisionId: 'nope' }, 'decisionId'],
+    [{ toolName: 'x', arguments: [1] }, 'arguments'],
+  ])('rejects %j with 400 naming the field', async (payload, field) => {
+    const tenant = await teamTenant();
+    const res = await openApproval(t, tenant, payload);
+    expectError(res, 400, 'validation_failed');
+    expect(res.json().error.message).toContain(field);
+  });
+
+  it('needs the Team plan: a free organization gets 429 plan_limit_exceeded, by key or user', async () => {
+    const tenant = await createTenant(t);
+    const res = await openApproval(t, tenant, { toolName: 'wire' });
+    expectError(res, 429, 'plan_limit_exceeded');
+    expect(res.json().error.message).toMatch(/Team plan/);
+    expectError(
+      await t.inject({
+        method: 'POST',
+        url: '/v1/approvals',
+        headers: asUser(tenant),
+        payload: { toolName: 'wire' },
+      }),
+      429,
+      'plan_limit_exceeded',
+    );
+    await setTier(t, tenant, 'business');
+    const asUserOk = await t.inject({
+      method: 'POST',
+      url: '/v1/approvals',
+      headers: asUser(tenant),
+      payload: { toolName: 'wire' },
+    });
+    expect(asUserOk.statusCode).toBe(201);
+    expect((await openApproval(t, tenant, { toolName: 'wire' })).statusCode).toBe(201);
+  });
+});
+
+describe('GET /v1/approvals/pending and /:id', () => {
+  it('lists the pending approvals of the organization, oldest first', async () => {
+    const tenant = await teamTenant();
+    const first = await pendingId(tenant, { arguments: { n: 1 } });
+    const second = await pendingId(tenant, { arguments: { n: 2 } });
+    const done = await pendingId(tenant);
+    await resolveApproval(t, tenant.apiKey, done, 'deny');
+    const res = await t.inject({ method: 'GET', url: '/v1/approvals/pending', headers: asUser(tenant) });
+    expect(res.statusCode).toBe(200);
+    expect(res.json().data).toEqual([
+      expect.objectContaining({ id: first, toolName: 'wire', arguments: { n: 1 }, status: 'pending' }),
+      expect.objectContaining({ id: second, arguments: { n: 2 } }),
+    ]);
+    expect(Object.keys(res.json().data[0]).sort()).toEqual([
+      'arguments',
+      'createdAt',
+      'expiresAt',
+      'id',
+      'status',
+      'toolName',
+    ]);
+  });
+
+  it('shows each state with its fields: pending, approved, denied', async () => {
+    const tenant = await teamTenant();
+    const id = await pendingId(tenant);
+    const get = () =>
+      t.inject({ method: 'GET', url: `/v1/approvals/${id}`, headers: keyHeader(tenant.apiKey) });
+    const pending = (await get()).json();
+    expect(pending).toEqual({
+      id,
+      status: 'pending',
+      toolName: 'wire',
+      decisionId: null,
+      arguments: { amount: 5 },
+      createdAt: expect.any(String),
+      expiresAt: expect.any(String),
+    });
+    await resolveApproval(t, tenant.apiKey, id, 'approve', 'bob');
+    const approved = (await get()).json();
+    expect(approved).toEqual({
+      id,
+      status: 'approved',
+      toolName: 'wire',
+      decisionId: null,
+      createdAt: pending.createdAt,
+      resolvedBy: 'bob',
+      resolvedAt: expect.any(String),
+    });
+    const other = await pendingId(tenant);
+    await resolveApproval(t, tenant.apiKey, other, 'deny', 'carol');
+    const denied = await t.inject({
+      method: 'GET',
+      url: `/v1/approvals/${other}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(denied.json()).toMatchObject({ status: 'denied', resolvedBy: 'carol' });
+    expect(denied.json().arguments).toBeUndefined();
+  });
+
+  it('answers 404 for unknown ids and for ids of another organization', async () => {
+    const a = await teamTenant();
+    const b = await teamTenant();
+    const id = await pendingId(a);
+    for (const url of [`/v1/approvals/${UNKNOWN}`, '/v1/approvals/not-a-uuid', `/v1/approvals/${id}`]) {
+      expectError(await t.inject({ method: 'GET', url, headers: keyHeader(b.apiKey) }), 404, 'not_found');
+    }
+    expectError(
+      await t.inject({ method: 'GET', url: `/v1/approvals/${id}`, headers: asUser(b) }),
+      404,
+      'not_found',
+    );
+    const list = await t.inject({
+      method: 'GET',
+      url: '/v1/approvals/pending',
+      headers: keyHeader(b.apiKey),
+    });
+    expect(list.json().data).toEqual([]);
+  });
+});
+
+describe('POST /v1/approvals/:id/resolve', () => {
+  it('approves once, announces it and chains a resolution receipt', async () => {
+    const tenant = await teamTenant();
+    const id = await pendingId(tenant);
+    const seen = collectEvents(t, tenant.orgId);
+    const res = await resolveApproval(t, tenant.apiKey, id, 'approve', 'alice');
+    seen.stop();
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual({
+      id,
+      status: 'approved',
+      resolvedBy: 'alice',
+      resolvedAt: expect.any(String),
+    });
+    expect(seen.events).toEqual([
+      {
+        organizationId: tenant.orgId,
+        type: 'approval.resolved',
+        data: { approvalId: id, action: 'approve', resolvedBy: 'alice' },
+      },
+    ]);
+    const chain = await receiptsOf(t, tenant.orgId);
+    const last = JSON.parse(chain.at(-1)!);
+    expect(last).toMatchObject({
+      decision: 'approval_approved',
+      decision_id: null,
+      approval_id: id,
+      approval_hash: approvalHash(id, 'approve', 'alice'),
+      tool_name: 'wire',
+      timestamp: res.json().resolvedAt,
+    });
+    expect((await verifyReceipts(chain)).ok).toBe(true);
+
+    const again = await resolveApproval(t, tenant.apiKey, id, 'deny');
+    expectError(again, 400, 'invalid_status');
+    expect(again.json().error.message).toMatch(/approved/);
+  });
+
+  it('denies, with a user token too', async () => {
+    const tenant = await teamTenant();
+    const id = await pendingId(tenant);
+    const res = await t.inject({
+      method: 'POST',
+      url: `/v1/approvals/${id}/resolve`,
+      headers: asUser(tenant),
+      payload: { action: 'deny', resolvedBy: tenant.userId },
+    });
+    expect(res.json()).toMatchObject({ status: 'denied', resolvedBy: tenant.userId });
+    const last = JSON.parse((await receiptsOf(t, tenant.orgId)).at(-1)!);
+    expect(last).toMatchObject({ decision: 'approval_denied', approval_id: id });
+  });
+
+  it('lets exactly one of many concurrent resolves win', async () => {
+    const tenant = await teamTenant();
+    const id = await pendingId(tenant);
+    const results = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        resolveApproval(t, tenant.apiKey, id, i % 2 ? 'approve' : 'deny', `r${i}`),
+      ),
+    );
+    const wins = results.filter((r) => r.statusCode === 200);
+    expect(wins).toHaveLength(1);
+    for (const r of results.filter((x) => x.statusCode !== 200)) expectError(r, 400, 'invalid_status');
+    const resolutions = (await receiptsOf(t, tenant.orgId)).filter((p) => JSON.parse(p).approval_id === id);
+    expect(resolutions).toHaveLength(1);
+  });
+
+  it('answers 404 for unknown and foreign ids, 400 for a bad body', async () => {
+    const a = await teamTenant();
+    const b = await teamTenant();
+    const id = await pendingId(a);
+    expectError(await resolveApproval(t, b.apiKey, id, 'approve'), 404, 'not_found');
+    expectError(await resolveApproval(t, a.apiKey, UNKNOWN, 'approve'), 404, 'not_found');
+    expectError(await resolveApproval(t, a.apiKey, id, 'maybe'), 400, 'validation_failed');
+    expectError(await resolveApproval(t, a.apiKey, id, 'approve', ''), 400, 'validation_failed');
+    expectError(await resolveApproval(t, a.apiKey, id, 'approve', 'x'.repeat(201)), 400, 'validation_failed');
+    const still = await t.inject({ method: 'GET', url: `/v1/approvals/${id}`, headers: keyHeader(a.apiKey) });
+    expect(still.json().status).toBe('pending');
+  });
+});
+
+describe('POST /v1/approvals/batch-resolve', () => {
+  it('reports every id: resolved, not_found, invalid_status', async () => {
+    const a = await teamTenant();
+    const b = await teamTenant();
+    const [p1, p2, done] = [await pendingId(a), await pendingId(a), await pendingId(a)];
+    await resolveApproval(t, a.apiKey, done, 'approve');
+    const foreign = await pendingId(b);
+    const seen = collectEvents(t, a.orgId);
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/approvals/batch-resolve',
+      headers: keyHeader(a.apiKey),
+      payload: { ids: [p1, UNKNOWN, done, foreign, p2], action: 'deny', resolvedBy: 'ops' },
+    });
+    seen.stop();
+    expect(res.statusCode).toBe(200);
+    const results = res.json().results;
+    expect(results).toEqual([
+      { id: p1, status: 'denied', resolvedBy: 'ops', resolvedAt: expect.any(String) },
+      { id: UNKNOWN, status: 'not_found', error: { code: 'not_found', message: expect.any(String) } },
+      { id: done, status: 'approved', error: { code: 'invalid_status', message: expect.any(String) } },
+      { id: foreign, status: 'not_found', error: { code: 'not_found', message: expect.any(String) } },
+      { id: p2, status: 'denied', resolvedBy: 'ops', resolvedAt: expect.any(String) },
+    ]);
+    expect(seen.events.map((e) => e.data.approvalId)).toEqual([p1, p2]);
+    const chain = await receiptsOf(t, a.orgId);
+    expect(chain.map((p) => JSON.parse(p).approval_id).filter((x) => x === p1 || x === p2)).toHaveLength(2);
+    expect((await verifyReceipts(chain)).ok).toBe(true);
+    const untouched = await t.inject({
+      method: 'GET',
+      url: `/v1/approvals/${foreign}`,
+      headers: keyHeader(b.apiKey),
+    });
+    expect(untouched.json().status).toBe('pending');
+  });
+
+  it.each([
+    [{ ids: [], action: 'approve', resolvedBy: 'x' }],
+    [{ ids: Array.from({ length: 101 }, () => UNKNOWN), action: 'approve', resolvedBy: 'x' }],
+    [{ ids: ['nope'], action: 'approve', resolvedBy: 'x' }],
+    [{ ids: [UNKNOWN], action: 'ok', resolvedBy: 'x' }],
+    [{ ids: [UNKNOWN], action: 'approve' }],
+  ])('rejects %j with 400', async (payload) => {
+    const tenant = await teamTenant();
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/approvals/batch-resolve',
+      headers: keyHeader(tenant.apiKey),
+      payload,
+    });
+    expectError(res, 400, 'validation_failed');
+  });
+});

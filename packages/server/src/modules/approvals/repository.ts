@@ -1,0 +1,129 @@
+import type { Kysely, Selectable } from 'kysely';
+import type { ApprovalsTable, Database } from '../../storage/schema.js';
+
+export type ApprovalRow = Selectable<ApprovalsTable>;
+
+export interface Resolution {
+  status: 'approved' | 'denied';
+  resolvedBy: string;
+  resolvedAt: string;
+}
+
+/**
+ * Approval storage; every method is scoped by organization except expireDue, the sweeper's
+ * cross-tenant maintenance write. State changes are conditional UPDATEs, so two concurrent writers
+ * can never both win a transition (on PostgreSQL the second one re-checks the WHERE after the
+ * first commits and matches nothing).
+ */
+export function createApprovalRepository(db: Kysely<Database>) {
+  return {
+    async insert(row: ApprovalRow): Promise<void> {
+      await db.insertInto('approvals').values(row).execute();
+    },
+
+    async get(organizationId: string, id: string): Promise<ApprovalRow | undefined> {
+      return db
+        .selectFrom('approvals')
+        .selectAll()
+        .where('organization_id', '=', organizationId)
+        .where('id', '=', id)
+        .executeTakeFirst();
+    },
+
+    /** Pending and not expired at `now`, oldest first. */
+    async listPending(organizationId: string, now: string): Promise<ApprovalRow[]> {
+      return db
+        .selectFrom('approvals')
+        .selectAll()
+        .where('organization_id', '=', organizationId)
+        .where('status', '=', 'pending')
+        .where('expires_at', '>', now)
+        .orderBy('created_at')
+        .orderBy('id')
+        .execute();
+    },
+
+    /** pending → approved/denied, only if still pending and unexpired; the updated row or undefined. */
+    async resolve(
+      organizationId: string,
+      id: string,
+      r: Resolution,
+      now: string,
+    ): Promise<ApprovalRow | undefined> {
+      return db
+        .updateTable('approvals')
+        .set({ status: r.status, resolved_by: r.resolvedBy, resolved_at: r.resolvedAt })
+        .where('organization_id', '=', organizationId)
+        .where('id', '=', id)
+        .where('status', '=', 'pending')
+        .where('expires_at', '>', now)
+        .returningAll()
+        .executeTakeFirst();
+    },
+
+    /** Marks an approved approval used, once, and only for the call it was granted for. */
+    async use(
+      organizationId: string,
+      id: string,
+      match: { toolName: string; argumentHash: string },
+      now: string,
+    ): Promise<boolean> {
+      const res = await db
+        .updateTable('approvals')
+        .set({ used_at: now })
+        .where('organization_id', '=', organizationId)
+        .where('id', '=', id)
+        .where('status', '=', 'approved')
+        .where('used_at', 'is', null)
+        .where('tool_name', '=', match.toolName)
+        .where('argument_hash', '=', match.argumentHash)
+        .executeTakeFirst();
+      return Number(res.numUpdatedRows) > 0;
+    },
+
+    /** Gives a use back (the call it allowed was not recorded); only the use stamped `usedAt`. */
+    async unuse(organizationId: string, id: string, usedAt: string): Promise<void> {
+      await db
+        .updateTable('approvals')
+        .set({ used_at: null })
+        .where('organization_id', '=', organizationId)
+        .where('id', '=', id)
+        .where('used_at', '=', usedAt)
+        .execute();
+    },
+
+    /** Flips every pending approval past its expiry to expired; returns the rows this call flipped. */
+    async expireDue(now: string, limit: number): Promise<ApprovalRow[]> {
+      const due = db
+        .selectFrom('approvals')
+        .select('id')
+        .where('status', '=', 'pending')
+        .where('expires_at', '<=', now)
+        .orderBy('expires_at')
+        .limit(limit);
+      return db
+        .updateTable('approvals')
+        .set({ status: 'expired' })
+        .where('id', 'in', due)
+        .where('status', '=', 'pending')
+        .returningAll()
+        .execute();
+    },
+
+    /** Tool name and arguments of a decision of the organization, to link an approval to it. */
+    async decisionCall(
+      organizationId: string,
+      decisionId: string,
+    ): Promise<{ toolName: string; arguments: Record<string, unknown> } | undefined> {
+      const row = await db
+        .selectFrom('decisions')
+        .select(['tool_name', 'arguments'])
+        .where('organization_id', '=', organizationId)
+        .where('id', '=', decisionId)
+        .executeTakeFirst();
+      return row && { toolName: row.tool_name, arguments: JSON.parse(row.arguments) };
+    },
+  };
+}
+
+export type ApprovalRepository = ReturnType<typeof createApprovalRepository>;

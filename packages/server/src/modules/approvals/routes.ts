@@ -1,0 +1,66 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import type { AppContext } from '../../context.js';
+import { IdParams } from '../../lib/schemas.js';
+import {
+  ApprovalSchema,
+  BatchResolveBody,
+  BatchResultSchema,
+  CreateApprovalBody,
+  CreatedApproval,
+  PendingApprovalSchema,
+  ResolveBody,
+  ResolvedSchema,
+} from './schemas.js';
+
+/** The service lives on ctx (validation opens and uses approvals too); this module serves and sweeps. */
+export const approvalRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
+  const service = ctx.approvals;
+  service.startSweeper();
+  app.addHook('onClose', async () => service.stopSweeper());
+
+  app.post(
+    '/v1/approvals',
+    { schema: { body: CreateApprovalBody, response: { 201: CreatedApproval } } },
+    async (req, reply) => {
+      const { arguments: _args, ...created } = await service.create(await ctx.scope(req), req.body);
+      return reply.code(201).send(created);
+    },
+  );
+
+  app.get(
+    '/v1/approvals/pending',
+    { schema: { response: { 200: Type.Object({ data: Type.Array(PendingApprovalSchema) }) } } },
+    async (req) => ({ data: await service.listPending(await ctx.scope(req)) }),
+  );
+
+  app.get(
+    '/v1/approvals/:id',
+    { schema: { params: IdParams, response: { 200: ApprovalSchema } } },
+    async (req) => service.get(await ctx.scope(req), req.params.id),
+  );
+
+  app.post(
+    '/v1/approvals/:id/resolve',
+    { schema: { params: IdParams, body: ResolveBody, response: { 200: ResolvedSchema } } },
+    async (req) => service.resolve(await ctx.scope(req), req.params.id, req.body.action, req.body.resolvedBy),
+  );
+
+  app.post(
+    '/v1/approvals/batch-resolve',
+    {
+      schema: {
+        body: BatchResolveBody,
+        response: { 200: Type.Object({ results: Type.Array(BatchResultSchema) }) },
+      },
+    },
+    async (req) => ({
+      results: await service.batchResolve(
+        await ctx.scope(req),
+        req.body.ids,
+        req.body.action,
+        req.body.resolvedBy,
+      ),
+    }),
+  );
+};

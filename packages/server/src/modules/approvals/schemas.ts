@@ -1,0 +1,75 @@
+import { Type } from '@sinclair/typebox';
+import { Nullable, OneOf, Uuid } from '../../lib/schemas.js';
+
+const Args = Type.Record(Type.String(), Type.Unknown());
+const Action = OneOf(['approve', 'deny']);
+const ResolvedBy = Type.String({ minLength: 1, maxLength: 200 });
+const Status = OneOf(['pending', 'approved', 'denied', 'expired']);
+
+export const CreateApprovalBody = Type.Object(
+  {
+    decisionId: Type.Optional(Uuid),
+    toolName: Type.String({ minLength: 1, maxLength: 200 }),
+    arguments: Type.Optional(Args),
+    expiresInSeconds: Type.Optional(Type.Number({ minimum: 60, maximum: 86_400 })),
+  },
+  { additionalProperties: false },
+);
+
+export const ResolveBody = Type.Object(
+  { action: Action, resolvedBy: ResolvedBy },
+  { additionalProperties: false },
+);
+
+export const BatchResolveBody = Type.Object(
+  {
+    ids: Type.Array(Uuid, { minItems: 1, maxItems: 100 }),
+    action: Action,
+    resolvedBy: ResolvedBy,
+  },
+  { additionalProperties: false },
+);
+
+export const CreatedApproval = Type.Object({
+  id: Type.String(),
+  toolName: Type.String(),
+  status: Type.Literal('pending'),
+  expiresAt: Type.String(),
+  createdAt: Type.String(),
+});
+
+export const PendingApprovalSchema = Type.Object({
+  id: Type.String(),
+  toolName: Type.String(),
+  arguments: Args,
+  status: Type.Literal('pending'),
+  expiresAt: Type.String(),
+  createdAt: Type.String(),
+});
+
+export const ApprovalSchema = Type.Object({
+  id: Type.String(),
+  status: Status,
+  toolName: Type.String(),
+  decisionId: Nullable(Type.String()),
+  arguments: Type.Optional(Args),
+  resolvedBy: Type.Optional(Type.String()),
+  resolvedAt: Type.Optional(Type.String()),
+  createdAt: Type.String(),
+  expiresAt: Type.Optional(Type.String()),
+});
+
+export const ResolvedSchema = Type.Object({
+  id: Type.String(),
+  status: OneOf(['approved', 'denied']),
+  resolvedBy: Type.String(),
+  resolvedAt: Type.String(),
+});
+
+export const BatchResultSchema = Type.Object({
+  id: Type.String(),
+  status: Type.String(),
+  resolvedBy: Type.Optional(Type.String()),
+  resolvedAt: Type.Optional(Type.String()),
+  error: Type.Optional(Type.Object({ code: Type.String(), message: Type.String() })),
+});

@@ -1,0 +1,288 @@
+import type { EventBus } from '../../events/bus.js';
+import type { Clock } from '../../lib/clock.js';
+import { AppError, invalid, notFound } from '../../lib/errors.js';
+import { uuidv7 } from '../../lib/ids.js';
+import type { OrgScope } from '../../lib/scope.js';
+import type { DecisionWriter } from '../decisions/writer.js';
+import { argumentHash } from '../receipts/receipt.js';
+import {
+  APPROVALS_NEED_TEAM,
+  type Approval,
+  type ApprovalAction,
+  approvalHash,
+  approvalsAllowed,
+  DEFAULT_APPROVAL_TTL_SECONDS,
+  type PendingApproval,
+  statusAt,
+  toApproval,
+  toPending,
+} from './model.js';
+import type { ApprovalRepository, ApprovalRow } from './repository.js';
+import { createApprovalSweeper } from './sweeper.js';
+
+/** Where an approval lives; validation passes this without a principal. */
+export type ApprovalTenant = Pick<OrgScope, 'organizationId' | 'projectId'>;
+
+export interface OpenApproval {
+  /** Preassigned by validation so the decision's receipt can bind it; generated otherwise. */
+  id?: string;
+  decisionId: string | null;
+  toolName: string;
+  arguments: Record<string, unknown>;
+  expiresInSeconds?: number;
+}
+
+export interface CreateApprovalInput {
+  decisionId?: string;
+  toolName: string;
+  arguments?: Record<string, unknown>;
+  expiresInSeconds?: number;
+}
+
+export interface Resolved {
+  id: string;
+  status: 'approved' | 'denied';
+  resolvedBy: string;
+  resolvedAt: string;
+}
+
+export interface BatchResult {
+  id: string;
+  status: string;
+  resolvedBy?: string;
+  resolvedAt?: string;
+  error?: { code: string; message: string };
+}
+
+/** Outcome of presenting an approval with a call (context.approval_id). */
+export type ApprovalUse =
+  | { ok: true; approvalId: string; resolvedBy: string; release(): Promise<void> }
+  | { ok: false; reason: string };
+
+export interface ApprovalServiceDeps {
+  approvals: ApprovalRepository;
+  writer: Pick<DecisionWriter, 'write'>;
+  events: EventBus;
+  clock: Clock;
+  log: { error(obj: object, msg: string): void };
+  /** Tier of an organization, for user principals (API key principals carry theirs). */
+  tierOf: (organizationId: string) => Promise<string>;
+  sweepIntervalMs?: number;
+}
+
+export function createApprovalService(deps: ApprovalServiceDeps) {
+  const { approvals, writer, events, clock, log, tierOf } = deps;
+  const sweeper = createApprovalSweeper({
+    approvals,
+    events,
+    clock,
+    log,
+    ...(deps.sweepIntervalMs !== undefined ? { intervalMs: deps.sweepIntervalMs } : {}),
+  });
+  const now = () => clock.now().toISOString();
+
+  async function load(organizationId: string, id: string): Promise<ApprovalRow> {
+    const row = await approvals.get(organizationId, id);
+    if (!row) throw notFound('Approval');
+    return row;
+  }
+
+  /** pending → approved/denied, or the error the spec names for why it cannot happen. */
+  async function transition(
+    scope: ApprovalTenant,
+    id: string,
+    action: ApprovalAction,
+    resolvedBy: string,
+  ): Promise<ApprovalRow> {
+    const at = now();
+    const status = action === 'approve' ? 'approved' : 'denied';
+    const row = await approvals.resolve(scope.organizationId, id, { status, resolvedBy, resolvedAt: at }, at);
+    if (row) return row;
+    const current = await load(scope.organizationId, id);
+    const state = statusAt(current, at);
+    if (state === 'expired') throw new AppError('expired', `Approval expired at ${current.expires_at}`);
+    throw new AppError('invalid_status', `Approval is already ${state}; it can be resolved only once`);
+  }
+
+  /** After the transition committed: chain a resolution receipt, then announce it. */
+  async function resolved(row: ApprovalRow, action: ApprovalAction): Promise<Resolved> {
+    const resolvedBy = row.resolved_by!;
+    const resolvedAt = row.resolved_at!;
+    try {
+      await writer.write({
+        receipt: {
+          organization_id: row.organization_id,
+          project_id: row.project_id,
+          decision_id: row.decision_id,
+          decision: action === 'approve' ? 'approval_approved' : 'approval_denied',
+          mode: null,
+          tool_name: row.tool_name,
+          argument_hash: row.argument_hash,
+          policy_version: null,
+          policy_hash: null,
+          reason: `Approval ${row.id} ${row.status} by ${resolvedBy}`,
+          timestamp: resolvedAt,
+          approval_id: row.id,
+          approval_hash: approvalHash(row.id, action, resolvedBy),
+        },
+      });
+    } catch (err) {
+      // SPEC §3: a failed resolution receipt is logged and does not block the resolve.
+      log.error({ err, approvalId: row.id }, 'approval resolution receipt could not be written');
+    }
+    events.publish({
+      organizationId: row.organization_id,
+      type: 'approval.resolved',
+      data: { approvalId: row.id, action, resolvedBy },
+    });
+    return { id: row.id, status: row.status as Resolved['status'], resolvedBy, resolvedAt };
+  }
+
+  /** Opens a pending approval without a plan check (validation checked it when deciding). */
+  async function open(scope: ApprovalTenant, input: OpenApproval): Promise<ApprovalRow> {
+    const created = clock.now();
+    const ttl = input.expiresInSeconds ?? DEFAULT_APPROVAL_TTL_SECONDS;
+    const row: ApprovalRow = {
+      id: input.id ?? uuidv7(),
+      organization_id: scope.organizationId,
+      project_id: scope.projectId,
+      decision_id: input.decisionId,
+      tool_name: input.toolName,
+      arguments: JSON.stringify(input.arguments),
+      argument_hash: argumentHash(input.arguments),
+      status: 'pending',
+      expires_at: new Date(created.getTime() + ttl * 1000).toISOString(),
+      resolved_by: null,
+      resolved_at: null,
+      used_at: null,
+      created_at: created.toISOString(),
+    };
+    await approvals.insert(row);
+    events.publish({
+      organizationId: scope.organizationId,
+      type: 'approval.created',
+      data: { approvalId: row.id, toolName: row.tool_name, decisionId: row.decision_id },
+    });
+    return row;
+  }
+
+  return {
+    open,
+
+    /**
+     * POST /v1/approvals. A linked decision must be one of the organization's, for the same tool;
+     * omitted arguments default to the decision's.
+     */
+    async create(scope: OrgScope, input: CreateApprovalInput): Promise<PendingApproval> {
+      const tier =
+        scope.principal.kind === 'apiKey' ? scope.principal.tier : await tierOf(scope.organizationId);
+      if (!approvalsAllowed(tier)) {
+        throw new AppError(
+          'plan_limit_exceeded',
+          `This organization is on the ${tier} plan: ${APPROVALS_NEED_TEAM}`,
+        );
+      }
+      let args = input.arguments;
+      if (input.decisionId !== undefined) {
+        const decision = await approvals.decisionCall(scope.organizationId, input.decisionId);
+        if (!decision) throw notFound('Decision');
+        if (decision.toolName !== input.toolName) {
+          throw invalid(
+            `body/toolName "${input.toolName}" does not match tool "${decision.toolName}" of decision ${input.decisionId}`,
+          );
+        }
+        args ??= decision.arguments;
+      }
+      const row = await open(scope, {
+        decisionId: input.decisionId ?? null,
+        toolName: input.toolName,
+        arguments: args ?? {},
+        ...(input.expiresInSeconds !== undefined ? { expiresInSeconds: input.expiresInSeconds } : {}),
+      });
+      return toPending(row);
+    },
+
+    async listPending(scope: ApprovalTenant): Promise<PendingApproval[]> {
+      return (await approvals.listPending(scope.organizationId, now())).map(toPending);
+    },
+
+    async get(scope: ApprovalTenant, id: string): Promise<Approval> {
+      return toApproval(await load(scope.organizationId, id), now());
+    },
+
+    async resolve(
+      scope: ApprovalTenant,
+      id: string,
+      action: ApprovalAction,
+      resolvedBy: string,
+    ): Promise<Resolved> {
+      return resolved(await transition(scope, id, action, resolvedBy), action);
+    },
+
+    /** Resolves each id on its own; every id is reported, in request order. */
+    async batchResolve(
+      scope: ApprovalTenant,
+      ids: string[],
+      action: ApprovalAction,
+      resolvedBy: string,
+    ): Promise<BatchResult[]> {
+      const outcomes: (ApprovalRow | BatchResult)[] = [];
+      for (const id of ids) {
+        try {
+          outcomes.push(await transition(scope, id, action, resolvedBy));
+        } catch (err) {
+          if (!(err instanceof AppError)) throw err;
+          const current =
+            err.code === 'not_found' ? undefined : await approvals.get(scope.organizationId, id);
+          outcomes.push({
+            id,
+            status: current ? statusAt(current, now()) : 'not_found',
+            error: { code: err.code, message: err.message },
+          });
+        }
+      }
+      // Receipts of the whole batch are queued together, so the writer commits them as one group.
+      return Promise.all(outcomes.map((o) => ('organization_id' in o ? resolved(o, action) : o)));
+    },
+
+    /**
+     * Uses an approved approval for a call: once, for the same tool and argument hash. The use is
+     * claimed with a conditional UPDATE, so two calls presenting one approval cannot both pass.
+     */
+    async use(
+      organizationId: string,
+      id: string,
+      call: { toolName: string; arguments: Record<string, unknown> },
+    ): Promise<ApprovalUse> {
+      const at = now();
+      const row = await approvals.get(organizationId, id);
+      const refuse = (why: string): ApprovalUse => ({ ok: false, reason: `approval ${id} ${why}` });
+      if (!row) return refuse('was not found');
+      const status = statusAt(row, at);
+      if (status === 'pending') return refuse('is still pending: wait until it is approved');
+      if (status === 'expired') return refuse(`expired at ${row.expires_at} without a decision`);
+      if (status === 'denied') return refuse(`was denied by ${row.resolved_by}`);
+      if (row.used_at !== null)
+        return refuse(`was already used at ${row.used_at}; an approval allows one call`);
+      if (row.tool_name !== call.toolName)
+        return refuse(`was granted for tool "${row.tool_name}", not "${call.toolName}"`);
+      const hash = argumentHash(call.arguments);
+      if (row.argument_hash !== hash) return refuse('was granted for different arguments');
+      if (!(await approvals.use(organizationId, id, { toolName: call.toolName, argumentHash: hash }, at))) {
+        return refuse('was already used; an approval allows one call');
+      }
+      return {
+        ok: true,
+        approvalId: id,
+        resolvedBy: row.resolved_by ?? '',
+        release: () => approvals.unuse(organizationId, id, at),
+      };
+    },
+
+    sweep: sweeper.sweep,
+    startSweeper: sweeper.start,
+    stopSweeper: sweeper.stop,
+  };
+}
+
+export type ApprovalService = ReturnType<typeof createApprovalService>;

@@ -1,0 +1,166 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { collectEvents } from '../../../test/approvals.js';
+import {
+  asUser,
+  createTenant,
+  createTestApp,
+  expectError,
+  keyHeader,
+  type Tenant,
+  type TestApp,
+} from '../../../test/helpers.js';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await createTestApp();
+});
+afterAll(async () => t.close());
+
+const cond = (field: string, operator: string, value?: unknown) => ({ field, operator, value });
+const rule = (id: string, action: string, tools: string[], conditions: object[], extra = {}) => ({
+  id,
+  action,
+  tools,
+  conditions,
+  severity: 'high',
+  ...extra,
+});
+
+const RULES = [
+  rule('cap', 'allow', ['pay'], [cond('arguments.amount', 'less_than_or_equal', 100)]),
+  rule('no-eur', 'block', ['pay'], [cond('currency', 'equals', 'EUR')]),
+  rule('refund-cap', 'allow', ['refund'], [cond('arguments.amount', 'less_than', 50)]),
+  rule('escalate', 'require_approval', ['pay'], [cond('amount', 'greater_than', 10)]),
+  rule('off', 'allow', ['pay'], [cond('amount', 'greater_than', 1)], { enabled: false }),
+  rule('empty', 'allow', ['pay'], []),
+];
+
+async function pendingDraft(tenant: Tenant, rules: object[] = RULES): Promise<string> {
+  const created = await t.inject({
+    method: 'POST',
+    url: '/v1/policy-drafts',
+    headers: keyHeader(tenant.apiKey),
+    payload: { name: 'Caps', projectId: tenant.projectId, createdByAgentId: 'agent', rules },
+  });
+  const id = created.json().data.id;
+  await t.inject({
+    method: 'POST',
+    url: `/v1/policy-drafts/${id}/submit`,
+    headers: keyHeader(tenant.apiKey),
+  });
+  return id;
+}
+
+const approve = (tenant: Tenant, id: string) =>
+  t.inject({ method: 'POST', url: `/v1/policy-drafts/${id}/approve`, headers: asUser(tenant) });
+
+let sessions = 0;
+const validate = (tenant: Tenant, tool: string, args: Record<string, unknown>) =>
+  t.inject({
+    method: 'POST',
+    url: '/v1/tools/validate',
+    headers: keyHeader(tenant.apiKey),
+    // Session limits need a session id; a fresh one per call keeps them out of the way.
+    payload: { tool_name: tool, arguments: args, context: { session_id: `s-${++sessions}` } },
+  });
+
+describe('POST /v1/policy-drafts/:id/approve', () => {
+  it('needs a user: an API key alone gets 403', async () => {
+    const tenant = await createTenant(t);
+    const id = await pendingDraft(tenant);
+    const res = await t.inject({
+      method: 'POST',
+      url: `/v1/policy-drafts/${id}/approve`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expectError(res, 403, 'authorization_error');
+  });
+
+  it('applies the approvable rules as working policies, merged per tool, and reports the rest', async () => {
+    const tenant = await createTenant(t);
+    const existing = await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(tenant.apiKey),
+      payload: {
+        toolName: 'refund',
+        mode: 'deterministic',
+        constraints: [],
+        sessionConstraints: { maxCalls: 5 },
+      },
+    });
+    expect(existing.statusCode).toBe(201);
+    // Warm the policy cache: approval must invalidate it.
+    expect((await validate(tenant, 'refund', { amount: 60 })).json().decision).toBe('allow');
+    const id = await pendingDraft(tenant);
+    const seen = collectEvents(t, tenant.orgId);
+    const res = await approve(tenant, id);
+    seen.stop();
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
+    expect(body.data).toMatchObject({ id, status: 'approved', reviewedBy: tenant.userId });
+    expect(body.data.reviewedAt).toEqual(expect.any(String));
+    expect(body.applied).toEqual([
+      { toolName: 'pay', version: 1, created: true },
+      { toolName: 'refund', version: 2, created: false },
+    ]);
+    expect(body.skipped).toEqual([
+      { ruleId: 'escalate', reason: expect.stringMatching(/only allow and block/) },
+      { ruleId: 'off', reason: expect.stringMatching(/disabled/) },
+      { ruleId: 'empty', reason: expect.stringMatching(/no condition/) },
+    ]);
+    expect(seen.events.map((e) => [e.type, e.data])).toEqual([
+      ['policy.created', { toolName: 'pay', projectId: tenant.projectId }],
+      ['policy.updated', { toolName: 'refund', projectId: tenant.projectId, version: 2 }],
+      ['draft.approved', { draftId: id }],
+    ]);
+
+    const pay = await t.inject({ method: 'GET', url: '/v1/policies/pay', headers: keyHeader(tenant.apiKey) });
+    expect(pay.json()).toMatchObject({ version: 1, isActive: true, mode: 'deterministic' });
+    const refund = await t.inject({
+      method: 'GET',
+      url: '/v1/policies/refund',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(refund.json()).toMatchObject({ version: 2, sessionConstraints: { maxCalls: 5 } });
+
+    expect((await validate(tenant, 'pay', { amount: 50, currency: 'USD' })).json().decision).toBe('allow');
+    const big = await validate(tenant, 'pay', { amount: 500, currency: 'USD' });
+    expect(big.json()).toMatchObject({ decision: 'deny', failed_constraints: [{ parameter: 'amount' }] });
+    const eur = await validate(tenant, 'pay', { amount: 5, currency: 'EUR' });
+    expect(eur.json()).toMatchObject({ decision: 'deny', failed_constraints: [{ parameter: 'currency' }] });
+    expect((await validate(tenant, 'pay', {})).json().decision).toBe('deny');
+    expect((await validate(tenant, 'refund', { amount: 60 })).json().decision).toBe('deny');
+
+    const again = await approve(tenant, id);
+    expectError(again, 400, 'validation_failed');
+    expect(again.json().error.message).toMatch(/approved/);
+  });
+
+  it('approves only from pending_review, and only once under concurrency', async () => {
+    const tenant = await createTenant(t);
+    const draft = await t.inject({
+      method: 'POST',
+      url: '/v1/policy-drafts',
+      headers: keyHeader(tenant.apiKey),
+      payload: { name: 'D', projectId: tenant.projectId, createdByAgentId: 'a', rules: RULES },
+    });
+    expectError(await approve(tenant, draft.json().data.id), 400, 'validation_failed');
+
+    const id = await pendingDraft(tenant, [RULES[0]!]);
+    const results = await Promise.all([approve(tenant, id), approve(tenant, id), approve(tenant, id)]);
+    expect(results.filter((r) => r.statusCode === 200)).toHaveLength(1);
+    for (const r of results.filter((x) => x.statusCode !== 200)) expectError(r, 400, 'validation_failed');
+    const pay = await t.inject({ method: 'GET', url: '/v1/policies/pay', headers: keyHeader(tenant.apiKey) });
+    expect(pay.json().version).toBe(1);
+  });
+
+  it('approving a draft whose rules all skip changes no policy', async () => {
+    const tenant = await createTenant(t);
+    const id = await pendingDraft(tenant, [RULES[3]!]);
+    const res = await approve(tenant, id);
+    expect(res.json()).toMatchObject({ applied: [], skipped: [{ ruleId: 'escalate' }] });
+    const list = await t.inject({ method: 'GET', url: '/v1/policies', headers: keyHeader(tenant.apiKey) });
+    expect(list.json().data).toEqual([]);
+  });
+});

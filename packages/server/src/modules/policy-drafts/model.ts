@@ -1,0 +1,65 @@
+import type { Static } from '@sinclair/typebox';
+import { DRAFT_OPERATORS } from '@svc/policy-engine';
+import { invalid } from '../../lib/errors.js';
+import type { DraftRow } from './repository.js';
+import type { DraftRuleSchema } from './schemas.js';
+
+/** A draft rule as stored and shown (SPEC §2); compileDraftRules reads the same shape. */
+export type DraftRuleInput = Static<typeof DraftRuleSchema>;
+
+export const DRAFT_STATUSES = ['draft', 'pending_review', 'approved', 'rejected'] as const;
+export type DraftStatus = (typeof DRAFT_STATUSES)[number];
+
+export interface PolicyDraft {
+  id: string;
+  organizationId: string;
+  projectId: string;
+  name: string;
+  description: string;
+  status: DraftStatus;
+  createdByAgentId: string;
+  rules: DraftRuleInput[];
+  createdAt: string;
+  updatedAt: string;
+  reviewedBy: string | null;
+  reviewedAt: string | null;
+}
+
+export function toDraft(row: DraftRow): PolicyDraft {
+  return {
+    id: row.id,
+    organizationId: row.organization_id,
+    projectId: row.project_id,
+    name: row.name,
+    description: row.description,
+    status: row.status as DraftStatus,
+    createdByAgentId: row.created_by_agent_id,
+    rules: JSON.parse(row.rules),
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+    reviewedBy: row.reviewed_by,
+    reviewedAt: row.reviewed_at,
+  };
+}
+
+/**
+ * What the schema cannot say: rule ids are unique within a draft (skipped rules are reported by
+ * id) and operators are ones the compiler knows, so an agent learns of a typo when it writes the
+ * draft rather than when a human approves it. 400 naming the field.
+ */
+export function assertRules(rules: DraftRuleInput[]): void {
+  const seen = new Map<string, number>();
+  rules.forEach((rule, i) => {
+    const first = seen.get(rule.id);
+    if (first !== undefined)
+      throw invalid(`body/rules/${i}/id "${rule.id}" is already the id of body/rules/${first}`);
+    seen.set(rule.id, i);
+    rule.conditions.forEach((c, j) => {
+      if (!(DRAFT_OPERATORS as readonly string[]).includes(c.operator)) {
+        throw invalid(
+          `body/rules/${i}/conditions/${j}/operator "${c.operator}" is not supported (supported: ${DRAFT_OPERATORS.join(', ')})`,
+        );
+      }
+    });
+  });
+}

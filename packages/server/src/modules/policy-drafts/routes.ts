@@ -1,0 +1,83 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import type { AppContext } from '../../context.js';
+import { IdParams } from '../../lib/schemas.js';
+import { createPolicyRepository } from '../policies/repository.js';
+import { createProjectRepository } from '../projects/repository.js';
+import { createDraftRepository } from './repository.js';
+import {
+  ApprovedDraft,
+  CreateDraftBody,
+  DraftEnvelope,
+  DraftSchema,
+  ListDraftsQuery,
+  PatchDraftBody,
+} from './schemas.js';
+import { createDraftService } from './service.js';
+
+export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
+  const projects = createProjectRepository(ctx.store.db);
+  const service = createDraftService({
+    db: ctx.store.db,
+    drafts: createDraftRepository(ctx.store.db),
+    policies: createPolicyRepository(ctx.store.db),
+    cache: ctx.policies,
+    events: ctx.events,
+    clock: ctx.clock,
+    projectExists: async (org, id) => (await projects.get(org, id)) !== undefined,
+  });
+
+  app.post(
+    '/v1/policy-drafts',
+    { schema: { body: CreateDraftBody, response: { 201: DraftEnvelope } } },
+    async (req, reply) =>
+      reply.code(201).send({ data: await service.create(await ctx.scope(req), req.body) }),
+  );
+
+  app.get(
+    '/v1/policy-drafts',
+    {
+      schema: {
+        querystring: ListDraftsQuery,
+        response: { 200: Type.Object({ data: Type.Array(DraftSchema) }) },
+      },
+    },
+    async (req) => ({ data: await service.list(await ctx.scope(req), req.query) }),
+  );
+
+  app.get(
+    '/v1/policy-drafts/:id',
+    { schema: { params: IdParams, response: { 200: DraftEnvelope } } },
+    async (req) => ({ data: await service.get(await ctx.scope(req), req.params.id) }),
+  );
+
+  app.patch(
+    '/v1/policy-drafts/:id',
+    { schema: { params: IdParams, body: PatchDraftBody, response: { 200: DraftEnvelope } } },
+    async (req) => ({ data: await service.update(await ctx.scope(req), req.params.id, req.body) }),
+  );
+
+  app.delete('/v1/policy-drafts/:id', { schema: { params: IdParams } }, async (req, reply) => {
+    await service.delete(await ctx.scope(req), req.params.id);
+    return reply.code(204).send();
+  });
+
+  app.post(
+    '/v1/policy-drafts/:id/submit',
+    { schema: { params: IdParams, response: { 200: DraftEnvelope } } },
+    async (req) => ({ data: await service.submit(await ctx.scope(req), req.params.id) }),
+  );
+
+  // SPEC §5.3: approving needs an authenticated user; an API key alone answers 403.
+  app.post(
+    '/v1/policy-drafts/:id/approve',
+    { config: { auth: 'jwt' }, schema: { params: IdParams, response: { 200: ApprovedDraft } } },
+    async (req) => service.approve(await ctx.scope(req), req.params.id),
+  );
+
+  app.post(
+    '/v1/policy-drafts/:id/reject',
+    { schema: { params: IdParams, response: { 200: DraftEnvelope } } },
+    async (req) => ({ data: await service.reject(await ctx.scope(req), req.params.id) }),
+  );
+};

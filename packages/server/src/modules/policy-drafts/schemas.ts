@@ -1,0 +1,83 @@
+import { Type } from '@sinclair/typebox';
+import { Nullable, OneOf, Uuid } from '../../lib/schemas.js';
+import { DRAFT_STATUSES } from './model.js';
+
+const Status = OneOf(DRAFT_STATUSES);
+
+/*
+ * The rule shape of SPEC §2. Shape only: whether a rule can become constraints is decided on
+ * approval (compileDraftRules) and reported there; operators and rule ids are checked by the service.
+ */
+export const DraftRuleSchema = Type.Object(
+  {
+    id: Type.String({ minLength: 1, maxLength: 200 }),
+    action: Type.String({ minLength: 1, maxLength: 50 }),
+    tools: Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 100 }),
+    conditions: Type.Array(
+      Type.Object(
+        {
+          field: Type.String({ minLength: 1, maxLength: 500 }),
+          operator: Type.String({ minLength: 1, maxLength: 50 }),
+          value: Type.Optional(Type.Unknown()),
+        },
+        { additionalProperties: false },
+      ),
+      { maxItems: 50 },
+    ),
+    severity: Type.String({ minLength: 1, maxLength: 50 }),
+    enabled: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: false },
+);
+
+const Rules = Type.Array(DraftRuleSchema, { maxItems: 200 });
+const DraftName = Type.String({ minLength: 1, maxLength: 200 });
+const Description = Type.String({ maxLength: 5000 });
+
+export const CreateDraftBody = Type.Object(
+  {
+    name: DraftName,
+    description: Type.Optional(Description),
+    projectId: Uuid,
+    createdByAgentId: Type.String({ minLength: 1, maxLength: 200 }),
+    rules: Rules,
+  },
+  { additionalProperties: false },
+);
+
+export const PatchDraftBody = Type.Object(
+  {
+    name: Type.Optional(DraftName),
+    description: Type.Optional(Description),
+    rules: Type.Optional(Rules),
+    status: Type.Optional(Status),
+  },
+  { additionalProperties: false, minProperties: 1 },
+);
+
+export const ListDraftsQuery = Type.Object({ projectId: Type.Optional(Uuid), status: Type.Optional(Status) });
+
+export const DraftSchema = Type.Object({
+  id: Type.String(),
+  organizationId: Type.String(),
+  projectId: Type.String(),
+  name: Type.String(),
+  description: Type.String(),
+  status: Status,
+  createdByAgentId: Type.String(),
+  rules: Type.Array(DraftRuleSchema),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+  reviewedBy: Nullable(Type.String()),
+  reviewedAt: Nullable(Type.String()),
+});
+
+export const DraftEnvelope = Type.Object({ data: DraftSchema });
+
+export const ApprovedDraft = Type.Object({
+  data: DraftSchema,
+  applied: Type.Array(
+    Type.Object({ toolName: Type.String(), version: Type.Integer(), created: Type.Boolean() }),
+  ),
+  skipped: Type.Array(Type.Object({ ruleId: Type.String(), reason: Type.String() })),
+});

@@ -1,0 +1,205 @@
+import type { SkippedRule } from '@svc/policy-engine';
+import type { Kysely } from 'kysely';
+import type { EventBus } from '../../events/bus.js';
+import type { Clock } from '../../lib/clock.js';
+import { AppError, invalid, notFound } from '../../lib/errors.js';
+import { uuidv7 } from '../../lib/ids.js';
+import type { OrgScope } from '../../lib/scope.js';
+import type { Database } from '../../storage/schema.js';
+import type { PolicyCache } from '../policies/cache.js';
+import { policyEvent } from '../policies/model.js';
+import type { PolicyRepository } from '../policies/repository.js';
+import { type AppliedPolicy, applyDraftRules } from './apply.js';
+import { assertRules, type DraftRuleInput, type DraftStatus, type PolicyDraft, toDraft } from './model.js';
+import type { DraftPatch, DraftRepository, DraftRow } from './repository.js';
+
+export interface DraftServiceDeps {
+  db: Kysely<Database>;
+  drafts: DraftRepository;
+  policies: PolicyRepository;
+  cache: Pick<PolicyCache, 'invalidate'>;
+  events: EventBus;
+  clock: Clock;
+  projectExists: (organizationId: string, projectId: string) => Promise<boolean>;
+}
+
+export interface CreateDraftInput {
+  name: string;
+  description?: string;
+  projectId: string;
+  createdByAgentId: string;
+  rules: DraftRuleInput[];
+}
+
+export interface DraftChanges {
+  name?: string;
+  description?: string;
+  rules?: DraftRuleInput[];
+  status?: DraftStatus;
+}
+
+/** Who reviewed: the user, or the API key (`apikey:<keyId>`) where the route accepts keys. */
+function reviewer(scope: OrgScope): string {
+  const p = scope.principal;
+  return p.kind === 'user' ? p.userId : `apikey:${p.keyId}`;
+}
+
+/**
+ * Status moves PATCH allows besides keeping the status: only withdrawing a submitted draft
+ * (pending_review → draft). Submit, approve and reject have their own endpoints (and events);
+ * approved and rejected drafts are final.
+ */
+function patchMoveProblem(from: DraftStatus, to: DraftStatus): string | null {
+  if (from === to || (from === 'pending_review' && to === 'draft')) return null;
+  if (from === 'approved' || from === 'rejected')
+    return `an ${from} draft is final; its status cannot change`;
+  const endpoint = { pending_review: 'submit', approved: 'approve', rejected: 'reject', draft: null }[to];
+  return `status ${from} cannot become ${to} through PATCH; use POST /v1/policy-drafts/:id/${endpoint}`;
+}
+
+export function createDraftService(deps: DraftServiceDeps) {
+  const { db, drafts, policies, cache, events, clock, projectExists } = deps;
+  const now = () => clock.now().toISOString();
+
+  async function load(scope: OrgScope, id: string): Promise<DraftRow> {
+    const row = await drafts.get(scope.organizationId, id);
+    if (!row) throw notFound('Policy draft');
+    return row;
+  }
+
+  /** A status move guarded by the status it starts from; explains a miss (404 or 400). */
+  async function move(scope: OrgScope, id: string, from: DraftStatus, patch: DraftPatch, verb: string) {
+    const row = await drafts.updateIf(scope.organizationId, id, from, patch);
+    if (row) return row;
+    const current = await load(scope, id);
+    throw invalid(`Only a draft in status ${from} can be ${verb}; this one is ${current.status}`);
+  }
+
+  return {
+    async create(scope: OrgScope, input: CreateDraftInput): Promise<PolicyDraft> {
+      assertRules(input.rules);
+      if (!(await projectExists(scope.organizationId, input.projectId))) throw notFound('Project');
+      const at = now();
+      const row: DraftRow = {
+        id: uuidv7(),
+        organization_id: scope.organizationId,
+        project_id: input.projectId,
+        name: input.name,
+        description: input.description ?? '',
+        status: 'draft',
+        created_by_agent_id: input.createdByAgentId,
+        rules: JSON.stringify(input.rules),
+        reviewed_by: null,
+        reviewed_at: null,
+        created_at: at,
+        updated_at: at,
+      };
+      await drafts.insert(row);
+      return toDraft(row);
+    },
+
+    async list(
+      scope: OrgScope,
+      filter: { projectId?: string; status?: DraftStatus },
+    ): Promise<PolicyDraft[]> {
+      return (await drafts.list(scope.organizationId, filter)).map(toDraft);
+    },
+
+    async get(scope: OrgScope, id: string): Promise<PolicyDraft> {
+      return toDraft(await load(scope, id));
+    },
+
+    /** Content (name, description, rules) is editable only in status draft; see patchMoveProblem. */
+    async update(scope: OrgScope, id: string, changes: DraftChanges): Promise<PolicyDraft> {
+      if (changes.rules) assertRules(changes.rules);
+      const row = await load(scope, id);
+      const from = row.status as DraftStatus;
+      const to = changes.status ?? from;
+      const problem = patchMoveProblem(from, to);
+      if (problem) throw invalid(problem);
+      const edits =
+        changes.name !== undefined || changes.description !== undefined || changes.rules !== undefined;
+      if (edits && to !== 'draft') {
+        throw invalid(
+          `A draft in status ${from} cannot be edited; only status draft can (withdraw a submitted draft with {"status": "draft"})`,
+        );
+      }
+      // Restating the current status changes nothing, so nothing is written.
+      if (!edits && to === from) return toDraft(row);
+      const patch: DraftPatch = {
+        ...(changes.name !== undefined ? { name: changes.name } : {}),
+        ...(changes.description !== undefined ? { description: changes.description } : {}),
+        ...(changes.rules !== undefined ? { rules: JSON.stringify(changes.rules) } : {}),
+        status: to,
+        updated_at: now(),
+      };
+      const updated = await drafts.updateIf(scope.organizationId, id, from, patch);
+      if (updated) return toDraft(updated);
+      await load(scope, id);
+      throw new AppError('conflict', 'The draft changed while it was being updated; read it again and retry');
+    },
+
+    async delete(scope: OrgScope, id: string): Promise<void> {
+      if (!(await drafts.delete(scope.organizationId, id))) throw notFound('Policy draft');
+    },
+
+    async submit(scope: OrgScope, id: string): Promise<PolicyDraft> {
+      const row = await move(
+        scope,
+        id,
+        'draft',
+        { status: 'pending_review', updated_at: now() },
+        'submitted',
+      );
+      events.publish({
+        organizationId: scope.organizationId,
+        type: 'draft.submitted',
+        data: { draftId: id, orgId: scope.organizationId },
+      });
+      return toDraft(row);
+    },
+
+    async reject(scope: OrgScope, id: string): Promise<PolicyDraft> {
+      const at = now();
+      const patch = { status: 'rejected', reviewed_by: reviewer(scope), reviewed_at: at, updated_at: at };
+      const row = await move(scope, id, 'pending_review', patch, 'rejected');
+      events.publish({ organizationId: scope.organizationId, type: 'draft.rejected', data: { draftId: id } });
+      return toDraft(row);
+    },
+
+    /**
+     * Approves and applies in ONE transaction: the status change and every policy write commit
+     * together or not at all. Caches are invalidated and events sent only after COMMIT.
+     */
+    async approve(
+      scope: OrgScope,
+      id: string,
+    ): Promise<{ data: PolicyDraft; applied: AppliedPolicy[]; skipped: SkippedRule[] }> {
+      const at = now();
+      const patch = { status: 'approved', reviewed_by: reviewer(scope), reviewed_at: at, updated_at: at };
+      const result = await db.transaction().execute(async (trx) => {
+        const row = await drafts.updateIf(scope.organizationId, id, 'pending_review', patch, trx);
+        if (!row) return null;
+        const owner = { ...scope, projectId: row.project_id };
+        return { row, ...(await applyDraftRules(trx, policies, owner, JSON.parse(row.rules), at)) };
+      });
+      if (!result) {
+        const current = await load(scope, id);
+        throw invalid(`Only a draft in status pending_review can be approved; this one is ${current.status}`);
+      }
+      const owner = { ...scope, projectId: result.row.project_id };
+      for (const p of result.applied) {
+        cache.invalidate(scope.organizationId, p.toolName);
+        events.publish(
+          p.created
+            ? policyEvent(owner, 'policy.created', p.toolName)
+            : policyEvent(owner, 'policy.updated', p.toolName, { version: p.version }),
+        );
+      }
+      events.publish({ organizationId: scope.organizationId, type: 'draft.approved', data: { draftId: id } });
+      return { data: toDraft(result.row), applied: result.applied, skipped: result.skipped };
+    },
+  };
+}
+
+export type DraftService = ReturnType<typeof createDraftService>;
