@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import pg from 'pg';
-import { buildApp } from '../src/app.js';
+import { type BuildOptions, buildApp } from '../src/app.js';
 import { type Config, loadConfig } from '../src/config.js';
 import type { AppContext } from '../src/context.js';
 import type { Clock } from '../src/lib/clock.js';
@@ -63,7 +63,7 @@ export interface TestApp {
 
 export async function createTestApp(
   overrides: Partial<Config> = {},
-  options: { clock?: Clock; database?: TestDatabase } = {},
+  options: { clock?: Clock; database?: TestDatabase; streams?: BuildOptions['streams'] } = {},
 ): Promise<TestApp> {
   const database = options.database ?? (await freshDatabase());
   const config: Config = {
@@ -81,6 +81,7 @@ export async function createTestApp(
     store,
     logger: false,
     ...(options.clock ? { clock: options.clock } : {}),
+    ...(options.streams ? { streams: options.streams } : {}),
   });
   await app.ready();
   return {

@@ -1,4 +1,5 @@
 import type { FastifyReply } from 'fastify';
+import type { Redis } from 'ioredis';
 import { AppError } from '../lib/errors.js';
 
 export interface RateLimitResult {
@@ -48,6 +49,54 @@ export class MemoryRateLimiter implements RateLimiter {
   async close(): Promise<void> {
     clearInterval(this.sweeper);
   }
+}
+
+/**
+ * Counts one hit unless the window is full (a refused hit does not count, as in memory), and sets the
+ * expiry on the first hit, in one atomic step shared by every instance.
+ */
+const HIT_SCRIPT = `
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n >= tonumber(ARGV[1]) then return {0, n} end
+n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return {1, n}`;
+
+type HitCommand = (key: string, limit: number, ttlMs: number) => Promise<[number, number]>;
+
+/** Fixed windows in Redis, keyed by window start: same answers and headers as MemoryRateLimiter. */
+export class RedisRateLimiter implements RateLimiter {
+  private readonly hitScript: HitCommand;
+
+  constructor(
+    redis: Redis,
+    private readonly prefix: string,
+  ) {
+    redis.defineCommand('svcRateHit', { numberOfKeys: 1, lua: HIT_SCRIPT });
+    this.hitScript = (redis as unknown as { svcRateHit: HitCommand }).svcRateHit.bind(redis);
+  }
+
+  async hit(bucket: string, limit: number, windowMs: number, nowMs: number): Promise<RateLimitResult> {
+    const start = nowMs - (nowMs % windowMs);
+    let reply: [number, number];
+    try {
+      // The key outlives its window by a second so a slightly late clock still finds it.
+      reply = await this.hitScript(`${this.prefix}rl:${bucket}:${start}`, limit, windowMs + 1000);
+    } catch {
+      // Fail closed: without the shared counter the limit cannot be enforced.
+      throw new AppError('service_unavailable', 'The rate limiter is not answering; retry shortly');
+    }
+    const [allowed, count] = reply;
+    return {
+      allowed: allowed === 1,
+      limit,
+      remaining: Math.max(0, limit - count),
+      resetAt: Math.ceil((start + windowMs) / 1000),
+    };
+  }
+
+  /** The connection belongs to the caller (shared with the other Redis users of the process). */
+  async close(): Promise<void> {}
 }
 
 export const VALIDATION_LIMITS: Record<string, number> = {

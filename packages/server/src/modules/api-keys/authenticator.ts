@@ -25,6 +25,8 @@ export class ApiKeyAuthenticator {
   private readonly lastUsed = new Map<string, string>();
   private readonly timer: NodeJS.Timeout;
   private flushing: Promise<void> = Promise.resolve();
+  /** Bumped by every forget*, so a load that raced with a revocation is not cached. */
+  private generation = 0;
   /** Called after local forget*, so other instances can forget too (scale-out). */
   onForget: ((what: { keyIds?: string[]; organizationId?: string }) => void) | null = null;
 
@@ -40,6 +42,7 @@ export class ApiKeyAuthenticator {
     const hash = hashApiKey(key);
     let principal = this.cache.get(hash) ?? null;
     if (!principal) {
+      const generation = this.generation;
       const row = await this.store.db
         .selectFrom('api_keys as k')
         .innerJoin('organizations as o', 'o.id', 'k.organization_id')
@@ -62,8 +65,10 @@ export class ApiKeyAuthenticator {
         tier: row.tier,
         rateLimitPerMinute: row.rate_limit_per_minute,
       };
-      if (this.cache.size >= MAX_CACHED) this.cache.delete(this.cache.keys().next().value!);
-      this.cache.set(hash, principal);
+      if (generation === this.generation) {
+        if (this.cache.size >= MAX_CACHED) this.cache.delete(this.cache.keys().next().value!);
+        this.cache.set(hash, principal);
+      }
     }
     this.lastUsed.set(principal.keyId, this.clock.now().toISOString());
     return principal;
@@ -75,14 +80,22 @@ export class ApiKeyAuthenticator {
   }
 
   forgetKeys(keyIds: string[], broadcast = true): void {
+    this.generation++;
     const ids = new Set(keyIds);
     for (const [hash, p] of this.cache) if (ids.has(p.keyId)) this.cache.delete(hash);
     if (broadcast) this.onForget?.({ keyIds });
   }
 
   forgetOrganization(organizationId: string, broadcast = true): void {
+    this.generation++;
     for (const [hash, p] of this.cache) if (p.organizationId === organizationId) this.cache.delete(hash);
     if (broadcast) this.onForget?.({ organizationId });
+  }
+
+  /** Drops every cached key, locally only (scale-out: after invalidations may have been missed). */
+  forgetAll(): void {
+    this.generation++;
+    this.cache.clear();
   }
 
   async flush(): Promise<void> {

@@ -8,10 +8,17 @@ export const healthRoutes: FastifyPluginAsync<{ ctx: AppContext }> = async (app,
   app.get('/readyz', { config: { auth: 'none' } }, async (req, reply) => {
     try {
       await ctx.store.ping();
-      return { status: 'ready' };
     } catch (err) {
       req.log.warn({ err }, 'store not ready');
       return sendError(reply, 'service_unavailable', 'The store is not answering');
     }
+    try {
+      // Scaled out, an instance cut off from Redis would refuse validations: take it out of rotation.
+      await ctx.redis?.ping();
+    } catch (err) {
+      req.log.warn({ err }, 'redis not ready');
+      return sendError(reply, 'service_unavailable', 'Redis is not answering');
+    }
+    return { status: 'ready' };
   });
 };

@@ -80,4 +80,10 @@ export class PolicyCache {
     }
     if (broadcast) this.onInvalidate?.(organizationId, toolName);
   }
+
+  /** Drops every entry, locally only (scale-out: after invalidations may have been missed). */
+  clear(): void {
+    this.generation++;
+    this.entries.clear();
+  }
 }

@@ -1,0 +1,86 @@
+import type { FastifyRequest } from 'fastify';
+import type { AppContext } from '../context.js';
+import { AppError } from '../lib/errors.js';
+import type { JwtVerifier } from '../lib/jwt.js';
+import { looksLikeApiKey } from '../modules/api-keys/keys.js';
+import { createOrganizationRepository } from '../modules/organizations/repository.js';
+
+/**
+ * Long-lived connections re-check their credentials at every heartbeat: a revoked key, an expired
+ * token or a lost membership ends the delivery within one heartbeat instead of never.
+ */
+export type Recheck = () => Promise<boolean>;
+
+export interface StreamAccess {
+  organizationId: string;
+  recheck: Recheck;
+}
+
+function bearer(request: FastifyRequest): string | null {
+  const m = /^Bearer\s+(.+)$/i.exec(request.headers.authorization?.trim() ?? '');
+  return m ? m[1]!.trim() : null;
+}
+
+/** The raw API key the auth plugin accepted (header, bearer or `apiKey` query), to re-check it later. */
+function presentedKey(request: FastifyRequest): string | null {
+  const header = request.headers['x-service-api-key'];
+  if (typeof header === 'string' && header !== '') return header;
+  const token = bearer(request);
+  if (token && looksLikeApiKey(token)) return token;
+  const q = (request.query as Record<string, unknown> | undefined)?.apiKey;
+  return typeof q === 'string' && q !== '' ? q : null;
+}
+
+/**
+ * Scope of an SSE stream: the key's organization, or for a user the organization named by
+ * `organizationId` (query) or X-Organization-Id, of which the user must be a member. Every refusal is
+ * 401 `unauthorized`, except a user who names no organization (400 `missing_organization`).
+ */
+export async function streamAccess(
+  ctx: AppContext,
+  jwt: JwtVerifier,
+  request: FastifyRequest,
+  organizationId: string | undefined,
+): Promise<StreamAccess> {
+  let scope: Awaited<ReturnType<AppContext['scope']>>;
+  try {
+    scope = await ctx.scope(request, organizationId ?? null);
+  } catch (err) {
+    if (err instanceof AppError && err.code === 'authorization_error') {
+      throw new AppError('unauthorized', err.message);
+    }
+    throw err;
+  }
+  const principal = scope.principal;
+  const org = scope.organizationId;
+  if (principal.kind === 'apiKey') {
+    const key = presentedKey(request);
+    return {
+      organizationId: org,
+      recheck: async () => (key ? (await ctx.keys.authenticate(key))?.organizationId === org : false),
+    };
+  }
+  const token = bearer(request);
+  const organizations = createOrganizationRepository(ctx.store.db);
+  return {
+    organizationId: org,
+    recheck: async () => {
+      if (!token || !(await tokenStillValid(jwt, token, principal.userId))) return false;
+      return (await organizations.roleOf(principal.userId, org)) !== null;
+    },
+  };
+}
+
+export async function tokenStillValid(jwt: JwtVerifier, token: string, userId: string): Promise<boolean> {
+  try {
+    return (await jwt.verify(token)).sub === userId;
+  } catch {
+    return false;
+  }
+}
+
+/** Ids of every organization the user belongs to. */
+export async function userOrganizations(ctx: AppContext, userId: string): Promise<string[]> {
+  const rows = await createOrganizationRepository(ctx.store.db).listForUser(userId);
+  return rows.map((r) => r.id);
+}

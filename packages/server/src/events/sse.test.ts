@@ -1,0 +1,207 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import {
+  asUser,
+  bearer,
+  createTenant,
+  createTestApp,
+  expectError,
+  keyHeader,
+  type Tenant,
+  type TestApp,
+} from '../../test/helpers.js';
+import { SseClient, waitFor } from '../../test/streams.js';
+
+const validate = (t: TestApp, tenant: Tenant, tool = 'send_email') =>
+  t.inject({
+    method: 'POST',
+    url: '/v1/tools/validate',
+    headers: keyHeader(tenant.apiKey),
+    payload: { tool_name: tool, arguments: { to: 'a@example.com' } },
+  });
+
+describe('GET /v1/events/stream (SSE)', () => {
+  let t: TestApp;
+  let url: string;
+  let a: Tenant;
+  let b: Tenant;
+  const open: SseClient[] = [];
+  const connect = async (query = '', headers: Record<string, string> = {}) => {
+    const c = await SseClient.open(`${url}/v1/events/stream${query}`, headers);
+    open.push(c);
+    return c;
+  };
+
+  beforeAll(async () => {
+    t = await createTestApp({}, { streams: { sseHeartbeatMs: 50 } });
+    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    a = await createTenant(t);
+    b = await createTenant(t);
+  });
+  afterEach(() => {
+    for (const c of open.splice(0)) c.close();
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('sends :ok, then each event as event/data, with the streaming headers', async () => {
+    const c = await connect('', keyHeader(a.apiKey));
+    expect(c.status).toBe(200);
+    expect(c.headers['content-type']).toMatch(/^text\/event-stream/);
+    expect(c.headers['cache-control']).toBe('no-cache');
+    expect(c.headers['x-accel-buffering']).toBe('no');
+    await waitFor(() => c.comments[0] === 'ok', ':ok');
+    expect(c.body.startsWith(':ok\n\n')).toBe(true);
+
+    expect((await validate(t, a)).statusCode).toBe(200);
+    const e = await c.waitForEvent((x) => x.event === 'decision.created', 'decision.created');
+    expect(e.data).toMatchObject({ toolName: 'send_email', decision: 'allow', mode: 'deterministic' });
+    expect(typeof (e.data as { latencyMs: unknown }).latencyMs).toBe('number');
+  });
+
+  it('accepts the key in the apiKey query parameter', async () => {
+    const c = await connect(`?apiKey=${encodeURIComponent(a.apiKey)}`);
+    expect(c.status).toBe(200);
+    await waitFor(() => c.comments.includes('ok'), ':ok');
+    await validate(t, a, 'query_tool');
+    await c.waitForEvent((x) => (x.data as { toolName: string }).toolName === 'query_tool', 'event');
+  });
+
+  it('accepts a user JWT with the organization in X-Organization-Id or the organizationId query', async () => {
+    const byHeader = await connect('', asUser(a));
+    const byQuery = await connect(`?organizationId=${a.orgId}`, bearer(a.token));
+    expect([byHeader.status, byQuery.status]).toEqual([200, 200]);
+    await validate(t, a, 'jwt_tool');
+    for (const c of [byHeader, byQuery]) {
+      await c.waitForEvent((x) => (x.data as { toolName: string }).toolName === 'jwt_tool', 'event');
+    }
+  });
+
+  it('filters by the types query parameter', async () => {
+    const c = await connect('?types=policy.created,%20draft.approved', keyHeader(a.apiKey));
+    await waitFor(() => c.comments.includes('ok'), ':ok');
+    await validate(t, a, 'filtered');
+    const created = await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(a.apiKey),
+      payload: { toolName: 'filtered', constraints: [] },
+    });
+    expect(created.statusCode).toBe(201);
+    await c.waitForEvent((x) => x.event === 'policy.created', 'policy.created');
+    // Events are delivered in order: had the decision passed the filter, it would be here by now.
+    expect(c.events.map((x) => x.event)).toEqual(['policy.created']);
+  });
+
+  it("never delivers another organization's events", async () => {
+    const c = await connect('', keyHeader(a.apiKey));
+    await waitFor(() => c.comments.includes('ok'), ':ok');
+    await validate(t, b, 'b_tool');
+    await validate(t, a, 'a_tool');
+    await c.waitForEvent((x) => (x.data as { toolName: string }).toolName === 'a_tool', 'own event');
+    expect(c.events.map((x) => (x.data as { toolName: string }).toolName)).toEqual(['a_tool']);
+  });
+
+  it('sends :ping comments at the heartbeat interval', async () => {
+    const c = await connect('', keyHeader(a.apiKey));
+    await waitFor(() => c.comments.filter((x) => x === 'ping').length >= 2, 'two pings');
+  });
+
+  it('answers 401 unauthorized for every authentication failure', async () => {
+    const other = await createTenant(t);
+    const cases = [
+      {},
+      keyHeader('svc_not-a-real-key'),
+      bearer('not.a.jwt'),
+      // A user who is not a member of the organization named.
+      { ...bearer(other.token), 'x-organization-id': a.orgId },
+    ];
+    for (const headers of cases) {
+      const res = await t.inject({ method: 'GET', url: '/v1/events/stream', headers });
+      expectError(res, 401, 'unauthorized');
+    }
+    const q = await t.inject({ method: 'GET', url: '/v1/events/stream?apiKey=svc_nope' });
+    expectError(q, 401, 'unauthorized');
+    // An API key may not name another organization either.
+    const cross = await t.inject({
+      method: 'GET',
+      url: `/v1/events/stream?organizationId=${b.orgId}`,
+      headers: keyHeader(a.apiKey),
+    });
+    expectError(cross, 401, 'unauthorized');
+  });
+
+  it('answers 400 missing_organization to a user who names no organization', async () => {
+    const res = await t.inject({ method: 'GET', url: '/v1/events/stream', headers: bearer(a.token) });
+    expectError(res, 400, 'missing_organization');
+  });
+
+  it('refuses a revoked key and ends its open stream at the next heartbeat', async () => {
+    const tenant = await createTenant(t);
+    const c = await connect('', keyHeader(tenant.apiKey));
+    await waitFor(() => c.comments.includes('ok'), ':ok');
+    const keys = await t.inject({ method: 'GET', url: '/v1/api-keys', headers: asUser(tenant) });
+    const keyId = keys.json().data[0].id as string;
+    const revoked = await t.inject({
+      method: 'POST',
+      url: `/v1/api-keys/${keyId}/revoke`,
+      headers: asUser(tenant),
+    });
+    expect(revoked.statusCode).toBe(200);
+    await waitFor(() => c.ended, 'stream end');
+    const again = await t.inject({
+      method: 'GET',
+      url: '/v1/events/stream',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expectError(again, 401, 'unauthorized');
+  });
+
+  it('removes the subscription when the client disconnects', async () => {
+    const before = t.ctx.streams.size;
+    const c = await connect('', keyHeader(a.apiKey));
+    await waitFor(() => t.ctx.streams.size === before + 1, 'registered');
+    c.close();
+    await waitFor(() => t.ctx.streams.size === before, 'removed');
+  });
+});
+
+describe('SSE slow consumers and shutdown', () => {
+  it('drops a client that stops reading, without affecting the others', async () => {
+    const t = await createTestApp({}, { streams: { maxBufferedBytes: 64 * 1024, sseHeartbeatMs: 60_000 } });
+    try {
+      const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+      const a = await createTenant(t);
+      const slow = await SseClient.open(`${url}/v1/events/stream`, keyHeader(a.apiKey));
+      slow.res!.pause();
+      const good = await SseClient.open(`${url}/v1/events/stream`, keyHeader(a.apiKey));
+      await waitFor(() => t.ctx.streams.size === 2, 'two streams');
+      const blob = 'x'.repeat(16 * 1024);
+      // Paced by the good client: it keeps up, the slow one's buffer (kernel, then ours) fills.
+      let sent = 0;
+      while (t.ctx.streams.size === 2 && sent < 4000) {
+        t.ctx.events.publish({ organizationId: a.orgId, type: 'bulk', data: { n: sent, blob } });
+        sent++;
+        await waitFor(() => good.events.length === sent, `event ${sent}`, 10_000, 1);
+      }
+      expect(t.ctx.streams.size).toBe(1);
+      // The good client is still served.
+      t.ctx.events.publish({ organizationId: a.orgId, type: 'after', data: {} });
+      await good.waitForEvent((e) => e.event === 'after', 'event after the drop');
+      slow.close();
+      good.close();
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('ends open streams when the server closes', async () => {
+    const t = await createTestApp();
+    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    const a = await createTenant(t);
+    const c = await SseClient.open(`${url}/v1/events/stream`, keyHeader(a.apiKey));
+    await waitFor(() => c.comments.includes('ok'), ':ok');
+    await t.close();
+    await waitFor(() => c.ended, 'stream end');
+  });
+});

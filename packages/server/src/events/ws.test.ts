@@ -1,0 +1,176 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import {
+  bearer,
+  createTenant,
+  createTestApp,
+  keyHeader,
+  type Tenant,
+  type TestApp,
+} from '../../test/helpers.js';
+import { WsClient, waitFor } from '../../test/streams.js';
+
+const validate = (t: TestApp, tenant: Tenant, tool: string) =>
+  t.inject({
+    method: 'POST',
+    url: '/v1/tools/validate',
+    headers: keyHeader(tenant.apiKey),
+    payload: { tool_name: tool, arguments: {} },
+  });
+
+const toolOf = (f: { data: Record<string, unknown> }) => f.data.toolName;
+
+describe('GET /ws (WebSocket)', () => {
+  let t: TestApp;
+  let wsUrl: string;
+  let a: Tenant;
+  let b: Tenant;
+  const open: WsClient[] = [];
+  const connect = async (token: string, options = {}) => {
+    const c = await WsClient.open(`${wsUrl}/ws?token=${encodeURIComponent(token)}`, options);
+    open.push(c);
+    return c;
+  };
+
+  beforeAll(async () => {
+    // Short enough for quick tests, long enough that a loaded machine still answers pings in time.
+    t = await createTestApp({}, { streams: { wsHeartbeatMs: 250 } });
+    wsUrl = (await t.app.listen({ port: 0, host: '127.0.0.1' })).replace(/^http/, 'ws');
+    a = await createTenant(t);
+    b = await createTenant(t);
+  });
+  afterEach(() => {
+    for (const c of open.splice(0)) c.close();
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('delivers {type, data} JSON text frames of the user organization', async () => {
+    const c = await connect(a.token);
+    await waitFor(() => t.ctx.streams.size > 0, 'registered');
+    expect((await validate(t, a, 'ws_tool')).statusCode).toBe(200);
+    const f = await c.waitForFrame((x) => toolOf(x) === 'ws_tool', 'frame');
+    expect(f.type).toBe('decision.created');
+    expect(f.data).toMatchObject({ toolName: 'ws_tool', decision: 'allow', mode: 'deterministic' });
+  });
+
+  it('delivers the events of every organization the user belongs to, and of no other', async () => {
+    const second = await createTenant(t, a.userId);
+    const c = await connect(a.token);
+    await waitFor(() => t.ctx.streams.size > 0, 'registered');
+    await validate(t, b, 'not_mine');
+    await validate(t, a, 'first_org');
+    await validate(t, second, 'second_org');
+    await c.waitForFrame((x) => toolOf(x) === 'second_org', 'second org frame');
+    // In publication order: the other organization's event would have come first.
+    expect(c.frames.map(toolOf)).toEqual(['first_org', 'second_org']);
+  });
+
+  it('picks up an organization the user joins after connecting, at a later heartbeat', async () => {
+    const user = `late-${Date.now()}`;
+    const first = await createTenant(t, user);
+    const c = await connect(first.token);
+    await waitFor(() => t.ctx.streams.size > 0, 'registered');
+    const later = await createTenant(t, user);
+    await waitFor(async () => {
+      t.ctx.events.publish({ organizationId: later.orgId, type: 'probe', data: {} });
+      return c.frames.some((f) => f.type === 'probe');
+    }, 'event of the new organization');
+  });
+
+  it('refuses a missing or bad token with HTTP 401 before the upgrade', async () => {
+    for (const url of [`${wsUrl}/ws`, `${wsUrl}/ws?token=nope`, `${wsUrl}/ws?token=${a.apiKey}`]) {
+      const err = (await WsClient.open(url).then(
+        () => {
+          throw new Error('upgrade should have been refused');
+        },
+        (e) => e,
+      )) as { res?: { statusCode: number }; body?: string };
+      expect(err.res?.statusCode).toBe(401);
+      expect(JSON.parse(err.body!)).toMatchObject({ error: { code: 'unauthorized' } });
+    }
+  });
+
+  it('answers a plain HTTP GET with 401 without a token and 400 without an upgrade', async () => {
+    expect((await t.inject({ method: 'GET', url: '/ws' })).statusCode).toBe(401);
+    const plain = await t.inject({ method: 'GET', url: `/ws?token=${a.token}` });
+    expect(plain.statusCode).toBe(400);
+    expect(plain.json().error.code).toBe('validation_failed');
+  });
+
+  it('pings every heartbeat and keeps a client that answers', async () => {
+    const c = await connect(a.token);
+    let pings = 0;
+    c.ws.on('ping', () => pings++);
+    await waitFor(() => pings >= 3, 'three pings');
+    expect(c.closed).toBe(false);
+  });
+
+  it('terminates a client that does not answer a ping by the next heartbeat', async () => {
+    const c = await connect(a.token, { autoPong: false });
+    await waitFor(() => c.closed, 'termination');
+    // Terminated, not closed: no close frame, so the client sees an abnormal closure.
+    expect(c.closeCode).toBe(1006);
+  });
+
+  it('removes the subscription when the client goes away', async () => {
+    const before = t.ctx.streams.size;
+    const c = await connect(a.token);
+    await waitFor(() => t.ctx.streams.size === before + 1, 'registered');
+    c.close();
+    await waitFor(() => t.ctx.streams.size === before, 'removed');
+  });
+});
+
+describe('WebSocket slow consumers and shutdown', () => {
+  it('drops a client that stops reading, without affecting the others', async () => {
+    const t = await createTestApp({}, { streams: { maxBufferedBytes: 64 * 1024, wsHeartbeatMs: 60_000 } });
+    try {
+      const wsUrl = (await t.app.listen({ port: 0, host: '127.0.0.1' })).replace(/^http/, 'ws');
+      const a = await createTenant(t);
+      const slow = await WsClient.open(`${wsUrl}/ws?token=${a.token}`);
+      slow.ws.pause();
+      const good = await WsClient.open(`${wsUrl}/ws?token=${a.token}`);
+      await waitFor(() => t.ctx.streams.size === 2, 'two connections');
+      const blob = 'x'.repeat(16 * 1024);
+      let sent = 0;
+      while (t.ctx.streams.size === 2 && sent < 4000) {
+        t.ctx.events.publish({ organizationId: a.orgId, type: 'bulk', data: { n: sent, blob } });
+        sent++;
+        await waitFor(() => good.frames.length === sent, `frame ${sent}`, 10_000, 1);
+      }
+      expect(t.ctx.streams.size).toBe(1);
+      t.ctx.events.publish({ organizationId: a.orgId, type: 'after', data: {} });
+      await good.waitForFrame((f) => f.type === 'after', 'frame after the drop');
+      slow.close();
+      good.close();
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('closes connections with 1001 when the server shuts down', async () => {
+    const t = await createTestApp();
+    const wsUrl = (await t.app.listen({ port: 0, host: '127.0.0.1' })).replace(/^http/, 'ws');
+    const a = await createTenant(t);
+    const c = await WsClient.open(`${wsUrl}/ws?token=${a.token}`);
+    await waitFor(() => t.ctx.streams.size === 1, 'registered');
+    await t.close();
+    await waitFor(() => c.closed, 'close');
+    expect(c.closeCode).toBe(1001);
+  });
+
+  it('does not disturb the rest of the API (auth and error envelope)', async () => {
+    const t = await createTestApp();
+    try {
+      const a = await createTenant(t);
+      const res = await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer('bad') });
+      expect(res.statusCode).toBe(401);
+      expect(res.json().error.code).toBe('unauthorized');
+      const ok = await t.inject({ method: 'GET', url: '/v1/tools', headers: keyHeader(a.apiKey) });
+      expect(ok.statusCode).toBe(200);
+    } finally {
+      await t.close();
+    }
+  });
+});

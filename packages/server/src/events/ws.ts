@@ -1,0 +1,134 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import WebSocket from 'ws';
+import type { AppContext } from '../context.js';
+import { AppError } from '../lib/errors.js';
+import type { JwtVerifier } from '../lib/jwt.js';
+import { tokenStillValid, userOrganizations } from './access.js';
+import type { Frames, StreamClient } from './hub.js';
+import type { StreamOptions } from './options.js';
+
+/** Close codes: 1001 = server going away, 1008 = policy violation (credentials no longer valid). */
+const GOING_AWAY = 1001;
+const POLICY_VIOLATION = 1008;
+
+/** One WebSocket. Like SSE, sending never waits: past the buffer limit the client is dropped. */
+export class WsClient implements StreamClient {
+  readonly kind = 'ws';
+  readonly types = null;
+  /** Answered the last ping; a client still silent at the next heartbeat is terminated. */
+  alive = true;
+  private checking = false;
+
+  constructor(
+    private readonly socket: WebSocket,
+    private readonly maxBufferedBytes: number,
+    /** Re-validates the token and re-reads memberships; null = credentials no longer valid. */
+    private readonly refresh: () => Promise<string[] | null>,
+    private readonly onOrganizations: (orgs: string[]) => void,
+  ) {
+    socket.on('pong', () => {
+      this.alive = true;
+    });
+  }
+
+  get gone(): boolean {
+    return this.socket.readyState === WebSocket.CLOSED;
+  }
+
+  send(frames: Frames): void {
+    if (this.socket.readyState !== WebSocket.OPEN) return;
+    this.socket.send(frames.ws);
+    // A full buffer also holds back a close frame, so a too-slow client is cut, not closed.
+    if (this.socket.bufferedAmount > this.maxBufferedBytes) this.socket.terminate();
+  }
+
+  heartbeat(): void {
+    if (!this.alive) {
+      this.socket.terminate();
+      return;
+    }
+    this.alive = false;
+    if (this.socket.readyState === WebSocket.OPEN) this.socket.ping();
+    if (this.checking) return;
+    this.checking = true;
+    this.refresh()
+      .then((orgs) => {
+        if (orgs === null) this.socket.close(POLICY_VIOLATION, 'token expired or no longer valid');
+        else this.onOrganizations(orgs);
+      })
+      // A store hiccup keeps the connection as it is; the next heartbeat tries again.
+      .catch(() => {})
+      .finally(() => {
+        this.checking = false;
+      });
+  }
+
+  close(reason: string): void {
+    this.socket.close(GOING_AWAY, reason);
+    // The closing handshake needs the peer; one that does not answer must not hold the shutdown.
+    setTimeout(() => this.socket.terminate(), 1000).unref();
+  }
+}
+
+interface Admitted {
+  userId: string;
+  token: string;
+  organizations: string[];
+}
+
+function tokenOf(request: FastifyRequest): string | null {
+  const q = (request.query as Record<string, unknown> | undefined)?.token;
+  if (typeof q === 'string' && q !== '') return q;
+  const m = /^Bearer\s+(.+)$/i.exec(request.headers.authorization?.trim() ?? '');
+  return m ? m[1]!.trim() : null;
+}
+
+/**
+ * GET /ws?token=<JWT>. The token is checked in onRequest, before the upgrade: a bad or missing token
+ * gets a plain HTTP 401 envelope and never a WebSocket. Events of every organization the user belongs
+ * to are delivered; memberships are re-read at every heartbeat, so an organization the user joins
+ * later is delivered from the next heartbeat on, and one the user leaves stops.
+ */
+export async function wsRoutes(
+  app: FastifyInstance,
+  { ctx, jwt, options }: { ctx: AppContext; jwt: JwtVerifier; options: StreamOptions },
+): Promise<void> {
+  const admitted = new WeakMap<FastifyRequest, Admitted>();
+
+  app.route({
+    method: 'GET',
+    url: '/ws',
+    config: { auth: 'none' },
+    onRequest: async (req) => {
+      const token = tokenOf(req);
+      if (!token) throw new AppError('unauthorized', 'A user token is required: connect to /ws?token=<JWT>');
+      let userId: string;
+      try {
+        userId = (await jwt.verify(token)).sub;
+      } catch (err) {
+        throw new AppError('unauthorized', `Invalid token: ${(err as Error).message}`);
+      }
+      req.principal = { kind: 'user', userId };
+      admitted.set(req, { userId, token, organizations: await userOrganizations(ctx, userId) });
+    },
+    handler: async () => {
+      throw new AppError('validation_failed', 'GET /ws needs a WebSocket upgrade (Upgrade: websocket)');
+    },
+    wsHandler: (socket, req) => {
+      const who = admitted.get(req)!;
+      const client: WsClient = new WsClient(
+        socket,
+        options.maxBufferedBytes,
+        async () =>
+          (await tokenStillValid(jwt, who.token, who.userId)) ? userOrganizations(ctx, who.userId) : null,
+        (orgs) => {
+          if (socket.readyState === WebSocket.OPEN) ctx.streams.set(client, orgs);
+        },
+      );
+      socket.on('close', () => ctx.streams.remove(client));
+      // No subscription protocol: whatever a client sends is ignored.
+      socket.on('message', () => {});
+      if (socket.readyState === WebSocket.OPEN) ctx.streams.set(client, who.organizations);
+    },
+  });
+}

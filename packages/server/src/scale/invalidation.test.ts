@@ -1,0 +1,91 @@
+import { Redis } from 'ioredis';
+import { afterEach, describe, expect, it } from 'vitest';
+import { dropRedisKeys, redisPrefix, TEST_REDIS_URL, waitFor } from '../../test/streams.js';
+import { type CacheTargets, InvalidationBroadcaster } from './invalidation.js';
+import { RedisLink } from './redis.js';
+
+/** Records what the broadcaster does to the caches; the real caches are exercised in instances.test. */
+function fakeTargets() {
+  const calls: string[] = [];
+  const targets = {
+    policies: {
+      onInvalidate: null as ((org: string, tool: string | null) => void) | null,
+      invalidate: (org: string, tool: string | null, broadcast: boolean) =>
+        calls.push(`policy ${org} ${tool} ${broadcast}`),
+      clear: () => calls.push('policies cleared'),
+    },
+    keys: {
+      onForget: null as ((what: { keyIds?: string[]; organizationId?: string }) => void) | null,
+      forgetKeys: (ids: string[], broadcast: boolean) => calls.push(`keys ${ids} ${broadcast}`),
+      forgetOrganization: (org: string, broadcast: boolean) => calls.push(`org ${org} ${broadcast}`),
+      forgetAll: () => calls.push('keys cleared'),
+    },
+  };
+  return { calls, targets, asTargets: targets as unknown as CacheTargets };
+}
+
+describe('InvalidationBroadcaster', () => {
+  const prefix = redisPrefix();
+  const closers: Array<() => Promise<unknown>> = [];
+  const warnings: string[] = [];
+  const log = { warn: (_: object, msg: string) => warnings.push(msg), error() {}, info() {} };
+
+  const instance = async (ackTimeoutMs = 2000) => {
+    const link = await RedisLink.connect(TEST_REDIS_URL, prefix, log);
+    closers.push(() => link.close());
+    const f = fakeTargets();
+    const b = await InvalidationBroadcaster.create(link, f.asTargets, log, ackTimeoutMs);
+    return { link, b, ...f };
+  };
+
+  afterEach(async () => {
+    for (const c of closers.splice(0)) await c();
+    await dropRedisKeys(prefix);
+  });
+
+  it('applies an invalidation on the other instances before settled() resolves', async () => {
+    const a = await instance();
+    const b = await instance();
+    const c = await instance();
+    a.targets.policies.onInvalidate!('o1', 'pay');
+    a.targets.keys.onForget!({ keyIds: ['k1', 'k2'] });
+    a.targets.keys.onForget!({ organizationId: 'o2' });
+    expect(a.b.busy).toBe(true);
+    await a.b.settled();
+    expect(a.b.busy).toBe(false);
+    // No waiting here: every other instance acknowledged, so it has applied them already.
+    for (const other of [b, c]) {
+      expect(other.calls).toEqual(['policy o1 pay false', 'keys k1,k2 false', 'org o2 false']);
+    }
+    // The publisher had invalidated its own cache before publishing: it does not do it twice.
+    expect(a.calls).toEqual([]);
+  });
+
+  it('stops waiting for an instance that never acknowledges, and says so', async () => {
+    const a = await instance(200);
+    const mute = new Redis(TEST_REDIS_URL);
+    closers.push(() => mute.quit());
+    await mute.subscribe(`${prefix}ch:invalidate`);
+    const started = Date.now();
+    a.targets.policies.onInvalidate!('o', null);
+    await a.b.settled();
+    expect(Date.now() - started).toBeGreaterThanOrEqual(190);
+    expect(warnings).toContain('not every instance acknowledged a cache invalidation in time');
+  });
+
+  it('drops every cached entry after the subscriber connection was lost', async () => {
+    const a = await instance();
+    const admin = new Redis(TEST_REDIS_URL);
+    closers.push(() => admin.quit());
+    const list = (await admin.client('LIST')) as string;
+    const line = list.split('\n').find((l) => l.includes(`name=svc-sub-${a.link.instanceId}`))!;
+    await admin.client('KILL', 'ID', /id=(\d+)/.exec(line)![1]!);
+    await waitFor(() => a.calls.includes('keys cleared'), 'caches cleared after reconnect');
+    expect(a.calls).toEqual(['policies cleared', 'keys cleared']);
+    // And it is subscribed again: a broadcast from elsewhere still arrives.
+    const b = await instance();
+    b.targets.policies.onInvalidate!('o', 't');
+    await b.b.settled();
+    expect(a.calls).toContain('policy o t false');
+  });
+});

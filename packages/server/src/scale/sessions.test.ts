@@ -1,0 +1,162 @@
+import type { SessionConstraints } from '@svc/policy-engine';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freshDatabase, type TestDatabase } from '../../test/helpers.js';
+import { dropRedisKeys, redisPrefix, TEST_REDIS_URL } from '../../test/streams.js';
+import { createOrganizationRepository } from '../modules/organizations/repository.js';
+import { MemorySessionCounters, type SessionCounters } from '../modules/validation/sessions.js';
+import { openStore, type Store } from '../storage/db.js';
+import { migrateToLatest } from '../storage/migrate.js';
+import { RedisSessionCounters } from './sessions.js';
+
+const quiet = { warn() {}, error() {}, info() {} };
+const ORG = 'org-sessions';
+
+type Step =
+  | { args: Record<string, unknown>; sc?: SessionConstraints; release?: true }
+  | { session: string; args: Record<string, unknown>; sc?: SessionConstraints };
+
+const limits: SessionConstraints = {
+  maxCalls: 6,
+  cumulativeLimits: [
+    { argumentName: 'amount', maxValue: 0.3 },
+    { argumentName: 'tokens', maxValue: 100 },
+  ],
+};
+
+// Exercises every rule: float tolerance at the limit, just over it, type and range failures (which
+// still report the current totals), absent arguments, the call limit, and a released reservation.
+const STEPS: Step[] = [
+  { args: { amount: 0.1 } },
+  { args: { amount: 0.2, tokens: 40 } }, // 0.30000000000000004: on the limit within tolerance
+  { args: { amount: 1e-10 } }, // over by 1e-10, still within 1e-9 * max(1, 0.3)
+  { args: { amount: 0.01 } }, // clearly over
+  { args: { amount: 'ten' } },
+  { args: { amount: -1, tokens: 10 } },
+  { args: { tokens: 60 } }, // exactly 100
+  { args: { tokens: 1 }, release: true }, // refused anyway: over 100
+  { args: {}, release: true }, // counted, then given back
+  { args: {} },
+  { args: {} },
+  { args: {} }, // the 7th call: over maxCalls 6
+  {
+    args: { tokens: 0 },
+    sc: { maxCalls: 100, cumulativeLimits: [{ argumentName: 'tokens', maxValue: 100 }] },
+  },
+];
+
+async function run(counters: SessionCounters, session: string) {
+  const out = [];
+  for (const step of STEPS) {
+    const r = await counters.reserve(ORG, session, 'pay', step.sc ?? limits, step.args);
+    out.push({ failures: r.failures, after: r.after });
+    if ('release' in step && step.release) r.release();
+    else r.settle();
+  }
+  return out;
+}
+
+describe('RedisSessionCounters', () => {
+  let db: TestDatabase;
+  let store: Store;
+  let redis: Redis;
+  const prefix = redisPrefix();
+
+  beforeAll(async () => {
+    db = await freshDatabase();
+    store = openStore(db.url);
+    await migrateToLatest(store);
+    const now = new Date().toISOString();
+    await createOrganizationRepository(store.db).create({
+      id: ORG,
+      name: 'Sessions',
+      slug: `sessions-${Date.now()}`,
+      owner_id: 'u',
+      tier: 'free',
+      rate_limit_per_minute: null,
+      billing_period_start: null,
+      created_at: now,
+      updated_at: null,
+    });
+    redis = new Redis(TEST_REDIS_URL);
+  });
+  afterAll(async () => {
+    await redis.quit();
+    await dropRedisKeys(prefix);
+    await store.close();
+    await db.drop();
+  });
+
+  it('decides, reports and counts exactly as the in-memory counters', async () => {
+    const memory = await run(new MemorySessionCounters(store), 's-parity');
+    const shared = await run(new RedisSessionCounters(redis, prefix, store, quiet), 's-parity');
+    expect(shared).toEqual(memory);
+    // The sequence really hits each rule.
+    expect(memory.map((s) => s.failures.map((f) => f.constraint_type).join('+'))).toEqual([
+      '',
+      '',
+      '',
+      'cumulative_limit',
+      'type',
+      'range',
+      '',
+      'cumulative_limit',
+      '',
+      '',
+      '',
+      'max_calls',
+      '',
+    ]);
+  });
+
+  it('starts from the stored totals of a session not yet in Redis', async () => {
+    await store.db
+      .insertInto('session_counters')
+      .values({
+        organization_id: ORG,
+        session_id: 's-stored',
+        tool_name: 'pay',
+        calls: 5,
+        cumulative: JSON.stringify({ amount: 0.25, other: 7 }),
+        updated_at: new Date().toISOString(),
+      })
+      .execute();
+    const counters = new RedisSessionCounters(redis, prefix, store, quiet);
+    const first = await counters.reserve(ORG, 's-stored', 'pay', limits, { amount: 0.05 });
+    expect(first.failures).toEqual([]);
+    expect(first.after).toEqual({ calls: 6, cumulative: { amount: 0.3, other: 7 } });
+    const second = await counters.reserve(ORG, 's-stored', 'pay', limits, {});
+    expect(second.failures.map((f) => f.constraint_type)).toEqual(['max_calls']);
+  });
+
+  it('never lets two instances take the same slot', async () => {
+    const second = new Redis(TEST_REDIS_URL);
+    const a = new RedisSessionCounters(redis, prefix, store, quiet);
+    const b = new RedisSessionCounters(second, prefix, store, quiet);
+    const sc = { maxCalls: 10 };
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).reserve(ORG, 's-race', 'pay', sc, {})),
+    );
+    const allowed = results.filter((r) => r.failures.length === 0);
+    expect(allowed).toHaveLength(10);
+    expect(allowed.map((r) => r.after!.calls).sort((x, y) => x - y)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    await second.quit();
+  });
+
+  it('gives a released call back to every instance', async () => {
+    const second = new Redis(TEST_REDIS_URL);
+    const a = new RedisSessionCounters(redis, prefix, store, quiet);
+    const b = new RedisSessionCounters(second, prefix, store, quiet);
+    const sc = { maxCalls: 1, cumulativeLimits: [{ argumentName: 'usd', maxValue: 1 }] };
+    const r = await a.reserve(ORG, 's-release', 'pay', sc, { usd: 0.7 });
+    expect(r.failures).toEqual([]);
+    expect((await b.reserve(ORG, 's-release', 'pay', sc, { usd: 0.1 })).failures).toHaveLength(1);
+    r.release();
+    // The release is sent before this call on the same connection, so it is applied first.
+    const again = await a.reserve(ORG, 's-release', 'pay', sc, { usd: 0.9 });
+    expect(again.failures).toEqual([]);
+    expect(again.after).toEqual({ calls: 1, cumulative: { usd: 0.9 } });
+    expect((await b.reserve(ORG, 's-release', 'pay', sc, {})).failures).toHaveLength(1);
+    await second.quit();
+  });
+});

@@ -1,0 +1,217 @@
+import { createHash } from 'node:crypto';
+import {
+  evaluateSession,
+  type FailedConstraint,
+  type SessionConstraints,
+  type SessionState,
+  sessionIncrements,
+} from '@svc/policy-engine';
+import type { Redis } from 'ioredis';
+import { AppError } from '../lib/errors.js';
+import type { Reservation, SessionCounters } from '../modules/validation/sessions.js';
+import type { Store } from '../storage/db.js';
+import type { Logger } from './redis.js';
+
+/**
+ * Check-and-count in one script, so two instances can never both take the last slot. The limit
+ * arithmetic mirrors policy-engine's session.ts exactly: call n+1 fails when n+1 > maxCalls; a
+ * cumulative total fails when total - max > 1e-9 * max(1, |max|). Totals are stored with 17
+ * significant digits, which round-trips a double exactly, so a sum here equals the sum in JavaScript.
+ *
+ * ARGV: 1 ttl ms, 2 '1' = refuse without checking (an argument is invalid whatever the state),
+ * 3 maxCalls or '', 4 n, then n triples (argument, maxValue, increment or ''), then the initial state
+ * from the store: '1'/'0', calls, m, then m pairs (argument, total).
+ * Returns {'init'} when the counter is not in Redis and no initial state was given, else
+ * {allowed 0/1, field, value, ...} with the state BEFORE this call.
+ */
+const RESERVE_SCRIPT = `
+local key = KEYS[1]
+local n = tonumber(ARGV[4])
+if redis.call('EXISTS', key) == 0 then
+  local base = 5 + 3 * n
+  if ARGV[base] ~= '1' then return {'init'} end
+  redis.call('HSET', key, 'calls', ARGV[base + 1])
+  for i = 1, tonumber(ARGV[base + 2]) do
+    redis.call('HSET', key, 'c:' .. ARGV[base + 1 + 2 * i], ARGV[base + 2 + 2 * i])
+  end
+end
+redis.call('PEXPIRE', key, ARGV[1])
+local before = redis.call('HGETALL', key)
+local ok = ARGV[2] ~= '1'
+local calls = tonumber(redis.call('HGET', key, 'calls') or '0')
+if ok and ARGV[3] ~= '' and calls + 1 > tonumber(ARGV[3]) then ok = false end
+local totals = {}
+for i = 0, n - 1 do
+  local inc = ARGV[7 + 3 * i]
+  if inc ~= '' then
+    local name = ARGV[5 + 3 * i]
+    local max = tonumber(ARGV[6 + 3 * i])
+    local total = tonumber(redis.call('HGET', key, 'c:' .. name) or '0') + tonumber(inc)
+    if total - max > 1e-9 * math.max(1, math.abs(max)) then ok = false end
+    totals[name] = total
+  end
+end
+if not ok then return {0, unpack(before)} end
+redis.call('HINCRBY', key, 'calls', 1)
+for name, total in pairs(totals) do
+  redis.call('HSET', key, 'c:' .. name, string.format('%.17g', total))
+end
+return {1, unpack(before)}`;
+
+/** Gives back one counted call: the exact inverse of the increment above. */
+const RELEASE_SCRIPT = `
+local key = KEYS[1]
+if redis.call('EXISTS', key) == 0 then return 0 end
+redis.call('HINCRBY', key, 'calls', -1)
+for i = 1, #ARGV, 2 do
+  local field = 'c:' .. ARGV[i]
+  local v = tonumber(redis.call('HGET', key, field) or '0') - tonumber(ARGV[i + 1])
+  redis.call('HSET', key, field, string.format('%.17g', v))
+end
+return 1`;
+
+type ScriptReply = Array<string | number>;
+type Scripts = {
+  svcSessionReserve(key: string, ...args: string[]): Promise<ScriptReply>;
+  svcSessionRelease(key: string, ...args: string[]): Promise<number>;
+};
+
+/** A session idle this long is dropped from Redis; its next call reloads the stored totals. */
+const DEFAULT_TTL_MS = 24 * 3600_000;
+const noop = () => {};
+
+function stateOf(reply: ScriptReply): SessionState {
+  const state: SessionState = { calls: 0, cumulative: {} };
+  for (let i = 1; i + 1 < reply.length; i += 2) {
+    const field = String(reply[i]);
+    const value = Number(reply[i + 1]);
+    if (field === 'calls') state.calls = value;
+    else if (field.startsWith('c:')) state.cumulative[field.slice(2)] = value;
+  }
+  return state;
+}
+
+/**
+ * Session counters shared by every instance through Redis. A counter not yet in Redis starts from
+ * the store's `session_counters` row (loaded once, set only if still absent); the decision writer
+ * keeps persisting the absolute values after each call, so a restart of Redis loses nothing.
+ */
+export class RedisSessionCounters implements SessionCounters {
+  private readonly scripts: Scripts;
+
+  constructor(
+    redis: Redis,
+    private readonly prefix: string,
+    private readonly store: Store,
+    private readonly log: Logger,
+    private readonly ttlMs = DEFAULT_TTL_MS,
+  ) {
+    redis.defineCommand('svcSessionReserve', { numberOfKeys: 1, lua: RESERVE_SCRIPT });
+    redis.defineCommand('svcSessionRelease', { numberOfKeys: 1, lua: RELEASE_SCRIPT });
+    this.scripts = redis as unknown as Scripts;
+  }
+
+  private key(org: string, session: string, tool: string): string {
+    // Hashed: session ids are caller-chosen strings of any length and content.
+    const id = createHash('sha256')
+      .update(JSON.stringify([session, tool]))
+      .digest('base64url');
+    return `${this.prefix}sess:${org}:${id}`;
+  }
+
+  private async stored(org: string, session: string, tool: string): Promise<string[]> {
+    const row = await this.store.db
+      .selectFrom('session_counters')
+      .select(['calls', 'cumulative'])
+      .where('organization_id', '=', org)
+      .where('session_id', '=', session)
+      .where('tool_name', '=', tool)
+      .executeTakeFirst();
+    const cumulative = Object.entries((row ? JSON.parse(row.cumulative) : {}) as Record<string, number>);
+    return ['1', String(row?.calls ?? 0), String(cumulative.length), ...cumulative.flat().map(String)];
+  }
+
+  async reserve(
+    org: string,
+    session: string,
+    tool: string,
+    constraints: SessionConstraints,
+    args: Record<string, unknown>,
+  ): Promise<Reservation> {
+    const inc = sessionIncrements(constraints, args);
+    // Type and range failures do not depend on the counts: such a call is refused whatever they are.
+    const invalid = evaluateSession(constraints, { calls: 0, cumulative: {} }, args).some(
+      (f) => f.constraint_type !== 'max_calls' && f.constraint_type !== 'cumulative_limit',
+    );
+    const limits = constraints.cumulativeLimits ?? [];
+    const argv = [
+      String(this.ttlMs),
+      invalid ? '1' : '0',
+      typeof constraints.maxCalls === 'number' ? String(constraints.maxCalls) : '',
+      String(limits.length),
+      ...limits.flatMap((l) => {
+        const v = inc.cumulative[l.argumentName];
+        return [l.argumentName, String(l.maxValue), v === undefined ? '' : String(v)];
+      }),
+    ];
+    const key = this.key(org, session, tool);
+    let reply: ScriptReply;
+    try {
+      reply = await this.scripts.svcSessionReserve(key, ...argv, '0');
+      if (reply[0] === 'init') {
+        reply = await this.scripts.svcSessionReserve(
+          key,
+          ...argv,
+          ...(await this.stored(org, session, tool)),
+        );
+      }
+    } catch (err) {
+      this.log.error({ err }, 'session counters unavailable');
+      throw new AppError('service_unavailable', 'Session counters are not answering; retry the call');
+    }
+    const before = stateOf(reply);
+    // The messages come from the shared evaluator, on the exact state the script saw.
+    const failures: FailedConstraint[] = evaluateSession(constraints, before, args);
+    if (reply[0] !== 1) {
+      return { failures: failures.length > 0 ? failures : [this.refused()], after: null, ...NO_OP };
+    }
+    const cumulative = { ...before.cumulative };
+    for (const [name, value] of Object.entries(inc.cumulative))
+      cumulative[name] = (cumulative[name] ?? 0) + value;
+    const after: SessionState = { calls: before.calls + inc.calls, cumulative };
+    let done = false;
+    const release = () => {
+      if (done) return;
+      done = true;
+      const pairs = Object.entries(inc.cumulative).flatMap(([k, v]) => [k, String(v)]);
+      this.scripts.svcSessionRelease(key, ...pairs).catch((err) => {
+        this.log.error({ err }, 'session counter could not be given back');
+      });
+    };
+    // Both sides use the same arithmetic, so they agree; if they ever did not, refuse (fail closed).
+    if (failures.length > 0) {
+      release();
+      return { failures, after: null, ...NO_OP };
+    }
+    return {
+      failures,
+      after,
+      release,
+      settle: () => {
+        done = true;
+      },
+    };
+  }
+
+  private refused(): FailedConstraint {
+    return {
+      parameter: '',
+      constraint_type: 'session_limit',
+      expected: 'within the session limits',
+      actual: null,
+      message: 'session limit reached',
+    };
+  }
+}
+
+const NO_OP = { release: noop, settle: noop };
