@@ -4,27 +4,39 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { Config } from './config.js';
 import type { AppContext } from './context.js';
 import { LocalEventBus } from './events/bus.js';
+import { EventHub } from './events/hub.js';
+import type { StreamOptions } from './events/options.js';
+import { requestLogFields } from './events/redact.js';
+import { eventRoutes } from './events/routes.js';
 import { type Clock, systemClock } from './lib/clock.js';
 import { createJwtVerifier, resolveJwtSecret } from './lib/jwt.js';
 import { createScopeResolver } from './lib/scope.js';
 import { adminRoutes } from './modules/admin/routes.js';
 import { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
+import { createApprovalRepository } from './modules/approvals/repository.js';
+import { approvalRoutes } from './modules/approvals/routes.js';
+import { createApprovalService } from './modules/approvals/service.js';
+import { decisionRoutes } from './modules/decisions/routes.js';
 import { DecisionWriter } from './modules/decisions/writer.js';
 import { healthRoutes } from './modules/health/routes.js';
+import { mcpRoutes } from './modules/mcp/routes.js';
 import { createOrganizationRepository } from './modules/organizations/repository.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
 import { PolicyCache } from './modules/policies/cache.js';
 import { createPolicyRepository } from './modules/policies/repository.js';
 import { policyRoutes } from './modules/policies/routes.js';
+import { policyDraftRoutes } from './modules/policy-drafts/routes.js';
 import { projectRoutes } from './modules/projects/routes.js';
+import { receiptRoutes } from './modules/receipts/routes.js';
 import { toolRoutes } from './modules/tools/routes.js';
 import { validationRoutes } from './modules/validation/routes.js';
 import { createValidationService } from './modules/validation/service.js';
-import { SessionCounters } from './modules/validation/sessions.js';
+import { MemorySessionCounters } from './modules/validation/sessions.js';
 import { registerAuth } from './plugins/auth.js';
 import { registerErrorHandling } from './plugins/errors.js';
 import { MemoryRateLimiter } from './plugins/rate-limit.js';
+import { connectScaleOut } from './scale/index.js';
 import type { Store } from './storage/db.js';
 
 export interface BuildOptions {
@@ -32,17 +44,25 @@ export interface BuildOptions {
   store: Store;
   clock?: Clock;
   logger?: boolean;
+  /** Event stream heartbeats and buffer limit (defaults: 15 s, 30 s, 1 MiB). */
+  streams?: Partial<StreamOptions>;
 }
 
 const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** Builds the HTTP application on an open, migrated store. Closing the app closes nothing it did not open. */
-export async function buildApp({ config, store, clock = systemClock, logger = true }: BuildOptions): Promise<{
+export async function buildApp({
+  config,
+  store,
+  clock = systemClock,
+  logger = true,
+  streams,
+}: BuildOptions): Promise<{
   app: FastifyInstance;
   ctx: AppContext;
 }> {
   const app = Fastify({
-    logger: logger ? { level: config.logLevel } : false,
+    logger: logger ? { level: config.logLevel, serializers: { req: requestLogFields } } : false,
     bodyLimit: 1024 * 1024,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
@@ -62,9 +82,19 @@ export async function buildApp({ config, store, clock = systemClock, logger = tr
   const keys = new ApiKeyAuthenticator(store, clock);
   const secret = await resolveJwtSecret(config, store);
   const jwt = createJwtVerifier(config, secret);
-  const events = new LocalEventBus();
+  // With SVC_REDIS_URL, events, rate limits, session counters and cache invalidations are shared.
+  const scale = config.redisUrl ? await connectScaleOut(config, store, app.log) : null;
+  const events = scale?.events ?? new LocalEventBus();
   const policies = new PolicyCache(createPolicyRepository(store.db));
   const writer = new DecisionWriter(store, { log: app.log });
+  const approvals = createApprovalService({
+    approvals: createApprovalRepository(store.db),
+    writer,
+    events,
+    clock,
+    log: app.log,
+    tierOf: async (id) => (await organizations.get(id))?.tier ?? 'free',
+  });
   const ctx: AppContext = {
     config,
     store,
@@ -77,22 +107,28 @@ export async function buildApp({ config, store, clock = systemClock, logger = tr
     writer,
     validation: createValidationService({
       policies,
-      sessions: new SessionCounters(store),
+      sessions: scale?.sessions ?? new MemorySessionCounters(store),
       writer,
       events,
       clock,
+      approvals,
     }),
-    rateLimiter: new MemoryRateLimiter(),
+    approvals,
+    rateLimiter: scale?.rateLimiter ?? new MemoryRateLimiter(),
+    streams: new EventHub(events),
+    redis: scale?.link ?? null,
   };
 
   registerErrorHandling(app);
   registerAuth(app, { config, keys, jwt });
+  await scale?.wire(app, { keys, policies });
   app.addHook('onClose', async () => {
     // In-flight requests have drained; commit what they queued before the store closes.
     await writer.close();
     await keys.close();
     await ctx.rateLimiter.close();
     await ctx.events.close();
+    await scale?.close();
   });
 
   await app.register(healthRoutes, { ctx });
@@ -103,6 +139,12 @@ export async function buildApp({ config, store, clock = systemClock, logger = tr
   await app.register(toolRoutes, { ctx });
   await app.register(policyRoutes, { ctx });
   await app.register(validationRoutes, { ctx });
+  await app.register(approvalRoutes, { ctx });
+  await app.register(policyDraftRoutes, { ctx });
+  await app.register(decisionRoutes, { ctx });
+  await app.register(receiptRoutes, { ctx });
+  await app.register(eventRoutes, { ctx, jwt, ...(streams ? { streams } : {}) });
+  await app.register(mcpRoutes, { ctx });
 
   return { app, ctx };
 }

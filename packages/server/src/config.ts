@@ -11,6 +11,10 @@ export interface Config {
   docsUrl: string;
   logLevel: string;
   redisUrl: string | null;
+  /** Prefix of every Redis key and channel, so several deployments (or test runs) can share one Redis. */
+  redisPrefix: string;
+  /** Lets MCP upstreams point at link-local and cloud metadata addresses (off: SSRF guard). */
+  mcpAllowPrivateUpstreams: boolean;
 }
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/svc.db';
@@ -25,6 +29,13 @@ function port(value: string | undefined): number {
   if (!Number.isInteger(n) || n < 0 || n > 65535)
     throw new Error(`PORT must be an integer 0-65535, got "${value}"`);
   return n;
+}
+
+function flag(name: string, value: string | undefined): boolean {
+  const v = nonEmpty(value)?.toLowerCase();
+  if (v === null || v === undefined || v === 'false' || v === '0') return false;
+  if (v === 'true' || v === '1') return true;
+  throw new Error(`${name} must be true or false, got "${value}"`);
 }
 
 /** Reads the operator contract from the environment; invalid values stop the start with a clear message. */
@@ -49,5 +60,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     docsUrl: (nonEmpty(env.SVC_DOCS_URL) ?? `${baseUrl}/docs`).replace(/\/+$/, ''),
     logLevel: nonEmpty(env.SVC_LOG_LEVEL) ?? 'info',
     redisUrl: nonEmpty(env.SVC_REDIS_URL),
+    redisPrefix: nonEmpty(env.SVC_REDIS_PREFIX) ?? 'svc:',
+    mcpAllowPrivateUpstreams: flag('SVC_MCP_ALLOW_PRIVATE_UPSTREAMS', env.SVC_MCP_ALLOW_PRIVATE_UPSTREAMS),
   };
 }

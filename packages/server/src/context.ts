@@ -1,13 +1,16 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Config } from './config.js';
 import type { EventBus } from './events/bus.js';
+import type { EventHub } from './events/hub.js';
 import type { Clock } from './lib/clock.js';
 import type { ScopeResolver } from './lib/scope.js';
 import type { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
+import type { ApprovalService } from './modules/approvals/service.js';
 import type { DecisionWriter } from './modules/decisions/writer.js';
 import type { PolicyCache } from './modules/policies/cache.js';
 import type { ValidationService } from './modules/validation/service.js';
 import type { RateLimiter } from './plugins/rate-limit.js';
+import type { RedisLink } from './scale/redis.js';
 import type { Store } from './storage/db.js';
 
 /** Shared infrastructure handed to every module plugin; each module builds its own services from it. */
@@ -19,8 +22,13 @@ export interface AppContext {
   keys: ApiKeyAuthenticator;
   scope: ScopeResolver;
   events: EventBus;
+  /** Open SSE and WebSocket connections, fed from `events`. */
+  streams: EventHub;
   policies: PolicyCache;
   writer: DecisionWriter;
   validation: ValidationService;
+  approvals: ApprovalService;
   rateLimiter: RateLimiter;
+  /** The Redis connections when SVC_REDIS_URL is set (scale-out), else null. */
+  redis: RedisLink | null;
 }

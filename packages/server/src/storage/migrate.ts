@@ -1,7 +1,9 @@
-import { type Migration, type MigrationProvider, Migrator } from 'kysely';
+import { type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
 import type { Store } from './db.js';
 import * as m0001 from './migrations/0001_tenancy.js';
 import * as m0002 from './migrations/0002_enforcement.js';
+import * as m0003 from './migrations/0003_approvals_drafts.js';
+import * as m0004 from './migrations/0004_mcp_upstreams.js';
 
 /**
  * Migrations are listed in code (not read from a folder) so they run the same under tsx, a bundle
@@ -10,12 +12,24 @@ import * as m0002 from './migrations/0002_enforcement.js';
 const MIGRATIONS: Record<string, Migration> = {
   '0001_tenancy': m0001,
   '0002_enforcement': m0002,
+  '0003_approvals_drafts': m0003,
+  '0004_mcp_upstreams': m0004,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };
 
 export async function migrateToLatest(store: Store): Promise<string[]> {
-  const migrator = new Migrator({ db: store.db, provider });
+  // Kysely looks for its bookkeeping tables in every schema unless told which one: on a PostgreSQL
+  // database where another schema already holds them, it would skip creating its own and fail.
+  const schema =
+    store.dialect === 'postgres'
+      ? (await sql<{ schema: string }>`select current_schema() as schema`.execute(store.db)).rows[0]?.schema
+      : undefined;
+  const migrator = new Migrator({
+    db: store.db,
+    provider,
+    ...(schema ? { migrationTableSchema: schema } : {}),
+  });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((r) => r.status === 'Error');

@@ -130,6 +130,61 @@ export interface SessionCountersTable {
   updated_at: string;
 }
 
+export interface ApprovalsTable {
+  id: string;
+  organization_id: string;
+  /** Project of the key whose call (or request) opened the approval; null for users. */
+  project_id: string | null;
+  decision_id: string | null;
+  tool_name: string;
+  /** JSON object: the arguments the approval was asked for. */
+  arguments: string;
+  /** argumentHash() of the arguments: an approval is used only by a call with the same hash. */
+  argument_hash: string;
+  /** pending, approved, denied or expired (a pending row past expires_at reads as expired). */
+  status: string;
+  expires_at: string;
+  resolved_by: string | null;
+  resolved_at: string | null;
+  /** When an approved approval allowed its call; an approval is usable once. */
+  used_at: string | null;
+  created_at: string;
+}
+
+export interface PolicyDraftsTable {
+  id: string;
+  organization_id: string;
+  project_id: string;
+  name: string;
+  description: string;
+  /** draft, pending_review, approved or rejected. */
+  status: string;
+  created_by_agent_id: string;
+  /** JSON array of draft rules. */
+  rules: string;
+  reviewed_by: string | null;
+  reviewed_at: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface McpUpstreamsTable {
+  id: string;
+  organization_id: string;
+  /** Null: usable by every key of the organization; else only by keys of that project. */
+  project_id: string | null;
+  name: string;
+  slug: string;
+  transport: string;
+  url: string;
+  /** JSON object of header name to value, sent upstream; never returned by the API. */
+  headers: string;
+  timeout_ms: number;
+  enabled: number;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface Database {
   organizations: OrganizationsTable;
   memberships: MembershipsTable;
@@ -142,4 +197,7 @@ export interface Database {
   receipts: ReceiptsTable;
   chain_heads: ChainHeadsTable;
   session_counters: SessionCountersTable;
+  approvals: ApprovalsTable;
+  policy_drafts: PolicyDraftsTable;
+  mcp_upstreams: McpUpstreamsTable;
 }

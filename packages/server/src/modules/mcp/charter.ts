@@ -1,0 +1,217 @@
+import { type Static, Type } from '@sinclair/typebox';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import type { ToolArgument } from '@svc/policy-engine';
+import { AppError } from '../../lib/errors.js';
+import type { OrgScope } from '../../lib/scope.js';
+import { dropNulls } from '../policies/model.js';
+import { GATEWAY_VERSION } from './gateway.js';
+import {
+  isObject,
+  negotiateVersion,
+  RPC,
+  type RpcRequest,
+  type RpcResponse,
+  rpcError,
+  rpcResult,
+} from './jsonrpc.js';
+
+const Opt = Type.Optional;
+const Text = Type.String({ minLength: 1, maxLength: 20_000 });
+
+const ArgumentIn = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 200 }),
+    type: Type.Union(['string', 'number', 'boolean', 'array', 'object'].map((t) => Type.Literal(t))),
+    description: Opt(Type.String()),
+    required: Opt(Type.Boolean()),
+    enum: Opt(Type.Array(Type.String())),
+    minimum: Opt(Type.Number()),
+    maximum: Opt(Type.Number()),
+    pattern: Opt(Type.String()),
+  },
+  { additionalProperties: false },
+);
+
+const RegisterArgs = Type.Object(
+  {
+    tools: Type.Array(
+      Type.Object(
+        {
+          name: Type.String({ minLength: 1, maxLength: 200 }),
+          description: Opt(Type.String()),
+          parameters: Opt(Type.Array(ArgumentIn)),
+          arguments: Opt(Type.Array(ArgumentIn)),
+        },
+        { additionalProperties: false },
+      ),
+      { minItems: 1 },
+    ),
+  },
+  { additionalProperties: false },
+);
+const checkRegister = TypeCompiler.Compile(RegisterArgs);
+
+const Message = { message: Text };
+const Empty = Type.Object({}, { additionalProperties: false });
+
+/** The native tools, as tools/list shows them; TypeBox schemas are plain JSON Schema once serialised. */
+export const CHARTER_TOOLS = [
+  {
+    name: 'svc_charter_turn',
+    description: 'Talk to the policy assistant: ask about policies (chat) or have one drafted (compile).',
+    inputSchema: Type.Object({
+      ...Message,
+      mode: Opt(
+        Type.Union([Type.Literal('auto'), Type.Literal('chat'), Type.Literal('compile')], {
+          default: 'auto',
+        }),
+      ),
+    }),
+  },
+  {
+    name: 'svc_charter_chat',
+    description: 'Ask the policy assistant a question about policies; changes nothing.',
+    inputSchema: Type.Object(Message),
+  },
+  {
+    name: 'svc_charter_compile',
+    description:
+      'Have the policy assistant draft a policy from a description; it goes live only after review.',
+    inputSchema: Type.Object(Message),
+  },
+  {
+    name: 'svc_list_tools',
+    description: "List the organization's registered tools with their arguments.",
+    inputSchema: Empty,
+  },
+  {
+    name: 'svc_register_tools',
+    description:
+      'Register tool definitions (as POST /v1/tools/register): each tool has a name, a description and ' +
+      'parameters (or arguments) of {name, type, required}. New tools without a policy get a starter policy.',
+    inputSchema: RegisterArgs,
+  },
+];
+
+const ASSISTANT_UNAVAILABLE =
+  'The policy assistant (Charter) is not available in this version of the service. Nothing was drafted or changed; ' +
+  'write policies with POST /v1/policies.';
+
+export interface RegisteredTool {
+  name: string;
+  description: string | null;
+  arguments: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface CharterDeps {
+  listTools: (organizationId: string) => Promise<RegisteredTool[]>;
+  /** The tools service's upsert and its message, i.e. what POST /v1/tools/register does. */
+  register: (
+    scope: OrgScope,
+    tools: { name: string; description?: string; arguments: ToolArgument[] }[],
+  ) => Promise<{ names: string[]; message: string }>;
+}
+
+const toolError = (text: string) => ({ content: [{ type: 'text', text }], isError: true });
+
+export function createCharter(deps: CharterDeps) {
+  async function listTools(scope: OrgScope) {
+    const tools = (await deps.listTools(scope.organizationId)).map((r) => ({
+      name: r.name,
+      description: r.description,
+      arguments: JSON.parse(r.arguments) as unknown[],
+      createdAt: r.created_at,
+      updatedAt: r.updated_at,
+    }));
+    return {
+      content: [{ type: 'text', text: JSON.stringify({ tools }, null, 2) }],
+      structuredContent: { tools },
+    };
+  }
+
+  async function registerTools(scope: OrgScope, args: unknown) {
+    const input = dropNulls(args);
+    if (!checkRegister.Check(input)) {
+      const first = checkRegister.Errors(input).First();
+      return toolError(
+        `Invalid arguments: ${first ? `${first.path || '/'} ${first.message}` : 'see the input schema'}`,
+      );
+    }
+    const tools = [];
+    for (const [i, t] of (input as Static<typeof RegisterArgs>).tools.entries()) {
+      const given = t.parameters ?? t.arguments;
+      if (!given || (t.parameters && t.arguments)) {
+        return toolError(`Invalid arguments: /tools/${i} needs exactly one of parameters or arguments`);
+      }
+      tools.push({
+        name: t.name,
+        ...(t.description !== undefined ? { description: t.description } : {}),
+        arguments: given as ToolArgument[],
+      });
+    }
+    try {
+      const { names, message } = await deps.register(scope, tools);
+      // Registration is live at once, as through the REST endpoint: there is no review link to follow.
+      return {
+        content: [{ type: 'text', text: message }],
+        structuredContent: {
+          success: true,
+          registered_tools: names,
+          message,
+          verification: { required: false },
+        },
+      };
+    } catch (err) {
+      if (err instanceof AppError && err.status < 500) return toolError(err.message);
+      throw err;
+    }
+  }
+
+  return {
+    /** One JSON-RPC request to POST /v1/mcp/charter. Stateless: no session is issued. */
+    async handle(scope: OrgScope, req: RpcRequest): Promise<RpcResponse> {
+      switch (req.method) {
+        case 'initialize':
+          return rpcResult(req.id, {
+            protocolVersion: negotiateVersion(req.params),
+            capabilities: { tools: {} },
+            serverInfo: { name: 'svc-charter', version: GATEWAY_VERSION },
+            instructions:
+              'Native tools of the policy service: list and register tools. The policy assistant is not available in this version.',
+          });
+        case 'ping':
+          return rpcResult(req.id, {});
+        case 'tools/list':
+          return rpcResult(req.id, { tools: CHARTER_TOOLS });
+        case 'tools/call': {
+          const p = req.params;
+          if (!p || typeof p.name !== 'string' || (p.arguments !== undefined && !isObject(p.arguments))) {
+            return rpcError(
+              req.id,
+              RPC.invalidRequest,
+              'Invalid Request: tools/call needs params.name (string) and params.arguments (object)',
+            );
+          }
+          switch (p.name) {
+            case 'svc_charter_turn':
+            case 'svc_charter_chat':
+            case 'svc_charter_compile':
+              return rpcResult(req.id, toolError(ASSISTANT_UNAVAILABLE));
+            case 'svc_list_tools':
+              return rpcResult(req.id, await listTools(scope));
+            case 'svc_register_tools':
+              return rpcResult(req.id, await registerTools(scope, p.arguments ?? {}));
+            default:
+              return rpcError(req.id, RPC.invalidParams, `Unknown tool: ${p.name}`);
+          }
+        }
+        default:
+          return rpcError(req.id, RPC.methodNotFound, `Method not found: ${req.method}`);
+      }
+    },
+  };
+}
+
+export type Charter = ReturnType<typeof createCharter>;

@@ -1,0 +1,321 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTenant, createTestApp, type Tenant, type TestApp } from '../../../test/helpers.js';
+import { createUpstream, putPolicy, rawRpc, readEvents } from '../../../test/mcp-helpers.js';
+import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
+
+let t: TestApp;
+let base: string;
+let upstream: McpUpstream;
+
+beforeAll(async () => {
+  t = await createTestApp();
+  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
+  upstream = await startMcpUpstream({ transport: 'streamable' });
+});
+afterAll(async () => {
+  await t.close();
+  await upstream.close();
+});
+
+let n = 0;
+async function setup(extra: Record<string, unknown> = {}) {
+  const tenant = await createTenant(t);
+  const slug = `proto-${++n}`;
+  const created = await createUpstream(t, tenant, { name: slug, slug, url: upstream.url, ...extra });
+  return { tenant, slug, id: created.id, url: `${base}/v1/mcp/${slug}` };
+}
+
+const key = (tenant: Tenant) => ({ 'x-service-api-key': tenant.apiKey });
+const call = (id: number | string, name: string, args: Record<string, unknown>) => ({
+  jsonrpc: '2.0',
+  id,
+  method: 'tools/call',
+  params: { name, arguments: args },
+});
+
+describe('MCP data plane over plain HTTP', () => {
+  it('serves bare tools/list and tools/call without initialize (stateless use)', async () => {
+    const { tenant, url } = await setup();
+    const list = await rawRpc(url, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, key(tenant));
+    expect(list.status).toBe(200);
+    expect(list.headers.get('content-type')).toMatch(/application\/json/);
+    expect(list.json()).toMatchObject({ jsonrpc: '2.0', id: 1, result: { tools: expect.any(Array) } });
+
+    const res = await rawRpc(url, call('c-1', 'echo', { text: 'bare' }), {
+      authorization: `Bearer ${tenant.apiKey}`,
+    });
+    expect(res.status).toBe(200);
+    const body = res.json();
+    expect(body.id).toBe('c-1');
+    expect(body.result.content).toEqual([{ type: 'text', text: 'echo: bare' }]);
+    expect(body.result._meta.veto_receipt.receipt_hash).toMatch(/^sha256:/);
+    const row = await t.store.db
+      .selectFrom('decisions')
+      .select('context')
+      .where('receipt_id', '=', body.result._meta.veto_receipt.receipt_id)
+      .executeTakeFirstOrThrow();
+    // Each session-less request is its own policy session.
+    expect(JSON.parse(row.context).session_id).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
+  it('answers as an SSE stream when the client accepts only text/event-stream', async () => {
+    const { tenant, url } = await setup();
+    const res = await rawRpc(url, call(7, 'echo', { text: 'sse' }), {
+      ...key(tenant),
+      accept: 'text/event-stream',
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/text\/event-stream/);
+    const data = /^data: (.*)$/m.exec(res.text)![1]!;
+    expect(JSON.parse(data)).toMatchObject({
+      id: 7,
+      result: { content: [{ type: 'text', text: 'echo: sse' }] },
+    });
+  });
+
+  it('answers malformed JSON-RPC with HTTP 400 and -32600 (-32700 for a body that is not JSON)', async () => {
+    const { tenant, url } = await setup();
+    const bad: unknown[] = [
+      [],
+      [{ jsonrpc: '2.0', id: 1, method: 'ping' }],
+      { id: 1, method: 'ping' },
+      { jsonrpc: '1.0', id: 1, method: 'ping' },
+      { jsonrpc: '2.0', id: 1 },
+      { jsonrpc: '2.0', id: 1, method: '' },
+      { jsonrpc: '2.0', id: 1, method: 'tools/call', params: [1, 2] },
+      { jsonrpc: '2.0', id: null, method: 'ping' },
+      { jsonrpc: '2.0', id: 1.5, method: 'ping' },
+      'just a string',
+    ];
+    for (const body of bad) {
+      const res = await rawRpc(url, JSON.stringify(body), key(tenant));
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      expect(res.json().error.code, JSON.stringify(body)).toBe(-32600);
+      expect(res.json().jsonrpc).toBe('2.0');
+    }
+    const notJson = await rawRpc(url, '{"jsonrpc":', key(tenant));
+    expect(notJson.status).toBe(400);
+    expect(notJson.json()).toMatchObject({ id: null, error: { code: -32700 } });
+    // A well-formed request whose tools/call params are unusable: answered in JSON-RPC, with its id.
+    const badParams = await rawRpc(
+      url,
+      { jsonrpc: '2.0', id: 3, method: 'tools/call', params: {} },
+      key(tenant),
+    );
+    expect(badParams.status).toBe(200);
+    expect(badParams.json()).toMatchObject({ id: 3, error: { code: -32600 } });
+    const badArgs = await rawRpc(
+      url,
+      { ...call(4, 'echo', {}), params: { name: 'echo', arguments: [] } },
+      key(tenant),
+    );
+    expect(badArgs.json()).toMatchObject({ id: 4, error: { code: -32600 } });
+  });
+
+  it('accepts notifications and responses with 202 and no body', async () => {
+    const { tenant, url } = await setup();
+    const res = await rawRpc(url, { jsonrpc: '2.0', method: 'notifications/initialized' }, key(tenant));
+    expect(res.status).toBe(202);
+    expect(res.text).toBe('');
+  });
+
+  it('needs an API key: 401 without or with a bad one, 403 for a user token', async () => {
+    const { tenant, url } = await setup();
+    const ping = { jsonrpc: '2.0', id: 1, method: 'ping' };
+    const none = await rawRpc(url, ping);
+    expect(none.status).toBe(401);
+    expect(none.json()).toMatchObject({ error: { code: 'unauthorized' } });
+    const badKey = await rawRpc(url, ping, { 'x-service-api-key': 'svc_nope' });
+    expect(badKey.status).toBe(401);
+    expect(badKey.json()).toMatchObject({ error: { code: 'invalid_api_key' } });
+    const badBearer = await rawRpc(url, ping, { authorization: 'Bearer svc_nope' });
+    expect(badBearer.json()).toMatchObject({ error: { code: 'invalid_api_key' } });
+    const user = await rawRpc(url, ping, { authorization: `Bearer ${tenant.token}` });
+    expect(user.status).toBe(403);
+    const stream = await fetch(url);
+    expect(stream.status).toBe(401);
+    expect(await stream.json()).toMatchObject({ error: { code: 'unauthorized' } });
+    const charter = await rawRpc(`${base}/v1/mcp/charter`, ping);
+    expect(charter.status).toBe(401);
+  });
+
+  it("keeps organizations apart: another organization's key cannot use or see the upstream", async () => {
+    const a = await setup();
+    const b = await createTenant(t);
+    const before = upstream.calls.echo ?? 0;
+    const res = await rawRpc(a.url, call(1, 'echo', { text: 'x' }), key(b));
+    expect(res.status).toBe(404);
+    expect(res.json()).toMatchObject({ error: { code: 'not_found' } });
+    expect(upstream.calls.echo ?? 0).toBe(before);
+    const init = await rawRpc(a.url, { jsonrpc: '2.0', id: 1, method: 'initialize', params: {} }, key(b));
+    expect(init.status).toBe(404);
+    const stream = await fetch(a.url, { headers: key(b) });
+    expect(stream.status).toBe(404);
+    await stream.body?.cancel();
+
+    // Nor can it join a session of the owner.
+    const owned = await rawRpc(
+      a.url,
+      { jsonrpc: '2.0', id: 1, method: 'initialize', params: {} },
+      key(a.tenant),
+    );
+    const sid = owned.headers.get('mcp-session-id')!;
+    const b2 = await createUpstream(t, b, { name: 'same', slug: a.slug, url: upstream.url });
+    expect(b2.slug).toBe(a.slug);
+    const joined = await rawRpc(a.url, call(2, 'echo', { text: 'x' }), { ...key(b), 'mcp-session-id': sid });
+    expect(joined.status).toBe(404);
+  });
+
+  it("keeps a project's upstream to that project's keys", async () => {
+    const { tenant, url } = await setup();
+    const second = await t.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: { authorization: `Bearer ${tenant.token}` },
+      payload: { organizationId: tenant.orgId, name: 'Other' },
+    });
+    const slug = `scoped-${n}`;
+    await createUpstream(t, tenant, { name: slug, slug, url: upstream.url, projectId: tenant.projectId });
+    const scopedUrl = `${base}/v1/mcp/${slug}`;
+    const own = await rawRpc(scopedUrl, { jsonrpc: '2.0', id: 1, method: 'ping' }, key(tenant));
+    expect(own.json()).toEqual({ jsonrpc: '2.0', id: 1, result: {} });
+    const other = await rawRpc(
+      scopedUrl,
+      { jsonrpc: '2.0', id: 1, method: 'ping' },
+      {
+        'x-service-api-key': second.json().apiKey,
+      },
+    );
+    expect(other.status).toBe(404);
+    // The organization-wide upstream serves both.
+    const shared = await rawRpc(
+      url,
+      { jsonrpc: '2.0', id: 1, method: 'ping' },
+      {
+        'x-service-api-key': second.json().apiKey,
+      },
+    );
+    expect(shared.status).toBe(200);
+  });
+
+  it('answers 404 for an unknown slug and 503 for a disabled upstream', async () => {
+    const { tenant, id, url } = await setup();
+    const unknown = await rawRpc(
+      `${base}/v1/mcp/nope-nope`,
+      { jsonrpc: '2.0', id: 1, method: 'ping' },
+      key(tenant),
+    );
+    expect(unknown.status).toBe(404);
+    await t.inject({
+      method: 'PATCH',
+      url: `/v1/mcp/upstreams/${id}`,
+      headers: key(tenant),
+      payload: { enabled: false },
+    });
+    const disabled = await rawRpc(url, call(1, 'echo', { text: 'x' }), key(tenant));
+    expect(disabled.status).toBe(503);
+    expect(disabled.json()).toMatchObject({ error: { code: 'service_unavailable' } });
+  });
+
+  it('issues a session on initialize, refuses unknown sessions with 404 and ends sessions on DELETE', async () => {
+    const { tenant, slug, url } = await setup();
+    const init = await rawRpc(
+      url,
+      {
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-03-26', capabilities: {} },
+      },
+      key(tenant),
+    );
+    expect(init.status).toBe(200);
+    const sid = init.headers.get('mcp-session-id');
+    expect(sid).toMatch(/^[0-9a-f-]{36}$/);
+    expect(init.json().result).toMatchObject({
+      protocolVersion: '2025-03-26',
+      capabilities: { tools: {}, resources: {} },
+      serverInfo: { name: `svc-gateway/${slug}` },
+    });
+    const withSession = { ...key(tenant), 'mcp-session-id': sid! };
+    const ok = await rawRpc(url, call(2, 'echo', { text: 's' }), withSession);
+    expect(ok.status).toBe(200);
+    const unknown = await rawRpc(url, call(3, 'echo', { text: 's' }), {
+      ...key(tenant),
+      'mcp-session-id': 'nope',
+    });
+    expect(unknown.status).toBe(404);
+    const stream = await fetch(url, { headers: withSession });
+    const del = await fetch(url, { method: 'DELETE', headers: withSession });
+    expect(del.status).toBe(204);
+    // Its event stream ends with it (readEvents returns at the end of the stream).
+    const seen = await readEvents(stream, () => false);
+    expect(JSON.parse(seen[0]!.data).params.sessionId).toBe(sid);
+    const gone = await rawRpc(url, call(4, 'echo', { text: 's' }), withSession);
+    expect(gone.status).toBe(404);
+    const unversioned = await rawRpc(
+      url,
+      { jsonrpc: '2.0', id: 5, method: 'initialize', params: { protocolVersion: '1999-01-01' } },
+      key(tenant),
+    );
+    expect(unversioned.json().result.protocolVersion).toMatch(/^\d{4}-\d{2}-\d{2}$/);
+    expect(unversioned.json().result.protocolVersion).not.toBe('1999-01-01');
+  });
+
+  it('streams the session id and the decisions of the session on GET', async () => {
+    const { tenant, url } = await setup();
+    await putPolicy(t, tenant.orgId, 'pay', {
+      mode: 'deterministic',
+      constraints: [{ argumentName: 'amount', enabled: true, maximum: 10 }],
+    });
+    const init = await rawRpc(url, { jsonrpc: '2.0', id: 1, method: 'initialize', params: {} }, key(tenant));
+    const sid = init.headers.get('mcp-session-id')!;
+    const stream = await fetch(url, {
+      headers: { ...key(tenant), 'mcp-session-id': sid, accept: 'text/event-stream' },
+    });
+    expect(stream.status).toBe(200);
+    expect(stream.headers.get('content-type')).toMatch(/text\/event-stream/);
+    // A call outside the session does not appear on it.
+    await rawRpc(url, call(9, 'pay', { amount: 99 }), key(tenant));
+    const denied = await rawRpc(url, call(2, 'pay', { amount: 99 }), {
+      ...key(tenant),
+      'mcp-session-id': sid,
+    });
+    expect(denied.json().error.code).toBe(-32001);
+    const events = await readEvents(stream, (e) => e.some((x) => x.event === 'decision'));
+    expect(JSON.parse(events[0]!.data)).toEqual({
+      jsonrpc: '2.0',
+      method: 'notifications/session',
+      params: { sessionId: sid },
+    });
+    const decisions = events.filter((e) => e.event === 'decision').map((e) => JSON.parse(e.data));
+    expect(decisions).toHaveLength(1);
+    expect(decisions[0]).toMatchObject({
+      type: 'decision',
+      decision: 'deny',
+      toolName: 'pay',
+      sessionId: sid,
+      decisionId: denied.json().error.data.decisionId,
+      receipt: { receipt_hash: expect.stringMatching(/^sha256:/) },
+    });
+  });
+
+  it('without a session, the stream announces a new session and follows every call of the key', async () => {
+    const { tenant, url } = await setup();
+    const stream = await fetch(url, { headers: key(tenant) });
+    const sid = stream.headers.get('mcp-session-id');
+    expect(sid).toMatch(/^[0-9a-f-]{36}$/);
+    const res = await rawRpc(url, call(1, 'echo', { text: 'watched' }), key(tenant));
+    const events = await readEvents(stream, (e) => e.some((x) => x.event === 'decision'));
+    expect(JSON.parse(events[0]!.data).params.sessionId).toBe(sid);
+    const decision = JSON.parse(events.find((e) => e.event === 'decision')!.data);
+    expect(decision).toMatchObject({ decision: 'allow', toolName: 'echo' });
+    expect(decision.receipt).toEqual(res.json().result._meta.veto_receipt);
+    // The announced session is usable for calls.
+    const inSession = await rawRpc(url, call(2, 'echo', { text: 'in' }), {
+      ...key(tenant),
+      'mcp-session-id': sid!,
+    });
+    expect(inSession.status).toBe(200);
+  });
+});

@@ -1,0 +1,141 @@
+import { randomUUID } from 'node:crypto';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { AppContext } from '../../context.js';
+import { AppError, notFound } from '../../lib/errors.js';
+import { enforceRateLimit, validationLimit } from '../../plugins/rate-limit.js';
+import type { KeyPrincipal } from '../api-keys/authenticator.js';
+import type { UpstreamDirectory } from './directory.js';
+import type { Gateway } from './gateway.js';
+import { classify, sendRpc, useRpcBodyParser, wantsSse } from './jsonrpc.js';
+import type { UpstreamRow } from './repository.js';
+import type { McpSession, McpSessions } from './sessions.js';
+import type { EventStreams } from './sse.js';
+
+export interface GatewayRouteDeps {
+  ctx: AppContext;
+  directory: UpstreamDirectory;
+  gateway: Gateway;
+  sessions: McpSessions;
+  streams: EventStreams;
+}
+
+const SlugParams = Type.Object({ upstreamSlug: Type.String({ minLength: 1, maxLength: 200 }) });
+
+function sessionHeader(req: FastifyRequest): string | null {
+  const h = req.headers['mcp-session-id'];
+  return typeof h === 'string' && h !== '' ? h : null;
+}
+
+/**
+ * Data plane: POST/GET/DELETE /v1/mcp/:upstreamSlug, the Streamable HTTP transport spoken to MCP
+ * clients. HTTP-level failures (credentials, unknown upstream or session, rate limit) answer with the
+ * API's error envelope; everything about a JSON-RPC message answers in JSON-RPC.
+ */
+export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async (
+  app,
+  { ctx, directory, gateway, sessions, streams },
+) => {
+  useRpcBodyParser(app);
+
+  /** The key's upstream: another organization's, another project's or a missing one is "not found". */
+  async function upstreamFor(key: KeyPrincipal, slug: string): Promise<UpstreamRow> {
+    const row = await directory.get(key.organizationId, slug);
+    if (!row || (row.project_id !== null && key.projectId !== null && row.project_id !== key.projectId)) {
+      throw notFound(`MCP upstream "${slug}"`);
+    }
+    if (row.enabled !== 1) throw new AppError('service_unavailable', `MCP upstream "${slug}" is disabled`);
+    return row;
+  }
+
+  function existingSession(req: FastifyRequest, key: KeyPrincipal, upstream: UpstreamRow): McpSession | null {
+    const id = sessionHeader(req);
+    if (id === null) return null;
+    const session = sessions.get(id, { keyId: key.keyId, upstreamId: upstream.id });
+    // MCP: an unknown session answers 404, and the client starts a new one with initialize.
+    if (!session) throw notFound('MCP session (send initialize to start a new one)');
+    return session;
+  }
+
+  const rateLimit = async (key: KeyPrincipal, reply: FastifyReply) =>
+    // The same bucket as POST /v1/tools/validate: one budget of checked calls per key, whichever path.
+    enforceRateLimit(
+      ctx.rateLimiter,
+      reply,
+      `validate:${key.keyId}`,
+      validationLimit(key.tier, key.rateLimitPerMinute),
+      60_000,
+      ctx.clock.now().getTime(),
+    );
+
+  app.post(
+    '/v1/mcp/:upstreamSlug',
+    { config: { auth: 'apiKey' }, schema: { params: SlugParams } },
+    async (req, reply) => {
+      const key = req.principal as KeyPrincipal;
+      const upstream = await upstreamFor(key, req.params.upstreamSlug);
+      const sse = wantsSse(req.headers.accept);
+      const incoming = classify(req.body);
+      if (incoming.kind === 'invalid') {
+        return sendRpc(
+          reply,
+          { jsonrpc: '2.0', id: incoming.id, error: { code: incoming.code, message: incoming.message } },
+          false,
+          400,
+        );
+      }
+      const owner = { keyId: key.keyId, upstreamId: upstream.id };
+      if (incoming.kind === 'accepted') {
+        existingSession(req, key, upstream);
+        return reply.code(202).send();
+      }
+      const msg = incoming.message;
+      const caller = { key, upstream, connectionId: '', elapsed: () => reply.elapsedTime };
+      if (msg.method === 'initialize') {
+        // Always a new session: the MCP session is also the policy session of the calls made in it.
+        const session = sessions.create(owner);
+        reply.header('mcp-session-id', session.id);
+        return sendRpc(reply, await gateway.initialize({ ...caller, connectionId: session.id }, msg), sse);
+      }
+      const session = existingSession(req, key, upstream);
+      if (msg.method === 'tools/call') await rateLimit(key, reply);
+      const connectionId = session?.id ?? randomUUID();
+      return sendRpc(reply, await gateway.dispatch({ ...caller, connectionId }, msg), sse);
+    },
+  );
+
+  app.get(
+    '/v1/mcp/:upstreamSlug',
+    { config: { auth: 'apiKey' }, schema: { params: SlugParams } },
+    async (req, reply) => {
+      const key = req.principal as KeyPrincipal;
+      const upstream = await upstreamFor(key, req.params.upstreamSlug);
+      const owner = { keyId: key.keyId, upstreamId: upstream.id };
+      const joined = existingSession(req, key, upstream);
+      // Without a session the stream follows every call of this key on the upstream, and announces a
+      // fresh session id the client may use for its POSTs.
+      const session = joined ?? sessions.create(owner);
+      streams.start(req, reply, {
+        sessionId: session.id,
+        subscribe: (handler) => sessions.subscribe(joined ? { sessionId: joined.id } : owner, handler),
+        touch: () => void sessions.get(session.id, owner),
+      });
+    },
+  );
+
+  app.delete(
+    '/v1/mcp/:upstreamSlug',
+    { config: { auth: 'apiKey' }, schema: { params: SlugParams } },
+    async (req, reply) => {
+      const key = req.principal as KeyPrincipal;
+      const upstream = await upstreamFor(key, req.params.upstreamSlug);
+      const id = sessionHeader(req);
+      if (id === null)
+        throw new AppError('validation_failed', 'Mcp-Session-Id header is required to end a session');
+      if (!sessions.delete(id, { keyId: key.keyId, upstreamId: upstream.id })) throw notFound('MCP session');
+      streams.endSession(id);
+      return reply.code(204).send();
+    },
+  );
+};

@@ -1,0 +1,313 @@
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../../../test/helpers.js';
+import { createUpstream, gatewayClient, putPolicy, setTier } from '../../../test/mcp-helpers.js';
+import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
+import { hashJson } from '../receipts/canonical.js';
+
+let t: TestApp;
+let base: string;
+let streamable: McpUpstream;
+let sse: McpUpstream;
+const clients: Client[] = [];
+
+beforeAll(async () => {
+  t = await createTestApp();
+  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
+  streamable = await startMcpUpstream({ transport: 'streamable' });
+  sse = await startMcpUpstream({ transport: 'sse' });
+});
+afterAll(async () => {
+  await Promise.all(clients.map((c) => c.close().catch(() => {})));
+  await t.close();
+  await streamable.close();
+  await sse.close();
+});
+
+let n = 0;
+async function setup(url: string, transport = 'mcp-streamable-http', extra: Record<string, unknown> = {}) {
+  const tenant = await createTenant(t);
+  const slug = `up-${++n}`;
+  const upstream = await createUpstream(t, tenant, { name: slug, slug, transport, url, ...extra });
+  return { tenant, slug, upstream };
+}
+
+async function connect(slug: string, tenant: Tenant) {
+  const c = await gatewayClient(base, slug, tenant.apiKey);
+  clients.push(c.client);
+  return c;
+}
+
+async function decisionRow(id: string) {
+  return t.store.db.selectFrom('decisions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+}
+
+async function receiptOf(receiptId: string) {
+  const r = await t.store.db
+    .selectFrom('receipts')
+    .select('payload')
+    .where('receipt_id', '=', receiptId)
+    .executeTakeFirstOrThrow();
+  return JSON.parse(r.payload) as Record<string, unknown>;
+}
+
+async function keyIdOf(tenant: Tenant): Promise<string> {
+  const r = await t.store.db
+    .selectFrom('api_keys')
+    .select('id')
+    .where('organization_id', '=', tenant.orgId)
+    .executeTakeFirstOrThrow();
+  return r.id;
+}
+
+/** The JSON-RPC error an SDK call rejected with. */
+async function rpcFailure(p: Promise<unknown>): Promise<McpError> {
+  const err = await p.then(
+    () => null,
+    (e: unknown) => e,
+  );
+  if (!(err instanceof McpError)) throw new Error(`expected a JSON-RPC error, got ${String(err)}`);
+  return err;
+}
+
+describe.each([
+  ['mcp-streamable-http', () => streamable],
+  ['mcp-sse', () => sse],
+] as const)('MCP gateway to a %s upstream', (transport, fixture) => {
+  it('lets an unmodified SDK client list and call tools; the result comes back unchanged plus the receipt', async () => {
+    const { tenant, slug, upstream } = await setup(fixture().url, transport);
+    const { client, sessionId } = await connect(slug, tenant);
+    expect(client.getServerVersion()?.name).toBe(`svc-gateway/${slug}`);
+    expect(client.getServerCapabilities()).toMatchObject({ tools: {}, resources: {} });
+    const listed = await client.listTools();
+    expect(listed.tools.map((x) => x.name).sort()).toEqual(['echo', 'pay', 'slow']);
+
+    const result = await client.callTool({ name: 'echo', arguments: { text: 'hi' } });
+    const upstreamResult = { content: [{ type: 'text', text: 'echo: hi' }], _meta: { upstream: 'fixture' } };
+    const { veto_receipt: receipt, ...meta } = result._meta as Record<string, unknown>;
+    expect({ ...result, _meta: meta }).toEqual(upstreamResult);
+    expect(receipt).toEqual({
+      receipt_id: expect.any(String),
+      receipt_hash: expect.stringMatching(/^sha256:[0-9a-f]{64}$/),
+      previous_receipt_hash: expect.stringMatching(/^sha256:[0-9a-f]{64}$/),
+      merkle_root: expect.stringMatching(/^sha256:[0-9a-f]{64}$/),
+    });
+
+    const summary = receipt as { receipt_id: string };
+    const row = await t.store.db
+      .selectFrom('decisions')
+      .selectAll()
+      .where('receipt_id', '=', summary.receipt_id)
+      .executeTakeFirstOrThrow();
+    expect(row).toMatchObject({ decision: 'allow', tool_name: 'echo', organization_id: tenant.orgId });
+    expect(JSON.parse(row.context)).toEqual({ session_id: sessionId, source: 'mcp', upstream: slug });
+    expect(await receiptOf(summary.receipt_id)).toMatchObject({
+      decision: 'allow',
+      result_hash: hashJson(upstreamResult),
+      client_id: await keyIdOf(tenant),
+      connection_id: sessionId,
+      upstream_id: upstream.id,
+    });
+  });
+
+  it('denies by policy with -32001, records the deny and never calls the upstream', async () => {
+    const { tenant, slug } = await setup(fixture().url, transport);
+    await putPolicy(t, tenant.orgId, 'pay', {
+      mode: 'deterministic',
+      constraints: [{ argumentName: 'amount', enabled: true, maximum: 100 }],
+    });
+    const { client } = await connect(slug, tenant);
+    const before = fixture().calls.pay ?? 0;
+    const err = await rpcFailure(client.callTool({ name: 'pay', arguments: { amount: 500 } }));
+    expect(err.code).toBe(-32001);
+    const data = err.data as { tool: string; reason: string; decisionId: string; receipt: unknown };
+    expect(data).toMatchObject({ tool: 'pay', decisionId: expect.any(String) });
+    expect(data.reason).toMatch(/amount/);
+    expect(fixture().calls.pay ?? 0).toBe(before);
+    const row = await decisionRow(data.decisionId);
+    expect(row.decision).toBe('deny');
+    expect(await receiptOf(row.receipt_id)).not.toHaveProperty('result_hash');
+
+    const ok = await client.callTool({ name: 'pay', arguments: { amount: 50 } });
+    expect(ok.structuredContent).toEqual({ paid: 50 });
+    expect(fixture().calls.pay).toBe(before + 1);
+  });
+});
+
+describe('MCP gateway decisions', () => {
+  it('answers require_approval with -32002 and the approval id; the approved call then goes through', async () => {
+    const { tenant, slug } = await setup(streamable.url);
+    await setTier(t, tenant.orgId, 'team');
+    await putPolicy(t, tenant.orgId, 'pay', {
+      mode: 'deterministic',
+      constraints: [{ argumentName: 'amount', enabled: true, maximum: 100, action: 'require_approval' }],
+    });
+    const { client } = await connect(slug, tenant);
+    const before = streamable.calls.pay ?? 0;
+    const err = await rpcFailure(client.callTool({ name: 'pay', arguments: { amount: 500 } }));
+    expect(err.code).toBe(-32002);
+    const data = err.data as { tool: string; decisionId: string; approvalId: string };
+    expect(data).toMatchObject({
+      tool: 'pay',
+      decisionId: expect.any(String),
+      approvalId: expect.any(String),
+    });
+    expect(streamable.calls.pay ?? 0).toBe(before);
+
+    const approval = await t.inject({
+      method: 'GET',
+      url: `/v1/approvals/${data.approvalId}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(approval.json()).toMatchObject({ status: 'pending', toolName: 'pay' });
+    const resolved = await t.inject({
+      method: 'POST',
+      url: `/v1/approvals/${data.approvalId}/resolve`,
+      headers: keyHeader(tenant.apiKey),
+      payload: { action: 'approve', resolvedBy: 'reviewer' },
+    });
+    expect(resolved.statusCode).toBe(200);
+    const ok = await client.callTool({
+      name: 'pay',
+      arguments: { amount: 500 },
+      _meta: { approval_id: data.approvalId },
+    });
+    expect(ok.structuredContent).toEqual({ paid: 500 });
+    expect(streamable.calls.pay).toBe(before + 1);
+  });
+
+  it('applies session limits across the calls of one MCP session, and a new session starts afresh', async () => {
+    const { tenant, slug } = await setup(streamable.url);
+    await putPolicy(t, tenant.orgId, 'echo', {
+      mode: 'deterministic',
+      constraints: [],
+      sessionConstraints: { maxCalls: 2 },
+    });
+    const first = await connect(slug, tenant);
+    await first.client.callTool({ name: 'echo', arguments: { text: '1' } });
+    await first.client.callTool({ name: 'echo', arguments: { text: '2' } });
+    const err = await rpcFailure(first.client.callTool({ name: 'echo', arguments: { text: '3' } }));
+    expect(err.code).toBe(-32001);
+    expect((err.data as { reason: string }).reason).toMatch(/maxCalls|calls/i);
+    const second = await connect(slug, tenant);
+    expect(second.sessionId).not.toBe(first.sessionId);
+    const ok = await second.client.callTool({ name: 'echo', arguments: { text: '1' } });
+    expect(ok.content).toEqual([{ type: 'text', text: 'echo: 1' }]);
+  });
+
+  it('answers -32603 when the upstream is down, records it without a result hash, and reconnects later', async () => {
+    const down = await startMcpUpstream({ transport: 'streamable' });
+    const port = down.port;
+    await down.close();
+    const { tenant, slug } = await setup(down.url);
+    const { client } = await connect(slug, tenant);
+    const err = await rpcFailure(client.callTool({ name: 'echo', arguments: { text: 'x' } }));
+    expect(err.code).toBe(-32603);
+    const data = err.data as { decisionId: string; reason: string };
+    const row = await decisionRow(data.decisionId);
+    expect(row.decision).toBe('allow');
+    expect(row.reason).toMatch(/upstream call failed/);
+    expect(await receiptOf(row.receipt_id)).not.toHaveProperty('result_hash');
+
+    const back = await startMcpUpstream({ transport: 'streamable', port });
+    try {
+      const ok = await client.callTool({ name: 'echo', arguments: { text: 'again' } });
+      expect(ok.content).toEqual([{ type: 'text', text: 'echo: again' }]);
+      // The upstream restarted: its sessions are gone, so the pooled connection fails once, then renews.
+      await back.close();
+      const restarted = await startMcpUpstream({ transport: 'streamable', port });
+      try {
+        const failed = await rpcFailure(client.callTool({ name: 'echo', arguments: { text: 'stale' } }));
+        expect(failed.code).toBe(-32603);
+        const renewed = await client.callTool({ name: 'echo', arguments: { text: 'renewed' } });
+        expect(renewed.content).toEqual([{ type: 'text', text: 'echo: renewed' }]);
+      } finally {
+        await restarted.close();
+      }
+    } finally {
+      await back.close();
+    }
+  });
+
+  it('answers -32603 within timeoutMs, while other calls and other upstreams are not held up', async () => {
+    const { tenant, slug } = await setup(streamable.url, 'mcp-streamable-http', { timeoutMs: 1500 });
+    const other = await createUpstream(t, tenant, {
+      name: 'other',
+      slug: `other-${n}`,
+      url: sse.url,
+      transport: 'mcp-sse',
+    });
+    const { client } = await connect(slug, tenant);
+    const { client: otherClient } = await connect(other.slug, tenant);
+    await client.callTool({ name: 'echo', arguments: { text: 'warm' } });
+
+    const started = Date.now();
+    let slowDone = 0;
+    const slow = rpcFailure(client.callTool({ name: 'slow', arguments: { ms: 10_000 } })).then((e) => {
+      slowDone = Date.now();
+      return e;
+    });
+    const [sameUpstream, otherUpstream] = await Promise.all([
+      client.callTool({ name: 'echo', arguments: { text: 'fast' } }),
+      otherClient.callTool({ name: 'echo', arguments: { text: 'fast' } }),
+    ]);
+    expect(slowDone).toBe(0);
+    expect(sameUpstream.content).toEqual([{ type: 'text', text: 'echo: fast' }]);
+    expect(otherUpstream.content).toEqual([{ type: 'text', text: 'echo: fast' }]);
+    const err = await slow;
+    const elapsed = Date.now() - started;
+    expect(err.code).toBe(-32603);
+    expect(err.message).toMatch(/1500 ms/);
+    expect(elapsed).toBeGreaterThanOrEqual(1490);
+    expect(elapsed).toBeLessThan(1500 + 2500);
+    const row = await decisionRow((err.data as { decisionId: string }).decisionId);
+    expect(row.reason).toMatch(/upstream call failed: no answer within 1500 ms/);
+    // The timed-out connection was replaced; the next call works.
+    const after = await client.callTool({ name: 'echo', arguments: { text: 'after' } });
+    expect(after.content).toEqual([{ type: 'text', text: 'echo: after' }]);
+  });
+
+  it('passes other methods through to the upstream unchanged', async () => {
+    const { tenant, slug } = await setup(streamable.url);
+    const { client } = await connect(slug, tenant);
+    const resources = await client.listResources();
+    expect(resources.resources.map((r) => r.uri)).toEqual(['fixture://greeting']);
+    const read = await client.readResource({ uri: 'fixture://greeting' });
+    expect(read.contents).toEqual([{ uri: 'fixture://greeting', text: 'hello from the fixture' }]);
+    await client.ping();
+    const err = await rpcFailure(client.getPrompt({ name: 'nope' }));
+    // The upstream's own JSON-RPC error, not rewritten.
+    expect(err.code).not.toBe(-32603);
+  });
+
+  it('sends the configured headers upstream', async () => {
+    const guarded = await startMcpUpstream({ transport: 'streamable', requireToken: 's3cret' });
+    try {
+      const { tenant, slug } = await setup(guarded.url, 'mcp-streamable-http', {
+        headers: { 'X-Upstream-Token': 's3cret' },
+      });
+      const { client } = await connect(slug, tenant);
+      const ok = await client.callTool({ name: 'echo', arguments: { text: 'auth' } });
+      expect(ok.content).toEqual([{ type: 'text', text: 'echo: auth' }]);
+      expect(guarded.headers.every((h) => h['x-upstream-token'] === 's3cret')).toBe(true);
+    } finally {
+      await guarded.close();
+    }
+  });
+
+  it('limits tools/call with the validation rate of the key', async () => {
+    const { tenant, slug } = await setup(streamable.url);
+    await setTier(t, tenant.orgId, 'enterprise', 2);
+    const { client } = await connect(slug, tenant);
+    await client.callTool({ name: 'echo', arguments: { text: '1' } });
+    await client.callTool({ name: 'echo', arguments: { text: '2' } });
+    // tools/list is not a checked call and is not counted.
+    await client.listTools();
+    const err = await client.callTool({ name: 'echo', arguments: { text: '3' } }).then(
+      () => null,
+      (e: Error) => e,
+    );
+    expect(String(err)).toMatch(/429|rate/i);
+  });
+});

@@ -1,0 +1,247 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Clock } from '../../lib/clock.js';
+import type { KeyPrincipal } from '../api-keys/authenticator.js';
+import { hashJson } from '../receipts/canonical.js';
+import type { CallScope, Decided, Recorded, ToolCall, ValidationService } from '../validation/service.js';
+import {
+  isObject,
+  negotiateVersion,
+  type Params,
+  RPC,
+  type RpcRequest,
+  type RpcResponse,
+  rpcError,
+  rpcResult,
+} from './jsonrpc.js';
+import type { UpstreamPool } from './pool.js';
+import type { UpstreamRow } from './repository.js';
+import { toTarget } from './service.js';
+import type { McpSessions } from './sessions.js';
+import { toUpstreamError, type UpstreamError } from './upstream-client.js';
+
+export const GATEWAY_VERSION = '0.1.0';
+
+/** One JSON-RPC request through the gateway: who sent it, to which upstream, in which MCP session. */
+export interface Caller {
+  key: KeyPrincipal;
+  upstream: UpstreamRow;
+  /** The MCP session id, or a fresh id per request for session-less (stateless) use. */
+  connectionId: string;
+  /** Milliseconds since the request arrived (reply.elapsedTime). */
+  elapsed: () => number;
+}
+
+export interface GatewayDeps {
+  validation: ValidationService;
+  pool: UpstreamPool;
+  sessions: McpSessions;
+  clock: Clock;
+  log: FastifyBaseLogger;
+}
+
+const roundMs = (ms: number) => Math.round(ms * 1000) / 1000;
+
+/** Forwarded params: the client's progress token is dropped, since progress notifications are not relayed. */
+function forwardParams(params: Params | undefined): Params | undefined {
+  if (!params || !isObject(params._meta) || !('progressToken' in params._meta)) return params;
+  const { progressToken: _, ...meta } = params._meta;
+  return { ...params, _meta: meta };
+}
+
+/** What the upstream's failure looks like to the client: always -32603, the upstream's own error in data. */
+function upstreamFailure(
+  id: RpcRequest['id'],
+  slug: string,
+  e: UpstreamError,
+  data: Record<string, unknown> = {},
+): RpcResponse {
+  return rpcError(id, RPC.internal, `Upstream "${slug}" failed: ${e.message}`, {
+    ...data,
+    ...(e.rpc ? { upstreamError: e.rpc } : {}),
+  });
+}
+
+export function createGateway({ validation, pool, sessions, clock, log }: GatewayDeps) {
+  /** The gateway's own handshake; it mirrors the upstream's resources/prompts/completions when reachable. */
+  async function initialize(caller: Caller, req: RpcRequest): Promise<RpcResponse> {
+    const capabilities: Record<string, unknown> = { tools: {} };
+    let instructions: string | undefined;
+    try {
+      const info = await pool.info(toTarget(caller.upstream));
+      // Only request/response features: upstream notifications (list_changed, subscribe) are not relayed.
+      for (const k of ['resources', 'prompts', 'completions'] as const)
+        if (info.capabilities?.[k]) capabilities[k] = {};
+      instructions = info.instructions;
+    } catch (err) {
+      log.warn({ err, upstream: caller.upstream.slug }, 'MCP upstream unreachable during initialize');
+    }
+    return rpcResult(req.id, {
+      protocolVersion: negotiateVersion(req.params),
+      capabilities,
+      serverInfo: { name: `svc-gateway/${caller.upstream.slug}`, version: GATEWAY_VERSION },
+      ...(instructions ? { instructions } : {}),
+    });
+  }
+
+  async function passThrough(caller: Caller, req: RpcRequest): Promise<RpcResponse> {
+    try {
+      return rpcResult(
+        req.id,
+        await pool.request(toTarget(caller.upstream), req.method, forwardParams(req.params)),
+      );
+    } catch (err) {
+      const e = toUpstreamError(err);
+      // Outside tools/call the gateway is transparent: the upstream's own JSON-RPC errors pass unchanged.
+      if (e.rpc) return rpcError(req.id, e.rpc.code, e.rpc.message, e.rpc.data);
+      return upstreamFailure(req.id, caller.upstream.slug, e);
+    }
+  }
+
+  /**
+   * tools/call: decide with the same engine as POST /v1/tools/validate; forward only an allowed
+   * call; record after the upstream answered so the receipt binds the result it produced.
+   */
+  async function callTool(caller: Caller, req: RpcRequest): Promise<RpcResponse> {
+    const p = req.params;
+    if (
+      !p ||
+      typeof p.name !== 'string' ||
+      p.name === '' ||
+      (p.arguments !== undefined && !isObject(p.arguments))
+    ) {
+      return rpcError(
+        req.id,
+        RPC.invalidRequest,
+        'Invalid Request: tools/call needs params.name (string) and params.arguments (object)',
+      );
+    }
+    const { key, upstream } = caller;
+    const meta = isObject(p._meta) ? p._meta : {};
+    const call: ToolCall = {
+      toolName: p.name,
+      arguments: (p.arguments as Record<string, unknown> | undefined) ?? {},
+      context: {
+        session_id: caller.connectionId,
+        source: 'mcp',
+        upstream: upstream.slug,
+        // A call retried after a human approved it names the approval, as validate's context does.
+        ...(typeof meta.approval_id === 'string' ? { approval_id: meta.approval_id } : {}),
+      },
+    };
+    const scope: CallScope = { organizationId: key.organizationId, projectId: key.projectId, tier: key.tier };
+    const extras = { client_id: key.keyId, connection_id: caller.connectionId, upstream_id: upstream.id };
+    const tool = call.toolName;
+
+    let decided: Decided;
+    try {
+      decided = await validation.decide(scope, call);
+    } catch (err) {
+      log.error({ err }, 'MCP gateway could not decide a tool call');
+      return rpcError(req.id, RPC.internal, 'Internal gateway error: the call could not be checked; retry', {
+        tool,
+      });
+    }
+    const latencyMs = roundMs(caller.elapsed());
+
+    const record = async (d: Decided, resultHash?: string): Promise<Recorded | null> => {
+      try {
+        const recorded = await validation.record(scope, call, d, {
+          source: 'server',
+          latencyMs,
+          receiptExtras: resultHash ? { ...extras, result_hash: resultHash } : extras,
+        });
+        const approvalId = recorded.approvalId ?? null;
+        sessions.publish({
+          keyId: key.keyId,
+          upstreamId: upstream.id,
+          sessionId: caller.connectionId,
+          envelope: {
+            type: 'decision',
+            decisionId: recorded.decisionId,
+            sessionId: caller.connectionId,
+            upstream: upstream.slug,
+            toolName: tool,
+            decision: d.decision,
+            reason: d.reason,
+            mode: d.mode,
+            latencyMs,
+            receipt: recorded.receipt,
+            ...(approvalId ? { approvalId } : {}),
+            createdAt: clock.now().toISOString(),
+          },
+        });
+        return recorded;
+      } catch (err) {
+        log.error({ err }, 'MCP gateway decision could not be recorded');
+        return null;
+      }
+    };
+    const unrecorded = (ran: boolean) =>
+      rpcError(
+        req.id,
+        RPC.internal,
+        ran
+          ? 'Internal gateway error: the tool ran upstream but its decision could not be recorded durably, so its result is withheld'
+          : 'Internal gateway error: the decision could not be recorded durably; retry the call',
+        { tool },
+      );
+
+    if (decided.decision !== 'allow') {
+      // Recorded before answering; the upstream is never called.
+      const recorded = await record(decided);
+      if (!recorded) return unrecorded(false);
+      const data = {
+        tool,
+        reason: decided.reason,
+        decisionId: recorded.decisionId,
+        receipt: recorded.receipt,
+      };
+      if (decided.decision === 'deny')
+        return rpcError(req.id, RPC.policyDenied, `Denied by policy: ${decided.reason}`, data);
+      return rpcError(req.id, RPC.approvalRequired, `Human approval required: ${decided.reason}`, {
+        ...data,
+        approvalId: recorded.approvalId ?? null,
+      });
+    }
+
+    let result: Record<string, unknown>;
+    try {
+      result = await pool.request(toTarget(upstream), 'tools/call', forwardParams(p));
+    } catch (err) {
+      const e = toUpstreamError(err);
+      // Still an allowed decision, recorded with the failure in its reason and no result_hash.
+      const recorded = await record({
+        ...decided,
+        reason: `${decided.reason}; upstream call failed: ${e.message}`,
+      });
+      if (!recorded) return unrecorded(true);
+      return upstreamFailure(req.id, upstream.slug, e, {
+        tool,
+        reason: e.message,
+        decisionId: recorded.decisionId,
+        receipt: recorded.receipt,
+      });
+    }
+    const recorded = await record(decided, hashJson(result));
+    if (!recorded) return unrecorded(true);
+    const meta0 = isObject(result._meta) ? result._meta : {};
+    return rpcResult(req.id, { ...result, _meta: { ...meta0, veto_receipt: recorded.receipt } });
+  }
+
+  return {
+    initialize,
+    async dispatch(caller: Caller, req: RpcRequest): Promise<RpcResponse> {
+      switch (req.method) {
+        case 'ping':
+          return rpcResult(req.id, {});
+        case 'tools/call':
+          return callTool(caller, req);
+        default:
+          // tools/list, resources/*, prompts/*, completion/* and anything else the upstream serves.
+          return passThrough(caller, req);
+      }
+    },
+  };
+}
+
+export type Gateway = ReturnType<typeof createGateway>;

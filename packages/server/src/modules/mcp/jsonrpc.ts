@@ -1,0 +1,144 @@
+import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
+import type { FastifyInstance, FastifyReply } from 'fastify';
+
+/** JSON-RPC error codes of the MCP endpoints (spec section 7 plus the standard JSON-RPC ones). */
+export const RPC = {
+  parseError: -32700,
+  invalidRequest: -32600,
+  methodNotFound: -32601,
+  invalidParams: -32602,
+  internal: -32603,
+  policyDenied: -32001,
+  approvalRequired: -32002,
+} as const;
+
+export type RpcId = string | number;
+export type Params = Record<string, unknown>;
+
+export interface RpcRequest {
+  jsonrpc: '2.0';
+  id: RpcId;
+  method: string;
+  params?: Params;
+}
+
+export interface RpcError {
+  code: number;
+  message: string;
+  data?: unknown;
+}
+
+export type RpcResponse =
+  | { jsonrpc: '2.0'; id: RpcId | null; result: unknown }
+  | { jsonrpc: '2.0'; id: RpcId | null; error: RpcError };
+
+export type Incoming =
+  | { kind: 'request'; message: RpcRequest }
+  /** Notifications and responses to server requests: accepted, nothing to answer. */
+  | { kind: 'accepted' }
+  | { kind: 'invalid'; code: number; id: RpcId | null; message: string };
+
+/** Marks a body that was not JSON, so the route can answer -32700 instead of the API's envelope. */
+export const UNPARSABLE = Symbol('unparsable');
+
+export const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+const validId = (v: unknown): v is RpcId =>
+  typeof v === 'string' || (typeof v === 'number' && Number.isInteger(v));
+
+/** Sorts one HTTP body into a request to answer, a message to accept, or an invalid message. */
+export function classify(body: unknown): Incoming {
+  if (body === UNPARSABLE)
+    return {
+      kind: 'invalid',
+      code: RPC.parseError,
+      id: null,
+      message: 'Parse error: body is not valid JSON',
+    };
+  if (Array.isArray(body)) {
+    return {
+      kind: 'invalid',
+      code: RPC.invalidRequest,
+      id: null,
+      message: 'Invalid Request: JSON-RPC batches are not supported',
+    };
+  }
+  if (!isObject(body))
+    return {
+      kind: 'invalid',
+      code: RPC.invalidRequest,
+      id: null,
+      message: 'Invalid Request: expected a JSON-RPC object',
+    };
+  const id = validId(body.id) ? body.id : null;
+  const bad = (message: string): Incoming => ({
+    kind: 'invalid',
+    code: RPC.invalidRequest,
+    id,
+    message: `Invalid Request: ${message}`,
+  });
+  if (body.jsonrpc !== '2.0') return bad('jsonrpc must be "2.0"');
+  if ('method' in body) {
+    if (typeof body.method !== 'string' || body.method === '')
+      return bad('method must be a non-empty string');
+    if (body.params !== undefined && !isObject(body.params)) return bad('params must be an object');
+    if (!('id' in body)) return { kind: 'accepted' };
+    if (!validId(body.id)) return bad('id must be a string or an integer');
+    return { kind: 'request', message: body as unknown as RpcRequest };
+  }
+  if (validId(body.id) && ('result' in body || 'error' in body)) return { kind: 'accepted' };
+  return bad('method is required');
+}
+
+export const rpcResult = (id: RpcId | null, result: unknown): RpcResponse => ({ jsonrpc: '2.0', id, result });
+
+export const rpcError = (id: RpcId | null, code: number, message: string, data?: unknown): RpcResponse => ({
+  jsonrpc: '2.0',
+  id,
+  error: data === undefined ? { code, message } : { code, message, data },
+});
+
+/** Streamable HTTP: answer as an SSE stream only for a client that accepts SSE but not JSON. */
+export function wantsSse(accept: string | undefined): boolean {
+  if (!accept) return false;
+  const a = accept.toLowerCase();
+  return a.includes('text/event-stream') && !a.includes('application/json') && !a.includes('*/*');
+}
+
+export function sendRpc(reply: FastifyReply, message: RpcResponse, sse: boolean, status = 200): FastifyReply {
+  const json = JSON.stringify(message);
+  if (sse && status === 200) {
+    return reply
+      .code(200)
+      .header('content-type', 'text/event-stream')
+      .header('cache-control', 'no-cache')
+      .send(`event: message\ndata: ${json}\n\n`);
+  }
+  return reply.code(status).header('content-type', 'application/json; charset=utf-8').send(json);
+}
+
+/** The protocol version to answer an initialize with: the client's, when this SDK speaks it. */
+export function negotiateVersion(params: Params | undefined): string {
+  const asked = params?.protocolVersion;
+  return typeof asked === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(asked)
+    ? asked
+    : LATEST_PROTOCOL_VERSION;
+}
+
+/**
+ * Replaces the JSON body parser of one encapsulated plugin: a body that is not JSON reaches the
+ * handler as UNPARSABLE, so MCP clients get a JSON-RPC parse error rather than the REST envelope.
+ */
+export function useRpcBodyParser(app: FastifyInstance): void {
+  const parse = app.getDefaultJsonParser('error', 'error');
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (typeof body !== 'string' || body.trim() === '') return done(null, undefined);
+    try {
+      parse(req, body, (err, value) => done(null, err ? UNPARSABLE : value));
+    } catch {
+      done(null, UNPARSABLE);
+    }
+  });
+}

@@ -1,0 +1,81 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { AppContext } from '../../context.js';
+import { createPolicyRepository } from '../policies/repository.js';
+import { createToolRepository } from '../tools/repository.js';
+import { createToolService, registerMessage } from '../tools/service.js';
+import { createCharter } from './charter.js';
+import { charterRoutes } from './charter-routes.js';
+import { UpstreamDirectory } from './directory.js';
+import { createGateway } from './gateway.js';
+import { gatewayRoutes } from './gateway-routes.js';
+import { createHttpFetch } from './http-fetch.js';
+import { UpstreamPool } from './pool.js';
+import { createMcpRepository } from './repository.js';
+import { createUpstreamService } from './service.js';
+import { McpSessions } from './sessions.js';
+import { EventStreams } from './sse.js';
+import { probeUpstream } from './upstream-client.js';
+import { upstreamRoutes } from './upstream-routes.js';
+
+/**
+ * The MCP gateway: control plane (/v1/mcp/upstreams*), data plane (/v1/mcp/:upstreamSlug) and the
+ * native charter server (/v1/mcp/charter). The data plane and charter parse bodies themselves (a
+ * body that is not JSON is a JSON-RPC parse error there), so each is its own encapsulated plugin.
+ */
+export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
+  const repo = createMcpRepository(ctx.store.db);
+  const directory = new UpstreamDirectory(repo);
+  const open = { allowPrivate: ctx.config.mcpAllowPrivateUpstreams };
+  const http = createHttpFetch();
+  const pool = new UpstreamPool({ ...open, fetch: http.fetch });
+  const sessions = new McpSessions();
+  const streams = new EventStreams();
+  const tools = createToolService({
+    db: ctx.store.db,
+    tools: createToolRepository(ctx.store.db),
+    policies: createPolicyRepository(ctx.store.db),
+    cache: ctx.policies,
+    events: ctx.events,
+    clock: ctx.clock,
+  });
+
+  app.addHook('preClose', async () => {
+    // Event streams never go idle by themselves; end them so the server can close.
+    streams.endAll();
+  });
+  app.addHook('onClose', async () => {
+    sessions.close();
+    await pool.close();
+    http.close();
+  });
+
+  const service = createUpstreamService({
+    repo,
+    clock: ctx.clock,
+    allowPrivate: open.allowPrivate,
+    changed: (org, id) => {
+      directory.forget(org);
+      pool.drop(id);
+    },
+    probe: (target) => probeUpstream(target, open),
+  });
+  await app.register(upstreamRoutes, { ctx, service });
+
+  const gateway = createGateway({
+    validation: ctx.validation,
+    pool,
+    sessions,
+    clock: ctx.clock,
+    log: ctx.log,
+  });
+  await app.register(gatewayRoutes, { ctx, directory, gateway, sessions, streams });
+
+  const charter = createCharter({
+    listTools: (org) => repo.listTools(org),
+    register: async (scope, input) => {
+      const result = await tools.upsert(scope, input);
+      return { names: result.tools.map((t) => t.name), message: registerMessage(result) };
+    },
+  });
+  await app.register(charterRoutes, { ctx, charter });
+};

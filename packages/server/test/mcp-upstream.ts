@@ -1,0 +1,190 @@
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { z } from 'zod';
+
+/**
+ * A real MCP server built with the official SDK, listening on 127.0.0.1, for tests and the bench.
+ * Tools: echo {text}, pay {amount, currency?}, slow {ms}. It counts tool calls and keeps the request
+ * headers it saw, so tests can tell whether (and how) the gateway called it.
+ */
+export interface McpUpstream {
+  url: string;
+  port: number;
+  /** Tool calls that reached a handler, by tool name. */
+  calls: Record<string, number>;
+  headers: IncomingHttpHeaders[];
+  close(): Promise<void>;
+}
+
+export interface UpstreamOptions {
+  transport: 'streamable' | 'sse';
+  /** Streamable HTTP without sessions: a fresh server per request, JSON answers (the SDK's stateless pattern). */
+  stateless?: boolean;
+  port?: number;
+  /** Answer 401 to requests that lack this header value (`x-upstream-token`). */
+  requireToken?: string;
+}
+
+function buildServer(calls: Record<string, number>): McpServer {
+  const server = new McpServer({ name: 'fixture-upstream', version: '1.0.0' });
+  const count = (name: string) => {
+    calls[name] = (calls[name] ?? 0) + 1;
+  };
+  server.registerTool(
+    'echo',
+    { description: 'Echoes its text', inputSchema: { text: z.string() } },
+    async ({ text }) => {
+      count('echo');
+      return { content: [{ type: 'text', text: `echo: ${text}` }], _meta: { upstream: 'fixture' } };
+    },
+  );
+  server.registerTool(
+    'pay',
+    { description: 'Pretends to pay', inputSchema: { amount: z.number(), currency: z.string().optional() } },
+    async ({ amount, currency }) => {
+      count('pay');
+      return {
+        content: [{ type: 'text', text: `paid ${amount} ${currency ?? 'USD'}` }],
+        structuredContent: { paid: amount },
+      };
+    },
+  );
+  server.registerTool(
+    'slow',
+    { description: 'Answers after ms milliseconds', inputSchema: { ms: z.number() } },
+    async ({ ms }, extra) => {
+      count('slow');
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, ms);
+        extra.signal.addEventListener('abort', () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+      return { content: [{ type: 'text', text: `slept ${ms}` }] };
+    },
+  );
+  server.registerResource('greeting', 'fixture://greeting', { mimeType: 'text/plain' }, async (uri) => ({
+    contents: [{ uri: uri.href, text: 'hello from the fixture' }],
+  }));
+  return server;
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  const text = Buffer.concat(chunks).toString('utf8');
+  return text === '' ? undefined : JSON.parse(text);
+}
+
+export async function startMcpUpstream(options: UpstreamOptions): Promise<McpUpstream> {
+  const calls: Record<string, number> = {};
+  const headers: IncomingHttpHeaders[] = [];
+  const sessions = new Map<string, { close(): Promise<void> }>();
+  const streamable = new Map<string, StreamableHTTPServerTransport>();
+  const sse = new Map<string, SSEServerTransport>();
+
+  const http: Server = createServer(async (req, res) => {
+    try {
+      headers.push(req.headers);
+      if (options.requireToken && req.headers['x-upstream-token'] !== options.requireToken) {
+        res.writeHead(401, { 'content-type': 'application/json' }).end('{"error":"missing token"}');
+        return;
+      }
+      const path = new URL(req.url ?? '/', 'http://x').pathname;
+      if (path === '/health') {
+        res.writeHead(200).end('ok');
+        return;
+      }
+      if (options.transport === 'sse') {
+        if (req.method === 'GET' && path === '/sse') {
+          const transport = new SSEServerTransport('/messages', res);
+          sse.set(transport.sessionId, transport);
+          sessions.set(transport.sessionId, transport);
+          res.on('close', () => sse.delete(transport.sessionId));
+          await buildServer(calls).connect(transport);
+          return;
+        }
+        if (req.method === 'POST' && path === '/messages') {
+          const id = new URL(req.url ?? '/', 'http://x').searchParams.get('sessionId') ?? '';
+          const transport = sse.get(id);
+          if (!transport) res.writeHead(404).end('unknown session');
+          else await transport.handlePostMessage(req, res);
+          return;
+        }
+        res.writeHead(404).end();
+        return;
+      }
+      if (path !== '/mcp') {
+        res.writeHead(404).end();
+        return;
+      }
+      if (options.stateless) {
+        if (req.method !== 'POST') {
+          res.writeHead(405, { allow: 'POST' }).end();
+          return;
+        }
+        const transport = new StreamableHTTPServerTransport({
+          sessionIdGenerator: undefined,
+          enableJsonResponse: true,
+        });
+        const server = buildServer(calls);
+        res.on('close', () => {
+          void transport.close();
+          void server.close();
+        });
+        await server.connect(transport);
+        await transport.handleRequest(req, res, await readJson(req));
+        return;
+      }
+      const id = req.headers['mcp-session-id'];
+      let transport = typeof id === 'string' ? streamable.get(id) : undefined;
+      if (!transport) {
+        if (typeof id === 'string') {
+          res.writeHead(404, { 'content-type': 'application/json' }).end(
+            JSON.stringify({
+              jsonrpc: '2.0',
+              id: null,
+              error: { code: -32001, message: 'Session not found' },
+            }),
+          );
+          return;
+        }
+        const created = new StreamableHTTPServerTransport({
+          sessionIdGenerator: () => randomUUID(),
+          onsessioninitialized: (sid) => {
+            streamable.set(sid, created);
+            sessions.set(sid, created);
+          },
+        });
+        transport = created;
+        await buildServer(calls).connect(created);
+      }
+      await transport.handleRequest(req, res, req.method === 'POST' ? await readJson(req) : undefined);
+    } catch (err) {
+      if (!res.headersSent) res.writeHead(500).end(String(err));
+    }
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    http.once('error', reject);
+    http.listen(options.port ?? 0, '127.0.0.1', () => resolve());
+  });
+  const port = (http.address() as AddressInfo).port;
+  const path = options.transport === 'sse' ? '/sse' : '/mcp';
+  return {
+    url: `http://127.0.0.1:${port}${path}`,
+    port,
+    calls,
+    headers,
+    async close() {
+      await Promise.all([...sessions.values()].map((s) => s.close().catch(() => {})));
+      http.closeAllConnections();
+      await new Promise<void>((resolve) => http.close(() => resolve()));
+    },
+  };
+}
