@@ -12,6 +12,12 @@ export interface Store {
   dialect: DialectName;
   /** Absolute path of the embedded database file, or null on PostgreSQL. */
   sqlitePath: string | null;
+  /**
+   * The embedded database's own handle, for hot paths that run prepared statements synchronously.
+   * Use it only inside `db.connection().execute(...)`, which holds Kysely's connection lock, so it can
+   * never interleave with a Kysely transaction.
+   */
+  sqlite: SQLite.Database | null;
   ping(): Promise<void>;
   close(): Promise<void>;
 }
@@ -37,6 +43,7 @@ function openSqlite(url: string): Store {
     db,
     dialect: 'sqlite',
     sqlitePath: absolute,
+    sqlite: handle,
     ping: async () => {
       handle.prepare('select 1').get();
     },
@@ -55,6 +62,7 @@ function openPostgres(url: string): Store {
     db,
     dialect: 'postgres',
     sqlitePath: null,
+    sqlite: null,
     ping: async () => {
       await sql`select 1`.execute(db);
     },

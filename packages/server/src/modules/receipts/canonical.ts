@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import canonicalizeModule from 'canonicalize';
 
 type Canonicalize = (input: unknown) => string | undefined;
@@ -37,7 +37,7 @@ export function untagDigest(tagged: string): Buffer {
 
 /** SHA-256 of the bytes (strings are hashed as UTF-8), tagged `sha256:<hex>`. */
 export function sha256Tagged(data: string | Uint8Array): string {
-  return `sha256:${createHash('sha256').update(data).digest('hex')}`;
+  return `sha256:${hash('sha256', data, 'hex')}`;
 }
 
 /**
@@ -46,7 +46,7 @@ export function sha256Tagged(data: string | Uint8Array): string {
  * value is checked first and anything JSON cannot carry faithfully is rejected with its path.
  * Like JSON.stringify, undefined object properties are omitted and undefined array items become null.
  */
-const NOT_PLAIN = Symbol('not plain');
+export const NOT_PLAIN = Symbol('not plain');
 const MAX_FAST_DEPTH = 200;
 
 /**
@@ -55,7 +55,7 @@ const MAX_FAST_DEPTH = 200;
  * them, which is what RFC 8785 prescribes. Anything else (toJSON, Map, NaN, very deep nesting,
  * a cycle) returns NOT_PLAIN and takes the checked path, which explains what is wrong.
  */
-function plainCanonical(value: unknown, depth: number): string | typeof NOT_PLAIN {
+export function plainCanonical(value: unknown, depth = 0): string | typeof NOT_PLAIN {
   switch (typeof value) {
     case 'string':
       return JSON.stringify(value);

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 import { isTaggedHash, tagDigest, untagDigest } from './canonical.js';
 
 // RFC 6962 section 2.1: distinct prefixes for leaves and inner nodes, so a leaf can never be passed
@@ -8,12 +8,21 @@ const NODE_PREFIX = Buffer.from([0x01]);
 
 /** SHA-256(0x00 || data); strings are hashed as UTF-8. */
 export function leafHash(data: Uint8Array | string): Buffer {
-  return createHash('sha256').update(LEAF_PREFIX).update(data).digest();
+  const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+  const buf = Buffer.allocUnsafe(bytes.length + 1);
+  buf[0] = LEAF_PREFIX[0]!;
+  buf.set(bytes, 1);
+  // One-shot hashing: no Hash object per call, which matters at one root per receipt.
+  return hash('sha256', buf, 'buffer');
 }
 
 /** SHA-256(0x01 || left || right). */
 export function nodeHash(left: Uint8Array, right: Uint8Array): Buffer {
-  return createHash('sha256').update(NODE_PREFIX).update(left).update(right).digest();
+  const buf = Buffer.allocUnsafe(1 + left.length + right.length);
+  buf[0] = NODE_PREFIX[0]!;
+  buf.set(left, 1);
+  buf.set(right, 1 + left.length);
+  return hash('sha256', buf, 'buffer');
 }
 
 /** SHA-256 of nothing: RFC 6962's hash of the empty tree (e3b0c442...). */

@@ -1,0 +1,82 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import autocannon from 'autocannon';
+
+export interface Child {
+  proc: ChildProcess;
+  stop(): Promise<void>;
+}
+
+/** Starts a child process and waits until `url` answers 200. */
+export async function startChild(
+  cmd: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  readyUrl: string,
+): Promise<Child> {
+  const proc = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`${cmd} ${args.join(' ')} exited with ${proc.exitCode}`);
+    try {
+      if ((await fetch(readyUrl)).ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL');
+      throw new Error(`${readyUrl} did not become ready`);
+    }
+    await sleep(100);
+  }
+  return {
+    proc,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (proc.exitCode !== null) return resolve();
+        proc.once('exit', () => resolve());
+        proc.kill('SIGTERM');
+      }),
+  };
+}
+
+export interface LoadOptions {
+  url: string;
+  connections: number;
+  durationS: number;
+  headers?: Record<string, string>;
+  bodies: string[];
+  /** Fixed total rate (requests/s); latencies are then corrected for coordinated omission. */
+  overallRate?: number;
+}
+
+export interface LoadResult {
+  rps: number;
+  p50: number;
+  p99: number;
+  ok: number;
+  non2xx: number;
+  errors: number;
+}
+
+export async function load(o: LoadOptions): Promise<LoadResult> {
+  const result = await autocannon({
+    url: o.url,
+    method: 'POST',
+    connections: o.connections,
+    duration: o.durationS,
+    headers: { 'content-type': 'application/json', ...o.headers },
+    requests: o.bodies.map((body) => ({ method: 'POST', body })),
+    ...(o.overallRate ? { overallRate: o.overallRate } : {}),
+  });
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    ok: result['2xx'],
+    non2xx: result.non2xx,
+    errors: result.errors + result.timeouts,
+  };
+}
+
+export const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits });

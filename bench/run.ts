@@ -1,0 +1,37 @@
+/**
+ * npm run bench — every benchmark in one run, each printing its command, figures and verdict.
+ * BENCH_DURATION (seconds per measured phase, default 10) and BENCH_RATE (default 5000) tune it.
+ */
+import { runEngineBench } from './engine.js';
+import { runGatewayBench } from './gateway.js';
+import { runValidateBench } from './validate.js';
+
+const durationS = Number(process.env.BENCH_DURATION ?? 10);
+const rate = Number(process.env.BENCH_RATE ?? 5000);
+const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
+
+console.log(`# npm run bench  (BENCH_DURATION=${durationS} BENCH_RATE=${rate}, node ${process.version})`);
+
+console.log('\n## policy engine (node --import tsx bench/engine.ts)');
+const engine = await runEngineBench();
+console.log(
+  `${verdict(engine.allowPerSec >= 1_000_000)} engine: ${Math.round(engine.allowPerSec).toLocaleString('en-US')} evaluations/s allow path (goal >= 1,000,000)`,
+);
+
+console.log('\n## POST /v1/tools/validate vs bare node:http (autocannon, 32 connections)');
+const v = await runValidateBench({ durationS, rate, port: 18480 });
+console.log(`${verdict(v.ratio >= 0.5)} throughput ratio ${v.ratio.toFixed(2)} (goal >= 0.50)`);
+console.log(`${verdict(v.p99AtRate <= 10)} p99 ${v.p99AtRate} ms at ${rate} req/s (goal <= 10 ms)`);
+console.log(
+  `${verdict(v.recorded >= v.answered)} durability: ${v.answered} answered, ${v.recorded} recorded`,
+);
+
+console.log(
+  '\n## MCP gateway: tools/call through the gateway vs straight to the upstream (paced, 200 calls/s)',
+);
+const g = await runGatewayBench({ durationS, rate: 200, port: 18490 });
+console.log(`${verdict(g.addedP50 <= 1)} added latency p50 ${g.addedP50} ms (goal <= 1 ms)`);
+console.log(`${verdict(g.addedP99 <= 5)} added latency p99 ${g.addedP99} ms (goal <= 5 ms)`);
+console.log(
+  `${verdict(g.recorded >= g.answered)} durability: ${g.answered} answered, ${g.recorded} recorded`,
+);

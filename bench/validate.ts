@@ -1,0 +1,183 @@
+/**
+ * POST /v1/tools/validate on the embedded store against a bare node:http baseline, in one run.
+ * The service runs in a child process (as in production); the load generator runs here.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { signUserToken } from '../packages/server/src/lib/jwt.js';
+import { fmt, load, startChild } from './lib.js';
+
+const ROOT = join(import.meta.dirname, '..');
+export const SECRET = 'bench-secret-bench-secret-bench-secret';
+export const ADMIN = 'bench-admin';
+
+export interface ValidateBenchResult {
+  baselineRps: number;
+  validateRps: number;
+  ratio: number;
+  fixedRate: number;
+  fixedRateAchieved: number;
+  p50AtRate: number;
+  p99AtRate: number;
+  answered: number;
+  recorded: number;
+  lines: string[];
+}
+
+async function api(
+  base: string,
+  path: string,
+  init: { method?: string; headers?: Record<string, string>; body?: unknown },
+) {
+  const res = await fetch(base + path, {
+    method: init.method ?? 'GET',
+    headers: { 'content-type': 'application/json', ...init.headers },
+    ...(init.body !== undefined ? { body: JSON.stringify(init.body) } : {}),
+  });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${init.method ?? 'GET'} ${path} → ${res.status} ${text}`);
+  return JSON.parse(text);
+}
+
+/** An organization on the enterprise tier (so the rate limit does not cap the load), a key and a 3-constraint policy. */
+export async function provision(base: string): Promise<string> {
+  const token = await signUserToken(SECRET, 'bench-user', 3600, { jwtIssuer: null, jwtAudience: null });
+  const auth = { authorization: `Bearer ${token}` };
+  const org = await api(base, '/v1/organizations', {
+    method: 'POST',
+    headers: auth,
+    body: { name: 'Bench', slug: 'bench' },
+  });
+  await api(base, `/v1/admin/organizations/${org._id}`, {
+    method: 'PATCH',
+    headers: { authorization: `Bearer ${ADMIN}` },
+    body: { tier: 'enterprise', rateLimitPerMinute: 1_000_000 },
+  });
+  const project = await api(base, '/v1/projects', {
+    method: 'POST',
+    headers: auth,
+    body: { organizationId: org._id, name: 'p' },
+  });
+  const key = project.apiKey as string;
+  await api(base, '/v1/policies', {
+    method: 'POST',
+    headers: { 'x-service-api-key': key },
+    body: {
+      toolName: 'transfer',
+      mode: 'deterministic',
+      constraints: [
+        { argumentName: 'currency', enabled: true, required: true, enum: ['USD', 'EUR', 'GBP'] },
+        { argumentName: 'amount', enabled: true, minimum: 0, maximum: 1000 },
+        { argumentName: 'account', enabled: true, regex: '^acct_[a-z0-9]{8}$' },
+      ],
+    },
+  });
+  return key;
+}
+
+const BODIES = [
+  {
+    tool_name: 'transfer',
+    arguments: { currency: 'USD', amount: 250, account: 'acct_1a2b3c4d' },
+    context: { session_id: 'b' },
+  },
+  { tool_name: 'transfer', arguments: { currency: 'EUR', amount: 999, account: 'acct_9f8e7d6c' } },
+  { tool_name: 'transfer', arguments: { currency: 'JPY', amount: 5000, account: 'nope' } },
+].map((b) => JSON.stringify(b));
+
+export async function runValidateBench(opts: {
+  durationS: number;
+  rate: number;
+  port: number;
+}): Promise<ValidateBenchResult> {
+  const lines: string[] = [];
+  const log = (s: string) => {
+    lines.push(s);
+    console.log(s);
+  };
+
+  // Baseline.
+  const basePort = opts.port + 1;
+  const baseline = await startChild(
+    'node',
+    ['--import', 'tsx', join(ROOT, 'bench/baseline-server.ts')],
+    { PORT: String(basePort) },
+    `http://127.0.0.1:${basePort}/`,
+  );
+  const baseUrl = `http://127.0.0.1:${basePort}/v1/tools/validate`;
+  let baselineRps = 0;
+  try {
+    await load({ url: baseUrl, connections: 32, durationS: 2, bodies: BODIES });
+    const b = await load({ url: baseUrl, connections: 32, durationS: opts.durationS, bodies: BODIES });
+    baselineRps = b.rps;
+    log(`baseline node:http     ${fmt(b.rps)} req/s  p50 ${b.p50} ms  p99 ${b.p99} ms`);
+  } finally {
+    await baseline.stop();
+  }
+
+  // The service on a fresh embedded store.
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
+  const svcBase = `http://127.0.0.1:${opts.port}`;
+  const svc = await startChild(
+    'node',
+    [join(ROOT, 'packages/server/bin/svc.js'), 'serve'],
+    {
+      PORT: String(opts.port),
+      SVC_DATABASE_URL: `sqlite:${join(dir, 'svc.db')}`,
+      SVC_JWT_SECRET: SECRET,
+      SVC_ADMIN_TOKEN: ADMIN,
+      SVC_LOG_LEVEL: 'warn',
+    },
+    `${svcBase}/readyz`,
+  );
+  try {
+    const key = await provision(svcBase);
+    const url = `${svcBase}/v1/tools/validate`;
+    const headers = { 'x-service-api-key': key };
+    let answered = 0;
+    const warm = await load({ url, connections: 32, durationS: 3, headers, bodies: BODIES });
+    answered += warm.ok;
+    const v = await load({ url, connections: 32, durationS: opts.durationS, headers, bodies: BODIES });
+    answered += v.ok;
+    const ratio = v.rps / baselineRps;
+    log(
+      `validate (SQLite)      ${fmt(v.rps)} req/s  p50 ${v.p50} ms  p99 ${v.p99} ms  non-2xx ${v.non2xx}  errors ${v.errors}`,
+    );
+    log(`ratio validate/baseline ${ratio.toFixed(2)} (goal >= 0.50)`);
+
+    const r = await load({
+      url,
+      connections: 100,
+      durationS: opts.durationS,
+      headers,
+      bodies: BODIES,
+      overallRate: opts.rate,
+    });
+    answered += r.ok;
+    log(
+      `validate at ${fmt(opts.rate)} req/s fixed rate: achieved ${fmt(r.rps)} req/s  p50 ${r.p50} ms  p99 ${r.p99} ms (goal p99 <= 10 ms)  non-2xx ${r.non2xx}  errors ${r.errors}`,
+    );
+
+    const listed = await api(svcBase, '/v1/decisions?limit=1', { headers });
+    const recorded = listed.pagination.total as number;
+    log(
+      `answered 2xx ${fmt(answered)}, decisions in the log ${fmt(recorded)} (goal: every answered call recorded)`,
+    );
+    return {
+      baselineRps,
+      validateRps: v.rps,
+      ratio,
+      fixedRate: opts.rate,
+      fixedRateAchieved: r.rps,
+      p50AtRate: r.p50,
+      p99AtRate: r.p99,
+      answered,
+      recorded,
+      lines,
+    };
+  } finally {
+    await svc.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

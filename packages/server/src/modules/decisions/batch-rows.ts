@@ -1,0 +1,64 @@
+import type { Insertable } from 'kysely';
+import type { Database, DecisionsTable, SessionCountersTable } from '../../storage/schema.js';
+import type { Receipt, ReceiptFields } from '../receipts/receipt.js';
+
+/** One durable write: a receipt, optionally with the decision it records and a session counter update. */
+export interface WriteItem {
+  receipt: ReceiptFields;
+  /** The decision row without its receipt columns (filled in from the receipt). */
+  decision?: Omit<
+    Insertable<DecisionsTable>,
+    'receipt_id' | 'receipt_hash' | 'previous_receipt_hash' | 'merkle_root'
+  >;
+  /** Absolute counter values after this call. */
+  session?: Insertable<SessionCountersTable>;
+}
+
+export interface BatchRows {
+  decisions: Insertable<DecisionsTable>[];
+  receipts: Insertable<Database['receipts']>[];
+  sessions: Insertable<SessionCountersTable>[];
+}
+
+/** The rows one organization's part of a batch writes, once its receipts are computed. */
+export function rowsFor(items: readonly WriteItem[], receipts: readonly Receipt[]): BatchRows {
+  const rows: BatchRows = { decisions: [], receipts: [], sessions: [] };
+  const sessions = new Map<string, Insertable<SessionCountersTable>>();
+  for (const [i, item] of items.entries()) {
+    const r = receipts[i]!;
+    if (item.decision) {
+      rows.decisions.push({
+        ...item.decision,
+        receipt_id: r.receipt_id,
+        receipt_hash: r.receipt_hash,
+        previous_receipt_hash: r.previous_receipt_hash,
+        merkle_root: r.merkle_root,
+      });
+    }
+    rows.receipts.push({
+      organization_id: r.organization_id,
+      sequence: r.sequence,
+      receipt_id: r.receipt_id,
+      decision_id: r.decision_id,
+      receipt_hash: r.receipt_hash,
+      payload: JSON.stringify(r),
+      created_at: r.timestamp,
+    });
+    const s = item.session;
+    // Later items carry later absolute values: keep the last per counter.
+    if (s) sessions.set(`${s.session_id}\u0000${s.tool_name}`, s);
+  }
+  rows.sessions = [...sessions.values()];
+  return rows;
+}
+
+/** A chain segment to commit: one organization's items, in order, with their receipt ids. */
+export interface OrgBatch {
+  organizationId: string;
+  items: { item: WriteItem; receiptId: string }[];
+}
+
+/** Commits whole batches (every organization's segment in one transaction) and returns the receipts. */
+export interface BatchStore {
+  commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>>;
+}
