@@ -12,8 +12,29 @@ const LOCK = new URL('../package-lock.json', import.meta.url);
 const lock = JSON.parse(readFileSync(LOCK, 'utf8'));
 const packages = lock.packages;
 
-const OS = ['android', 'darwin', 'freebsd', 'linux', 'openbsd', 'openharmony', 'win32', 'sunos', 'aix', 'netbsd'];
-const CPU = { arm: 'arm', arm64: 'arm64', x64: 'x64', ia32: 'ia32', loong64: 'loong64', ppc64: 'ppc64', riscv64: 'riscv64', s390x: 's390x', mips64el: 'mips64el' };
+const OS = [
+  'android',
+  'darwin',
+  'freebsd',
+  'linux',
+  'openbsd',
+  'openharmony',
+  'win32',
+  'sunos',
+  'aix',
+  'netbsd',
+];
+const CPU = {
+  arm: 'arm',
+  arm64: 'arm64',
+  x64: 'x64',
+  ia32: 'ia32',
+  loong64: 'loong64',
+  ppc64: 'ppc64',
+  riscv64: 'riscv64',
+  s390x: 's390x',
+  mips64el: 'mips64el',
+};
 
 /** Reads os, cpu and libc from names like cli-darwin-arm64, rollup-linux-arm-musleabihf, win32-x64-msvc. */
 function platformOf(name) {
@@ -44,6 +65,8 @@ for (const [path, entry] of Object.entries(packages)) {
     added++;
   }
 }
-lock.packages = Object.fromEntries(Object.entries(packages).sort(([a], [b]) => (a === '' ? -1 : b === '' ? 1 : a < b ? -1 : 1)));
+lock.packages = Object.fromEntries(
+  Object.entries(packages).sort(([a], [b]) => (a === '' ? -1 : b === '' ? 1 : a < b ? -1 : 1)),
+);
 writeFileSync(LOCK, `${JSON.stringify(lock, null, 2)}\n`);
 console.log(`complete-lockfile: added ${added} platform entries`);
