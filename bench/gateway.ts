@@ -8,12 +8,9 @@ import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { signUserToken } from '../packages/server/src/lib/jwt.js';
-import { startChild } from './lib.js';
+import { api, provisionKey, serviceEnv, startChild } from './lib.js';
 
 const ROOT = join(import.meta.dirname, '..');
-const SECRET = 'bench-secret-bench-secret-bench-secret';
-const ADMIN = 'bench-admin';
 
 export interface PathFigures {
   calls: number;
@@ -34,41 +31,9 @@ export interface GatewayBenchResult {
   lines: string[];
 }
 
-async function api(
-  base: string,
-  path: string,
-  init: { method?: string; headers?: Record<string, string>; body?: unknown },
-) {
-  const res = await fetch(base + path, {
-    method: init.method ?? 'GET',
-    headers: { 'content-type': 'application/json', ...init.headers },
-    ...(init.body !== undefined ? { body: JSON.stringify(init.body) } : {}),
-  });
-  const text = await res.text();
-  if (!res.ok) throw new Error(`${init.method ?? 'GET'} ${path} → ${res.status} ${text}`);
-  return JSON.parse(text);
-}
-
 /** Enterprise organization (no rate-limit cap), a key, the upstream, and a policy that the call passes. */
 async function provision(base: string, upstreamUrl: string): Promise<string> {
-  const token = await signUserToken(SECRET, 'bench-user', 3600, { jwtIssuer: null, jwtAudience: null });
-  const auth = { authorization: `Bearer ${token}` };
-  const org = await api(base, '/v1/organizations', {
-    method: 'POST',
-    headers: auth,
-    body: { name: 'Bench', slug: 'bench' },
-  });
-  await api(base, `/v1/admin/organizations/${org._id}`, {
-    method: 'PATCH',
-    headers: { authorization: `Bearer ${ADMIN}` },
-    body: { tier: 'enterprise', rateLimitPerMinute: 1_000_000 },
-  });
-  const project = await api(base, '/v1/projects', {
-    method: 'POST',
-    headers: auth,
-    body: { organizationId: org._id, name: 'p' },
-  });
-  const key = project.apiKey as string;
+  const key = await provisionKey(base);
   const headers = { 'x-service-api-key': key };
   await api(base, '/v1/policies', {
     method: 'POST',
@@ -197,13 +162,7 @@ export async function runGatewayBench(opts: {
     svc = await startChild(
       'node',
       [join(ROOT, 'packages/server/bin/svc.js'), 'serve'],
-      {
-        PORT: String(opts.port),
-        SVC_DATABASE_URL: `sqlite:${join(dir, 'svc.db')}`,
-        SVC_JWT_SECRET: SECRET,
-        SVC_ADMIN_TOKEN: ADMIN,
-        SVC_LOG_LEVEL: 'warn',
-      },
+      serviceEnv(opts.port, `sqlite:${join(dir, 'svc.db')}`),
       `${svcBase}/readyz`,
     );
     const upstreamUrl = `http://127.0.0.1:${upPort}/mcp`;

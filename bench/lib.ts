@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import autocannon from 'autocannon';
+import { signUserToken } from '../packages/server/src/lib/jwt.js';
 
 export interface Child {
   proc: ChildProcess;
@@ -80,3 +81,52 @@ export async function load(o: LoadOptions): Promise<LoadResult> {
 }
 
 export const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits });
+
+export const SECRET = 'bench-secret-bench-secret-bench-secret';
+export const ADMIN = 'bench-admin';
+
+/** Environment of a benchmarked `svc serve` child. */
+export const serviceEnv = (port: number, databaseUrl: string): NodeJS.ProcessEnv => ({
+  PORT: String(port),
+  SVC_DATABASE_URL: databaseUrl,
+  SVC_JWT_SECRET: SECRET,
+  SVC_ADMIN_TOKEN: ADMIN,
+  SVC_LOG_LEVEL: 'warn',
+});
+
+export async function api(
+  base: string,
+  path: string,
+  init: { method?: string; headers?: Record<string, string>; body?: unknown },
+) {
+  const res = await fetch(base + path, {
+    method: init.method ?? 'GET',
+    headers: { 'content-type': 'application/json', ...init.headers },
+    ...(init.body !== undefined ? { body: JSON.stringify(init.body) } : {}),
+  });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${init.method ?? 'GET'} ${path} → ${res.status} ${text}`);
+  return JSON.parse(text);
+}
+
+/** An organization on the enterprise tier (so the rate limit does not cap the load) and a project key. */
+export async function provisionKey(base: string): Promise<string> {
+  const token = await signUserToken(SECRET, 'bench-user', 3600, { jwtIssuer: null, jwtAudience: null });
+  const auth = { authorization: `Bearer ${token}` };
+  const org = await api(base, '/v1/organizations', {
+    method: 'POST',
+    headers: auth,
+    body: { name: 'Bench', slug: 'bench' },
+  });
+  await api(base, `/v1/admin/organizations/${org._id}`, {
+    method: 'PATCH',
+    headers: { authorization: `Bearer ${ADMIN}` },
+    body: { tier: 'enterprise', rateLimitPerMinute: 1_000_000 },
+  });
+  const project = await api(base, '/v1/projects', {
+    method: 'POST',
+    headers: auth,
+    body: { organizationId: org._id, name: 'p' },
+  });
+  return project.apiKey as string;
+}

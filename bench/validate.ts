@@ -5,12 +5,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { signUserToken } from '../packages/server/src/lib/jwt.js';
-import { fmt, load, startChild } from './lib.js';
+import { api, fmt, load, provisionKey, serviceEnv, startChild } from './lib.js';
 
 const ROOT = join(import.meta.dirname, '..');
-export const SECRET = 'bench-secret-bench-secret-bench-secret';
-export const ADMIN = 'bench-admin';
 
 export interface ValidateBenchResult {
   baselineRps: number;
@@ -25,41 +22,9 @@ export interface ValidateBenchResult {
   lines: string[];
 }
 
-async function api(
-  base: string,
-  path: string,
-  init: { method?: string; headers?: Record<string, string>; body?: unknown },
-) {
-  const res = await fetch(base + path, {
-    method: init.method ?? 'GET',
-    headers: { 'content-type': 'application/json', ...init.headers },
-    ...(init.body !== undefined ? { body: JSON.stringify(init.body) } : {}),
-  });
-  const text = await res.text();
-  if (!res.ok) throw new Error(`${init.method ?? 'GET'} ${path} → ${res.status} ${text}`);
-  return JSON.parse(text);
-}
-
-/** An organization on the enterprise tier (so the rate limit does not cap the load), a key and a 3-constraint policy. */
+/** A key of a fresh enterprise organization and the 3-constraint policy every call is checked against. */
 export async function provision(base: string): Promise<string> {
-  const token = await signUserToken(SECRET, 'bench-user', 3600, { jwtIssuer: null, jwtAudience: null });
-  const auth = { authorization: `Bearer ${token}` };
-  const org = await api(base, '/v1/organizations', {
-    method: 'POST',
-    headers: auth,
-    body: { name: 'Bench', slug: 'bench' },
-  });
-  await api(base, `/v1/admin/organizations/${org._id}`, {
-    method: 'PATCH',
-    headers: { authorization: `Bearer ${ADMIN}` },
-    body: { tier: 'enterprise', rateLimitPerMinute: 1_000_000 },
-  });
-  const project = await api(base, '/v1/projects', {
-    method: 'POST',
-    headers: auth,
-    body: { organizationId: org._id, name: 'p' },
-  });
-  const key = project.apiKey as string;
+  const key = await provisionKey(base);
   await api(base, '/v1/policies', {
     method: 'POST',
     headers: { 'x-service-api-key': key },
@@ -122,13 +87,7 @@ export async function runValidateBench(opts: {
   const svc = await startChild(
     'node',
     [join(ROOT, 'packages/server/bin/svc.js'), 'serve'],
-    {
-      PORT: String(opts.port),
-      SVC_DATABASE_URL: `sqlite:${join(dir, 'svc.db')}`,
-      SVC_JWT_SECRET: SECRET,
-      SVC_ADMIN_TOKEN: ADMIN,
-      SVC_LOG_LEVEL: 'warn',
-    },
+    serviceEnv(opts.port, `sqlite:${join(dir, 'svc.db')}`),
     `${svcBase}/readyz`,
   );
   try {

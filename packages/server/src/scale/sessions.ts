@@ -8,7 +8,7 @@ import {
 } from '@svc/policy-engine';
 import type { Redis } from 'ioredis';
 import { AppError } from '../lib/errors.js';
-import type { Reservation, SessionCounters } from '../modules/validation/sessions.js';
+import { loadSessionState, type Reservation, type SessionCounters } from '../modules/validation/sessions.js';
 import type { Store } from '../storage/db.js';
 import type { Logger } from './redis.js';
 
@@ -120,15 +120,9 @@ export class RedisSessionCounters implements SessionCounters {
   }
 
   private async stored(org: string, session: string, tool: string): Promise<string[]> {
-    const row = await this.store.db
-      .selectFrom('session_counters')
-      .select(['calls', 'cumulative'])
-      .where('organization_id', '=', org)
-      .where('session_id', '=', session)
-      .where('tool_name', '=', tool)
-      .executeTakeFirst();
-    const cumulative = Object.entries((row ? JSON.parse(row.cumulative) : {}) as Record<string, number>);
-    return ['1', String(row?.calls ?? 0), String(cumulative.length), ...cumulative.flat().map(String)];
+    const state = await loadSessionState(this.store, org, session, tool);
+    const cumulative = Object.entries(state.cumulative);
+    return ['1', String(state.calls), String(cumulative.length), ...cumulative.flat().map(String)];
   }
 
   async reserve(

@@ -13,6 +13,23 @@ interface Entry {
   pending: number;
 }
 
+/** The stored usage of one session and tool (zero when the session is new). */
+export async function loadSessionState(
+  store: Store,
+  org: string,
+  session: string,
+  tool: string,
+): Promise<SessionState> {
+  const row = await store.db
+    .selectFrom('session_counters')
+    .select(['calls', 'cumulative'])
+    .where('organization_id', '=', org)
+    .where('session_id', '=', session)
+    .where('tool_name', '=', tool)
+    .executeTakeFirst();
+  return { calls: row?.calls ?? 0, cumulative: row ? JSON.parse(row.cumulative) : {} };
+}
+
 export interface Reservation {
   failures: FailedConstraint[];
   /** Absolute values after this call, for the durable write; null when the call was refused. */
@@ -60,17 +77,7 @@ export class MemorySessionCounters implements SessionCounters {
     let load = this.loading.get(key);
     if (!load) {
       load = (async () => {
-        const row = await this.store.db
-          .selectFrom('session_counters')
-          .select(['calls', 'cumulative'])
-          .where('organization_id', '=', org)
-          .where('session_id', '=', session)
-          .where('tool_name', '=', tool)
-          .executeTakeFirst();
-        const entry: Entry = {
-          state: { calls: row?.calls ?? 0, cumulative: row ? JSON.parse(row.cumulative) : {} },
-          pending: 0,
-        };
+        const entry: Entry = { state: await loadSessionState(this.store, org, session, tool), pending: 0 };
         this.evictIfFull();
         this.entries.set(key, entry);
         return entry;
