@@ -68,7 +68,6 @@ export async function buildApp({
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
     },
-    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
     return503OnClosing: true,
     forceCloseConnections: 'idle',
   }).withTypeProvider<TypeBoxTypeProvider>();

@@ -4,6 +4,7 @@ import {
   createTenant,
   createTestApp,
   expectError,
+  freshDatabase,
   keyHeader,
   type TestApp,
 } from '../../test/helpers.js';
@@ -128,6 +129,21 @@ describe('health', () => {
   it('serves /healthz and /readyz without credentials', async () => {
     expect((await t.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
     expect((await t.inject({ method: 'GET', url: '/readyz' })).json()).toEqual({ status: 'ready' });
+  });
+});
+
+describe('readiness', () => {
+  it('answers /readyz 503 once the store stops answering, while /healthz stays 200', async () => {
+    const database = await freshDatabase();
+    const own = await createTestApp({}, { database });
+    try {
+      await own.store.db.destroy();
+      expectError(await own.inject({ method: 'GET', url: '/readyz' }), 503, 'service_unavailable');
+      expect((await own.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
+    } finally {
+      await own.app.close();
+      await database.drop();
+    }
   });
 });
 
