@@ -1,6 +1,6 @@
 import type { ServiceEvent } from '../src/events/bus.js';
 import type { Clock } from '../src/lib/clock.js';
-import { ADMIN_TOKEN, bearer, keyHeader, type Tenant, type TestApp } from './helpers.js';
+import { ADMIN_TOKEN, asUser, bearer, keyHeader, type Tenant, type TestApp } from './helpers.js';
 
 /** A clock tests move by hand; starts at the real time so JWTs and receipts look ordinary. */
 export class ManualClock implements Clock {
@@ -35,11 +35,21 @@ export function collectEvents(t: TestApp, orgId: string): { events: ServiceEvent
 export const openApproval = (t: TestApp, tenant: Tenant, payload: Record<string, unknown>) =>
   t.inject({ method: 'POST', url: '/v1/approvals', headers: keyHeader(tenant.apiKey), payload });
 
-export const resolveApproval = (t: TestApp, key: string, id: string, action: string, resolvedBy = 'alice') =>
+/**
+ * Resolves as an API key, or as a tenant's user. A key cannot resolve an approval it requested, so
+ * approvals opened by a tenant's own key are resolved as its user.
+ */
+export const resolveApproval = (
+  t: TestApp,
+  by: string | Tenant,
+  id: string,
+  action: string,
+  resolvedBy = 'alice',
+) =>
   t.inject({
     method: 'POST',
     url: `/v1/approvals/${id}/resolve`,
-    headers: keyHeader(key),
+    headers: typeof by === 'string' ? keyHeader(by) : asUser(by),
     payload: { action, resolvedBy },
   });
 

@@ -4,3 +4,6 @@ export interface Clock {
 }
 
 export const systemClock: Clock = { now: () => new Date() };
+
+/** Rounds milliseconds to microseconds: enough precision, stable JSON. */
+export const roundMs = (ms: number) => Math.round(ms * 1000) / 1000;

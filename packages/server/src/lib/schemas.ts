@@ -5,15 +5,25 @@ import { isUuid } from './ids.js';
 if (!FormatRegistry.Has('uuid')) FormatRegistry.Set('uuid', isUuid);
 if (!FormatRegistry.Has('date-time')) FormatRegistry.Set('date-time', (v) => !Number.isNaN(Date.parse(v)));
 
-export const Name = Type.String({ minLength: 1, maxLength: 100 });
+/** No C0 control characters (U+0000-U+001F): PostgreSQL rejects NUL in text, and none belong in a name. */
+export const NO_CONTROL_CHARS = '^[^\\u0000-\\u001f]*$';
+export const Name = Type.String({ minLength: 1, maxLength: 100, pattern: NO_CONTROL_CHARS });
 export const Slug = Type.String({ minLength: 1, maxLength: 100, pattern: '^[a-z0-9-]+$' });
 export const Uuid = Type.String({ format: 'uuid' });
 export const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 export const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200 }) });
 export const Success = Type.Object({ success: Type.Literal(true) });
 
-export const ErrorEnvelope = Type.Object({
-  error: Type.Object({ code: Type.String(), message: Type.String() }),
+/** A JSON object with any members: tool arguments, call context. */
+export const JsonObject = Type.Record(Type.String(), Type.Unknown());
+
+/** One failed constraint of a decision, as validate answers it and the decision log stores it. */
+export const FailedConstraintSchema = Type.Object({
+  parameter: Type.String(),
+  constraint_type: Type.String(),
+  expected: Type.Unknown(),
+  actual: Type.Unknown(),
+  message: Type.String(),
 });
 
 const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');

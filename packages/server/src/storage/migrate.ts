@@ -4,6 +4,7 @@ import * as m0001 from './migrations/0001_tenancy.js';
 import * as m0002 from './migrations/0002_enforcement.js';
 import * as m0003 from './migrations/0003_approvals_drafts.js';
 import * as m0004 from './migrations/0004_mcp_upstreams.js';
+import * as m0005 from './migrations/0005_approval_requester.js';
 
 /**
  * Migrations are listed in code (not read from a folder) so they run the same under tsx, a bundle
@@ -14,6 +15,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0002_enforcement': m0002,
   '0003_approvals_drafts': m0003,
   '0004_mcp_upstreams': m0004,
+  '0005_approval_requester': m0005,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

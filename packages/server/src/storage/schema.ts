@@ -149,6 +149,8 @@ export interface ApprovalsTable {
   /** When an approved approval allowed its call; an approval is usable once. */
   used_at: string | null;
   created_at: string;
+  /** The API key whose call (or request) opened the approval; that key may not resolve it. Null for users. */
+  requested_by_key_id: string | null;
 }
 
 export interface PolicyDraftsTable {

@@ -131,7 +131,7 @@ describe('GET /v1/approvals/pending and /:id', () => {
     const first = await pendingId(tenant, { arguments: { n: 1 } });
     const second = await pendingId(tenant, { arguments: { n: 2 } });
     const done = await pendingId(tenant);
-    await resolveApproval(t, tenant.apiKey, done, 'deny');
+    await resolveApproval(t, tenant, done, 'deny');
     const res = await t.inject({ method: 'GET', url: '/v1/approvals/pending', headers: asUser(tenant) });
     expect(res.statusCode).toBe(200);
     expect(res.json().data).toEqual([
@@ -163,7 +163,7 @@ describe('GET /v1/approvals/pending and /:id', () => {
       createdAt: expect.any(String),
       expiresAt: expect.any(String),
     });
-    await resolveApproval(t, tenant.apiKey, id, 'approve', 'bob');
+    await resolveApproval(t, tenant, id, 'approve', 'bob');
     const approved = (await get()).json();
     expect(approved).toEqual({
       id,
@@ -175,7 +175,7 @@ describe('GET /v1/approvals/pending and /:id', () => {
       resolvedAt: expect.any(String),
     });
     const other = await pendingId(tenant);
-    await resolveApproval(t, tenant.apiKey, other, 'deny', 'carol');
+    await resolveApproval(t, tenant, other, 'deny', 'carol');
     const denied = await t.inject({
       method: 'GET',
       url: `/v1/approvals/${other}`,
@@ -211,7 +211,7 @@ describe('POST /v1/approvals/:id/resolve', () => {
     const tenant = await teamTenant();
     const id = await pendingId(tenant);
     const seen = collectEvents(t, tenant.orgId);
-    const res = await resolveApproval(t, tenant.apiKey, id, 'approve', 'alice');
+    const res = await resolveApproval(t, tenant, id, 'approve', 'alice');
     seen.stop();
     expect(res.statusCode).toBe(200);
     expect(res.json()).toEqual({
@@ -239,7 +239,7 @@ describe('POST /v1/approvals/:id/resolve', () => {
     });
     expect((await verifyReceipts(chain)).ok).toBe(true);
 
-    const again = await resolveApproval(t, tenant.apiKey, id, 'deny');
+    const again = await resolveApproval(t, tenant, id, 'deny');
     expectError(again, 400, 'invalid_status');
     expect(again.json().error.message).toMatch(/approved/);
   });
@@ -263,7 +263,7 @@ describe('POST /v1/approvals/:id/resolve', () => {
     const id = await pendingId(tenant);
     const results = await Promise.all(
       Array.from({ length: 12 }, (_, i) =>
-        resolveApproval(t, tenant.apiKey, id, i % 2 ? 'approve' : 'deny', `r${i}`),
+        resolveApproval(t, tenant, id, i % 2 ? 'approve' : 'deny', `r${i}`),
       ),
     );
     const wins = results.filter((r) => r.statusCode === 200);
@@ -279,11 +279,80 @@ describe('POST /v1/approvals/:id/resolve', () => {
     const id = await pendingId(a);
     expectError(await resolveApproval(t, b.apiKey, id, 'approve'), 404, 'not_found');
     expectError(await resolveApproval(t, a.apiKey, UNKNOWN, 'approve'), 404, 'not_found');
-    expectError(await resolveApproval(t, a.apiKey, id, 'maybe'), 400, 'validation_failed');
-    expectError(await resolveApproval(t, a.apiKey, id, 'approve', ''), 400, 'validation_failed');
-    expectError(await resolveApproval(t, a.apiKey, id, 'approve', 'x'.repeat(201)), 400, 'validation_failed');
+    expectError(await resolveApproval(t, a, id, 'maybe'), 400, 'validation_failed');
+    expectError(await resolveApproval(t, a, id, 'approve', ''), 400, 'validation_failed');
+    expectError(await resolveApproval(t, a, id, 'approve', 'x'.repeat(201)), 400, 'validation_failed');
     const still = await t.inject({ method: 'GET', url: `/v1/approvals/${id}`, headers: keyHeader(a.apiKey) });
     expect(still.json().status).toBe('pending');
+  });
+});
+
+describe('an API key resolving its own approval', () => {
+  const secondKey = async (tenant: Tenant): Promise<string> => {
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/api-keys',
+      headers: asUser(tenant),
+      payload: { name: 'reviewer', projectId: tenant.projectId },
+    });
+    if (res.statusCode !== 201) throw new Error(res.body);
+    return res.json().key;
+  };
+
+  it('gets 403 for an approval it requested; another key or a user may resolve it', async () => {
+    const tenant = await teamTenant();
+    const mine = await pendingId(tenant);
+    const self = await resolveApproval(t, tenant.apiKey, mine, 'approve');
+    expectError(self, 403, 'authorization_error');
+    expect(self.json().error.message).toBe('an API key cannot resolve an approval it requested');
+    expect((await resolveApproval(t, await secondKey(tenant), mine, 'approve')).statusCode).toBe(200);
+    const other = await pendingId(tenant);
+    expect((await resolveApproval(t, tenant, other, 'deny')).statusCode).toBe(200);
+  });
+
+  it('gets 403 for an approval its escalated validate call opened, also in a batch', async () => {
+    const tenant = await teamTenant();
+    await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(tenant.apiKey),
+      payload: {
+        toolName: 'wire',
+        constraints: [{ argumentName: 'amount', maximum: 10, action: 'require_approval' }],
+      },
+    });
+    const v = await t.inject({
+      method: 'POST',
+      url: '/v1/tools/validate',
+      headers: keyHeader(tenant.apiKey),
+      payload: { tool_name: 'wire', arguments: { amount: 50 } },
+    });
+    expect(v.json().decision).toBe('require_approval');
+    const escalated = v.json().approval_id as string;
+    const requested = await pendingId(tenant);
+    expectError(await resolveApproval(t, tenant.apiKey, escalated, 'approve'), 403, 'authorization_error');
+    const reviewer = await secondKey(tenant);
+    const byReviewer = await pendingId({ ...tenant, apiKey: reviewer });
+    const batch = await t.inject({
+      method: 'POST',
+      url: '/v1/approvals/batch-resolve',
+      headers: keyHeader(tenant.apiKey),
+      payload: { ids: [escalated, requested, byReviewer], action: 'approve', resolvedBy: 'agent' },
+    });
+    expect(batch.json().results).toEqual([
+      {
+        id: escalated,
+        status: 'pending',
+        error: { code: 'authorization_error', message: expect.any(String) },
+      },
+      {
+        id: requested,
+        status: 'pending',
+        error: { code: 'authorization_error', message: expect.any(String) },
+      },
+      { id: byReviewer, status: 'approved', resolvedBy: 'agent', resolvedAt: expect.any(String) },
+    ]);
+    expect((await resolveApproval(t, reviewer, escalated, 'approve')).statusCode).toBe(200);
   });
 });
 
@@ -292,13 +361,13 @@ describe('POST /v1/approvals/batch-resolve', () => {
     const a = await teamTenant();
     const b = await teamTenant();
     const [p1, p2, done] = [await pendingId(a), await pendingId(a), await pendingId(a)];
-    await resolveApproval(t, a.apiKey, done, 'approve');
+    await resolveApproval(t, a, done, 'approve');
     const foreign = await pendingId(b);
     const seen = collectEvents(t, a.orgId);
     const res = await t.inject({
       method: 'POST',
       url: '/v1/approvals/batch-resolve',
-      headers: keyHeader(a.apiKey),
+      headers: asUser(a),
       payload: { ids: [p1, UNKNOWN, done, foreign, p2], action: 'deny', resolvedBy: 'ops' },
     });
     seen.stop();

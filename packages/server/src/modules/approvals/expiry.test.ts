@@ -8,6 +8,7 @@ import {
   setTier,
 } from '../../../test/approvals.js';
 import {
+  asUser,
   createTenant,
   createTestApp,
   expectError,
@@ -69,7 +70,7 @@ describe('approval expiry', () => {
     });
     expect(list.json().data).toEqual([]);
     const before = (await receiptsOf(t, tenant.orgId)).length;
-    const res = await resolveApproval(t, tenant.apiKey, id, 'approve');
+    const res = await resolveApproval(t, tenant, id, 'approve');
     expectError(res, 410, 'expired');
     expect((await receiptsOf(t, tenant.orgId)).length).toBe(before);
   });
@@ -92,11 +93,11 @@ describe('approval expiry', () => {
         data: { approvalId: due, toolName: 'wire', decisionId: null, expiresAt: expect.any(String) },
       },
     ]);
-    expectError(await resolveApproval(t, tenant.apiKey, due, 'deny'), 410, 'expired');
+    expectError(await resolveApproval(t, tenant, due, 'deny'), 410, 'expired');
     const batch = await t.inject({
       method: 'POST',
       url: '/v1/approvals/batch-resolve',
-      headers: keyHeader(tenant.apiKey),
+      headers: asUser(tenant),
       payload: { ids: [due, later], action: 'approve', resolvedBy: 'ops' },
     });
     expect(batch.json().results).toEqual([
@@ -147,5 +148,44 @@ describe('approval expiry', () => {
     );
     expect(resolved.status).toBe('approved');
     expect(errors).toEqual([expect.objectContaining({ approvalId: id })]);
+  });
+  it('batch-resolve reports an unexpected error for its id only; the others still resolve and announce', async () => {
+    const tenant = await teamTenant();
+    const [a, broken, b] = [await open(tenant, 600), await open(tenant, 600), await open(tenant, 600)];
+    const repo = createApprovalRepository(t.store.db);
+    const events = new LocalEventBus();
+    const got: ServiceEvent[] = [];
+    events.subscribe((e) => got.push(e));
+    const written: unknown[] = [];
+    const service = createApprovalService({
+      approvals: {
+        ...repo,
+        resolve: (org, id, r, now) =>
+          id === broken ? Promise.reject(new Error('connection reset')) : repo.resolve(org, id, r, now),
+      },
+      writer: {
+        write: async (item) => {
+          written.push(item);
+          return item.receipt as never;
+        },
+      },
+      events,
+      clock,
+      log: { error: () => {} },
+      tierOf: async () => 'team',
+    });
+    const results = await service.batchResolve(
+      { organizationId: tenant.orgId, projectId: null },
+      [a, broken, b],
+      'approve',
+      'ops',
+    );
+    expect(results).toEqual([
+      expect.objectContaining({ id: a, status: 'approved' }),
+      { id: broken, status: 'unknown', error: { code: 'internal_error', message: expect.any(String) } },
+      expect.objectContaining({ id: b, status: 'approved' }),
+    ]);
+    expect(written).toHaveLength(2);
+    expect(got.filter((e) => e.type === 'approval.resolved').map((e) => e.data.approvalId)).toEqual([a, b]);
   });
 });

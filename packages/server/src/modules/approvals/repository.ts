@@ -7,6 +7,8 @@ export interface Resolution {
   status: 'approved' | 'denied';
   resolvedBy: string;
   resolvedAt: string;
+  /** The API key resolving, if a key is: it may not resolve an approval it requested. */
+  byKeyId?: string | null;
 }
 
 /**
@@ -43,22 +45,30 @@ export function createApprovalRepository(db: Kysely<Database>) {
         .execute();
     },
 
-    /** pending → approved/denied, only if still pending and unexpired; the updated row or undefined. */
+    /**
+     * pending → approved/denied, only if still pending and unexpired and, when `r.byKeyId` is set,
+     * not requested by that key; the updated row or undefined.
+     */
     async resolve(
       organizationId: string,
       id: string,
       r: Resolution,
       now: string,
     ): Promise<ApprovalRow | undefined> {
-      return db
+      let q = db
         .updateTable('approvals')
         .set({ status: r.status, resolved_by: r.resolvedBy, resolved_at: r.resolvedAt })
         .where('organization_id', '=', organizationId)
         .where('id', '=', id)
         .where('status', '=', 'pending')
-        .where('expires_at', '>', now)
-        .returningAll()
-        .executeTakeFirst();
+        .where('expires_at', '>', now);
+      const byKeyId = r.byKeyId;
+      if (byKeyId) {
+        q = q.where((eb) =>
+          eb.or([eb('requested_by_key_id', 'is', null), eb('requested_by_key_id', '!=', byKeyId)]),
+        );
+      }
+      return q.returningAll().executeTakeFirst();
     },
 
     /** Marks an approved approval used, once, and only for the call it was granted for. */

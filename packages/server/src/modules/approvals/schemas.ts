@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
-import { Nullable, OneOf, Uuid } from '../../lib/schemas.js';
+import { JsonObject as Args, Nullable, OneOf, Uuid } from '../../lib/schemas.js';
+import { ToolName } from '../tools/schemas.js';
 
-const Args = Type.Record(Type.String(), Type.Unknown());
 const Action = OneOf(['approve', 'deny']);
 const ResolvedBy = Type.String({ minLength: 1, maxLength: 200 });
 const Status = OneOf(['pending', 'approved', 'denied', 'expired']);
@@ -9,7 +9,7 @@ const Status = OneOf(['pending', 'approved', 'denied', 'expired']);
 export const CreateApprovalBody = Type.Object(
   {
     decisionId: Type.Optional(Uuid),
-    toolName: Type.String({ minLength: 1, maxLength: 200 }),
+    toolName: ToolName,
     arguments: Type.Optional(Args),
     expiresInSeconds: Type.Optional(Type.Number({ minimum: 60, maximum: 86_400 })),
   },

@@ -1,6 +1,6 @@
 import type { EventBus } from '../../events/bus.js';
 import type { Clock } from '../../lib/clock.js';
-import { AppError, invalid, notFound } from '../../lib/errors.js';
+import { AppError, forbidden, invalid, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { DecisionWriter } from '../decisions/writer.js';
@@ -23,6 +23,14 @@ import { createApprovalSweeper } from './sweeper.js';
 /** Where an approval lives; validation passes this without a principal. */
 export type ApprovalTenant = Pick<OrgScope, 'organizationId' | 'projectId'>;
 
+/** Who resolves: an API key principal may not resolve an approval it requested. */
+export type ApprovalResolver = ApprovalTenant & { principal?: OrgScope['principal'] };
+
+const keyIdOf = (scope: ApprovalResolver): string | null =>
+  scope.principal?.kind === 'apiKey' ? scope.principal.keyId : null;
+
+export const SELF_RESOLVE = 'an API key cannot resolve an approval it requested';
+
 export interface OpenApproval {
   /** Preassigned by validation so the decision's receipt can bind it; generated otherwise. */
   id?: string;
@@ -30,6 +38,8 @@ export interface OpenApproval {
   toolName: string;
   arguments: Record<string, unknown>;
   expiresInSeconds?: number;
+  /** The API key whose call or request opens it; that key may not resolve it. */
+  requestedByKeyId?: string | null;
 }
 
 export interface CreateApprovalInput {
@@ -89,18 +99,27 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
 
   /** pending → approved/denied, or the error the spec names for why it cannot happen. */
   async function transition(
-    scope: ApprovalTenant,
+    scope: ApprovalResolver,
     id: string,
     action: ApprovalAction,
     resolvedBy: string,
   ): Promise<ApprovalRow> {
     const at = now();
     const status = action === 'approve' ? 'approved' : 'denied';
-    const row = await approvals.resolve(scope.organizationId, id, { status, resolvedBy, resolvedAt: at }, at);
+    const byKeyId = keyIdOf(scope);
+    const row = await approvals.resolve(
+      scope.organizationId,
+      id,
+      { status, resolvedBy, resolvedAt: at, byKeyId },
+      at,
+    );
     if (row) return row;
     const current = await load(scope.organizationId, id);
     const state = statusAt(current, at);
     if (state === 'expired') throw new AppError('expired', `Approval expired at ${current.expires_at}`);
+    if (state === 'pending' && byKeyId !== null && current.requested_by_key_id === byKeyId) {
+      throw forbidden(SELF_RESOLVE);
+    }
     throw new AppError('invalid_status', `Approval is already ${state}; it can be resolved only once`);
   }
 
@@ -138,6 +157,27 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
     return { id: row.id, status: row.status as Resolved['status'], resolvedBy, resolvedAt };
   }
 
+  /** The batch entry of an id whose transition failed; never throws. */
+  async function failure(scope: ApprovalTenant, id: string, err: unknown): Promise<BatchResult> {
+    if (!(err instanceof AppError)) {
+      log.error({ err, approvalId: id }, 'approval could not be resolved');
+      return {
+        id,
+        status: 'unknown',
+        error: { code: 'internal_error', message: 'The approval could not be resolved' },
+      };
+    }
+    let current: ApprovalRow | undefined;
+    if (err.code !== 'not_found') {
+      current = await approvals.get(scope.organizationId, id).catch(() => undefined);
+    }
+    return {
+      id,
+      status: current ? statusAt(current, now()) : err.code === 'not_found' ? 'not_found' : 'unknown',
+      error: { code: err.code, message: err.message },
+    };
+  }
+
   /** Opens a pending approval without a plan check (validation checked it when deciding). */
   async function open(scope: ApprovalTenant, input: OpenApproval): Promise<ApprovalRow> {
     const created = clock.now();
@@ -156,6 +196,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       resolved_at: null,
       used_at: null,
       created_at: created.toISOString(),
+      requested_by_key_id: input.requestedByKeyId ?? null,
     };
     await approvals.insert(row);
     events.publish({
@@ -197,6 +238,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
         decisionId: input.decisionId ?? null,
         toolName: input.toolName,
         arguments: args ?? {},
+        requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
         ...(input.expiresInSeconds !== undefined ? { expiresInSeconds: input.expiresInSeconds } : {}),
       });
       return toPending(row);
@@ -211,7 +253,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
     },
 
     async resolve(
-      scope: ApprovalTenant,
+      scope: ApprovalResolver,
       id: string,
       action: ApprovalAction,
       resolvedBy: string,
@@ -221,7 +263,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
 
     /** Resolves each id on its own; every id is reported, in request order. */
     async batchResolve(
-      scope: ApprovalTenant,
+      scope: ApprovalResolver,
       ids: string[],
       action: ApprovalAction,
       resolvedBy: string,
@@ -231,18 +273,23 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
         try {
           outcomes.push(await transition(scope, id, action, resolvedBy));
         } catch (err) {
-          if (!(err instanceof AppError)) throw err;
-          const current =
-            err.code === 'not_found' ? undefined : await approvals.get(scope.organizationId, id);
-          outcomes.push({
-            id,
-            status: current ? statusAt(current, now()) : 'not_found',
-            error: { code: err.code, message: err.message },
-          });
+          outcomes.push(await failure(scope, id, err));
         }
       }
       // Receipts of the whole batch are queued together, so the writer commits them as one group.
-      return Promise.all(outcomes.map((o) => ('organization_id' in o ? resolved(o, action) : o)));
+      // A failure after an id's transition committed is reported for that id only: the others'
+      // receipts and events still go out.
+      return Promise.all(
+        outcomes.map(async (o) => {
+          if (!('organization_id' in o)) return o;
+          try {
+            return await resolved(o, action);
+          } catch (err) {
+            log.error({ err, approvalId: o.id }, 'approval resolution could not be announced');
+            return { id: o.id, status: o.status, resolvedBy: o.resolved_by!, resolvedAt: o.resolved_at! };
+          }
+        }),
+      );
     },
 
     /**

@@ -45,8 +45,13 @@ export function rowsFor(items: readonly WriteItem[], receipts: readonly Receipt[
       created_at: r.timestamp,
     });
     const s = item.session;
-    // Later items carry later absolute values: keep the last per counter.
-    if (s) sessions.set(`${s.session_id}\u0000${s.tool_name}`, s);
+    // Absolute values: keep the furthest per counter. Items of concurrent calls can reach the batch
+    // out of reservation order, so the last one is not necessarily the highest.
+    if (s) {
+      const key = `${s.session_id}\u0000${s.tool_name}`;
+      const kept = sessions.get(key);
+      if (!kept || s.calls >= kept.calls) sessions.set(key, s);
+    }
   }
   rows.sessions = [...sessions.values()];
   return rows;

@@ -1,11 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
+import { roundMs } from '../../lib/clock.js';
 import { AppError } from '../../lib/errors.js';
+import { assertJsonDepth, recordError } from '../../lib/json.js';
 import { enforceRateLimit } from '../../plugins/rate-limit.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { createReceiptRepository } from '../receipts/repository.js';
-import { roundMs } from '../validation/routes.js';
 import { intParam, parseListQuery } from './query.js';
 import { createDecisionRepository } from './repository.js';
 import {
@@ -94,7 +95,13 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
     },
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;
-      const scope = { organizationId: key.organizationId, projectId: key.projectId, tier: key.tier };
+      const scope = {
+        organizationId: key.organizationId,
+        projectId: key.projectId,
+        tier: key.tier,
+        keyId: key.keyId,
+      };
+      assertJsonDepth({ arguments: req.body.arguments, context: req.body.context });
       let id: string;
       try {
         ({ id } = await service.log(scope, {
@@ -107,7 +114,7 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
         }));
       } catch (err) {
         req.log.error({ err }, 'client decision could not be recorded');
-        throw new AppError('service_unavailable', 'The decision could not be recorded durably; retry');
+        throw recordError(err, 'The decision could not be recorded durably; retry');
       }
       return reply.code(201).send({ success: true as const, id });
     },

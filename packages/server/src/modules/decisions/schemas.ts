@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
-import { Nullable, Uuid } from '../../lib/schemas.js';
+import { FailedConstraintSchema, JsonObject, Nullable, Uuid } from '../../lib/schemas.js';
+import { ToolName } from '../tools/schemas.js';
 
-const Obj = Type.Record(Type.String(), Type.Unknown());
 const Counts = {
   allowed: Type.Integer(),
   denied: Type.Integer(),
@@ -10,20 +10,12 @@ const Counts = {
   llm: Type.Integer(),
 };
 
-export const FailedConstraintSchema = Type.Object({
-  parameter: Type.String(),
-  constraint_type: Type.String(),
-  expected: Type.Unknown(),
-  actual: Type.Unknown(),
-  message: Type.String(),
-});
-
 export const DecisionSchema = Type.Object({
   id: Type.String(),
   projectId: Nullable(Type.String()),
   toolName: Type.String(),
-  arguments: Obj,
-  context: Obj,
+  arguments: JsonObject,
+  context: JsonObject,
   decision: Type.String(),
   mode: Type.String(),
   reason: Type.String(),
@@ -79,14 +71,14 @@ export const DecisionParams = Type.Object({ id: Uuid });
 
 // Unknown fields are ignored rather than refused: newer SDKs may send more than this version reads.
 export const LogBody = Type.Object({
-  tool_name: Type.String({ minLength: 1, maxLength: 200 }),
-  arguments: Obj,
+  tool_name: ToolName,
+  arguments: JsonObject,
   decision: Type.Union([Type.Literal('allow'), Type.Literal('deny')]),
   reason: Type.Optional(Type.String({ maxLength: 2000 })),
   mode: Type.Literal('deterministic'),
   latency_ms: Type.Number({ minimum: 0 }),
   source: Type.Literal('client'),
-  context: Type.Optional(Obj),
+  context: Type.Optional(JsonObject),
 });
 
 export const LogResponse = Type.Object({ success: Type.Literal(true), id: Type.String() });

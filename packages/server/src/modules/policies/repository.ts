@@ -41,14 +41,15 @@ export function createPolicyRepository(db: Kysely<Database>) {
       return inserted !== undefined;
     },
 
-    /** Replaces the definition and bumps the version atomically; returns the new row. */
+    /** Replaces the definition (and optionally activity) and bumps the version atomically; returns the new row. */
     async replace(
       organizationId: string,
       toolName: string,
       patch: Pick<
         PolicyRow,
         'mode' | 'constraints' | 'session_constraints' | 'llm_config' | 'project_id' | 'updated_at'
-      >,
+      > &
+        Partial<Pick<PolicyRow, 'is_active'>>,
       trx: Db = db,
     ): Promise<PolicyRow | undefined> {
       const res = await trx

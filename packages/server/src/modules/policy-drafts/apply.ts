@@ -1,4 +1,5 @@
 import {
+  type Constraint,
   checkPolicyDefinition,
   compileDraftRules,
   type DraftRule,
@@ -11,7 +12,7 @@ import type { OrgScope } from '../../lib/scope.js';
 import type { Database } from '../../storage/schema.js';
 import { definitionOf } from '../policies/cache.js';
 import { definitionColumns, newPolicyRow } from '../policies/model.js';
-import type { PolicyRepository } from '../policies/repository.js';
+import type { PolicyRepository, PolicyRow } from '../policies/repository.js';
 
 export interface AppliedPolicy {
   toolName: string;
@@ -19,12 +20,40 @@ export interface AppliedPolicy {
   created: boolean;
 }
 
+/** A rule not applied; `toolName` is set when the rule was skipped for that tool only. */
+export type SkippedDraftRule = SkippedRule & { toolName?: string };
+
+/** Ids of the enabled rules that name the tool, for reporting a tool that was not changed. */
+function ruleIdsFor(rules: DraftRule[], toolName: string, skipped: SkippedRule[]): string[] {
+  const already = new Set(skipped.map((s) => s.ruleId));
+  return rules
+    .filter((r) => r && Array.isArray(r.tools) && r.tools.includes(toolName) && !already.has(r.id))
+    .map((r) => r.id);
+}
+
+/**
+ * The definition a draft's constraints make of a tool's policy. A draft never weakens a policy:
+ * its constraints are appended to the existing ones (the engine checks every constraint of an
+ * argument), and session limits and the LLM config are kept. The mode stays deterministic.
+ */
+function mergedDefinition(existing: PolicyRow | undefined, constraints: Constraint[]): PolicyDefinition {
+  const kept = existing ? definitionOf(existing) : null;
+  return {
+    mode: 'deterministic',
+    constraints: [...(kept?.constraints ?? []), ...constraints],
+    sessionConstraints: kept?.sessionConstraints ?? null,
+    llmConfig: kept?.llmConfig ?? null,
+  };
+}
+
 /**
  * Writes the approvable rules of a draft as policies, inside the caller's transaction: one merged
- * constraint set per tool (compileDraftRules), which becomes a new active policy (version 1) or
- * replaces the constraints of the existing one (version + 1). The draft's rules are the tool's
- * deterministic policy from now on, so the mode becomes deterministic; session limits, the LLM
- * config and whether the policy is active are kept. `scope.projectId` is the draft's project.
+ * constraint set per tool (compileDraftRules). A tool without a policy gets a new active
+ * deterministic policy (version 1). An existing deterministic policy keeps its constraints, session
+ * limits and LLM config, gets the draft's constraints appended and is made active (version + 1): an
+ * approved draft is meant to be enforced, and never weakens what was enforced before. A tool whose
+ * policy is in `llm` mode is left unchanged and reported in `skipped` (with `toolName`): its rules
+ * would not be evaluated there. `scope.projectId` is the draft's project.
  */
 export async function applyDraftRules(
   trx: Transaction<Database>,
@@ -32,36 +61,51 @@ export async function applyDraftRules(
   scope: OrgScope,
   rules: DraftRule[],
   now: string,
-): Promise<{ applied: AppliedPolicy[]; skipped: SkippedRule[] }> {
+): Promise<{ applied: AppliedPolicy[]; skipped: SkippedDraftRule[] }> {
   const compiled = compileDraftRules(rules);
   const applied: AppliedPolicy[] = [];
+  const skipped: SkippedDraftRule[] = [...compiled.skipped];
   for (const { toolName, constraints } of compiled.policies) {
-    const existing = await policies.get(scope.organizationId, toolName, trx);
-    const kept = existing ? definitionOf(existing) : null;
-    const def: PolicyDefinition = {
-      mode: 'deterministic',
-      constraints,
-      sessionConstraints: kept?.sessionConstraints ?? null,
-      llmConfig: kept?.llmConfig ?? null,
-    };
-    const problems = checkPolicyDefinition(def);
-    // compileDraftRules screens every rule, so this is a defect guard; the transaction rolls back.
-    if (problems.length > 0)
-      throw invalid(`The rules for tool "${toolName}" cannot be saved: ${problems.join(' ')}`);
-    if (!existing && (await policies.insertIfAbsent(newPolicyRow(scope, toolName, def, now), trx))) {
-      applied.push({ toolName, version: 1, created: true });
+    let existing = await policies.get(scope.organizationId, toolName, trx);
+    if (!existing) {
+      const def = checked(toolName, mergedDefinition(undefined, constraints));
+      if (await policies.insertIfAbsent(newPolicyRow(scope, toolName, def, now), trx)) {
+        applied.push({ toolName, version: 1, created: true });
+        continue;
+      }
+      // Created concurrently since the read: merge into that one instead.
+      existing = await policies.get(scope.organizationId, toolName, trx);
+    }
+    if (existing?.mode === 'llm') {
+      for (const ruleId of ruleIdsFor(rules, toolName, compiled.skipped)) {
+        skipped.push({
+          ruleId,
+          toolName,
+          reason: `tool "${toolName}" has an llm-mode policy; it was left unchanged (switch it to deterministic to apply the rules)`,
+        });
+      }
       continue;
     }
-    // Replaced in place; a policy created concurrently since the read above is replaced as well.
-    const patch = { ...definitionColumns(def), project_id: scope.projectId, updated_at: now };
-    const row = await policies.replace(scope.organizationId, toolName, patch, trx);
+    const def = checked(toolName, mergedDefinition(existing, constraints));
+    const patch = { ...definitionColumns(def), is_active: 1, project_id: scope.projectId, updated_at: now };
+    const row = existing && (await policies.replace(scope.organizationId, toolName, patch, trx));
     if (row) {
       applied.push({ toolName, version: row.version, created: false });
       continue;
     }
     // Deleted concurrently since the read: create it after all.
-    await policies.insert(newPolicyRow(scope, toolName, def, now), trx);
+    const fresh = checked(toolName, mergedDefinition(undefined, constraints));
+    await policies.insert(newPolicyRow(scope, toolName, fresh, now), trx);
     applied.push({ toolName, version: 1, created: true });
   }
-  return { applied, skipped: compiled.skipped };
+  return { applied, skipped };
+}
+
+function checked(toolName: string, def: PolicyDefinition): PolicyDefinition {
+  const problems = checkPolicyDefinition(def);
+  // compileDraftRules screens every rule and stored policies were checked on write, so this is a
+  // defect guard; the transaction rolls back.
+  if (problems.length > 0)
+    throw invalid(`The rules for tool "${toolName}" cannot be saved: ${problems.join(' ')}`);
+  return def;
 }

@@ -155,6 +155,58 @@ describe('POST /v1/policy-drafts/:id/approve', () => {
     expect(pay.json().version).toBe(1);
   });
 
+  it('never weakens an existing policy: appends constraints, reactivates it, keeps llm mode', async () => {
+    const tenant = await createTenant(t);
+    const put = (toolName: string, body: object) =>
+      t.inject({
+        method: 'POST',
+        url: '/v1/policies',
+        headers: keyHeader(tenant.apiKey),
+        payload: { toolName, ...body },
+      });
+    // pay: an existing cap of 10 must survive the draft's looser cap of 100; the policy is inactive.
+    expect(
+      (
+        await put('pay', {
+          mode: 'deterministic',
+          constraints: [{ argumentName: 'amount', maximum: 10 }],
+          sessionConstraints: { maxCalls: 7 },
+        })
+      ).statusCode,
+    ).toBe(201);
+    const off = await t.inject({
+      method: 'POST',
+      url: '/v1/policies/pay/deactivate',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(off.statusCode).toBeLessThan(300);
+    expect(
+      (await put('refund', { mode: 'llm', llmConfig: { description: 'refunds need a reason' } })).statusCode,
+    ).toBe(201);
+    const id = await pendingDraft(tenant, [RULES[0]!, RULES[2]!]);
+    const res = await approve(tenant, id);
+    expect(res.statusCode).toBe(200);
+    expect(res.json().applied).toEqual([{ toolName: 'pay', version: 2, created: false }]);
+    expect(res.json().skipped).toEqual([
+      { ruleId: 'refund-cap', toolName: 'refund', reason: expect.stringMatching(/llm/) },
+    ]);
+    const pay = await t.inject({ method: 'GET', url: '/v1/policies/pay', headers: keyHeader(tenant.apiKey) });
+    expect(pay.json()).toMatchObject({
+      isActive: true,
+      mode: 'deterministic',
+      sessionConstraints: { maxCalls: 7 },
+    });
+    expect(pay.json().constraints).toHaveLength(2);
+    expect((await validate(tenant, 'pay', { amount: 5 })).json().decision).toBe('allow');
+    expect((await validate(tenant, 'pay', { amount: 50 })).json().decision).toBe('deny');
+    const refund = await t.inject({
+      method: 'GET',
+      url: '/v1/policies/refund',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(refund.json()).toMatchObject({ version: 1, mode: 'llm', constraints: [] });
+  });
+
   it('approving a draft whose rules all skip changes no policy', async () => {
     const tenant = await createTenant(t);
     const id = await pendingDraft(tenant, [RULES[3]!]);

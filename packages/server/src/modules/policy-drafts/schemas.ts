@@ -79,5 +79,7 @@ export const ApprovedDraft = Type.Object({
   applied: Type.Array(
     Type.Object({ toolName: Type.String(), version: Type.Integer(), created: Type.Boolean() }),
   ),
-  skipped: Type.Array(Type.Object({ ruleId: Type.String(), reason: Type.String() })),
+  skipped: Type.Array(
+    Type.Object({ ruleId: Type.String(), toolName: Type.Optional(Type.String()), reason: Type.String() }),
+  ),
 });

@@ -1,4 +1,3 @@
-import type { SkippedRule } from '@svc/policy-engine';
 import type { Kysely } from 'kysely';
 import type { EventBus } from '../../events/bus.js';
 import type { Clock } from '../../lib/clock.js';
@@ -9,7 +8,7 @@ import type { Database } from '../../storage/schema.js';
 import type { PolicyCache } from '../policies/cache.js';
 import { policyEvent } from '../policies/model.js';
 import type { PolicyRepository } from '../policies/repository.js';
-import { type AppliedPolicy, applyDraftRules } from './apply.js';
+import { type AppliedPolicy, applyDraftRules, type SkippedDraftRule } from './apply.js';
 import { assertRules, type DraftRuleInput, type DraftStatus, type PolicyDraft, toDraft } from './model.js';
 import type { DraftPatch, DraftRepository, DraftRow } from './repository.js';
 
@@ -174,7 +173,7 @@ export function createDraftService(deps: DraftServiceDeps) {
     async approve(
       scope: OrgScope,
       id: string,
-    ): Promise<{ data: PolicyDraft; applied: AppliedPolicy[]; skipped: SkippedRule[] }> {
+    ): Promise<{ data: PolicyDraft; applied: AppliedPolicy[]; skipped: SkippedDraftRule[] }> {
       const at = now();
       const patch = { status: 'approved', reviewed_by: reviewer(scope), reviewed_at: at, updated_at: at };
       const result = await db.transaction().execute(async (trx) => {

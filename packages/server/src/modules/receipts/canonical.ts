@@ -40,12 +40,7 @@ export function sha256Tagged(data: string | Uint8Array): string {
   return `sha256:${hash('sha256', data, 'hex')}`;
 }
 
-/**
- * RFC 8785 canonical JSON. canonicalize silently emits invalid output for some inputs (a function
- * property becomes the text `undefined`, a cycle overflows the stack, a Map becomes `{}`), so the
- * value is checked first and anything JSON cannot carry faithfully is rejected with its path.
- * Like JSON.stringify, undefined object properties are omitted and undefined array items become null.
- */
+/** What plainCanonical returns for a value it does not handle (canonicalJson then checks it). */
 export const NOT_PLAIN = Symbol('not plain');
 const MAX_FAST_DEPTH = 200;
 
@@ -96,6 +91,12 @@ export function plainCanonical(value: unknown, depth = 0): string | typeof NOT_P
   return `${out}}`;
 }
 
+/**
+ * RFC 8785 canonical JSON. canonicalize silently emits invalid output for some inputs (a function
+ * property becomes the text `undefined`, a cycle overflows the stack, a Map becomes `{}`), so the
+ * value is checked first and anything JSON cannot carry faithfully is rejected with its path.
+ * Like JSON.stringify, undefined object properties are omitted and undefined array items become null.
+ */
 export function canonicalJson(value: unknown): string {
   const fast = plainCanonical(value, 0);
   if (fast !== NOT_PLAIN) return fast;

@@ -1,13 +1,4 @@
-import {
-  canonicalJson,
-  GENESIS_HASH,
-  hashJson,
-  isTaggedHash,
-  NOT_PLAIN,
-  plainCanonical,
-  sha256Tagged,
-  tagDigest,
-} from './canonical.js';
+import { canonicalJson, GENESIS_HASH, hashJson, isTaggedHash, sha256Tagged, tagDigest } from './canonical.js';
 import { leafHash, MerkleFrontier } from './merkle.js';
 
 export const RECEIPT_SCHEMA = 'svc.receipt/1';
@@ -140,7 +131,7 @@ export function appendReceipts(
     // Serialize once: the leaf is the canonical body, and the canonical body with merkle_root is
     // the same members with one more spliced in at its sorted place (receipts are flat objects).
     const keys = Object.keys(body).sort();
-    const members = keys.map((k) => `${JSON.stringify(k)}:${canonicalMember(body[k])}`);
+    const members = keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(body[k])}`);
     tree.append(leafHash(`{${members.join(',')}}`));
     const merkleRoot = tagDigest(tree.root());
     const at = keys.findIndex((k) => k > 'merkle_root');
@@ -169,11 +160,6 @@ export function receiptSummary(r: Receipt): ReceiptSummary {
  * Copies only the contract's fields, so stray properties on the input (a DB row, a request body)
  * can never leak into what is hashed, and absent optional bindings are omitted rather than null.
  */
-function canonicalMember(value: unknown): string {
-  const fast = plainCanonical(value);
-  return fast === NOT_PLAIN ? canonicalJson(value) : fast;
-}
-
 function buildBody(item: ReceiptInput, sequence: number, previous: string): Record<string, unknown> {
   if (typeof item.receipt_id !== 'string' || item.receipt_id === '') {
     throw new Error('receipt_id must be a non-empty string');

@@ -1,5 +1,5 @@
 import { Type } from '@sinclair/typebox';
-import { Nullable, OneOf } from '../../lib/schemas.js';
+import { NO_CONTROL_CHARS, Nullable, OneOf } from '../../lib/schemas.js';
 
 /*
  * Request bodies reach these schemas with null-valued fields already removed (see dropNulls): the spec's
@@ -7,7 +7,7 @@ import { Nullable, OneOf } from '../../lib/schemas.js';
  */
 const Opt = Type.Optional;
 
-export const ToolName = Type.String({ minLength: 1, maxLength: 200 });
+export const ToolName = Type.String({ minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS });
 const ArgumentName = Type.String({ minLength: 1, maxLength: 200 });
 const ArgType = OneOf(['string', 'number', 'boolean', 'array', 'object']);
 

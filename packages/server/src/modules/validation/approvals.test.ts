@@ -54,7 +54,7 @@ async function approved(tenant: Tenant, args: Record<string, unknown>, by = 'ali
   const esc = await validate(tenant, args);
   expect(esc.json().decision).toBe('require_approval');
   const id = esc.json().approval_id as string;
-  expect((await resolveApproval(t, tenant.apiKey, id, 'approve', by)).statusCode).toBe(200);
+  expect((await resolveApproval(t, tenant, id, 'approve', by)).statusCode).toBe(200);
   return id;
 }
 
@@ -102,7 +102,7 @@ describe('require_approval through POST /v1/tools/validate', () => {
     expect(early.json()).toMatchObject({ decision: 'deny' });
     expect(early.json().reason).toMatch(/still pending/);
 
-    await resolveApproval(t, tenant.apiKey, body.approval_id, 'approve', 'alice');
+    await resolveApproval(t, tenant, body.approval_id, 'approve', 'alice');
     const resolution = JSON.parse((await receiptsOf(t, tenant.orgId)).at(-1)!);
     expect(resolution).toMatchObject({ decision: 'approval_approved', decision_id: decisionId });
 
@@ -127,6 +127,13 @@ describe('require_approval through POST /v1/tools/validate', () => {
     const otherArgs = await validate(tenant, { amount: 51 }, { approval_id: id });
     expect(otherArgs.json().decision).toBe('deny');
     expect(otherArgs.json().reason).toMatch(/different arguments/);
+    // Another tool that also needs approval (one allowed anyway ignores approval_id, see below).
+    await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(tenant.apiKey),
+      payload: { toolName: 'send', constraints: [ESCALATE] },
+    });
     const otherTool = await t.inject({
       method: 'POST',
       url: '/v1/tools/validate',
@@ -143,7 +150,7 @@ describe('require_approval through POST /v1/tools/validate', () => {
     const tenant = await teamTenantWithPolicy();
     const esc = await validate(tenant, { amount: 20 });
     const deniedId = esc.json().approval_id;
-    await resolveApproval(t, tenant.apiKey, deniedId, 'deny', 'bob');
+    await resolveApproval(t, tenant, deniedId, 'deny', 'bob');
     const denied = await validate(tenant, { amount: 20 }, { approval_id: deniedId });
     expect(denied.json()).toMatchObject({ decision: 'deny' });
     expect(denied.json().reason).toMatch(/denied by bob/);
@@ -168,6 +175,29 @@ describe('require_approval through POST /v1/tools/validate', () => {
     expect(await usedAt(theirs)).toBeNull();
   });
 
+  it('ignores approval_id on a call allowed anyway: the approval stays unused, unknown ids too', async () => {
+    const tenant = await teamTenantWithPolicy();
+    const id = await approved(tenant, { amount: 50 });
+    const small = await validate(tenant, { amount: 5 }, { approval_id: id });
+    expect(small.json()).toMatchObject({
+      decision: 'allow',
+      reason: 'Allowed: every constraint is satisfied',
+    });
+    const unknown = await validate(tenant, { amount: 5 }, { approval_id: 'nope' });
+    expect(unknown.json().decision).toBe('allow');
+    const noPolicy = await t.inject({
+      method: 'POST',
+      url: '/v1/tools/validate',
+      headers: keyHeader(tenant.apiKey),
+      payload: { tool_name: 'free', arguments: { amount: 50 }, context: { approval_id: id } },
+    });
+    expect(noPolicy.json().decision).toBe('allow');
+    expect(await usedAt(id)).toBeNull();
+    expect((await validate(tenant, { amount: 50 }, { approval_id: id })).json().reason).toMatch(
+      /approved by/,
+    );
+  });
+
   it('lets a hard deny of the policy stand and keeps the approval unused', async () => {
     const tenant = await teamTenantWithPolicy([
       ESCALATE,
@@ -178,7 +208,7 @@ describe('require_approval through POST /v1/tools/validate', () => {
       arguments: { amount: 50, currency: 'GBP' },
     });
     const id = res.json().id;
-    await resolveApproval(t, tenant.apiKey, id, 'approve');
+    await resolveApproval(t, tenant, id, 'approve');
     const call = await validate(tenant, { amount: 50, currency: 'GBP' }, { approval_id: id });
     expect(call.json().decision).toBe('deny');
     expect(call.json().reason).toMatch(/currency.*not applied because the policy denies/);

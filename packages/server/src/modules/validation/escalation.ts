@@ -13,7 +13,8 @@ function approvalIdOf(context: Record<string, unknown>): string | null {
  * What human approval makes of a policy outcome, before session limits. A call presenting
  * context.approval_id is allowed if that approval is approved, unused and was granted for this tool
  * and these exact arguments (the use is claimed atomically); any other approval denies it, fail
- * closed. A hard deny of the policy stands either way, and the approval is then not used. Without
+ * closed. A hard deny of the policy stands either way, and the approval is then not used; a call
+ * the policy allows anyway ignores the approval (it is neither checked nor used). Without
  * an approval id, require_approval stands only on plans that have approvals.
  */
 export async function applyApprovals(
@@ -34,6 +35,8 @@ export async function applyApprovals(
     const reason = `${outcome.reason}; approval ${approvalId} was not applied because the policy denies this call`;
     return { outcome: { ...outcome, reason }, approval: null };
   }
+  // Allowed without it: the approval is ignored and stays unused for the call that needs it.
+  if (outcome.decision !== 'require_approval') return { outcome, approval: null };
   const use = await approvals.use(scope.organizationId, approvalId, call);
   if (!use.ok)
     return { outcome: { ...outcome, decision: 'deny', reason: `Denied: ${use.reason}` }, approval: null };

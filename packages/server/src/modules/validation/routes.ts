@@ -1,25 +1,18 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { AppError } from '../../lib/errors.js';
+import { roundMs } from '../../lib/clock.js';
+import { assertJsonDepth, recordError } from '../../lib/json.js';
+import { FailedConstraintSchema, JsonObject } from '../../lib/schemas.js';
 import { enforceRateLimit, validationLimit } from '../../plugins/rate-limit.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
+import { ToolName } from '../tools/schemas.js';
 import type { Recorded } from './service.js';
 
-const Args = Type.Record(Type.String(), Type.Unknown());
-
 const ValidateBody = Type.Object({
-  tool_name: Type.String({ minLength: 1, maxLength: 200 }),
-  arguments: Args,
-  context: Type.Optional(Args),
-});
-
-const FailedConstraintSchema = Type.Object({
-  parameter: Type.String(),
-  constraint_type: Type.String(),
-  expected: Type.Unknown(),
-  actual: Type.Unknown(),
-  message: Type.String(),
+  tool_name: ToolName,
+  arguments: JsonObject,
+  context: Type.Optional(JsonObject),
 });
 
 const ValidateResponse = Type.Object({
@@ -34,9 +27,6 @@ const ValidateResponse = Type.Object({
   }),
   latency_ms: Type.Number(),
 });
-
-/** Rounds to microseconds: enough precision, stable JSON. */
-export const roundMs = (ms: number) => Math.round(ms * 1000) / 1000;
 
 export const validationRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   app.post(
@@ -60,7 +50,13 @@ export const validationRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = 
     },
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;
-      const scope = { organizationId: key.organizationId, projectId: key.projectId, tier: key.tier };
+      const scope = {
+        organizationId: key.organizationId,
+        projectId: key.projectId,
+        tier: key.tier,
+        keyId: key.keyId,
+      };
+      assertJsonDepth({ arguments: req.body.arguments, context: req.body.context });
       const call = {
         toolName: req.body.tool_name,
         arguments: req.body.arguments,
@@ -74,10 +70,7 @@ export const validationRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = 
       } catch (err) {
         req.log.error({ err }, 'decision could not be recorded');
         // Fail closed: an unrecorded decision is never answered as a decision.
-        throw new AppError(
-          'service_unavailable',
-          'The decision could not be recorded durably; retry the call',
-        );
+        throw recordError(err, 'The decision could not be recorded durably; retry the call');
       }
       return {
         decision: decided.decision,

@@ -28,6 +28,8 @@ export interface CallScope {
   projectId: string | null;
   /** The organization's billing tier: a free organization gets no human approvals. */
   tier: string;
+  /** The API key making the call; an approval it opens cannot be resolved by that key. */
+  keyId?: string | null;
 }
 
 /** An approved approval this call used (context.approval_id). */
@@ -57,6 +59,11 @@ export interface Recorded {
 export interface RecordOptions {
   source: 'server' | 'client';
   latencyMs: number;
+  /**
+   * The tool already ran (the MCP gateway records after the upstream call): a failed record then
+   * keeps the session reservation and the used approval (they were spent) instead of giving them back.
+   */
+  ran?: boolean;
   /** Extra receipt bindings (MCP: result_hash, client_id, connection_id, upstream_id). */
   receiptExtras?: Partial<Pick<ReceiptFields, 'result_hash' | 'client_id' | 'connection_id' | 'upstream_id'>>;
 }
@@ -75,6 +82,11 @@ function sessionIdOf(context: Record<string, unknown>): string | null {
   if (typeof id === 'string' && id !== '') return id;
   if (typeof id === 'number' && Number.isFinite(id)) return String(id);
   return null;
+}
+
+function withoutSource(context: Record<string, unknown>): Record<string, unknown> {
+  const { source: _source, ...rest } = context;
+  return rest;
 }
 
 /** Stands in for the policy's evaluation where it no longer counts (no active policy, approved call). */
@@ -143,7 +155,8 @@ export function createValidationService({
       // Session limits apply to approved calls too; a refused call gives its approval back.
       const base = approval ? NOT_EVALUATED : evaluation;
       const refuse = async (failures: FailedConstraint[]): Promise<Decided> => {
-        await approval?.release();
+        // A failed give-back must not turn the refusal into an error.
+        await approval?.release().catch(() => {});
         return { ...fromEvaluation(mergeEvaluation(base, failures), active!), session: null, sessionId };
       };
       if (!sessionId) {
@@ -157,13 +170,19 @@ export function createValidationService({
           },
         ]);
       }
-      const reservation = await sessions.reserve(
-        scope.organizationId,
-        sessionId,
-        call.toolName,
-        sc!,
-        call.arguments,
-      );
+      let reservation: Reservation;
+      try {
+        reservation = await sessions.reserve(
+          scope.organizationId,
+          sessionId,
+          call.toolName,
+          sc!,
+          call.arguments,
+        );
+      } catch (err) {
+        await approval?.release().catch(() => {});
+        throw err;
+      }
       if (reservation.failures.length > 0) return refuse(reservation.failures);
       return { ...outcome, session: reservation, sessionId, approval };
     },
@@ -177,7 +196,13 @@ export function createValidationService({
     ): Promise<Recorded> {
       const decisionId = uuidv7();
       const now = clock.now().toISOString();
-      const context = options.source === 'client' ? { ...call.context, source: 'client' } : call.context;
+      // context.source says `client` only for client-reported decisions; a caller cannot claim it.
+      const context =
+        options.source === 'client'
+          ? { ...call.context, source: 'client' }
+          : call.context.source === 'client'
+            ? withoutSource(call.context)
+            : call.context;
       const session = decided.session;
       // Preassigned so the decision's receipt binds the approval it opens (or the one it used).
       const approvalId = decided.decision === 'require_approval' ? uuidv7() : null;
@@ -234,9 +259,14 @@ export function createValidationService({
             : {}),
         });
       } catch (err) {
-        // Not recorded means not decided: the counted call and the used approval are given back.
-        session?.release();
-        await decided.approval?.release().catch(() => {});
+        if (options.ran) {
+          // The tool already ran: the counted call and the approval were spent either way.
+          session?.settle();
+        } else {
+          // Not recorded means not decided: the counted call and the used approval are given back.
+          session?.release();
+          await decided.approval?.release().catch(() => {});
+        }
         throw err;
       }
       session?.settle();
@@ -260,6 +290,7 @@ export function createValidationService({
           decisionId,
           toolName: call.toolName,
           arguments: call.arguments,
+          requestedByKeyId: scope.keyId ?? null,
         });
       }
       return { decisionId, receipt: receiptSummary(receipt), approvalId };
