@@ -83,67 +83,72 @@ export async function buildApp({
   const jwt = createJwtVerifier(config, secret);
   // With SVC_REDIS_URL, events, rate limits, session counters and cache invalidations are shared.
   const scale = config.redisUrl ? await connectScaleOut(config, store, app.log) : null;
-  const events = scale?.events ?? new LocalEventBus();
-  const policies = new PolicyCache(createPolicyRepository(store.db));
-  const writer = new DecisionWriter(store, { log: app.log });
-  const approvals = createApprovalService({
-    approvals: createApprovalRepository(store.db),
-    writer,
-    events,
-    clock,
-    log: app.log,
-    tierOf: async (id) => (await organizations.get(id))?.tier ?? 'free',
-  });
-  const ctx: AppContext = {
-    config,
-    store,
-    clock,
-    log: app.log,
-    keys,
-    scope: createScopeResolver((u, o) => organizations.roleOf(u, o)),
-    events,
-    policies,
-    writer,
-    validation: createValidationService({
-      policies,
-      sessions: scale?.sessions ?? new MemorySessionCounters(store),
+  try {
+    const events = scale?.events ?? new LocalEventBus();
+    const policies = new PolicyCache(createPolicyRepository(store.db));
+    const writer = new DecisionWriter(store, { log: app.log });
+    const approvals = createApprovalService({
+      approvals: createApprovalRepository(store.db),
       writer,
       events,
       clock,
+      log: app.log,
+      tierOf: async (id) => (await organizations.get(id))?.tier ?? 'free',
+    });
+    const ctx: AppContext = {
+      config,
+      store,
+      clock,
+      log: app.log,
+      keys,
+      scope: createScopeResolver((u, o) => organizations.roleOf(u, o)),
+      events,
+      policies,
+      writer,
+      validation: createValidationService({
+        policies,
+        sessions: scale?.sessions ?? new MemorySessionCounters(store),
+        writer,
+        events,
+        clock,
+        approvals,
+      }),
       approvals,
-    }),
-    approvals,
-    rateLimiter: scale?.rateLimiter ?? new MemoryRateLimiter(),
-    streams: new EventHub(events),
-    redis: scale?.link ?? null,
-  };
+      rateLimiter: scale?.rateLimiter ?? new MemoryRateLimiter(),
+      streams: new EventHub(events),
+      redis: scale?.link ?? null,
+    };
 
-  registerErrorHandling(app);
-  registerAuth(app, { config, keys, jwt });
-  await scale?.wire(app, { keys, policies });
-  app.addHook('onClose', async () => {
-    // In-flight requests have drained; commit what they queued before the store closes.
-    await writer.close();
-    await keys.close();
-    await ctx.rateLimiter.close();
-    await ctx.events.close();
-    await scale?.close();
-  });
+    registerErrorHandling(app);
+    registerAuth(app, { config, keys, jwt });
+    await scale?.wire(app, { keys, policies });
+    app.addHook('onClose', async () => {
+      // In-flight requests have drained; commit what they queued before the store closes.
+      await writer.close();
+      await keys.close();
+      await ctx.rateLimiter.close();
+      await ctx.events.close();
+      await scale?.close();
+    });
 
-  await app.register(healthRoutes, { ctx });
-  await app.register(organizationRoutes, { ctx });
-  await app.register(projectRoutes, { ctx });
-  await app.register(apiKeyRoutes, { ctx });
-  await app.register(adminRoutes, { ctx });
-  await app.register(toolRoutes, { ctx });
-  await app.register(policyRoutes, { ctx });
-  await app.register(validationRoutes, { ctx });
-  await app.register(approvalRoutes, { ctx });
-  await app.register(policyDraftRoutes, { ctx });
-  await app.register(decisionRoutes, { ctx });
-  await app.register(receiptRoutes, { ctx });
-  await app.register(eventRoutes, { ctx, jwt, ...(streams ? { streams } : {}) });
-  await app.register(mcpRoutes, { ctx });
-
-  return { app, ctx };
+    await app.register(healthRoutes, { ctx });
+    await app.register(organizationRoutes, { ctx });
+    await app.register(projectRoutes, { ctx });
+    await app.register(apiKeyRoutes, { ctx });
+    await app.register(adminRoutes, { ctx });
+    await app.register(toolRoutes, { ctx });
+    await app.register(policyRoutes, { ctx });
+    await app.register(validationRoutes, { ctx });
+    await app.register(approvalRoutes, { ctx });
+    await app.register(policyDraftRoutes, { ctx });
+    await app.register(decisionRoutes, { ctx });
+    await app.register(receiptRoutes, { ctx });
+    await app.register(eventRoutes, { ctx, jwt, ...(streams ? { streams } : {}) });
+    await app.register(mcpRoutes, { ctx });
+    return { app, ctx };
+  } catch (err) {
+    // Nothing else owns the Redis connections yet: close them, or the process would hang on them.
+    await scale?.close().catch(() => {});
+    throw err;
+  }
 }

@@ -10,7 +10,10 @@ export interface RunningServer {
   stop(): Promise<void>;
 }
 
-/** Opens the store, migrates, listens. stop() drains in-flight requests, then closes the store. */
+/**
+ * Opens the store, migrates, listens. stop() drains in-flight requests, then closes the store. A
+ * failure on the way closes whatever was opened before it is rethrown.
+ */
 export async function startServer(config: Config): Promise<RunningServer> {
   const store = openStore(config.databaseUrl);
   try {
@@ -19,11 +22,24 @@ export async function startServer(config: Config): Promise<RunningServer> {
     await store.close();
     throw err;
   }
-  const { app } = await buildApp({ config, store });
+  let app: FastifyInstance;
+  try {
+    ({ app } = await buildApp({ config, store }));
+  } catch (err) {
+    await store.close().catch(() => {});
+    throw err;
+  }
   app.addHook('onClose', async () => {
     await store.close();
   });
-  const url = await app.listen({ port: config.port, host: config.host });
+  let url: string;
+  try {
+    url = await app.listen({ port: config.port, host: config.host });
+  } catch (err) {
+    // The port is taken, the host is wrong…: close what buildApp opened (Redis, writer) and the store.
+    await app.close().catch(() => {});
+    throw err;
+  }
   let stopping: Promise<void> | null = null;
   return {
     app,

@@ -22,7 +22,7 @@ function bearer(request: FastifyRequest): string | null {
 }
 
 /** The raw API key the auth plugin accepted (header, bearer or `apiKey` query), to re-check it later. */
-function presentedKey(request: FastifyRequest): string | null {
+export function presentedKey(request: FastifyRequest): string | null {
   const header = request.headers['x-service-api-key'];
   if (typeof header === 'string' && header !== '') return header;
   const token = bearer(request);

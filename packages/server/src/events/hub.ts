@@ -107,10 +107,6 @@ export class EventHub {
     this.detach(client);
   }
 
-  organizationsOf(client: StreamClient): ReadonlySet<string> {
-    return this.orgsOf.get(client) ?? new Set();
-  }
-
   clients(kind?: StreamClient['kind']): StreamClient[] {
     const all = [...this.orgsOf.keys()];
     return kind ? all.filter((c) => c.kind === kind) : all;

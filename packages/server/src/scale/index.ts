@@ -34,8 +34,10 @@ export async function connectScaleOut(
       async wire(app, targets) {
         const broadcaster = await InvalidationBroadcaster.create(link, targets, log);
         // A response that changed a policy or a key leaves only after every instance dropped its
-        // copy, so whatever instance the client reaches next answers from the new state. Written
-        // as a callback hook: no promise per response while nothing is pending.
+        // copy, so whatever instance the client reaches next answers from the new state. It waits
+        // for the broadcasts pending when it is sent (its own among them), each bounded by the 2 s
+        // acknowledgement deadline, not for those started later. Written as a callback hook: no
+        // promise per response while nothing is pending.
         app.addHook('onSend', (_req, _reply, payload, done) => {
           if (!broadcaster.busy) return done(null, payload);
           broadcaster.settled().then(() => done(null, payload));

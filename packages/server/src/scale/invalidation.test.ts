@@ -73,6 +73,31 @@ describe('InvalidationBroadcaster', () => {
     expect(warnings).toContain('not every instance acknowledged a cache invalidation in time');
   });
 
+  it('settled() waits for the broadcasts pending when called, not for those started later', async () => {
+    const a = await instance(200);
+    const mute = new Redis(TEST_REDIS_URL);
+    closers.push(() => mute.quit());
+    await mute.subscribe(`${prefix}ch:invalidate`);
+    a.targets.policies.onInvalidate!('mine', 'pay');
+    const started = Date.now();
+    const settled = a.b.settled().then(() => Date.now() - started);
+    // Other tenants keep changing policies: there is always a broadcast pending from now on.
+    const others = setInterval(() => a.targets.policies.onInvalidate!('other', 'x'), 50);
+    try {
+      const waited = await Promise.race([
+        settled,
+        new Promise<never>((_, reject) =>
+          setTimeout(() => reject(new Error('settled() waited for later broadcasts')), 1500),
+        ),
+      ]);
+      expect(waited).toBeGreaterThanOrEqual(190);
+      expect(a.b.busy).toBe(true);
+    } finally {
+      clearInterval(others);
+    }
+    await waitFor(() => !a.b.busy, 'the later broadcasts to time out');
+  });
+
   it('drops every cached entry after the subscriber connection was lost', async () => {
     const a = await instance();
     const admin = new Redis(TEST_REDIS_URL);

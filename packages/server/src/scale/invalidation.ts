@@ -66,9 +66,13 @@ export class InvalidationBroadcaster {
     return this.pending.size > 0;
   }
 
-  /** Resolves when every broadcast started so far is acknowledged (or timed out). Never rejects. */
-  async settled(): Promise<void> {
-    while (this.pending.size > 0) await Promise.all([...this.pending]);
+  /**
+   * Resolves when every broadcast started before this call is acknowledged (or timed out, after at
+   * most ackTimeoutMs). Broadcasts started later, by other requests or tenants, are not waited for,
+   * so a steady stream of changes cannot hold a response back. Never rejects.
+   */
+  settled(): Promise<void> {
+    return Promise.all([...this.pending]).then(() => {});
   }
 
   broadcast(what: Invalidation): void {

@@ -14,8 +14,8 @@ import {
   rpcError,
   rpcResult,
 } from './jsonrpc.js';
+import { Opt } from './schemas.js';
 
-const Opt = Type.Optional;
 const Text = Type.String({ minLength: 1, maxLength: 20_000 });
 
 const ArgumentIn = Type.Object(

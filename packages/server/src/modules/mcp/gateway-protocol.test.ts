@@ -54,8 +54,30 @@ describe('MCP data plane over plain HTTP', () => {
       .select('context')
       .where('receipt_id', '=', body.result._meta.veto_receipt.receipt_id)
       .executeTakeFirstOrThrow();
-    // Each session-less request is its own policy session.
-    expect(JSON.parse(row.context).session_id).toMatch(/^[0-9a-f-]{36}$/);
+    // A session-less request is in no policy session; its receipt still names the request.
+    expect(JSON.parse(row.context)).toEqual({ source: 'mcp', upstream: expect.any(String) });
+    const receipt = await t.store.db
+      .selectFrom('receipts')
+      .select('payload')
+      .where('receipt_id', '=', body.result._meta.veto_receipt.receipt_id)
+      .executeTakeFirstOrThrow();
+    expect(JSON.parse(receipt.payload).connection_id).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
+  it('denies a session-limited tool called without a session, as validate does without context.session_id', async () => {
+    const { tenant, url } = await setup();
+    await putPolicy(t, tenant.orgId, 'echo', {
+      mode: 'deterministic',
+      constraints: [],
+      sessionConstraints: { maxCalls: 100 },
+    });
+    const before = upstream.calls.echo ?? 0;
+    for (const id of [1, 2]) {
+      const res = await rawRpc(url, call(id, 'echo', { text: 'x' }), key(tenant));
+      expect(res.json()).toMatchObject({ id, error: { code: -32001 } });
+      expect(res.json().error.data.reason).toMatch(/context\.session_id is required/);
+    }
+    expect(upstream.calls.echo ?? 0).toBe(before);
   });
 
   it('answers as an SSE stream when the client accepts only text/event-stream', async () => {
@@ -110,6 +132,33 @@ describe('MCP data plane over plain HTTP', () => {
       key(tenant),
     );
     expect(badArgs.json()).toMatchObject({ id: 4, error: { code: -32600 } });
+    let deep: Record<string, unknown> = {};
+    for (let i = 0; i < 100; i++) deep = { d: deep };
+    const tooDeep = await rawRpc(url, call(5, 'echo', deep), key(tenant));
+    expect(tooDeep.json()).toMatchObject({ id: 5, error: { code: -32600 } });
+  });
+
+  it('forwards only the known request methods; anything else answers -32601', async () => {
+    const { tenant, url } = await setup();
+    const templates = await rawRpc(
+      url,
+      { jsonrpc: '2.0', id: 1, method: 'resources/templates/list' },
+      key(tenant),
+    );
+    expect(templates.json().id).toBe(1);
+    // The pooled connection is open now: every further upstream request would add to its header log.
+    const seen = upstream.headers.length;
+    for (const method of [
+      'logging/setLevel',
+      'resources/subscribe',
+      'sampling/createMessage',
+      'tools/delete',
+    ]) {
+      const res = await rawRpc(url, { jsonrpc: '2.0', id: 2, method, params: {} }, key(tenant));
+      expect(res.status, method).toBe(200);
+      expect(res.json(), method).toMatchObject({ id: 2, error: { code: -32601 } });
+    }
+    expect(upstream.headers.length).toBe(seen);
   });
 
   it('accepts notifications and responses with 202 and no body', async () => {

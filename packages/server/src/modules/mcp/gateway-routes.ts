@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../../context.js';
+import { presentedKey } from '../../events/access.js';
 import { AppError, notFound } from '../../lib/errors.js';
 import { enforceRateLimit, validationLimit } from '../../plugins/rate-limit.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
@@ -10,6 +11,7 @@ import type { UpstreamDirectory } from './directory.js';
 import type { Gateway } from './gateway.js';
 import { classify, sendRpc, useRpcBodyParser, wantsSse } from './jsonrpc.js';
 import type { UpstreamRow } from './repository.js';
+import { visibleTo } from './service.js';
 import type { McpSession, McpSessions } from './sessions.js';
 import type { EventStreams } from './sse.js';
 
@@ -42,7 +44,7 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
   /** The key's upstream: another organization's, another project's or a missing one is "not found". */
   async function upstreamFor(key: KeyPrincipal, slug: string): Promise<UpstreamRow> {
     const row = await directory.get(key.organizationId, slug);
-    if (!row || (row.project_id !== null && key.projectId !== null && row.project_id !== key.projectId)) {
+    if (!row || !visibleTo(key, row)) {
       throw notFound(`MCP upstream "${slug}"`);
     }
     if (row.enabled !== 1) throw new AppError('service_unavailable', `MCP upstream "${slug}" is disabled`);
@@ -91,17 +93,22 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
         return reply.code(202).send();
       }
       const msg = incoming.message;
-      const caller = { key, upstream, connectionId: '', elapsed: () => reply.elapsedTime };
+      const caller = { key, upstream, connectionId: '', sessionId: null, elapsed: () => reply.elapsedTime };
       if (msg.method === 'initialize') {
         // Always a new session: the MCP session is also the policy session of the calls made in it.
         const session = sessions.create(owner);
         reply.header('mcp-session-id', session.id);
-        return sendRpc(reply, await gateway.initialize({ ...caller, connectionId: session.id }, msg), sse);
+        return sendRpc(
+          reply,
+          await gateway.initialize({ ...caller, connectionId: session.id, sessionId: session.id }, msg),
+          sse,
+        );
       }
       const session = existingSession(req, key, upstream);
       if (msg.method === 'tools/call') await rateLimit(key, reply);
       const connectionId = session?.id ?? randomUUID();
-      return sendRpc(reply, await gateway.dispatch({ ...caller, connectionId }, msg), sse);
+      const sessionId = session?.id ?? null;
+      return sendRpc(reply, await gateway.dispatch({ ...caller, connectionId, sessionId }, msg), sse);
     },
   );
 
@@ -116,10 +123,19 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
       // Without a session the stream follows every call of this key on the upstream, and announces a
       // fresh session id the client may use for its POSTs.
       const session = joined ?? sessions.create(owner);
+      const raw = presentedKey(req);
+      const slug = req.params.upstreamSlug;
       streams.start(req, reply, {
         sessionId: session.id,
         subscribe: (handler) => sessions.subscribe(joined ? { sessionId: joined.id } : owner, handler),
         touch: () => void sessions.get(session.id, owner),
+        // A revoked key, or an upstream deleted, disabled or moved out of the key's reach, ends the stream.
+        recheck: async () => {
+          const now = raw ? await ctx.keys.authenticate(raw) : null;
+          if (!now || now.keyId !== key.keyId) return false;
+          const row = await directory.get(now.organizationId, slug);
+          return !!row && row.id === upstream.id && row.enabled === 1 && visibleTo(now, row);
+        },
       });
     },
   );

@@ -1,7 +1,14 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../../../test/helpers.js';
+import {
+  asUser,
+  createTenant,
+  createTestApp,
+  keyHeader,
+  type Tenant,
+  type TestApp,
+} from '../../../test/helpers.js';
 import { createUpstream, gatewayClient, putPolicy, setTier } from '../../../test/mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
 import { hashJson } from '../receipts/canonical.js';
@@ -161,10 +168,18 @@ describe('MCP gateway decisions', () => {
       headers: keyHeader(tenant.apiKey),
     });
     expect(approval.json()).toMatchObject({ status: 'pending', toolName: 'pay' });
-    const resolved = await t.inject({
+    // The key that asked cannot approve its own call; a person of the organization can.
+    const selfApproved = await t.inject({
       method: 'POST',
       url: `/v1/approvals/${data.approvalId}/resolve`,
       headers: keyHeader(tenant.apiKey),
+      payload: { action: 'approve', resolvedBy: 'reviewer' },
+    });
+    expect(selfApproved.statusCode).toBe(403);
+    const resolved = await t.inject({
+      method: 'POST',
+      url: `/v1/approvals/${data.approvalId}/resolve`,
+      headers: asUser(tenant),
       payload: { action: 'approve', resolvedBy: 'reviewer' },
     });
     expect(resolved.statusCode).toBe(200);
@@ -309,5 +324,33 @@ describe('MCP gateway decisions', () => {
       (e: Error) => e,
     );
     expect(String(err)).toMatch(/429|rate/i);
+  });
+});
+
+describe('MCP gateway records', () => {
+  it('records with the calling key in scope, and marks calls that reached the upstream as run', async () => {
+    const { tenant, slug } = await setup(streamable.url);
+    await putPolicy(t, tenant.orgId, 'pay', {
+      mode: 'deterministic',
+      constraints: [{ argumentName: 'amount', enabled: true, maximum: 100 }],
+    });
+    const seen: { keyId: unknown; ran: unknown; tool: string }[] = [];
+    const original = t.ctx.validation.record;
+    t.ctx.validation.record = (scope, call, decided, options) => {
+      seen.push({ keyId: scope.keyId, ran: options.ran, tool: call.toolName });
+      return original.call(t.ctx.validation, scope, call, decided, options);
+    };
+    try {
+      const { client } = await connect(slug, tenant);
+      await client.callTool({ name: 'echo', arguments: { text: 'hi' } });
+      await rpcFailure(client.callTool({ name: 'pay', arguments: { amount: 500 } }));
+    } finally {
+      t.ctx.validation.record = original;
+    }
+    const keyId = await keyIdOf(tenant);
+    expect(seen).toEqual([
+      { keyId, ran: true, tool: 'echo' },
+      { keyId, ran: false, tool: 'pay' },
+    ]);
   });
 });

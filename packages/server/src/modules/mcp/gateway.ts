@@ -1,5 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../lib/clock.js';
+import { roundMs } from '../../lib/clock.js';
+import { MAX_JSON_DEPTH, nestedDeeperThan } from '../../lib/json.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { hashJson } from '../receipts/canonical.js';
 import type { CallScope, Decided, Recorded, ToolCall, ValidationService } from '../validation/service.js';
@@ -25,8 +27,13 @@ export const GATEWAY_VERSION = '0.1.0';
 export interface Caller {
   key: KeyPrincipal;
   upstream: UpstreamRow;
-  /** The MCP session id, or a fresh id per request for session-less (stateless) use. */
+  /** The MCP session id, or a fresh id per request for session-less (stateless) use: the receipt's connection_id. */
   connectionId: string;
+  /**
+   * The MCP session, or null for a session-less call. Only a real session is a policy session
+   * (context.session_id): a session-less call is checked like POST /v1/tools/validate without one.
+   */
+  sessionId: string | null;
   /** Milliseconds since the request arrived (reply.elapsedTime). */
   elapsed: () => number;
 }
@@ -39,7 +46,16 @@ export interface GatewayDeps {
   log: FastifyBaseLogger;
 }
 
-const roundMs = (ms: number) => Math.round(ms * 1000) / 1000;
+/** Requests forwarded to the upstream as they are. Anything else (sampling, logging/setLevel, subscriptions…) is refused. */
+export const PASS_THROUGH_METHODS: ReadonlySet<string> = new Set([
+  'tools/list',
+  'resources/list',
+  'resources/read',
+  'resources/templates/list',
+  'prompts/list',
+  'prompts/get',
+  'completion/complete',
+]);
 
 /** Forwarded params: the client's progress token is dropped, since progress notifications are not relayed. */
 function forwardParams(params: Params | undefined): Params | undefined {
@@ -115,20 +131,33 @@ export function createGateway({ validation, pool, sessions, clock, log }: Gatewa
         'Invalid Request: tools/call needs params.name (string) and params.arguments (object)',
       );
     }
+    // Same bound as validate: deeper data cannot be canonicalized into a receipt.
+    if (nestedDeeperThan(p.arguments, MAX_JSON_DEPTH)) {
+      return rpcError(
+        req.id,
+        RPC.invalidRequest,
+        `Invalid Request: params.arguments is nested deeper than ${MAX_JSON_DEPTH} levels`,
+      );
+    }
     const { key, upstream } = caller;
     const meta = isObject(p._meta) ? p._meta : {};
     const call: ToolCall = {
       toolName: p.name,
       arguments: (p.arguments as Record<string, unknown> | undefined) ?? {},
       context: {
-        session_id: caller.connectionId,
+        ...(caller.sessionId !== null ? { session_id: caller.sessionId } : {}),
         source: 'mcp',
         upstream: upstream.slug,
         // A call retried after a human approved it names the approval, as validate's context does.
         ...(typeof meta.approval_id === 'string' ? { approval_id: meta.approval_id } : {}),
       },
     };
-    const scope: CallScope = { organizationId: key.organizationId, projectId: key.projectId, tier: key.tier };
+    const scope: CallScope = {
+      organizationId: key.organizationId,
+      projectId: key.projectId,
+      tier: key.tier,
+      keyId: key.keyId,
+    };
     const extras = { client_id: key.keyId, connection_id: caller.connectionId, upstream_id: upstream.id };
     const tool = call.toolName;
 
@@ -143,11 +172,13 @@ export function createGateway({ validation, pool, sessions, clock, log }: Gatewa
     }
     const latencyMs = roundMs(caller.elapsed());
 
-    const record = async (d: Decided, resultHash?: string): Promise<Recorded | null> => {
+    /** `ran`: the upstream was called, so a failed record keeps the session slot and the approval used. */
+    const record = async (d: Decided, ran: boolean, resultHash?: string): Promise<Recorded | null> => {
       try {
         const recorded = await validation.record(scope, call, d, {
           source: 'server',
           latencyMs,
+          ran,
           receiptExtras: resultHash ? { ...extras, result_hash: resultHash } : extras,
         });
         const approvalId = recorded.approvalId ?? null;
@@ -188,7 +219,7 @@ export function createGateway({ validation, pool, sessions, clock, log }: Gatewa
 
     if (decided.decision !== 'allow') {
       // Recorded before answering; the upstream is never called.
-      const recorded = await record(decided);
+      const recorded = await record(decided, false);
       if (!recorded) return unrecorded(false);
       const data = {
         tool,
@@ -210,10 +241,11 @@ export function createGateway({ validation, pool, sessions, clock, log }: Gatewa
     } catch (err) {
       const e = toUpstreamError(err);
       // Still an allowed decision, recorded with the failure in its reason and no result_hash.
-      const recorded = await record({
-        ...decided,
-        reason: `${decided.reason}; upstream call failed: ${e.message}`,
-      });
+      // The request may have reached the tool before failing: it counts as run.
+      const recorded = await record(
+        { ...decided, reason: `${decided.reason}; upstream call failed: ${e.message}` },
+        true,
+      );
       if (!recorded) return unrecorded(true);
       return upstreamFailure(req.id, upstream.slug, e, {
         tool,
@@ -222,7 +254,7 @@ export function createGateway({ validation, pool, sessions, clock, log }: Gatewa
         receipt: recorded.receipt,
       });
     }
-    const recorded = await record(decided, hashJson(result));
+    const recorded = await record(decided, true, hashJson(result));
     if (!recorded) return unrecorded(true);
     const meta0 = isObject(result._meta) ? result._meta : {};
     return rpcResult(req.id, { ...result, _meta: { ...meta0, veto_receipt: recorded.receipt } });
@@ -237,8 +269,8 @@ export function createGateway({ validation, pool, sessions, clock, log }: Gatewa
         case 'tools/call':
           return callTool(caller, req);
         default:
-          // tools/list, resources/*, prompts/*, completion/* and anything else the upstream serves.
-          return passThrough(caller, req);
+          if (PASS_THROUGH_METHODS.has(req.method)) return passThrough(caller, req);
+          return rpcError(req.id, RPC.methodNotFound, `Method not found: ${req.method}`);
       }
     },
   };

@@ -1,7 +1,10 @@
+import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions } from 'node:dns';
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import type { LookupFunction } from 'node:net';
 import { Readable } from 'node:stream';
 import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js';
+import { ALLOW_PRIVATE_HINT, blockedAddressReason } from './ssrf.js';
 
 const NULL_BODY = new Set([101, 204, 205, 304]);
 
@@ -14,23 +17,69 @@ function toHeaders(res: IncomingMessage): Headers {
   return headers;
 }
 
+/** Resolves every address of a host (dns.lookup with `all: true`). Injected in tests. */
+export type ResolveAll = (
+  hostname: string,
+  options: LookupAllOptions,
+  callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void,
+) => void;
+
+/**
+ * The sockets' own DNS lookup, refusing blocked addresses. The address guard resolves the name
+ * before connecting, but the socket resolves it again: without this, a name that answered a public
+ * address to the guard could answer a metadata address to the socket (DNS rebinding).
+ */
+export function checkedLookup(resolveAll: ResolveAll = dnsLookup as ResolveAll): LookupFunction {
+  return (hostname, options, callback) => {
+    resolveAll(hostname, { ...options, all: true }, (err, addresses) => {
+      const cb = callback as (...args: unknown[]) => void;
+      if (err) return cb(err);
+      for (const a of addresses) {
+        const why = blockedAddressReason(a.address);
+        if (why) {
+          const refused = Object.assign(
+            new Error(`upstream address refused: ${hostname} resolves to ${why} (${ALLOW_PRIVATE_HINT})`),
+            { code: 'EADDRREFUSED' },
+          );
+          return cb(refused);
+        }
+      }
+      if (options.all) return cb(null, addresses);
+      const first = addresses[0];
+      if (!first) return cb(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }));
+      return cb(null, first.address, first.family);
+    });
+  };
+}
+
+export interface HttpFetchOptions {
+  /** SVC_MCP_ALLOW_PRIVATE_UPSTREAMS: sockets may reach any address. */
+  allowPrivate: boolean;
+  resolveAll?: ResolveAll;
+}
+
 /**
  * The fetch of the pooled upstream connections, on node:http(s) with keep-alive agents: undici's
  * fetch costs about 1 ms more CPU per request than node:http (see bench/gateway.ts), which is the
  * gateway's whole latency budget. It covers what the SDK transports send (string or no body,
  * headers, AbortSignal) and streams the answer (JSON or SSE). Redirects are returned, never
- * followed: the transports follow same-origin ones themselves. Anything else goes to global fetch.
+ * followed: the transports follow same-origin ones themselves. Sockets resolve names through
+ * checkedLookup unless private upstreams are allowed. Other bodies or schemes are refused.
  */
-export function createHttpFetch(): { fetch: FetchLike; close(): void } {
+export function createHttpFetch(options: HttpFetchOptions): { fetch: FetchLike; close(): void } {
+  const lookup = options.allowPrivate ? undefined : checkedLookup(options.resolveAll);
   const agents = {
-    'http:': new HttpAgent({ keepAlive: true }),
-    'https:': new HttpsAgent({ keepAlive: true }),
+    'http:': new HttpAgent({ keepAlive: true, ...(lookup ? { lookup } : {}) }),
+    'https:': new HttpsAgent({ keepAlive: true, ...(lookup ? { lookup } : {}) }),
   };
   const fetchImpl: FetchLike = (input, init = {}) => {
     const url = new URL(input);
     const body = init.body;
     if ((body !== undefined && body !== null && typeof body !== 'string') || !(url.protocol in agents)) {
-      return fetch(input, init);
+      // Global fetch would bypass the checked lookup; the SDK transports never send anything else.
+      return Promise.reject(
+        new TypeError(`unsupported upstream request: ${url.protocol} with a non-string body`),
+      );
     }
     const method = (init.method ?? 'GET').toUpperCase();
     const headers = Object.fromEntries(new Headers(init.headers).entries());

@@ -26,7 +26,7 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
   const repo = createMcpRepository(ctx.store.db);
   const directory = new UpstreamDirectory(repo);
   const open = { allowPrivate: ctx.config.mcpAllowPrivateUpstreams };
-  const http = createHttpFetch();
+  const http = createHttpFetch(open);
   const pool = new UpstreamPool({ ...open, fetch: http.fetch });
   const sessions = new McpSessions();
   const streams = new EventStreams();
@@ -57,7 +57,8 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
       directory.forget(org);
       pool.drop(id);
     },
-    probe: (target) => probeUpstream(target, open),
+    // The probe goes through the same checked sockets as the pooled connections.
+    probe: (target) => probeUpstream(target, { ...open, fetch: http.fetch }),
   });
   await app.register(upstreamRoutes, { ctx, service });
 

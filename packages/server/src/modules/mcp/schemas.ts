@@ -25,7 +25,8 @@ const fields = {
   args: Type.Array(Type.String()),
 };
 
-const Opt = Type.Optional;
+/** Shorthand for Type.Optional, shared by the MCP schemas. */
+export const Opt = Type.Optional;
 
 export const CreateUpstreamBody = Type.Object(
   {

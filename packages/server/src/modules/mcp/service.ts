@@ -5,7 +5,7 @@ import type { OrgScope } from '../../lib/scope.js';
 import { isUniqueViolation } from '../../storage/errors.js';
 import type { McpRepository, UpstreamPatch, UpstreamRow } from './repository.js';
 import type { CreateUpstreamInput, UpdateUpstreamInput } from './schemas.js';
-import { ALLOW_PRIVATE_HINT, type Lookup, upstreamHostRefusal } from './ssrf.js';
+import { ALLOW_PRIVATE_HINT, upstreamHostRefusal } from './ssrf.js';
 import type { ProbeResult, UpstreamTarget, UpstreamTransport } from './upstream-client.js';
 
 export interface UpstreamRecord {
@@ -26,7 +26,6 @@ export interface UpstreamServiceDeps {
   repo: McpRepository;
   clock: Clock;
   allowPrivate: boolean;
-  lookup?: Lookup;
   /** Told after an upstream changed or was deleted: pooled connections and cached lookups go. */
   changed: (organizationId: string, upstreamId: string) => void;
   probe: (target: UpstreamTarget) => Promise<ProbeResult>;
@@ -112,6 +111,19 @@ function checkHeaders(headers: Record<string, string>): Record<string, string> {
   return headers;
 }
 
+/**
+ * A user (JWT) controls every upstream of the organization; an API key only the organization-wide
+ * ones and those of its own project. Another project's upstream is "not found" to it.
+ */
+export function visibleTo(scope: Pick<OrgScope, 'projectId'>, row: Pick<UpstreamRow, 'project_id'>): boolean {
+  return scope.projectId === null || row.project_id === null || row.project_id === scope.projectId;
+}
+
+/** Scheme, host and port: where the stored headers (often credentials) are sent. */
+function originOf(url: string): string {
+  return new URL(url).origin;
+}
+
 export function createUpstreamService(deps: UpstreamServiceDeps) {
   const { repo, clock } = deps;
 
@@ -125,24 +137,31 @@ export function createUpstreamService(deps: UpstreamServiceDeps) {
     }
     if (url.protocol !== 'http:' && url.protocol !== 'https:') throw invalid('url must use http or https');
     if (url.username || url.password) throw invalid('url must not contain credentials; send them in headers');
-    const refusal = await upstreamHostRefusal(url, { allowPrivate: deps.allowPrivate, lookup: deps.lookup });
+    const refusal = await upstreamHostRefusal(url, { allowPrivate: deps.allowPrivate });
     if (refusal) throw invalid(`url refused: ${refusal} (${ALLOW_PRIVATE_HINT})`);
     return url.toString();
   }
 
+  /**
+   * A project's API key may only bind an upstream to nothing (organization-wide) or to its own
+   * project; another project, like an unknown one, is "not found".
+   */
   async function checkProject(scope: OrgScope, projectId: string | null | undefined): Promise<void> {
-    if (projectId && !(await repo.projectExists(scope.organizationId, projectId))) throw notFound('Project');
+    if (!projectId) return;
+    if (scope.projectId !== null && projectId !== scope.projectId) throw notFound('Project');
+    if (!(await repo.projectExists(scope.organizationId, projectId))) throw notFound('Project');
   }
 
   async function load(scope: OrgScope, id: string): Promise<UpstreamRow> {
     const row = await repo.get(scope.organizationId, id);
-    if (!row) throw notFound('MCP upstream');
+    if (!row || !visibleTo(scope, row)) throw notFound('MCP upstream');
     return row;
   }
 
   return {
     async list(scope: OrgScope, projectId?: string): Promise<UpstreamRecord[]> {
-      return (await repo.list(scope.organizationId, projectId)).map(toUpstream);
+      const rows = await repo.list(scope.organizationId, projectId);
+      return rows.filter((row) => visibleTo(scope, row)).map(toUpstream);
     },
 
     async get(scope: OrgScope, id: string): Promise<UpstreamRecord> {
@@ -196,6 +215,15 @@ export function createUpstreamService(deps: UpstreamServiceDeps) {
       // The address is checked again whenever where or how we connect changes.
       if (input.url !== undefined || input.transport !== undefined)
         patch.url = await checkUrl(input.url ?? current.url);
+      // Stored headers usually carry the upstream's credentials: they never follow the URL to a new host.
+      if (
+        patch.url !== undefined &&
+        input.headers === undefined &&
+        originOf(patch.url) !== originOf(current.url) &&
+        Object.keys(JSON.parse(current.headers)).length > 0
+      ) {
+        throw invalid('headers must be re-supplied when the url origin changes');
+      }
       if (input.timeoutMs !== undefined) patch.timeout_ms = input.timeoutMs;
       if (input.enabled !== undefined) patch.enabled = input.enabled ? 1 : 0;
       if (input.headers !== undefined) patch.headers = JSON.stringify(checkHeaders(input.headers));
@@ -216,6 +244,7 @@ export function createUpstreamService(deps: UpstreamServiceDeps) {
     },
 
     async delete(scope: OrgScope, id: string): Promise<void> {
+      await load(scope, id);
       if (!(await repo.delete(scope.organizationId, id))) throw notFound('MCP upstream');
       deps.changed(scope.organizationId, id);
     },

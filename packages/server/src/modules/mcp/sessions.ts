@@ -36,7 +36,15 @@ export interface FeedEvent extends SessionOwner {
 export type FeedFilter = { sessionId: string } | SessionOwner;
 
 const IDLE_MS = 60 * 60_000;
-const MAX_SESSIONS = 100_000;
+
+export interface SessionLimits {
+  /** Sessions of this instance in all. */
+  total: number;
+  /** Sessions of one API key: past it, the key's own oldest goes, so one key cannot evict the others'. */
+  perKey: number;
+}
+
+export const DEFAULT_SESSION_LIMITS: SessionLimits = { total: 100_000, perKey: 1000 };
 
 /**
  * MCP sessions of this instance, and the feed of gateway decisions for the GET streams. Sessions
@@ -45,22 +53,50 @@ const MAX_SESSIONS = 100_000;
  */
 export class McpSessions {
   private readonly sessions = new Map<string, McpSession>();
+  /** Session ids by key, oldest first (Sets iterate in insertion order). */
+  private readonly byKey = new Map<string, Set<string>>();
   private readonly listeners = new Set<{ filter: FeedFilter; handler: (e: DecisionEnvelope) => void }>();
   private readonly sweeper: NodeJS.Timeout;
 
-  constructor(private readonly now: () => number = Date.now) {
+  constructor(
+    private readonly now: () => number = Date.now,
+    private readonly limits: SessionLimits = DEFAULT_SESSION_LIMITS,
+  ) {
     this.sweeper = setInterval(() => this.sweep(), 60_000);
     this.sweeper.unref();
   }
 
   create(owner: SessionOwner): McpSession {
-    if (this.sessions.size >= MAX_SESSIONS) {
+    const own = this.byKey.get(owner.keyId);
+    // The key's own oldest goes first; only the global cap can touch other keys' sessions.
+    if (own && own.size >= this.limits.perKey) this.remove(own.values().next().value!);
+    if (this.sessions.size >= this.limits.total) {
       // Maps iterate in insertion order: the first entry is the oldest session.
-      this.sessions.delete(this.sessions.keys().next().value!);
+      this.remove(this.sessions.keys().next().value!);
     }
     const session = { id: uuidv7(), ...owner, lastSeen: this.now() };
     this.sessions.set(session.id, session);
+    let ids = this.byKey.get(owner.keyId);
+    if (!ids) {
+      ids = new Set();
+      this.byKey.set(owner.keyId, ids);
+    }
+    ids.add(session.id);
     return session;
+  }
+
+  /** Sessions held (tests, monitoring). */
+  get size(): number {
+    return this.sessions.size;
+  }
+
+  private remove(id: string): void {
+    const s = this.sessions.get(id);
+    if (!s) return;
+    this.sessions.delete(id);
+    const ids = this.byKey.get(s.keyId);
+    ids?.delete(id);
+    if (ids?.size === 0) this.byKey.delete(s.keyId);
   }
 
   /** The session, if it exists and belongs to this key and upstream; another key's session is "not found". */
@@ -73,7 +109,7 @@ export class McpSessions {
 
   delete(id: string, owner: SessionOwner): boolean {
     if (!this.get(id, owner)) return false;
-    this.sessions.delete(id);
+    this.remove(id);
     return true;
   }
 
@@ -101,12 +137,13 @@ export class McpSessions {
 
   private sweep(): void {
     const cutoff = this.now() - IDLE_MS;
-    for (const [id, s] of this.sessions) if (s.lastSeen < cutoff) this.sessions.delete(id);
+    for (const [id, s] of this.sessions) if (s.lastSeen < cutoff) this.remove(id);
   }
 
   close(): void {
     clearInterval(this.sweeper);
     this.sessions.clear();
+    this.byKey.clear();
     this.listeners.clear();
   }
 }

@@ -1,14 +1,26 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { DecisionEnvelope } from './sessions.js';
 
-const PING_MS = 15_000;
-
 export interface StreamOptions {
   sessionId: string;
   subscribe: (handler: (e: DecisionEnvelope) => void) => () => void;
   /** Keeps the session alive while its stream is open. */
   touch: () => void;
+  /**
+   * At every ping: may the stream go on (key still valid, upstream still there and enabled)? False
+   * ends the stream; a rejection (a store hiccup) keeps it until the next ping.
+   */
+  recheck: () => Promise<boolean>;
 }
+
+export interface StreamLimits {
+  /** `:ping` interval, and the pace of the credential re-check (15 s). */
+  pingMs: number;
+  /** Unsent bytes beyond which the client is too slow and is dropped (1 MiB, as /v1/events/stream). */
+  maxBufferedBytes: number;
+}
+
+export const DEFAULT_STREAM_LIMITS: StreamLimits = { pingMs: 15_000, maxBufferedBytes: 1024 * 1024 };
 
 /**
  * GET /v1/mcp/:upstreamSlug streams. They are tracked so that closing the app ends them instead of
@@ -17,11 +29,18 @@ export interface StreamOptions {
 export class EventStreams {
   private readonly open = new Map<() => void, string>();
 
+  constructor(private readonly limits: StreamLimits = DEFAULT_STREAM_LIMITS) {}
+
   start(req: FastifyRequest, reply: FastifyReply, o: StreamOptions): void {
     this.open.set(
-      openEventStream(req, reply, o, (end) => this.open.delete(end)),
+      openEventStream(req, reply, o, this.limits, (end) => this.open.delete(end)),
       o.sessionId,
     );
+  }
+
+  /** Open streams (tests, monitoring). */
+  get size(): number {
+    return this.open.size;
   }
 
   /** A session that ended (DELETE) ends its streams too. */
@@ -37,12 +56,15 @@ export class EventStreams {
 /**
  * An SSE stream. The session id comes first as a JSON-RPC notification
  * (`notifications/session`, default event type, which MCP clients parse as a message); decisions
- * follow as `event: decision`, which MCP clients skip and other consumers read. Comment pings every 15 s.
+ * follow as `event: decision`, which MCP clients skip and other consumers read. Comment pings every
+ * 15 s, each followed by a re-check of the key and the upstream. Writes never wait: a client that
+ * lets more than maxBufferedBytes pile up is dropped.
  */
 function openEventStream(
   req: FastifyRequest,
   reply: FastifyReply,
   o: StreamOptions,
+  limits: StreamLimits,
   onEnd: (end: () => void) => void,
 ): () => void {
   reply.hijack();
@@ -55,20 +77,34 @@ function openEventStream(
     'mcp-session-id': o.sessionId,
     'x-request-id': req.id,
   });
+  let done = false;
+  let checking = false;
   const write = (chunk: string) => {
-    if (!res.writableEnded) res.write(chunk);
+    if (done || res.writableEnded || res.destroyed) return;
+    res.write(chunk);
+    if (res.writableLength > limits.maxBufferedBytes) {
+      // The client reads slower than decisions arrive; holding more would grow memory without bound.
+      end();
+      res.destroy();
+    }
   };
-  write(':ok\n\n');
-  write(
-    `data: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/session', params: { sessionId: o.sessionId } })}\n\n`,
-  );
   const unsubscribe = o.subscribe((e) => write(`event: decision\ndata: ${JSON.stringify(e)}\n\n`));
   const ping = setInterval(() => {
     o.touch();
     write(':ping\n\n');
-  }, PING_MS);
+    if (done || checking) return;
+    checking = true;
+    o.recheck()
+      .then((ok) => {
+        if (!ok) end();
+      })
+      // A store hiccup keeps the stream; the next ping tries again.
+      .catch(() => {})
+      .finally(() => {
+        checking = false;
+      });
+  }, limits.pingMs);
   ping.unref();
-  let done = false;
   const end = () => {
     if (done) return;
     done = true;
@@ -78,5 +114,9 @@ function openEventStream(
     if (!res.writableEnded) res.end();
   };
   res.on('close', end);
+  write(':ok\n\n');
+  write(
+    `data: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/session', params: { sessionId: o.sessionId } })}\n\n`,
+  );
   return end;
 }

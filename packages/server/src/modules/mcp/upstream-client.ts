@@ -80,7 +80,7 @@ export function withTimeout<T>(work: Promise<T>, ms: number, onTimeout: () => vo
 export interface OpenOptions {
   allowPrivate: boolean;
   lookup?: Lookup;
-  /** Wraps fetch (the test endpoint records HTTP statuses with it). */
+  /** The fetch to use (the pooled, address-checked one); probeUpstream wraps it to record HTTP statuses. */
   fetch?: FetchLike;
 }
 
@@ -161,8 +161,9 @@ export interface ProbeResult {
 export async function probeUpstream(target: UpstreamTarget, options: OpenOptions): Promise<ProbeResult> {
   const statuses: number[] = [];
   let failed: number | undefined;
+  const base = options.fetch ?? fetch;
   const recording: FetchLike = async (url, init) => {
-    const res = await fetch(url, init);
+    const res = await base(url, init);
     statuses.push(res.status);
     // A GET answered 405 only means the upstream offers no standalone stream: not a failure.
     if (!res.ok && !(res.status === 405 && (init?.method ?? 'GET') === 'GET')) failed ??= res.status;

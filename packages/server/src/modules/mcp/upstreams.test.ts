@@ -267,6 +267,107 @@ describe('MCP upstreams (control plane)', () => {
     expect(still.json().name).toBe('Files');
   });
 
+  it("keeps a project's API key out of other projects' upstreams", async () => {
+    const tenant = await createTenant(t);
+    // A second project of the same organization, with its own key.
+    const other = (
+      await t.inject({
+        method: 'POST',
+        url: '/v1/projects',
+        headers: bearer(tenant.token),
+        payload: { organizationId: tenant.orgId, name: 'Other' },
+      })
+    ).json();
+    const otherKey = keyHeader(other.apiKey as string);
+    const user = asUser(tenant);
+    const mine = (await create(tenant, body({ projectId: tenant.projectId }))).json();
+    const shared = (await create(tenant, body())).json();
+    const theirs = (
+      await t.inject({
+        method: 'POST',
+        url: '/v1/mcp/upstreams',
+        headers: user,
+        payload: body({ projectId: other._id, headers: { Authorization: 'Bearer theirs' } }),
+      })
+    ).json();
+    expect(theirs.projectId).toBe(other._id);
+
+    for (const [method, url, payload] of [
+      ['GET', `/v1/mcp/upstreams/${theirs.id}`, undefined],
+      ['PATCH', `/v1/mcp/upstreams/${theirs.id}`, { url: 'http://127.0.0.1:1/steal' }],
+      ['PATCH', `/v1/mcp/upstreams/${theirs.id}`, { projectId: tenant.projectId }],
+      ['DELETE', `/v1/mcp/upstreams/${theirs.id}`, undefined],
+      ['POST', `/v1/mcp/upstreams/${theirs.id}/test`, undefined],
+    ] as const) {
+      expectError(
+        await t.inject({ method, url, headers: keyHeader(tenant.apiKey), ...(payload ? { payload } : {}) }),
+        404,
+        'not_found',
+      );
+    }
+    const list = await t.inject({
+      method: 'GET',
+      url: '/v1/mcp/upstreams',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(list.json().data.map((u: { id: string }) => u.id)).toEqual([mine.id, shared.id]);
+    const filtered = await t.inject({
+      method: 'GET',
+      url: `/v1/mcp/upstreams?projectId=${other._id}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(filtered.json().data).toEqual([]);
+    // A key binds upstreams to no project or its own, never to another one.
+    expectError(await create(tenant, body({ projectId: other._id })), 404, 'not_found');
+    expectError(
+      await t.inject({
+        method: 'PATCH',
+        url: `/v1/mcp/upstreams/${shared.id}`,
+        headers: keyHeader(tenant.apiKey),
+        payload: { projectId: other._id },
+      }),
+      404,
+      'not_found',
+    );
+    // The other project's key and the user still see and control it.
+    const own = await t.inject({ method: 'GET', url: `/v1/mcp/upstreams/${theirs.id}`, headers: otherKey });
+    expect(own.json().url).toBe('http://127.0.0.1:9/mcp');
+    const all = await t.inject({ method: 'GET', url: '/v1/mcp/upstreams', headers: user });
+    expect(all.json().data).toHaveLength(3);
+    const otherList = await t.inject({ method: 'GET', url: '/v1/mcp/upstreams', headers: otherKey });
+    expect(otherList.json().data.map((u: { id: string }) => u.id)).toEqual([shared.id, theirs.id]);
+  });
+
+  it('asks for the headers again when a PATCH moves the url to another origin', async () => {
+    const tenant = await createTenant(t);
+    const headers = keyHeader(tenant.apiKey);
+    const up = (
+      await create(
+        tenant,
+        body({ url: 'http://127.0.0.1:9/mcp', headers: { Authorization: 'Bearer s3cret' } }),
+      )
+    ).json();
+    const patch = (payload: Record<string, unknown>) =>
+      t.inject({ method: 'PATCH', url: `/v1/mcp/upstreams/${up.id}`, headers, payload });
+    for (const url of ['http://127.0.0.2:9/mcp', 'https://127.0.0.1:9/mcp', 'http://127.0.0.1:10/mcp']) {
+      const res = await patch({ url });
+      expectError(res, 400, 'validation_failed');
+      expect(res.json().error.message).toBe('headers must be re-supplied when the url origin changes');
+    }
+    // Same origin, another path: the headers stay.
+    expect((await patch({ url: 'http://127.0.0.1:9/other' })).json()).toMatchObject({
+      url: 'http://127.0.0.1:9/other',
+      headers: { Authorization: '***' },
+    });
+    // Re-supplied (even as none), the move is allowed.
+    expect((await patch({ url: 'http://127.0.0.2:9/mcp', headers: {} })).json()).toMatchObject({
+      url: 'http://127.0.0.2:9/mcp',
+      headers: {},
+    });
+    // Without stored headers there is nothing to protect.
+    expect((await patch({ url: 'http://127.0.0.3:9/mcp' })).statusCode).toBe(200);
+  });
+
   it('refuses link-local and cloud metadata addresses, allows loopback and private networks', async () => {
     const tenant = await createTenant(t);
     const refused = [
