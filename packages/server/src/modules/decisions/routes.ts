@@ -7,6 +7,7 @@ import { assertJsonDepth, recordError } from '../../lib/json.js';
 import { enforceRateLimit } from '../../plugins/rate-limit.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { createReceiptRepository } from '../receipts/repository.js';
+import { callScopeOf } from '../validation/service.js';
 import { intParam, parseListQuery } from './query.js';
 import { createDecisionRepository } from './repository.js';
 import {
@@ -95,12 +96,7 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
     },
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;
-      const scope = {
-        organizationId: key.organizationId,
-        projectId: key.projectId,
-        tier: key.tier,
-        keyId: key.keyId,
-      };
+      const scope = callScopeOf(key);
       assertJsonDepth({ arguments: req.body.arguments, context: req.body.context });
       let id: string;
       try {

@@ -4,7 +4,8 @@ import { roundMs } from '../../lib/clock.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../../lib/json.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { hashJson } from '../receipts/canonical.js';
-import type { CallScope, Decided, Recorded, ToolCall, ValidationService } from '../validation/service.js';
+import type { Decided, Recorded, ToolCall, ValidationService } from '../validation/service.js';
+import { callScopeOf } from '../validation/service.js';
 import {
   isObject,
   negotiateVersion,
@@ -152,12 +153,7 @@ export function createGateway({ validation, pool, sessions, clock, log }: Gatewa
         ...(typeof meta.approval_id === 'string' ? { approval_id: meta.approval_id } : {}),
       },
     };
-    const scope: CallScope = {
-      organizationId: key.organizationId,
-      projectId: key.projectId,
-      tier: key.tier,
-      keyId: key.keyId,
-    };
+    const scope = callScopeOf(key);
     const extras = { client_id: key.keyId, connection_id: caller.connectionId, upstream_id: upstream.id };
     const tool = call.toolName;
 

@@ -8,6 +8,7 @@ import { enforceRateLimit, validationLimit } from '../../plugins/rate-limit.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { ToolName } from '../tools/schemas.js';
 import type { Recorded } from './service.js';
+import { callScopeOf } from './service.js';
 
 const ValidateBody = Type.Object({
   tool_name: ToolName,
@@ -50,12 +51,7 @@ export const validationRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = 
     },
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;
-      const scope = {
-        organizationId: key.organizationId,
-        projectId: key.projectId,
-        tier: key.tier,
-        keyId: key.keyId,
-      };
+      const scope = callScopeOf(key);
       assertJsonDepth({ arguments: req.body.arguments, context: req.body.context });
       const call = {
         toolName: req.body.tool_name,

@@ -2,6 +2,7 @@ import { type Evaluation, evaluate, type FailedConstraint, mergeEvaluation } fro
 import type { EventBus } from '../../events/bus.js';
 import type { Clock } from '../../lib/clock.js';
 import { uuidv7 } from '../../lib/ids.js';
+import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import type { ApprovalService, ApprovalUse } from '../approvals/service.js';
 import type { DecisionWriter } from '../decisions/writer.js';
 import type { LoadedPolicy, PolicyCache } from '../policies/cache.js';
@@ -30,6 +31,11 @@ export interface CallScope {
   tier: string;
   /** The API key making the call; an approval it opens cannot be resolved by that key. */
   keyId?: string | null;
+}
+
+/** The scope of a call made with an API key: its organization, project, tier and the key itself. */
+export function callScopeOf(key: KeyPrincipal): CallScope {
+  return { organizationId: key.organizationId, projectId: key.projectId, tier: key.tier, keyId: key.keyId };
 }
 
 /** An approved approval this call used (context.approval_id). */
