@@ -51,13 +51,16 @@ export function createPolicyRepository(db: Kysely<Database>) {
       > &
         Partial<Pick<PolicyRow, 'is_active'>>,
       trx: Db = db,
+      /** Replace only if the stored version is still this one (a read-modify-write must not lose an update). */
+      expectedVersion?: number,
     ): Promise<PolicyRow | undefined> {
-      const res = await trx
+      let q = trx
         .updateTable('policies')
         .set((eb) => ({ ...patch, version: eb('version', '+', 1) }))
         .where('organization_id', '=', organizationId)
-        .where('tool_name', '=', toolName)
-        .executeTakeFirst();
+        .where('tool_name', '=', toolName);
+      if (expectedVersion !== undefined) q = q.where('version', '=', expectedVersion);
+      const res = await q.executeTakeFirst();
       if (Number(res.numUpdatedRows) === 0) return undefined;
       return this.get(organizationId, toolName, trx);
     },

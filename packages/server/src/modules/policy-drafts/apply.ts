@@ -7,7 +7,7 @@ import {
   type SkippedRule,
 } from '@svc/policy-engine';
 import type { Transaction } from 'kysely';
-import { invalid } from '../../lib/errors.js';
+import { AppError, invalid } from '../../lib/errors.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { Database } from '../../storage/schema.js';
 import { definitionOf } from '../policies/cache.js';
@@ -86,17 +86,36 @@ export async function applyDraftRules(
       }
       continue;
     }
-    const def = checked(toolName, mergedDefinition(existing, constraints));
-    const patch = { ...definitionColumns(def), is_active: 1, project_id: scope.projectId, updated_at: now };
-    const row = existing && (await policies.replace(scope.organizationId, toolName, patch, trx));
-    if (row) {
-      applied.push({ toolName, version: row.version, created: false });
-      continue;
+    // Read-merge-write under optimistic concurrency: the merge is written only if the policy is
+    // still the version it was merged from; otherwise merge again into what is there now.
+    for (let attempt = 0; ; attempt++) {
+      if (!existing) {
+        const fresh = checked(toolName, mergedDefinition(undefined, constraints));
+        await policies.insert(newPolicyRow(scope, toolName, fresh, now), trx);
+        applied.push({ toolName, version: 1, created: true });
+        break;
+      }
+      if (attempt > 0 && existing.mode === 'llm') {
+        throw new AppError(
+          'conflict',
+          `The policy of tool "${toolName}" became an llm policy during approval; try again`,
+        );
+      }
+      const def = checked(toolName, mergedDefinition(existing, constraints));
+      const patch = { ...definitionColumns(def), is_active: 1, project_id: scope.projectId, updated_at: now };
+      const row = await policies.replace(scope.organizationId, toolName, patch, trx, existing.version);
+      if (row) {
+        applied.push({ toolName, version: row.version, created: false });
+        break;
+      }
+      if (attempt >= 4) {
+        throw new AppError(
+          'conflict',
+          `The policy of tool "${toolName}" kept changing during approval; try again`,
+        );
+      }
+      existing = await policies.get(scope.organizationId, toolName, trx);
     }
-    // Deleted concurrently since the read: create it after all.
-    const fresh = checked(toolName, mergedDefinition(undefined, constraints));
-    await policies.insert(newPolicyRow(scope, toolName, fresh, now), trx);
-    applied.push({ toolName, version: 1, created: true });
   }
   return { applied, skipped };
 }

@@ -1,0 +1,73 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTenant, createTestApp, keyHeader, type TestApp } from '../../../test/helpers.js';
+import { definitionOf } from '../policies/cache.js';
+import { createPolicyRepository, type PolicyRepository } from '../policies/repository.js';
+import { applyDraftRules } from './apply.js';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await createTestApp();
+});
+afterAll(async () => t.close());
+
+describe('applyDraftRules under a concurrent policy update', () => {
+  it('merges into the newer policy instead of overwriting the update it raced with', async () => {
+    const tenant = await createTenant(t);
+    const created = await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(tenant.apiKey),
+      payload: { toolName: 'pay', constraints: [{ argumentName: 'to', enum: ['alice'] }] },
+    });
+    expect(created.statusCode).toBe(201);
+    const repo = createPolicyRepository(t.store.db);
+    let raced = false;
+    // The first write attempt finds that someone else updated the policy after it was read.
+    const racing: PolicyRepository = {
+      ...repo,
+      async replace(org, tool, patch, trx, expectedVersion) {
+        if (!raced) {
+          raced = true;
+          await trx!
+            .updateTable('policies')
+            .set((eb) => ({
+              constraints: JSON.stringify([{ argumentName: 'memo', enabled: true, maxLength: 10 }]),
+              version: eb('version', '+', 1),
+            }))
+            .where('organization_id', '=', org)
+            .where('tool_name', '=', tool)
+            .execute();
+        }
+        return repo.replace(org, tool, patch, trx, expectedVersion);
+      },
+    };
+    const rules = [
+      {
+        id: 'r1',
+        action: 'block',
+        tools: ['pay'],
+        conditions: [{ field: 'arguments.amount', operator: 'greater_than', value: 100 }],
+        severity: 'high',
+      },
+    ];
+    const result = await t.store.db
+      .transaction()
+      .execute((trx) =>
+        applyDraftRules(trx, racing, { ...scopeOf(tenant) }, rules, new Date().toISOString()),
+      );
+    expect(raced).toBe(true);
+    expect(result.applied).toEqual([{ toolName: 'pay', version: 3, created: false }]);
+    const row = await repo.get(tenant.orgId, 'pay');
+    const names = definitionOf(row!).constraints!.map((c) => c.argumentName);
+    // The concurrent update (memo) survives and the draft's rule (amount) is added to it.
+    expect(names).toEqual(['memo', 'amount']);
+  });
+});
+
+function scopeOf(tenant: { orgId: string; projectId: string }) {
+  return {
+    organizationId: tenant.orgId,
+    projectId: tenant.projectId,
+    principal: { kind: 'user' as const, userId: 'reviewer' },
+  };
+}
