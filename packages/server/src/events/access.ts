@@ -4,6 +4,7 @@ import { AppError } from '../lib/errors.js';
 import type { JwtVerifier } from '../lib/jwt.js';
 import { looksLikeApiKey } from '../modules/api-keys/keys.js';
 import { createOrganizationRepository } from '../modules/organizations/repository.js';
+import { bearerToken } from '../plugins/auth.js';
 
 /**
  * Long-lived connections re-check their credentials at every heartbeat: a revoked key, an expired
@@ -16,16 +17,11 @@ export interface StreamAccess {
   recheck: Recheck;
 }
 
-function bearer(request: FastifyRequest): string | null {
-  const m = /^Bearer\s+(.+)$/i.exec(request.headers.authorization?.trim() ?? '');
-  return m ? m[1]!.trim() : null;
-}
-
 /** The raw API key the auth plugin accepted (header, bearer or `apiKey` query), to re-check it later. */
 export function presentedKey(request: FastifyRequest): string | null {
   const header = request.headers['x-service-api-key'];
   if (typeof header === 'string' && header !== '') return header;
-  const token = bearer(request);
+  const token = bearerToken(request);
   if (token && looksLikeApiKey(token)) return token;
   const q = (request.query as Record<string, unknown> | undefined)?.apiKey;
   return typeof q === 'string' && q !== '' ? q : null;
@@ -60,7 +56,7 @@ export async function streamAccess(
       recheck: async () => (key ? (await ctx.keys.authenticate(key))?.organizationId === org : false),
     };
   }
-  const token = bearer(request);
+  const token = bearerToken(request);
   const organizations = createOrganizationRepository(ctx.store.db);
   return {
     organizationId: org,

@@ -3,6 +3,7 @@ import WebSocket from 'ws';
 import type { AppContext } from '../context.js';
 import { AppError } from '../lib/errors.js';
 import type { JwtVerifier } from '../lib/jwt.js';
+import { bearerToken } from '../plugins/auth.js';
 import { tokenStillValid, userOrganizations } from './access.js';
 import type { Frames, StreamClient } from './hub.js';
 import type { StreamOptions } from './options.js';
@@ -79,8 +80,7 @@ interface Admitted {
 function tokenOf(request: FastifyRequest): string | null {
   const q = (request.query as Record<string, unknown> | undefined)?.token;
   if (typeof q === 'string' && q !== '') return q;
-  const m = /^Bearer\s+(.+)$/i.exec(request.headers.authorization?.trim() ?? '');
-  return m ? m[1]!.trim() : null;
+  return bearerToken(request);
 }
 
 /**

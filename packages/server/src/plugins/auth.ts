@@ -48,10 +48,9 @@ function safeEqual(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-function bearer(request: FastifyRequest): string | null {
-  const h = request.headers.authorization;
-  if (!h) return null;
-  const m = /^Bearer\s+(.+)$/i.exec(h.trim());
+/** The token of an `Authorization: Bearer <token>` header, or null. */
+export function bearerToken(request: FastifyRequest): string | null {
+  const m = /^Bearer\s+(.+)$/i.exec(request.headers.authorization?.trim() ?? '');
   return m ? m[1]!.trim() : null;
 }
 
@@ -62,7 +61,7 @@ export function registerAuth(app: FastifyInstance, deps: AuthDeps): void {
     const config = request.routeOptions.config;
     const plain = config.plainUnauthorized === true;
     const headerKey = request.headers['x-service-api-key'];
-    const token = bearer(request);
+    const token = bearerToken(request);
     let key = typeof headerKey === 'string' && headerKey !== '' ? headerKey : null;
     if (!key && token && looksLikeApiKey(token)) key = token;
     if (!key && !token && config.queryApiKey) {
@@ -97,7 +96,7 @@ export function registerAuth(app: FastifyInstance, deps: AuthDeps): void {
     const mode: AuthMode = request.routeOptions.config.auth ?? 'any';
     if (mode === 'none') return;
     if (mode === 'admin') {
-      const token = bearer(request);
+      const token = bearerToken(request);
       const expected = deps.config.adminToken;
       if (!expected || !token || !safeEqual(token, expected)) {
         throw new AppError('unauthorized', 'A valid operator admin token is required');

@@ -1,11 +1,14 @@
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import SQLite from 'better-sqlite3';
-import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
+import { Kysely, PostgresDialect, SqliteDialect, sql, type Transaction } from 'kysely';
 import pg from 'pg';
 import type { Database } from './schema.js';
 
 export type DialectName = 'sqlite' | 'postgres';
+
+/** What a repository method runs on: the database, or the caller's open transaction. */
+export type Db = Kysely<Database> | Transaction<Database>;
 
 export interface Store {
   db: Kysely<Database>;

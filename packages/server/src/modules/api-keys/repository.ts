@@ -1,4 +1,5 @@
-import type { Kysely, Selectable, Transaction } from 'kysely';
+import type { Kysely, Selectable } from 'kysely';
+import type { Db } from '../../storage/db.js';
 import type { ApiKeysTable, Database } from '../../storage/schema.js';
 
 export type ApiKeyRow = Selectable<ApiKeysTable>;
@@ -6,7 +7,7 @@ export type ApiKeyRow = Selectable<ApiKeysTable>;
 /** API key storage; every method is scoped by organization. */
 export function createApiKeyRepository(db: Kysely<Database>) {
   return {
-    async insert(row: ApiKeyRow, trx: Transaction<Database> | Kysely<Database> = db): Promise<void> {
+    async insert(row: ApiKeyRow, trx: Db = db): Promise<void> {
       await trx.insertInto('api_keys').values(row).execute();
     },
 
@@ -54,7 +55,7 @@ export function createApiKeyRepository(db: Kysely<Database>) {
       organizationId: string,
       projectId: string,
       at: string,
-      trx: Transaction<Database> | Kysely<Database> = db,
+      trx: Db = db,
     ): Promise<string[]> {
       const rows = await trx
         .updateTable('api_keys')

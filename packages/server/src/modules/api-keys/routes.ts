@@ -22,7 +22,7 @@ export const apiKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
     keys: createApiKeyRepository(ctx.store.db),
     authenticator: ctx.keys,
     clock: ctx.clock,
-    projectExists: async (org, id) => (await projects.get(org, id)) !== undefined,
+    projectExists: projects.exists,
   });
 
   app.get(

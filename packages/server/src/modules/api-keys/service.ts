@@ -1,9 +1,8 @@
-import type { Kysely, Transaction } from 'kysely';
 import type { Clock } from '../../lib/clock.js';
 import { notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
-import type { Database } from '../../storage/schema.js';
+import type { Db } from '../../storage/db.js';
 import type { ApiKeyAuthenticator } from './authenticator.js';
 import { displayPrefix, generateApiKey, hashApiKey } from './keys.js';
 import type { ApiKeyRepository, ApiKeyRow } from './repository.js';
@@ -56,12 +55,7 @@ export function createApiKeyService({ keys, authenticator, clock, projectExists 
 
   return {
     /** Mints a key for a project; the full key exists only in the returned value. */
-    async mint(
-      organizationId: string,
-      projectId: string,
-      name: string,
-      trx?: Transaction<Database> | Kysely<Database>,
-    ): Promise<CreatedApiKey> {
+    async mint(organizationId: string, projectId: string, name: string, trx?: Db): Promise<CreatedApiKey> {
       const key = generateApiKey();
       const row: ApiKeyRow = {
         id: uuidv7(),

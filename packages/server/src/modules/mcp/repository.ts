@@ -1,5 +1,6 @@
 import type { Kysely, Selectable, Updateable } from 'kysely';
 import type { Database, McpUpstreamsTable } from '../../storage/schema.js';
+import { createProjectRepository } from '../projects/repository.js';
 
 export type UpstreamRow = Selectable<McpUpstreamsTable>;
 export type UpstreamPatch = Omit<Updateable<McpUpstreamsTable>, 'id' | 'organization_id' | 'created_at'>;
@@ -54,15 +55,7 @@ export function createMcpRepository(db: Kysely<Database>) {
       return Number(res.numDeletedRows) > 0;
     },
 
-    async projectExists(organizationId: string, projectId: string): Promise<boolean> {
-      const r = await db
-        .selectFrom('projects')
-        .select('id')
-        .where('organization_id', '=', organizationId)
-        .where('id', '=', projectId)
-        .executeTakeFirst();
-      return r !== undefined;
-    },
+    projectExists: createProjectRepository(db).exists,
 
     /** The organization's registered tools, for the charter's svc_list_tools. */
     async listTools(organizationId: string) {

@@ -1,8 +1,8 @@
-import type { Kysely, Selectable, Transaction } from 'kysely';
+import type { Kysely, Selectable } from 'kysely';
+import type { Db } from '../../storage/db.js';
 import type { Database, PoliciesTable } from '../../storage/schema.js';
 
 export type PolicyRow = Selectable<PoliciesTable>;
-type Db = Kysely<Database> | Transaction<Database>;
 
 /** Policy storage: one policy per tool per organization; every method is scoped by organization. */
 export function createPolicyRepository(db: Kysely<Database>) {

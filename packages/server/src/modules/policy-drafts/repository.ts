@@ -1,4 +1,5 @@
-import type { Kysely, Selectable, Transaction, Updateable } from 'kysely';
+import type { Kysely, Selectable, Updateable } from 'kysely';
+import type { Db } from '../../storage/db.js';
 import type { Database, PolicyDraftsTable } from '../../storage/schema.js';
 
 export type DraftRow = Selectable<PolicyDraftsTable>;
@@ -6,7 +7,6 @@ export type DraftPatch = Omit<
   Updateable<PolicyDraftsTable>,
   'id' | 'organization_id' | 'project_id' | 'created_at'
 >;
-type Db = Kysely<Database> | Transaction<Database>;
 
 /** Policy draft storage; every method is scoped by organization. */
 export function createDraftRepository(db: Kysely<Database>) {

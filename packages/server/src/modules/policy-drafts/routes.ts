@@ -24,7 +24,7 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
     cache: ctx.policies,
     events: ctx.events,
     clock: ctx.clock,
-    projectExists: async (org, id) => (await projects.get(org, id)) !== undefined,
+    projectExists: projects.exists,
   });
 
   app.post(

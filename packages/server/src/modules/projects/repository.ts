@@ -1,15 +1,16 @@
-import type { Kysely, Selectable, Transaction } from 'kysely';
+import type { Kysely, Selectable } from 'kysely';
+import type { Db } from '../../storage/db.js';
 import type { Database, ProjectsTable } from '../../storage/schema.js';
 
 export type ProjectRow = Selectable<ProjectsTable>;
 
 export function createProjectRepository(db: Kysely<Database>) {
   return {
-    async insert(row: ProjectRow, trx: Transaction<Database> | Kysely<Database> = db): Promise<void> {
+    async insert(row: ProjectRow, trx: Db = db): Promise<void> {
       await trx.insertInto('projects').values(row).execute();
     },
 
-    async count(organizationId: string, trx: Transaction<Database> | Kysely<Database> = db): Promise<number> {
+    async count(organizationId: string, trx: Db = db): Promise<number> {
       const r = await trx
         .selectFrom('projects')
         .select((eb) => eb.fn.countAll<number>().as('n'))
@@ -26,6 +27,17 @@ export function createProjectRepository(db: Kysely<Database>) {
         .orderBy('created_at')
         .orderBy('id')
         .execute();
+    },
+
+    /** Whether the organization has this project; needs no `this`, so it can be passed around. */
+    async exists(organizationId: string, id: string): Promise<boolean> {
+      const r = await db
+        .selectFrom('projects')
+        .select('id')
+        .where('organization_id', '=', organizationId)
+        .where('id', '=', id)
+        .executeTakeFirst();
+      return r !== undefined;
     },
 
     async get(organizationId: string, id: string): Promise<ProjectRow | undefined> {

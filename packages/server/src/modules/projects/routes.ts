@@ -33,7 +33,7 @@ export const projectRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     keys: apiKeys,
     authenticator: ctx.keys,
     clock: ctx.clock,
-    projectExists: async (org, id) => (await projects.get(org, id)) !== undefined,
+    projectExists: projects.exists,
   });
   const service = createProjectService({
     db: ctx.store.db,

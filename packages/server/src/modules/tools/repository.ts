@@ -1,8 +1,8 @@
-import type { Kysely, Selectable, Transaction } from 'kysely';
+import type { Kysely, Selectable } from 'kysely';
+import type { Db } from '../../storage/db.js';
 import type { Database, ToolsTable } from '../../storage/schema.js';
 
 export type ToolRow = Selectable<ToolsTable>;
-type Db = Kysely<Database> | Transaction<Database>;
 
 /** Registered tool definitions, one per name per organization; every method is scoped by organization. */
 export function createToolRepository(db: Kysely<Database>) {
