@@ -29,6 +29,7 @@ import { policyRoutes } from './modules/policies/routes.js';
 import { policyDraftRoutes } from './modules/policy-drafts/routes.js';
 import { projectRoutes } from './modules/projects/routes.js';
 import { receiptRoutes } from './modules/receipts/routes.js';
+import { signingKeyRoutes } from './modules/signing-keys/routes.js';
 import { toolRoutes } from './modules/tools/routes.js';
 import { validationRoutes } from './modules/validation/routes.js';
 import { createValidationService } from './modules/validation/service.js';
@@ -37,6 +38,7 @@ import { registerAuth } from './plugins/auth.js';
 import { registerErrorHandling } from './plugins/errors.js';
 import { MemoryRateLimiter } from './plugins/rate-limit.js';
 import { connectScaleOut } from './scale/index.js';
+import { openSigningKeys } from './signing/open.js';
 import type { Store } from './storage/db.js';
 
 export interface BuildOptions {
@@ -81,6 +83,8 @@ export async function buildApp({
   const keys = new ApiKeyAuthenticator(store, clock);
   const secret = await resolveJwtSecret(config, store);
   const jwt = createJwtVerifier(config, secret);
+  // Before anything connects: a signing key file readable by others stops the start.
+  const signing = await openSigningKeys(config, store, clock, app.log);
   // With SVC_REDIS_URL, events, rate limits, session counters and cache invalidations are shared.
   const scale = config.redisUrl ? await connectScaleOut(config, store, app.log) : null;
   try {
@@ -117,6 +121,7 @@ export async function buildApp({
       rateLimiter: scale?.rateLimiter ?? new MemoryRateLimiter(),
       streams: new EventHub(events),
       redis: scale?.link ?? null,
+      signing,
     };
 
     registerErrorHandling(app);
@@ -136,6 +141,7 @@ export async function buildApp({
     await app.register(projectRoutes, { ctx });
     await app.register(apiKeyRoutes, { ctx });
     await app.register(adminRoutes, { ctx });
+    await app.register(signingKeyRoutes, { ctx });
     await app.register(toolRoutes, { ctx });
     await app.register(policyRoutes, { ctx });
     await app.register(validationRoutes, { ctx });

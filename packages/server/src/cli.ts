@@ -23,6 +23,9 @@ Commands:
                                  verify an NDJSON receipt export offline (a file, stdin, or a
                                  GET /v1/receipts/export URL; the key defaults to SVC_API_KEY);
                                  exit 0 intact, 1 broken, 2 usage or I/O error
+  keys list                      list the signing keys (active, retired, published until)
+  keys rotate                    generate a new signing key; the previous one stays published
+                                 for SVC_SIGNING_KEY_OVERLAP (default 30d)
   help                           show this help
 
 Configuration comes from the environment (see README.md).`;
@@ -76,6 +79,36 @@ async function token(args: string[]): Promise<void> {
     if (store.dialect === 'postgres') await migrateToLatest(store);
     const secret = await resolveJwtSecret(config, store);
     console.log(await signUserToken(secret!, values.sub, parseTtl(values.ttl ?? '1h'), config));
+  } finally {
+    await store.close();
+  }
+}
+
+async function keys(args: string[]): Promise<void> {
+  const action = args[0];
+  if (action !== 'list' && action !== 'rotate') throw new Error('usage: svc keys list|rotate');
+  const config = loadConfig();
+  const { openStore, migrateToLatest } = await loadStorage();
+  const { openSigningKeys } = await import('./signing/open.js');
+  const { systemClock } = await import('./lib/clock.js');
+  const store = openStore(config.databaseUrl);
+  try {
+    if (store.dialect === 'postgres') await migrateToLatest(store);
+    const set = await openSigningKeys(config, store, systemClock);
+    if (action === 'rotate') {
+      const r = await set.rotate();
+      console.log(`new signing key ${r.kid}`);
+      if (r.previousKid)
+        console.log(`previous key ${r.previousKid} stays published until ${r.previousPublishedUntil}`);
+      console.log('running instances pick the new key up within 10 seconds');
+      return;
+    }
+    for (const k of await set.list()) {
+      const until = k.publishedUntil ? ` published until ${k.publishedUntil}` : '';
+      console.log(
+        `${k.kid}  ${k.status}  ${k.source}  created ${k.createdAt}${until}${k.published ? '' : ' (withdrawn)'}`,
+      );
+    }
   } finally {
     await store.close();
   }
@@ -196,6 +229,8 @@ export async function main(argv: string[]): Promise<void> {
       return token(rest);
     case 'receipts':
       return receipts(rest);
+    case 'keys':
+      return keys(rest);
     case undefined:
     case 'help':
     case '--help':

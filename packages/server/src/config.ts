@@ -1,3 +1,5 @@
+import { parseTtl } from './lib/duration.js';
+
 export interface Config {
   port: number;
   host: string;
@@ -15,6 +17,10 @@ export interface Config {
   redisPrefix: string;
   /** Lets MCP upstreams point at link-local and cloud metadata addresses (off: SSRF guard). */
   mcpAllowPrivateUpstreams: boolean;
+  /** SVC_SIGNING_KEY_FILE: an operator-supplied Ed25519 private key (JWK or PEM, mode 0600). */
+  signingKeyFile: string | null;
+  /** How long a retired signing key stays published after a rotation (SVC_SIGNING_KEY_OVERLAP). */
+  signingKeyOverlapSeconds: number;
 }
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/svc.db';
@@ -29,6 +35,16 @@ function port(value: string | undefined): number {
   if (!Number.isInteger(n) || n < 0 || n > 65535)
     throw new Error(`PORT must be an integer 0-65535, got "${value}"`);
   return n;
+}
+
+function duration(name: string, value: string | undefined, fallback: number): number {
+  const v = nonEmpty(value);
+  if (v === null) return fallback;
+  try {
+    return parseTtl(v);
+  } catch {
+    throw new Error(`${name} must be a duration such as 3600, 90m, 12h or 30d, got "${value}"`);
+  }
 }
 
 function flag(name: string, value: string | undefined): boolean {
@@ -62,5 +78,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     redisUrl: nonEmpty(env.SVC_REDIS_URL),
     redisPrefix: nonEmpty(env.SVC_REDIS_PREFIX) ?? 'svc:',
     mcpAllowPrivateUpstreams: flag('SVC_MCP_ALLOW_PRIVATE_UPSTREAMS', env.SVC_MCP_ALLOW_PRIVATE_UPSTREAMS),
+    signingKeyFile: nonEmpty(env.SVC_SIGNING_KEY_FILE),
+    signingKeyOverlapSeconds: duration('SVC_SIGNING_KEY_OVERLAP', env.SVC_SIGNING_KEY_OVERLAP, 30 * 86400),
   };
 }

@@ -11,6 +11,7 @@ import type { PolicyCache } from './modules/policies/cache.js';
 import type { ValidationService } from './modules/validation/service.js';
 import type { RateLimiter } from './plugins/rate-limit.js';
 import type { RedisLink } from './scale/redis.js';
+import type { SigningKeySet } from './signing/keyset.js';
 import type { Store } from './storage/db.js';
 
 /** Shared infrastructure handed to every module plugin; each module builds its own services from it. */
@@ -31,4 +32,6 @@ export interface AppContext {
   rateLimiter: RateLimiter;
   /** The Redis connections when SVC_REDIS_URL is set (scale-out), else null. */
   redis: RedisLink | null;
+  /** The service's Ed25519 signing key set (checkpoints, capsules), published at /.well-known/svc-keys.json. */
+  signing: SigningKeySet;
 }

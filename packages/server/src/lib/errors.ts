@@ -23,6 +23,7 @@ export const STATUS_BY_CODE = {
   plan_limit_exceeded: 429,
   internal_error: 500,
   service_unavailable: 503,
+  signing_key_missing: 503,
 } as const;
 
 export type ErrorCode = keyof typeof STATUS_BY_CODE;

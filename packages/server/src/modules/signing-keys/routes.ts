@@ -1,0 +1,86 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import type { AppContext } from '../../context.js';
+import { sendEnvelopeB } from '../../lib/envelope-b.js';
+import { AppError } from '../../lib/errors.js';
+import { SigningKeyMissingError } from '../../signing/model.js';
+
+const PublishedKeySchema = Type.Object({
+  kty: Type.Literal('OKP'),
+  crv: Type.Literal('Ed25519'),
+  x: Type.String(),
+  kid: Type.String(),
+  alg: Type.Literal('EdDSA'),
+  use: Type.Literal('sig'),
+});
+
+const KeyInfoSchema = Type.Object({
+  kid: Type.String(),
+  source: Type.Union([Type.Literal('generated'), Type.Literal('file')]),
+  status: Type.Union([Type.Literal('active'), Type.Literal('retired')]),
+  createdAt: Type.String(),
+  retiredAt: Type.Union([Type.String(), Type.Null()]),
+  publishedUntil: Type.Union([Type.String(), Type.Null()]),
+  published: Type.Boolean(),
+});
+
+/** The published signing key set, and its operator API (list, rotate). */
+export const signingKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
+  app.get(
+    '/.well-known/svc-keys.json',
+    {
+      config: { auth: 'none' },
+      schema: { response: { 200: Type.Object({ keys: Type.Array(PublishedKeySchema) }) } },
+    },
+    async (req, reply) => {
+      try {
+        const keys = await ctx.signing.published();
+        // Verifiers may cache it; a rotation keeps the previous key published far longer than this.
+        reply.header('cache-control', 'public, max-age=300');
+        return { keys };
+      } catch (err) {
+        if (!(err instanceof SigningKeyMissingError)) throw err;
+        return sendEnvelopeB(req, reply, ctx.config.docsUrl, 503, {
+          type: 'api_error',
+          code: 'signing_key_missing',
+          message: 'No Ed25519 signing key is configured or loadable',
+          hint: 'check SVC_SIGNING_KEY_FILE (readable by the service, mode 0600) or the service logs',
+        });
+      }
+    },
+  );
+
+  app.get(
+    '/v1/admin/signing-keys',
+    {
+      config: { auth: 'admin' },
+      schema: { response: { 200: Type.Object({ data: Type.Array(KeyInfoSchema) }) } },
+    },
+    async () => ({ data: await ctx.signing.list() }),
+  );
+
+  app.post(
+    '/v1/admin/signing-keys/rotate',
+    {
+      config: { auth: 'admin' },
+      schema: {
+        response: {
+          200: Type.Object({
+            kid: Type.String(),
+            previousKid: Type.Union([Type.String(), Type.Null()]),
+            previousPublishedUntil: Type.Union([Type.String(), Type.Null()]),
+          }),
+        },
+      },
+    },
+    async () => {
+      if (ctx.config.signingKeyFile) {
+        throw new AppError(
+          'conflict',
+          'The signing key comes from SVC_SIGNING_KEY_FILE: replace that file to rotate',
+        );
+      }
+      return ctx.signing.rotate();
+    },
+  );
+};
