@@ -23,6 +23,9 @@ const plainSummary = {
 };
 
 export default defineConfig({
+  // Workspace packages resolve to their TypeScript sources (the `@svc/source` export condition), so
+  // tests never run a stale build. The other three are Vite's defaults for server code.
+  ssr: { resolve: { conditions: ['@svc/source', 'module', 'node', 'development|production'] } },
   test: {
     include: ['packages/*/src/**/*.test.ts', 'packages/*/test/**/*.test.ts', 'bench/**/*.test.ts'],
     testTimeout: 30_000,

@@ -5,10 +5,10 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { jwtVerify } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SOURCE_FLAGS, SVC_BIN } from '../test/bin.js';
 import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../test/helpers.js';
 
 const run = promisify(execFile);
-const BIN = join(import.meta.dirname, '..', 'bin', 'svc.js');
 const dir = mkdtempSync(join(tmpdir(), 'svc-cli-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -19,14 +19,18 @@ function env(extra: Record<string, string> = {}) {
 
 describe('svc command', () => {
   it('migrates, then reports nothing left to do', async () => {
-    const first = await run('node', [BIN, 'migrate'], { env: env() });
+    const first = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'migrate'], { env: env() });
     expect(first.stdout).toMatch(/applied: 0001_tenancy/);
-    const second = await run('node', [BIN, 'migrate'], { env: env() });
+    const second = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'migrate'], { env: env() });
     expect(second.stdout).toMatch(/already up to date/);
   });
 
   it('prints a token signed with the secret generated beside the embedded store', async () => {
-    const { stdout } = await run('node', [BIN, 'token', '--sub', 'alice', '--ttl', '10m'], { env: env() });
+    const { stdout } = await run(
+      'node',
+      [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'alice', '--ttl', '10m'],
+      { env: env() },
+    );
     const secretFile = join(dir, 'jwt-secret');
     expect(statSync(secretFile).mode & 0o777).toBe(0o600);
     const secret = readFileSync(secretFile, 'utf8').trim();
@@ -37,7 +41,7 @@ describe('svc command', () => {
   });
 
   it('uses SVC_JWT_SECRET when set', async () => {
-    const { stdout } = await run('node', [BIN, 'token', '--sub', 'bob'], {
+    const { stdout } = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'bob'], {
       env: env({ SVC_JWT_SECRET: 'configured-secret' }),
     });
     const { payload } = await jwtVerify(stdout.trim(), new TextEncoder().encode('configured-secret'));
@@ -45,10 +49,12 @@ describe('svc command', () => {
   });
 
   it('fails clearly on a missing --sub and on unknown commands', async () => {
-    await expect(run('node', [BIN, 'token'], { env: env() })).rejects.toMatchObject({
+    await expect(run('node', [...SOURCE_FLAGS, SVC_BIN, 'token'], { env: env() })).rejects.toMatchObject({
       stderr: expect.stringContaining('--sub'),
     });
-    await expect(run('node', [BIN, 'frobnicate'], { env: env() })).rejects.toMatchObject({ code: 2 });
+    await expect(run('node', [...SOURCE_FLAGS, SVC_BIN, 'frobnicate'], { env: env() })).rejects.toMatchObject(
+      { code: 2 },
+    );
   });
 });
 
@@ -63,7 +69,9 @@ describe('svc receipts verify', () => {
     return path;
   };
   const verify = (args: string[], extra: Record<string, string> = {}) =>
-    run('node', [BIN, 'receipts', 'verify', ...args], { env: env({ SVC_API_KEY: '', ...extra }) });
+    run('node', [...SOURCE_FLAGS, SVC_BIN, 'receipts', 'verify', ...args], {
+      env: env({ SVC_API_KEY: '', ...extra }),
+    });
   /** Resolves with the exit code and output, whatever the code. */
   const outcome = (args: string[], extra: Record<string, string> = {}) =>
     verify(args, extra).then(
@@ -161,8 +169,10 @@ describe('svc receipts verify', () => {
     ];
     const results = await Promise.all([
       ...cases.map((args) => outcome(args)),
-      run('node', [BIN, 'receipts', 'frob'], { env: env() }).catch((e) => e),
-      run('node', [BIN, 'receipts', 'verify', '--bogus', 'x'], { env: env() }).catch((e) => e),
+      run('node', [...SOURCE_FLAGS, SVC_BIN, 'receipts', 'frob'], { env: env() }).catch((e) => e),
+      run('node', [...SOURCE_FLAGS, SVC_BIN, 'receipts', 'verify', '--bogus', 'x'], { env: env() }).catch(
+        (e) => e,
+      ),
     ]);
     expect(results.map((r) => r.code)).toEqual(results.map(() => 2));
     expect(results[0]!.stderr).toContain('HTTP 401');
