@@ -3,11 +3,15 @@ import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/typ
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Config } from './config.js';
 import type { AppContext } from './context.js';
+import { createEnforcement } from './enforcement/pipeline.js';
+import { MemorySessionCounters } from './enforcement/session-counters.js';
+import { enforcementSteps } from './enforcement/steps/index.js';
 import { LocalEventBus } from './events/bus.js';
 import { EventHub } from './events/hub.js';
 import type { StreamOptions } from './events/options.js';
 import { requestLogFields } from './events/redact.js';
 import { eventRoutes } from './events/routes.js';
+import { DecisionWriter } from './ledger/writer.js';
 import { type Clock, systemClock } from './lib/clock.js';
 import { createJwtVerifier, resolveJwtSecret } from './lib/jwt.js';
 import { createScopeResolver } from './lib/scope.js';
@@ -18,7 +22,6 @@ import { createApprovalRepository } from './modules/approvals/repository.js';
 import { approvalRoutes } from './modules/approvals/routes.js';
 import { createApprovalService } from './modules/approvals/service.js';
 import { decisionRoutes } from './modules/decisions/routes.js';
-import { DecisionWriter } from './modules/decisions/writer.js';
 import { healthRoutes } from './modules/health/routes.js';
 import { mcpRoutes } from './modules/mcp/routes.js';
 import { createOrganizationRepository } from './modules/organizations/repository.js';
@@ -32,11 +35,9 @@ import { receiptRoutes } from './modules/receipts/routes.js';
 import { signingKeyRoutes } from './modules/signing-keys/routes.js';
 import { toolRoutes } from './modules/tools/routes.js';
 import { validationRoutes } from './modules/validation/routes.js';
-import { createValidationService } from './modules/validation/service.js';
-import { MemorySessionCounters } from './modules/validation/sessions.js';
 import { registerAuth } from './plugins/auth.js';
 import { registerErrorHandling } from './plugins/errors.js';
-import { MemoryRateLimiter } from './plugins/rate-limit.js';
+import { MemoryRateLimiter, registerRateLimits } from './plugins/rate-limit.js';
 import { connectScaleOut } from './scale/index.js';
 import { openSigningKeys } from './signing/open.js';
 import type { Store } from './storage/db.js';
@@ -109,13 +110,12 @@ export async function buildApp({
       events,
       policies,
       writer,
-      validation: createValidationService({
+      enforcement: createEnforcement({
         policies,
-        sessions: scale?.sessions ?? new MemorySessionCounters(store),
+        steps: enforcementSteps({ approvals, sessions: scale?.sessions ?? new MemorySessionCounters(store) }),
         writer,
         events,
         clock,
-        approvals,
       }),
       approvals,
       rateLimiter: scale?.rateLimiter ?? new MemoryRateLimiter(),
@@ -126,6 +126,7 @@ export async function buildApp({
 
     registerErrorHandling(app);
     registerAuth(app, { config, keys, jwt });
+    registerRateLimits(app, { limiter: ctx.rateLimiter, clock });
     await scale?.wire(app, { keys, policies });
     app.addHook('onClose', async () => {
       // In-flight requests have drained; commit what they queued before the store closes.

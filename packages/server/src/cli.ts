@@ -3,7 +3,7 @@ import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { parseArgs } from 'node:util';
 import { loadConfig } from './config.js';
-import { formatReport, verifyReceipts } from './modules/receipts/verify.js';
+import { formatReport, verifyReceipts } from './ledger/verify.js';
 
 // The server, the store and JWT signing load only for the commands that use them, so offline
 // commands (receipts verify) start quickly.

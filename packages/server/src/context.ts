@@ -1,14 +1,14 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Config } from './config.js';
+import type { Enforcement } from './enforcement/pipeline.js';
 import type { EventBus } from './events/bus.js';
 import type { EventHub } from './events/hub.js';
+import type { DecisionWriter } from './ledger/writer.js';
 import type { Clock } from './lib/clock.js';
 import type { ScopeResolver } from './lib/scope.js';
 import type { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
 import type { ApprovalService } from './modules/approvals/service.js';
-import type { DecisionWriter } from './modules/decisions/writer.js';
 import type { PolicyCache } from './modules/policies/cache.js';
-import type { ValidationService } from './modules/validation/service.js';
 import type { RateLimiter } from './plugins/rate-limit.js';
 import type { RedisLink } from './scale/redis.js';
 import type { SigningKeySet } from './signing/keyset.js';
@@ -27,7 +27,8 @@ export interface AppContext {
   streams: EventHub;
   policies: PolicyCache;
   writer: DecisionWriter;
-  validation: ValidationService;
+  /** The one path of every enforced call (validate, MCP tools/call, client-reported decisions). */
+  enforcement: Enforcement;
   approvals: ApprovalService;
   rateLimiter: RateLimiter;
   /** The Redis connections when SVC_REDIS_URL is set (scale-out), else null. */

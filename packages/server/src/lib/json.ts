@@ -1,4 +1,4 @@
-import { CanonicalJsonError } from '../modules/receipts/canonical.js';
+import { CanonicalJsonError } from '../ledger/canonical.js';
 import { AppError, invalid } from './errors.js';
 
 /** How deep request JSON (`arguments`, `context`) may nest; the object itself is level 1. */

@@ -1,6 +1,8 @@
-import type { FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { Redis } from 'ioredis';
+import type { Clock } from '../lib/clock.js';
 import { AppError } from '../lib/errors.js';
+import type { KeyPrincipal } from '../modules/api-keys/authenticator.js';
 
 export interface RateLimitResult {
   allowed: boolean;
@@ -110,6 +112,68 @@ export const VALIDATION_LIMITS: Record<string, number> = {
 export function validationLimit(tier: string, custom: number | null): number {
   if (tier === 'enterprise' && custom !== null) return custom;
   return VALIDATION_LIMITS[tier] ?? VALIDATION_LIMITS.free!;
+}
+
+/** A per-key budget: its bucket name, its limit for a key, and its window. */
+export interface RateLimitRule {
+  bucket: string;
+  limit(key: KeyPrincipal): number;
+  windowMs: number;
+}
+
+/**
+ * The budgets routes declare (`config: { rateLimit: 'validate' }`). `validate` is one budget of checked
+ * calls per key, whichever path makes them (POST /v1/tools/validate, MCP tools/call).
+ */
+export const RATE_LIMITS = {
+  validate: {
+    bucket: 'validate',
+    limit: (key: KeyPrincipal) => validationLimit(key.tier, key.rateLimitPerMinute),
+    windowMs: 60_000,
+  },
+  /** SPEC section 8: decision logging, 120 requests per 60 seconds per API key. */
+  decisions: { bucket: 'decisions', limit: () => 120, windowMs: 60_000 },
+} satisfies Record<string, RateLimitRule>;
+
+export type RateLimitName = keyof typeof RATE_LIMITS;
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The per-key budget this route counts against; applied by one hook before body validation. */
+    rateLimit?: RateLimitName;
+  }
+}
+
+/** Counts one call of `key` against a declared budget: sets the X-RateLimit-* headers, throws 429 when over. */
+export function applyRateLimit(
+  limiter: RateLimiter,
+  name: RateLimitName,
+  key: KeyPrincipal,
+  reply: FastifyReply,
+  nowMs: number,
+): Promise<void> {
+  const rule: RateLimitRule = RATE_LIMITS[name];
+  return enforceRateLimit(
+    limiter,
+    reply,
+    `${rule.bucket}:${key.keyId}`,
+    rule.limit(key),
+    rule.windowMs,
+    nowMs,
+  );
+}
+
+/**
+ * Applies the budget a route declares. Counted before body validation, so every answer of such a
+ * route, a 400 included, carries the X-RateLimit headers. Routes without an API key principal are
+ * not counted (auth already refused them).
+ */
+export function registerRateLimits(app: FastifyInstance, deps: { limiter: RateLimiter; clock: Clock }): void {
+  app.addHook('preValidation', async (req, reply) => {
+    const name = req.routeOptions.config.rateLimit;
+    if (!name || req.principal?.kind !== 'apiKey') return;
+    await applyRateLimit(deps.limiter, name, req.principal, reply, deps.clock.now().getTime());
+  });
 }
 
 /** Applies one hit: sets the X-RateLimit-* headers and throws 429 when over. */

@@ -7,8 +7,8 @@ import {
   sessionIncrements,
 } from '@svc/policy-engine';
 import type { Redis } from 'ioredis';
+import { loadSessionState, type Reservation, type SessionCounters } from '../enforcement/session-counters.js';
 import { AppError } from '../lib/errors.js';
-import { loadSessionState, type Reservation, type SessionCounters } from '../modules/validation/sessions.js';
 import type { Store } from '../storage/db.js';
 import type { Logger } from './redis.js';
 

@@ -15,7 +15,7 @@ import {
   type Tenant,
   type TestApp,
 } from '../../../test/helpers.js';
-import { verifyReceipts } from '../receipts/verify.js';
+import { verifyReceipts } from '../../ledger/verify.js';
 import { approvalHash } from './model.js';
 
 let t: TestApp;

@@ -1,4 +1,4 @@
-import { hashJson } from '../receipts/canonical.js';
+import { hashJson } from '../../ledger/canonical.js';
 import type { ApprovalRow } from './repository.js';
 
 export type ApprovalStatus = 'pending' | 'approved' | 'denied' | 'expired';

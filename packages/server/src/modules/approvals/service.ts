@@ -1,10 +1,10 @@
 import type { EventBus } from '../../events/bus.js';
+import { argumentHash } from '../../ledger/receipt.js';
+import type { DecisionWriter } from '../../ledger/writer.js';
 import type { Clock } from '../../lib/clock.js';
 import { AppError, forbidden, invalid, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
-import type { DecisionWriter } from '../decisions/writer.js';
-import { argumentHash } from '../receipts/receipt.js';
 import {
   APPROVALS_NEED_TEAM,
   type Approval,

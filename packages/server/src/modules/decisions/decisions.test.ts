@@ -10,9 +10,9 @@ import {
   type Tenant,
   type TestApp,
 } from '../../../test/helpers.js';
+import { computeReceiptHash } from '../../ledger/receipt.js';
 import type { Clock } from '../../lib/clock.js';
 import { createPolicyRepository } from '../policies/repository.js';
-import { computeReceiptHash } from '../receipts/receipt.js';
 
 // A settable clock: decisions get the timestamps the date filters are tested against.
 let now = new Date('2026-11-21T12:00:00.000Z');

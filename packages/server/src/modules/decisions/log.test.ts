@@ -8,9 +8,9 @@ import {
   type Tenant,
   type TestApp,
 } from '../../../test/helpers.js';
+import { verifyReceipts } from '../../ledger/verify.js';
 import type { Clock } from '../../lib/clock.js';
 import { createPolicyRepository } from '../policies/repository.js';
-import { verifyReceipts } from '../receipts/verify.js';
 
 // A fixed clock keeps the 120-per-minute window from rolling over in the middle of a test.
 const clock: Clock = { now: () => new Date('2026-11-21T12:00:30.000Z') };
@@ -217,8 +217,8 @@ describe('POST /v1/decisions', () => {
 describe('POST /v1/decisions when the store fails', () => {
   it('answers 503 service_unavailable, never 201', async () => {
     const a = await createTenant(t);
-    // A commit failure cannot be provoked on a healthy store; the recording step is made to fail.
-    const spy = vi.spyOn(t.ctx.validation, 'record').mockRejectedValueOnce(new Error('disk full'));
+    // A commit failure cannot be provoked on a healthy store; the durable write is made to fail.
+    const spy = vi.spyOn(t.ctx.writer, 'write').mockRejectedValueOnce(new Error('disk full'));
     try {
       expectError(await log(keyHeader(a.apiKey)), 503, 'service_unavailable');
     } finally {

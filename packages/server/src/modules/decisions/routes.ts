@@ -1,13 +1,13 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
+import { callScopeOf } from '../../enforcement/model.js';
+import { UnrecordedError } from '../../enforcement/pipeline.js';
 import { roundMs } from '../../lib/clock.js';
 import { AppError } from '../../lib/errors.js';
 import { assertJsonDepth, recordError } from '../../lib/json.js';
-import { enforceRateLimit } from '../../plugins/rate-limit.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { createReceiptRepository } from '../receipts/repository.js';
-import { callScopeOf } from '../validation/service.js';
 import { intParam, parseListQuery } from './query.js';
 import { createDecisionRepository } from './repository.js';
 import {
@@ -22,16 +22,11 @@ import {
 } from './schemas.js';
 import { createDecisionService } from './service.js';
 
-/** SPEC section 8: decision logging, 120 requests per 60 seconds per API key. */
-export const LOG_LIMIT = 120;
-const LOG_WINDOW_MS = 60_000;
-
 export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const service = createDecisionService({
     decisions: createDecisionRepository(ctx.store.db),
     receipts: createReceiptRepository(ctx.store.db),
-    validation: ctx.validation,
-    policies: ctx.policies,
+    enforcement: ctx.enforcement,
     clock: ctx.clock,
   });
 
@@ -76,19 +71,11 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
   app.post(
     '/v1/decisions',
     {
-      config: { auth: 'apiKey' },
+      config: { auth: 'apiKey', rateLimit: 'decisions' },
       schema: { body: LogBody, response: { 201: LogResponse } },
-      // Counted before body validation, so every answer of this route carries the X-RateLimit headers.
-      preValidation: async (req, reply) => {
+      // After the rate limit (counted by its hook), before body validation.
+      preValidation: async (req) => {
         const key = req.principal as KeyPrincipal;
-        await enforceRateLimit(
-          ctx.rateLimiter,
-          reply,
-          `decisions:${key.keyId}`,
-          LOG_LIMIT,
-          LOG_WINDOW_MS,
-          ctx.clock.now().getTime(),
-        );
         if (!key.projectId) {
           throw new AppError('missing_project', 'This API key is not scoped to a project; use a project key');
         }
@@ -109,8 +96,9 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
           latencyMs: roundMs(req.body.latency_ms),
         }));
       } catch (err) {
-        req.log.error({ err }, 'client decision could not be recorded');
-        throw recordError(err, 'The decision could not be recorded durably; retry');
+        const cause = err instanceof UnrecordedError ? err.cause : err;
+        req.log.error({ err: cause }, 'client decision could not be recorded');
+        throw recordError(cause, 'The decision could not be recorded durably; retry');
       }
       return reply.code(201).send({ success: true as const, id });
     },

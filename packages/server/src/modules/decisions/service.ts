@@ -1,11 +1,11 @@
 import type { FailedConstraint } from '@svc/policy-engine';
+import type { CallScope } from '../../enforcement/model.js';
+import type { Enforcement } from '../../enforcement/pipeline.js';
+import type { ReceiptSummary } from '../../ledger/model.js';
 import type { Clock } from '../../lib/clock.js';
 import { notFound } from '../../lib/errors.js';
 import type { OrgScope } from '../../lib/scope.js';
-import type { PolicyCache } from '../policies/cache.js';
-import type { ReceiptSummary } from '../receipts/receipt.js';
 import type { ReceiptRepository } from '../receipts/repository.js';
-import type { CallScope, Decided, ValidationService } from '../validation/service.js';
 import type { DecisionFilter, DecisionRepository, DecisionRow } from './repository.js';
 
 export interface Decision {
@@ -53,8 +53,7 @@ export interface ClientDecision {
 export interface DecisionServiceDeps {
   decisions: DecisionRepository;
   receipts: ReceiptRepository;
-  validation: ValidationService;
-  policies: PolicyCache;
+  enforcement: Pick<Enforcement, 'enforce'>;
   clock: Clock;
 }
 
@@ -95,13 +94,7 @@ function tally(into: DayStats, decision: string, mode: string, n: number): void 
   else if (mode === 'llm') into.llm += n;
 }
 
-export function createDecisionService({
-  decisions,
-  receipts,
-  validation,
-  policies,
-  clock,
-}: DecisionServiceDeps) {
+export function createDecisionService({ decisions, receipts, enforcement, clock }: DecisionServiceDeps) {
   return {
     async list(scope: OrgScope, filter: DecisionFilter, limit: number, offset: number) {
       const { rows, total } = await decisions.list(scope.organizationId, filter, limit, offset);
@@ -150,29 +143,23 @@ export function createDecisionService({
     },
 
     /**
-     * Records a client-side decision through the same path as server validations, so it is chained
-     * into the organization's receipts. The current policy (if any) is bound into the receipt: the
-     * SDK evaluated a cached copy of it.
+     * Records a client-side decision through the same pipeline as server validations (its checks
+     * skipped: the SDK took the decision), so it is chained into the organization's receipts. The
+     * current policy (if any) is bound into the receipt: the SDK evaluated a cached copy of it.
      */
     async log(scope: CallScope, input: ClientDecision): Promise<{ id: string }> {
-      const policy = await policies.get(scope.organizationId, input.toolName);
-      const decided: Decided = {
-        decision: input.decision,
-        reason:
-          input.reason ?? (input.decision === 'allow' ? 'Allowed by the client' : 'Denied by the client'),
-        failedConstraints: [],
-        failedArgument: null,
-        mode: 'deterministic',
-        policy,
-        session: null,
-        sessionId: null,
-      };
-      const call = { toolName: input.toolName, arguments: input.arguments, context: input.context };
-      const recorded = await validation.record(scope, call, decided, {
+      const done = await enforcement.enforce({
+        scope,
+        call: { toolName: input.toolName, arguments: input.arguments, context: input.context },
         source: 'client',
+        reported: {
+          decision: input.decision,
+          reason:
+            input.reason ?? (input.decision === 'allow' ? 'Allowed by the client' : 'Denied by the client'),
+        },
         latencyMs: input.latencyMs,
       });
-      return { id: recorded.decisionId };
+      return { id: done.decisionId };
     },
   };
 }

@@ -9,10 +9,10 @@ import {
   type Tenant,
   type TestApp,
 } from '../../../test/helpers.js';
+import { argumentHash } from '../../ledger/receipt.js';
 import type { Clock } from '../../lib/clock.js';
 import { uuidv7 } from '../../lib/ids.js';
 import { createPolicyRepository } from '../policies/repository.js';
-import { argumentHash } from '../receipts/receipt.js';
 
 const TODAY = '2026-03-10T12:00:00.000Z';
 let now = new Date(TODAY);

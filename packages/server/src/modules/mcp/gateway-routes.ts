@@ -5,7 +5,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../../context.js';
 import { presentedKey } from '../../events/access.js';
 import { AppError, notFound } from '../../lib/errors.js';
-import { enforceRateLimit, validationLimit } from '../../plugins/rate-limit.js';
+import { applyRateLimit } from '../../plugins/rate-limit.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import type { UpstreamDirectory } from './directory.js';
 import type { Gateway } from './gateway.js';
@@ -61,15 +61,8 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
   }
 
   const rateLimit = async (key: KeyPrincipal, reply: FastifyReply) =>
-    // The same bucket as POST /v1/tools/validate: one budget of checked calls per key, whichever path.
-    enforceRateLimit(
-      ctx.rateLimiter,
-      reply,
-      `validate:${key.keyId}`,
-      validationLimit(key.tier, key.rateLimitPerMinute),
-      60_000,
-      ctx.clock.now().getTime(),
-    );
+    // The same budget as POST /v1/tools/validate: one budget of checked calls per key, whichever path.
+    applyRateLimit(ctx.rateLimiter, 'validate', key, reply, ctx.clock.now().getTime());
 
   app.post(
     '/v1/mcp/:upstreamSlug',

@@ -11,7 +11,8 @@ import {
 } from '../../../test/helpers.js';
 import { createUpstream, gatewayClient, putPolicy, setTier } from '../../../test/mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
-import { hashJson } from '../receipts/canonical.js';
+import type { EnforceRequest } from '../../enforcement/model.js';
+import { hashJson } from '../../ledger/canonical.js';
 
 let t: TestApp;
 let base: string;
@@ -335,17 +336,18 @@ describe('MCP gateway records', () => {
       constraints: [{ argumentName: 'amount', enabled: true, maximum: 100 }],
     });
     const seen: { keyId: unknown; ran: unknown; tool: string }[] = [];
-    const original = t.ctx.validation.record;
-    t.ctx.validation.record = (scope, call, decided, options) => {
-      seen.push({ keyId: scope.keyId, ran: options.ran, tool: call.toolName });
-      return original.call(t.ctx.validation, scope, call, decided, options);
+    const original = t.ctx.enforcement.enforce;
+    t.ctx.enforcement.enforce = async <T>(req: EnforceRequest<T>) => {
+      const done = await original(req);
+      seen.push({ keyId: req.scope.keyId, ran: done.ran, tool: req.call.toolName });
+      return done;
     };
     try {
       const { client } = await connect(slug, tenant);
       await client.callTool({ name: 'echo', arguments: { text: 'hi' } });
       await rpcFailure(client.callTool({ name: 'pay', arguments: { amount: 500 } }));
     } finally {
-      t.ctx.validation.record = original;
+      t.ctx.enforcement.enforce = original;
     }
     const keyId = await keyIdOf(tenant);
     expect(seen).toEqual([

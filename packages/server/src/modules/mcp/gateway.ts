@@ -1,11 +1,10 @@
 import type { FastifyBaseLogger } from 'fastify';
+import { callScopeOf, type Enforced, type ToolCall } from '../../enforcement/model.js';
+import { type Enforcement, UnrecordedError } from '../../enforcement/pipeline.js';
+import { hashJson } from '../../ledger/canonical.js';
 import type { Clock } from '../../lib/clock.js';
-import { roundMs } from '../../lib/clock.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../../lib/json.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
-import { hashJson } from '../receipts/canonical.js';
-import type { Decided, Recorded, ToolCall, ValidationService } from '../validation/service.js';
-import { callScopeOf } from '../validation/service.js';
 import {
   isObject,
   negotiateVersion,
@@ -40,7 +39,7 @@ export interface Caller {
 }
 
 export interface GatewayDeps {
-  validation: ValidationService;
+  enforcement: Pick<Enforcement, 'enforce'>;
   pool: UpstreamPool;
   sessions: McpSessions;
   clock: Clock;
@@ -78,7 +77,7 @@ function upstreamFailure(
   });
 }
 
-export function createGateway({ validation, pool, sessions, clock, log }: GatewayDeps) {
+export function createGateway({ enforcement, pool, sessions, clock, log }: GatewayDeps) {
   /** The gateway's own handshake; it mirrors the upstream's resources/prompts/completions when reachable. */
   async function initialize(caller: Caller, req: RpcRequest): Promise<RpcResponse> {
     const capabilities: Record<string, unknown> = { tools: {} };
@@ -115,8 +114,8 @@ export function createGateway({ validation, pool, sessions, clock, log }: Gatewa
   }
 
   /**
-   * tools/call: decide with the same engine as POST /v1/tools/validate; forward only an allowed
-   * call; record after the upstream answered so the receipt binds the result it produced.
+   * tools/call: enforced by the same pipeline as POST /v1/tools/validate, which forwards only an
+   * allowed call and records after the upstream answered so the receipt binds the result it produced.
    */
   async function callTool(caller: Caller, req: RpcRequest): Promise<RpcResponse> {
     const p = req.params;
@@ -153,107 +152,83 @@ export function createGateway({ validation, pool, sessions, clock, log }: Gatewa
         ...(typeof meta.approval_id === 'string' ? { approval_id: meta.approval_id } : {}),
       },
     };
-    const scope = callScopeOf(key);
-    const extras = { client_id: key.keyId, connection_id: caller.connectionId, upstream_id: upstream.id };
     const tool = call.toolName;
-
-    let decided: Decided;
+    // The upstream is called only for an allowed call, by the pipeline, before it records the
+    // decision: the receipt binds the result. A failed call is still an allowed decision, recorded
+    // with the failure in its reason and no result_hash; it may have reached the tool, so it counts as run.
+    type Upstream = { ok: true; result: Record<string, unknown> } | { ok: false; error: UpstreamError };
+    let done: Enforced<Upstream>;
     try {
-      decided = await validation.decide(scope, call);
+      done = await enforcement.enforce<Upstream>({
+        scope: callScopeOf(key),
+        call,
+        source: 'server',
+        elapsed: caller.elapsed,
+        bindings: { client_id: key.keyId, connection_id: caller.connectionId, upstream_id: upstream.id },
+        execute: async () => {
+          try {
+            const result = await pool.request(toTarget(upstream), 'tools/call', forwardParams(p));
+            return { value: { ok: true, result }, resultHash: hashJson(result) };
+          } catch (err) {
+            const error = toUpstreamError(err);
+            return { value: { ok: false, error }, note: `upstream call failed: ${error.message}` };
+          }
+        },
+      });
     } catch (err) {
+      if (err instanceof UnrecordedError) {
+        log.error({ err: err.cause }, 'MCP gateway decision could not be recorded');
+        return rpcError(
+          req.id,
+          RPC.internal,
+          err.ran
+            ? 'Internal gateway error: the tool ran upstream but its decision could not be recorded durably, so its result is withheld'
+            : 'Internal gateway error: the decision could not be recorded durably; retry the call',
+          { tool },
+        );
+      }
       log.error({ err }, 'MCP gateway could not decide a tool call');
       return rpcError(req.id, RPC.internal, 'Internal gateway error: the call could not be checked; retry', {
         tool,
       });
     }
-    const latencyMs = roundMs(caller.elapsed());
-
-    /** `ran`: the upstream was called, so a failed record keeps the session slot and the approval used. */
-    const record = async (d: Decided, ran: boolean, resultHash?: string): Promise<Recorded | null> => {
-      try {
-        const recorded = await validation.record(scope, call, d, {
-          source: 'server',
-          latencyMs,
-          ran,
-          receiptExtras: resultHash ? { ...extras, result_hash: resultHash } : extras,
-        });
-        const approvalId = recorded.approvalId ?? null;
-        sessions.publish({
-          keyId: key.keyId,
-          upstreamId: upstream.id,
-          sessionId: caller.connectionId,
-          envelope: {
-            type: 'decision',
-            decisionId: recorded.decisionId,
-            sessionId: caller.connectionId,
-            upstream: upstream.slug,
-            toolName: tool,
-            decision: d.decision,
-            reason: d.reason,
-            mode: d.mode,
-            latencyMs,
-            receipt: recorded.receipt,
-            ...(approvalId ? { approvalId } : {}),
-            createdAt: clock.now().toISOString(),
-          },
-        });
-        return recorded;
-      } catch (err) {
-        log.error({ err }, 'MCP gateway decision could not be recorded');
-        return null;
-      }
-    };
-    const unrecorded = (ran: boolean) =>
-      rpcError(
-        req.id,
-        RPC.internal,
-        ran
-          ? 'Internal gateway error: the tool ran upstream but its decision could not be recorded durably, so its result is withheld'
-          : 'Internal gateway error: the decision could not be recorded durably; retry the call',
-        { tool },
-      );
-
-    if (decided.decision !== 'allow') {
-      // Recorded before answering; the upstream is never called.
-      const recorded = await record(decided, false);
-      if (!recorded) return unrecorded(false);
-      const data = {
-        tool,
-        reason: decided.reason,
-        decisionId: recorded.decisionId,
-        receipt: recorded.receipt,
-      };
-      if (decided.decision === 'deny')
-        return rpcError(req.id, RPC.policyDenied, `Denied by policy: ${decided.reason}`, data);
-      return rpcError(req.id, RPC.approvalRequired, `Human approval required: ${decided.reason}`, {
+    sessions.publish({
+      keyId: key.keyId,
+      upstreamId: upstream.id,
+      sessionId: caller.connectionId,
+      envelope: {
+        type: 'decision',
+        decisionId: done.decisionId,
+        sessionId: caller.connectionId,
+        upstream: upstream.slug,
+        toolName: tool,
+        decision: done.decision,
+        reason: done.reason,
+        mode: done.mode,
+        latencyMs: done.latencyMs,
+        receipt: done.receipt,
+        ...(done.approvalId ? { approvalId: done.approvalId } : {}),
+        createdAt: clock.now().toISOString(),
+      },
+    });
+    const data = { tool, reason: done.reason, decisionId: done.decisionId, receipt: done.receipt };
+    if (done.decision === 'deny') {
+      return rpcError(req.id, RPC.policyDenied, `Denied by policy: ${done.reason}`, data);
+    }
+    if (done.decision === 'require_approval') {
+      return rpcError(req.id, RPC.approvalRequired, `Human approval required: ${done.reason}`, {
         ...data,
-        approvalId: recorded.approvalId ?? null,
+        approvalId: done.approvalId ?? null,
       });
     }
-
-    let result: Record<string, unknown>;
-    try {
-      result = await pool.request(toTarget(upstream), 'tools/call', forwardParams(p));
-    } catch (err) {
-      const e = toUpstreamError(err);
-      // Still an allowed decision, recorded with the failure in its reason and no result_hash.
-      // The request may have reached the tool before failing: it counts as run.
-      const recorded = await record(
-        { ...decided, reason: `${decided.reason}; upstream call failed: ${e.message}` },
-        true,
-      );
-      if (!recorded) return unrecorded(true);
-      return upstreamFailure(req.id, upstream.slug, e, {
-        tool,
-        reason: e.message,
-        decisionId: recorded.decisionId,
-        receipt: recorded.receipt,
-      });
+    const upstreamAnswer = done.execution!.value;
+    if (!upstreamAnswer.ok) {
+      const e = upstreamAnswer.error;
+      return upstreamFailure(req.id, upstream.slug, e, { ...data, reason: e.message });
     }
-    const recorded = await record(decided, true, hashJson(result));
-    if (!recorded) return unrecorded(true);
+    const result = upstreamAnswer.result;
     const meta0 = isObject(result._meta) ? result._meta : {};
-    return rpcResult(req.id, { ...result, _meta: { ...meta0, veto_receipt: recorded.receipt } });
+    return rpcResult(req.id, { ...result, _meta: { ...meta0, veto_receipt: done.receipt } });
   }
 
   return {

@@ -63,7 +63,7 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
   await app.register(upstreamRoutes, { ctx, service });
 
   const gateway = createGateway({
-    validation: ctx.validation,
+    enforcement: ctx.enforcement,
     pool,
     sessions,
     clock: ctx.clock,

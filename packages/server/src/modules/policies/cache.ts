@@ -1,5 +1,5 @@
 import { type CompiledPolicy, compilePolicy, type PolicyDefinition } from '@svc/policy-engine';
-import { hashJson } from '../receipts/canonical.js';
+import { hashJson } from '../../ledger/canonical.js';
 import type { PolicyRepository, PolicyRow } from './repository.js';
 
 /** A policy as the hot path needs it: compiled once, hashed once. */

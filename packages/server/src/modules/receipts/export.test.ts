@@ -9,8 +9,8 @@ import {
   type Tenant,
   type TestApp,
 } from '../../../test/helpers.js';
+import { verifyReceipts } from '../../ledger/verify.js';
 import { EXPORT_PAGE } from './export.js';
-import { verifyReceipts } from './verify.js';
 
 let t: TestApp;
 let a: Tenant;
@@ -20,24 +20,16 @@ beforeAll(async () => {
   t = await createTestApp();
   a = await createTenant(t);
   const scope = { organizationId: a.orgId, projectId: a.projectId, tier: 'free' };
-  // Written through the writer directly: 2007 validations would hit the per-key rate limit.
+  // Recorded through the pipeline directly: 2007 validations would hit the per-key rate limit.
   await Promise.all(
     Array.from({ length: N }, (_, i) =>
-      t.ctx.validation.record(
+      t.ctx.enforcement.enforce({
         scope,
-        { toolName: `tool-${i % 5}`, arguments: { i }, context: {} },
-        {
-          decision: i % 3 === 0 ? 'deny' : 'allow',
-          reason: 'test',
-          failedConstraints: [],
-          failedArgument: null,
-          mode: 'deterministic',
-          policy: null,
-          session: null,
-          sessionId: null,
-        },
-        { source: 'server', latencyMs: 1 },
-      ),
+        call: { toolName: `tool-${i % 5}`, arguments: { i }, context: {} },
+        source: 'server',
+        reported: { decision: i % 3 === 0 ? 'deny' : 'allow', reason: 'test' },
+        latencyMs: 1,
+      }),
     ),
   );
 });

@@ -9,7 +9,7 @@ import {
   setTier,
 } from '../../../test/approvals.js';
 import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../../../test/helpers.js';
-import { verifyReceipts } from '../receipts/verify.js';
+import { verifyReceipts } from '../../ledger/verify.js';
 
 let t: TestApp;
 const clock = new ManualClock();

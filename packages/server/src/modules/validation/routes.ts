@@ -1,14 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { roundMs } from '../../lib/clock.js';
+import { callScopeOf, type Enforced } from '../../enforcement/model.js';
+import { UnrecordedError } from '../../enforcement/pipeline.js';
 import { assertJsonDepth, recordError } from '../../lib/json.js';
 import { FailedConstraintSchema, JsonObject } from '../../lib/schemas.js';
-import { enforceRateLimit, validationLimit } from '../../plugins/rate-limit.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { ToolName } from '../tools/schemas.js';
-import type { Recorded } from './service.js';
-import { callScopeOf } from './service.js';
 
 const ValidateBody = Type.Object({
   tool_name: ToolName,
@@ -33,54 +31,41 @@ export const validationRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = 
   app.post(
     '/v1/tools/validate',
     {
-      config: { auth: 'apiKey' },
+      config: { auth: 'apiKey', rateLimit: 'validate' },
       schema: { body: ValidateBody, response: { 200: ValidateResponse } },
-      // Counted before body validation, so every answer of this route carries the X-RateLimit headers.
-      preValidation: async (req, reply) => {
-        const key = req.principal as KeyPrincipal;
-        const limit = validationLimit(key.tier, key.rateLimitPerMinute);
-        await enforceRateLimit(
-          ctx.rateLimiter,
-          reply,
-          `validate:${key.keyId}`,
-          limit,
-          60_000,
-          ctx.clock.now().getTime(),
-        );
-      },
     },
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;
-      const scope = callScopeOf(key);
       assertJsonDepth({ arguments: req.body.arguments, context: req.body.context });
-      const call = {
-        toolName: req.body.tool_name,
-        arguments: req.body.arguments,
-        context: req.body.context ?? {},
-      };
-      const decided = await ctx.validation.decide(scope, call);
-      const latencyMs = roundMs(reply.elapsedTime);
-      let recorded: Recorded;
+      let done: Enforced;
       try {
-        recorded = await ctx.validation.record(scope, call, decided, { source: 'server', latencyMs });
+        done = await ctx.enforcement.enforce({
+          scope: callScopeOf(key),
+          call: {
+            toolName: req.body.tool_name,
+            arguments: req.body.arguments,
+            context: req.body.context ?? {},
+          },
+          source: 'server',
+          elapsed: () => reply.elapsedTime,
+        });
       } catch (err) {
-        req.log.error({ err }, 'decision could not be recorded');
+        if (!(err instanceof UnrecordedError)) throw err;
+        req.log.error({ err: err.cause }, 'decision could not be recorded');
         // Fail closed: an unrecorded decision is never answered as a decision.
-        throw recordError(err, 'The decision could not be recorded durably; retry the call');
+        throw recordError(err.cause, 'The decision could not be recorded durably; retry the call');
       }
       return {
-        decision: decided.decision,
-        reason: decided.reason,
-        ...(decided.failedConstraints.length > 0
-          ? { failed_constraints: [...decided.failedConstraints] }
-          : {}),
-        ...(recorded.approvalId ? { approval_id: recorded.approvalId } : {}),
+        decision: done.decision,
+        reason: done.reason,
+        ...(done.failedConstraints.length > 0 ? { failed_constraints: [...done.failedConstraints] } : {}),
+        ...(done.approvalId ? { approval_id: done.approvalId } : {}),
         metadata: {
-          decision_id: recorded.decisionId,
-          policy_version: decided.policy?.version ?? null,
-          mode: decided.mode,
+          decision_id: done.decisionId,
+          policy_version: done.policyVersion,
+          mode: done.mode,
         },
-        latency_ms: latencyMs,
+        latency_ms: done.latencyMs,
       };
     },
   );

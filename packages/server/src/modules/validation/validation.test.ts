@@ -10,8 +10,8 @@ import {
   type Tenant,
   type TestApp,
 } from '../../../test/helpers.js';
+import { verifyReceipts } from '../../ledger/verify.js';
 import { createPolicyRepository } from '../policies/repository.js';
-import { verifyReceipts } from '../receipts/verify.js';
 
 let t: TestApp;
 beforeAll(async () => {

@@ -5,11 +5,12 @@ import {
   freshDatabase,
   type TestApp,
   type TestDatabase,
-} from '../../../test/helpers.js';
-import { openStore, type Store } from '../../storage/db.js';
-import { argumentHash } from '../receipts/receipt.js';
-import { verifyReceipts } from '../receipts/verify.js';
-import { DecisionWriter, type WriteItem } from './writer.js';
+} from '../../test/helpers.js';
+import { openStore, type Store } from '../storage/db.js';
+import type { WriteItem } from './model.js';
+import { argumentHash } from './receipt.js';
+import { verifyReceipts } from './verify.js';
+import { DecisionWriter } from './writer.js';
 
 let database: TestDatabase;
 let t: TestApp;

@@ -1,7 +1,8 @@
 import type SQLite from 'better-sqlite3';
-import type { Store } from '../../storage/db.js';
-import { appendReceipts, type ChainHead, emptyChainHead, type Receipt } from '../receipts/receipt.js';
-import { type BatchStore, type OrgBatch, rowsFor } from './batch-rows.js';
+import type { Store } from '../storage/db.js';
+import type { BatchStore, ChainHead, OrgBatch, Receipt } from './model.js';
+import { appendReceipts, emptyChainHead } from './receipt.js';
+import { rowsFor } from './rows.js';
 
 const DECISION_COLUMNS = [
   'id',

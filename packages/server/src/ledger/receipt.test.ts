@@ -2,15 +2,8 @@ import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson, GENESIS_HASH, hashJson, sha256Tagged } from './canonical.js';
 import { merkleTreeHash } from './merkle.js';
-import {
-  appendReceipts,
-  argumentHash,
-  type ChainHead,
-  emptyChainHead,
-  type Receipt,
-  type ReceiptInput,
-  receiptSummary,
-} from './receipt.js';
+import type { ChainHead, Receipt, ReceiptInput } from './model.js';
+import { appendReceipts, argumentHash, emptyChainHead, receiptSummary } from './receipt.js';
 
 function makeItem(i: number, extra: Partial<ReceiptInput> = {}): ReceiptInput {
   return {

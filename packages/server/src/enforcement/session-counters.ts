@@ -5,7 +5,7 @@ import {
   type SessionState,
   sessionIncrements,
 } from '@svc/policy-engine';
-import type { Store } from '../../storage/db.js';
+import type { Store } from '../storage/db.js';
 
 interface Entry {
   state: SessionState;

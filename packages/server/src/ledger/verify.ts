@@ -1,12 +1,7 @@
 import { GENESIS_HASH, isTaggedHash, tagDigest } from './canonical.js';
 import { leafHash, MerkleFrontier } from './merkle.js';
-import {
-  type ChainHead,
-  computeReceiptHash,
-  fieldProblems,
-  RECEIPT_SCHEMA,
-  receiptLeafData,
-} from './receipt.js';
+import type { ChainHead } from './model.js';
+import { computeReceiptHash, fieldProblems, RECEIPT_SCHEMA, receiptLeafData } from './receipt.js';
 
 export const MAX_ERRORS = 20;
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { GENESIS_HASH, hashJson } from './canonical.js';
-import { appendReceipts, argumentHash, emptyChainHead, type Receipt, type ReceiptInput } from './receipt.js';
+import type { Receipt, ReceiptInput } from './model.js';
+import { appendReceipts, argumentHash, emptyChainHead } from './receipt.js';
 import { formatReport, verifyReceipts } from './verify.js';
 
 function item(i: number): ReceiptInput {

@@ -1,18 +1,19 @@
 import type { Transaction } from 'kysely';
-import type { Store } from '../../storage/db.js';
-import type { Database } from '../../storage/schema.js';
-import { appendReceipts, type ChainHead, emptyChainHead, type Receipt } from '../receipts/receipt.js';
-import { type BatchRows, type BatchStore, type OrgBatch, rowsFor } from './batch-rows.js';
+import type { Store } from '../storage/db.js';
+import type { Database } from '../storage/schema.js';
+import type { BatchRows, BatchStore, ChainHead, OrgBatch, Receipt } from './model.js';
+import { appendReceipts, emptyChainHead } from './receipt.js';
+import { rowsFor } from './rows.js';
 
 // Rows per multi-row INSERT: keeps bound parameters well under PostgreSQL's limit.
 const INSERT_CHUNK = 200;
 
 /**
- * Batch commits through Kysely (PostgreSQL). Each organization's chain head is read under a row lock
+ * Batch commits on PostgreSQL through Kysely. Each organization's chain head is read under a row lock
  * (SELECT ... FOR UPDATE) once per batch; heads are locked in organization order, so two processes
  * can never deadlock on each other's heads. Rows go in with multi-row INSERTs: few round trips.
  */
-export class KyselyBatchStore implements BatchStore {
+export class PostgresBatchStore implements BatchStore {
   constructor(private readonly store: Store) {}
 
   async commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {

@@ -1,10 +1,12 @@
 import { describe, expect, it, vi } from 'vitest';
-import { LocalEventBus } from '../../events/bus.js';
-import type { ApprovalUse } from '../approvals/service.js';
-import type { DecisionWriter } from '../decisions/writer.js';
-import { loadPolicy, type PolicyCache } from '../policies/cache.js';
-import { createValidationService, type ToolCall } from './service.js';
-import type { Reservation, SessionCounters } from './sessions.js';
+import { LocalEventBus } from '../events/bus.js';
+import type { WriteItem } from '../ledger/model.js';
+import type { ApprovalUse } from '../modules/approvals/service.js';
+import { loadPolicy } from '../modules/policies/cache.js';
+import type { Enforced, ToolCall } from './model.js';
+import { createEnforcement } from './pipeline.js';
+import type { Reservation, SessionCounters } from './session-counters.js';
+import { enforcementSteps } from './steps/index.js';
 
 const scope = { organizationId: 'org', projectId: null, tier: 'team', keyId: 'key-1' };
 const policy = loadPolicy({
@@ -43,17 +45,29 @@ function setup(
   const reserve = vi.fn(opts.reserve ?? (async () => reservation as unknown as Reservation));
   const open = vi.fn(async () => ({}) as never);
   const writer = {
-    write: vi.fn(opts.write ?? (async (item: { receipt: object }) => ({ ...item.receipt, receipt_id: 'r' }))),
-  } as unknown as DecisionWriter;
-  const service = createValidationService({
-    policies: { get: async () => policy } as unknown as PolicyCache,
-    sessions: { reserve },
+    write: vi.fn(
+      opts.write ??
+        (async (item: WriteItem) => ({
+          ...item.receipt,
+          schema: 'svc.receipt/1',
+          receipt_id: 'r',
+          sequence: 0,
+          previous_receipt_hash: 'p',
+          merkle_root: 'm',
+          receipt_hash: 'h',
+        })),
+    ),
+  };
+  const pipeline = createEnforcement({
+    policies: { get: async () => policy },
+    steps: enforcementSteps({ approvals: { use, open } as never, sessions: { reserve } }),
     writer,
     events: new LocalEventBus(),
     clock: { now: () => new Date('2026-01-01T00:00:00.000Z') },
-    approvals: { use, open } as never,
   });
-  return { service, release, use, reservation, reserve, open, writer };
+  const enforce = (c: ToolCall, execute?: () => Promise<{ value: never }>): Promise<Enforced> =>
+    pipeline.enforce({ scope, call: c, source: 'server', latencyMs: 1, ...(execute ? { execute } : {}) });
+  return { enforce, release, use, reservation, reserve, open, writer };
 }
 
 const call = (args: Record<string, unknown>, context: Record<string, unknown> = {}): ToolCall => ({
@@ -62,21 +76,20 @@ const call = (args: Record<string, unknown>, context: Record<string, unknown> = 
   context: { session_id: 's', ...context },
 });
 
-describe('validation service', () => {
+describe('enforcement pipeline', () => {
   it('gives a claimed approval back when reserving the session throws, and rethrows', async () => {
-    const { service, release } = setup({
+    const { enforce, release, writer } = setup({
       reserve: async () => {
         throw new Error('redis down');
       },
     });
-    await expect(service.decide(scope, call({ amount: 50 }, { approval_id: 'ap-1' }))).rejects.toThrow(
-      'redis down',
-    );
+    await expect(enforce(call({ amount: 50 }, { approval_id: 'ap-1' }))).rejects.toThrow('redis down');
+    expect(writer.write).not.toHaveBeenCalled();
     expect(release).toHaveBeenCalledTimes(1);
   });
 
   it('still denies when giving the approval back fails on a session refusal', async () => {
-    const { service } = setup({
+    const { enforce } = setup({
       reserve: async () =>
         ({
           failures: [
@@ -96,30 +109,28 @@ describe('validation service', () => {
         throw new Error('db down');
       },
     });
-    const decided = await service.decide(scope, call({ amount: 50 }, { approval_id: 'ap-1' }));
-    expect(decided.decision).toBe('deny');
+    const done = await enforce(call({ amount: 50 }, { approval_id: 'ap-1' }));
+    expect(done.decision).toBe('deny');
   });
 
   it('does not use an approval for a call allowed anyway', async () => {
-    const { service, use } = setup();
-    const decided = await service.decide(scope, call({ amount: 5 }, { approval_id: 'ap-1' }));
-    expect(decided).toMatchObject({ decision: 'allow', approval: null });
+    const { enforce, use, writer } = setup();
+    const done = await enforce(call({ amount: 5 }, { approval_id: 'ap-1' }));
+    expect(done).toMatchObject({ decision: 'allow', approvalId: null });
+    expect(writer.write.mock.calls[0]![0].receipt.approval_id).toBeUndefined();
     expect(use).not.toHaveBeenCalled();
   });
 
   it('keeps the reservation and the approval when recording fails after the tool ran', async () => {
     for (const ran of [true, false]) {
-      const { service, release, reservation } = setup({
+      const { enforce, release, reservation } = setup({
         write: async () => {
           throw new Error('disk full');
         },
       });
       const c = call({ amount: 50 }, { approval_id: 'ap-1' });
-      const decided = await service.decide(scope, c);
-      expect(decided.decision).toBe('allow');
-      await expect(
-        service.record(scope, c, decided, { source: 'server', latencyMs: 1, ran }),
-      ).rejects.toThrow();
+      const execute = ran ? async () => ({ value: undefined as never }) : undefined;
+      await expect(enforce(c, execute)).rejects.toMatchObject({ name: 'UnrecordedError', ran });
       expect(reservation.settle).toHaveBeenCalledTimes(ran ? 1 : 0);
       expect(reservation.release).toHaveBeenCalledTimes(ran ? 0 : 1);
       expect(release).toHaveBeenCalledTimes(ran ? 0 : 1);
@@ -127,17 +138,16 @@ describe('validation service', () => {
   });
 
   it('drops a caller-sent context.source "client" from server decisions; opens approvals with the key', async () => {
-    const { service, writer, open } = setup();
+    const { enforce, writer, open } = setup();
     const c = call({ amount: 50 }, { source: 'client' });
-    const decided = await service.decide(scope, c);
-    expect(decided.decision).toBe('require_approval');
-    await service.record(scope, c, decided, { source: 'server', latencyMs: 1 });
-    const item = vi.mocked(writer.write).mock.calls[0]![0];
+    const done = await enforce(c);
+    expect(done.decision).toBe('require_approval');
+    const item = writer.write.mock.calls[0]![0];
     expect(JSON.parse(item.decision!.context)).toEqual({ session_id: 's' });
     expect(item.receipt.source).toBeUndefined();
     expect(open).toHaveBeenCalledWith(scope, expect.objectContaining({ requestedByKeyId: 'key-1' }));
     const mcp = call({ amount: 1 }, { source: 'mcp' });
-    await service.record(scope, mcp, await service.decide(scope, mcp), { source: 'server', latencyMs: 1 });
-    expect(JSON.parse(vi.mocked(writer.write).mock.calls[1]![0].decision!.context).source).toBe('mcp');
+    await enforce(mcp);
+    expect(JSON.parse(writer.write.mock.calls[1]![0].decision!.context).source).toBe('mcp');
   });
 });

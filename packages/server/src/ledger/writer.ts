@@ -1,12 +1,9 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { uuidv7 } from '../../lib/ids.js';
-import type { Store } from '../../storage/db.js';
-import type { Receipt } from '../receipts/receipt.js';
-import type { BatchStore, OrgBatch, WriteItem } from './batch-rows.js';
-import { KyselyBatchStore } from './store-kysely.js';
+import { uuidv7 } from '../lib/ids.js';
+import type { Store } from '../storage/db.js';
+import type { BatchStore, OrgBatch, Receipt, WriteItem } from './model.js';
+import { PostgresBatchStore } from './store-postgres.js';
 import { SqliteBatchStore } from './store-sqlite.js';
-
-export type { WriteItem } from './batch-rows.js';
 
 interface Pending {
   item: WriteItem;
@@ -43,7 +40,7 @@ export class DecisionWriter {
     private readonly options: DecisionWriterOptions = {},
   ) {
     this.maxBatch = options.maxBatch ?? 512;
-    this.batches = store.sqlite ? new SqliteBatchStore(store) : new KyselyBatchStore(store);
+    this.batches = store.sqlite ? new SqliteBatchStore(store) : new PostgresBatchStore(store);
   }
 
   /** Resolves with the committed receipt once the item is durable. */

@@ -1,24 +1,6 @@
 import type { Insertable } from 'kysely';
-import type { Database, DecisionsTable, SessionCountersTable } from '../../storage/schema.js';
-import type { Receipt, ReceiptFields } from '../receipts/receipt.js';
-
-/** One durable write: a receipt, optionally with the decision it records and a session counter update. */
-export interface WriteItem {
-  receipt: ReceiptFields;
-  /** The decision row without its receipt columns (filled in from the receipt). */
-  decision?: Omit<
-    Insertable<DecisionsTable>,
-    'receipt_id' | 'receipt_hash' | 'previous_receipt_hash' | 'merkle_root'
-  >;
-  /** Absolute counter values after this call. */
-  session?: Insertable<SessionCountersTable>;
-}
-
-export interface BatchRows {
-  decisions: Insertable<DecisionsTable>[];
-  receipts: Insertable<Database['receipts']>[];
-  sessions: Insertable<SessionCountersTable>[];
-}
+import type { SessionCountersTable } from '../storage/schema.js';
+import type { BatchRows, Receipt, WriteItem } from './model.js';
 
 /** The rows one organization's part of a batch writes, once its receipts are computed. */
 export function rowsFor(items: readonly WriteItem[], receipts: readonly Receipt[]): BatchRows {
@@ -55,15 +37,4 @@ export function rowsFor(items: readonly WriteItem[], receipts: readonly Receipt[
   }
   rows.sessions = [...sessions.values()];
   return rows;
-}
-
-/** A chain segment to commit: one organization's items, in order, with their receipt ids. */
-export interface OrgBatch {
-  organizationId: string;
-  items: { item: WriteItem; receiptId: string }[];
-}
-
-/** Commits whole batches (every organization's segment in one transaction) and returns the receipts. */
-export interface BatchStore {
-  commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>>;
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { Receipt } from '../receipts/receipt.js';
-import { rowsFor, type WriteItem } from './batch-rows.js';
+import type { Receipt, WriteItem } from './model.js';
+import { rowsFor } from './rows.js';
 
 const receipt = (i: number) =>
   ({

@@ -1,64 +1,8 @@
 import { canonicalJson, GENESIS_HASH, hashJson, isTaggedHash, sha256Tagged, tagDigest } from './canonical.js';
 import { leafHash, MerkleFrontier } from './merkle.js';
+import type { ChainHead, Receipt, ReceiptInput, ReceiptSummary } from './model.js';
 
 export const RECEIPT_SCHEMA = 'svc.receipt/1';
-
-export type ReceiptDecision = 'allow' | 'deny' | 'require_approval' | 'approval_approved' | 'approval_denied';
-export type ReceiptMode = 'deterministic' | 'llm';
-
-/** What the caller supplies for one receipt; the chain fields are filled in by appendReceipts. */
-export interface ReceiptFields {
-  organization_id: string;
-  project_id: string | null;
-  decision_id: string | null;
-  decision: ReceiptDecision;
-  mode: ReceiptMode | null;
-  tool_name: string;
-  /** sha256:<hex> of the canonical JSON of the arguments; see argumentHash(). */
-  argument_hash: string;
-  policy_version: number | null;
-  /** sha256:<hex> of the canonical JSON of the policy definition used. */
-  policy_hash: string | null;
-  reason: string | null;
-  /** ISO 8601. */
-  timestamp: string;
-  // Optional bindings: written only when present (undefined or null means absent).
-  result_hash?: string;
-  client_id?: string;
-  connection_id?: string;
-  upstream_id?: string;
-  approval_id?: string;
-  approval_hash?: string;
-  source?: string;
-}
-
-export type ReceiptInput = ReceiptFields & { receipt_id: string };
-
-export interface Receipt extends ReceiptFields {
-  schema: typeof RECEIPT_SCHEMA;
-  receipt_id: string;
-  sequence: number;
-  previous_receipt_hash: string;
-  merkle_root: string;
-  receipt_hash: string;
-}
-
-/** Per-organization chain state, persisted by the server as JSON; O(log n) in size. */
-export interface ChainHead {
-  /** Next sequence to assign (= number of receipts so far = Merkle tree size). */
-  sequence: number;
-  /** previous_receipt_hash for the next receipt. */
-  lastHash: string;
-  /** Roots of the perfect subtrees of the Merkle tree, sha256:<hex>, largest first. */
-  frontier: string[];
-}
-
-export interface ReceiptSummary {
-  receipt_id: string;
-  receipt_hash: string;
-  previous_receipt_hash: string;
-  merkle_root: string;
-}
 
 const REQUIRED_KEYS = [
   'organization_id',

@@ -1,0 +1,166 @@
+import type { EventBus } from '../events/bus.js';
+import type { Receipt, WriteItem } from '../ledger/model.js';
+import { receiptSummary } from '../ledger/receipt.js';
+import { type Clock, roundMs } from '../lib/clock.js';
+import { uuidv7 } from '../lib/ids.js';
+import type { PolicyCache } from '../modules/policies/cache.js';
+import type { Enforced, EnforceRequest, Execution, Hold, SessionWrite, Step, Verdict } from './model.js';
+import { writeItemOf } from './record.js';
+import { NOT_EVALUATED, uncheckedVerdict } from './steps/constraints.js';
+
+/** The decision could not be recorded durably; `ran` says whether the tool had already run. */
+export class UnrecordedError extends Error {
+  override name = 'UnrecordedError';
+  constructor(
+    override readonly cause: unknown,
+    readonly ran: boolean,
+  ) {
+    super(`decision not recorded: ${cause instanceof Error ? cause.message : String(cause)}`);
+  }
+}
+
+export interface EnforcementDeps {
+  policies: Pick<PolicyCache, 'get'>;
+  /** The checks, in order. */
+  steps: readonly Step[];
+  writer: { write(item: WriteItem): Promise<Receipt> };
+  events: Pick<EventBus, 'publish'>;
+  clock: Clock;
+}
+
+function sessionIdOf(context: Record<string, unknown>): string | null {
+  const id = context.session_id;
+  if (typeof id === 'string' && id !== '') return id;
+  if (typeof id === 'number' && Number.isFinite(id)) return String(id);
+  return null;
+}
+
+/** Gives back what holds took; a failed give-back must not turn the outcome into an error. */
+async function releaseAll(holds: readonly Hold[], ran: boolean): Promise<void> {
+  for (const h of holds) {
+    try {
+      await h.release(ran);
+    } catch {
+      // The hold's owner logs its own failures; the decision stands.
+    }
+  }
+}
+
+/**
+ * The one path of every enforced call (POST /v1/tools/validate, MCP tools/call, and client-reported
+ * decisions, which skip the checks): policy lookup, the checks in order (each may hold something),
+ * the tool itself when the caller runs it through the pipeline, the durable write (group commit;
+ * resolves after COMMIT), then what the holds took is made final and the decision is announced.
+ * Fail closed: a check that throws gives back what earlier checks took and rethrows; a decision
+ * that cannot be recorded gives back what was not spent and throws UnrecordedError.
+ */
+export function createEnforcement({ policies, steps, writer, events, clock }: EnforcementDeps) {
+  return {
+    async enforce<T = never>(req: EnforceRequest<T>): Promise<Enforced<T>> {
+      const { scope, call } = req;
+      const policy = await policies.get(scope.organizationId, call.toolName);
+      let verdict: Verdict;
+      let holds: Hold[] = [];
+      let session: SessionWrite | undefined;
+      if (req.reported) {
+        verdict = {
+          decision: req.reported.decision,
+          reason: req.reported.reason,
+          failedConstraints: [],
+          failedArgument: null,
+          mode: 'deterministic',
+          evaluation: NOT_EVALUATED,
+          approvalId: null,
+        };
+      } else {
+        const active = policy?.isActive ? policy : null;
+        const input = { scope, call, policy: active, sessionId: sessionIdOf(call.context) };
+        verdict = uncheckedVerdict(call.toolName, policy);
+        try {
+          for (const step of steps) {
+            const r = await step.run(input, verdict);
+            if (r.verdict.decision !== verdict.decision) {
+              // What earlier checks took was for the verdict they saw, which no longer holds.
+              await releaseAll(holds, false);
+              holds = [];
+              session = undefined;
+            }
+            verdict = r.verdict;
+            if (r.hold) holds.push(r.hold);
+            if (r.session) session = r.session;
+          }
+        } catch (err) {
+          await releaseAll(holds, false);
+          throw err;
+        }
+      }
+      const latencyMs = req.elapsed ? roundMs(req.elapsed()) : (req.latencyMs ?? 0);
+
+      let execution: Execution<T> | undefined;
+      const ran = verdict.decision === 'allow' && req.execute !== undefined;
+      if (ran) {
+        try {
+          execution = await req.execute!();
+        } catch (err) {
+          await releaseAll(holds, true);
+          throw err;
+        }
+        if (execution.note !== undefined)
+          verdict = { ...verdict, reason: `${verdict.reason}; ${execution.note}` };
+      }
+
+      const decisionId = uuidv7();
+      let receipt: Receipt;
+      try {
+        receipt = await writer.write(
+          writeItemOf({
+            decisionId,
+            now: clock.now().toISOString(),
+            scope,
+            call,
+            verdict,
+            policy,
+            source: req.source,
+            latencyMs,
+            session,
+            bindings: req.bindings,
+            resultHash: execution?.resultHash,
+          }),
+        );
+      } catch (err) {
+        await releaseAll(holds, ran);
+        throw new UnrecordedError(err, ran);
+      }
+      events.publish({
+        organizationId: scope.organizationId,
+        type: 'decision.created',
+        data: {
+          decisionId,
+          toolName: call.toolName,
+          decision: verdict.decision,
+          mode: verdict.mode,
+          latencyMs,
+          projectId: scope.projectId,
+        },
+      });
+      const committed = await Promise.allSettled(holds.map(async (h) => h.commit(decisionId)));
+      const failed = committed.find((c) => c.status === 'rejected');
+      if (failed) throw new UnrecordedError(failed.reason, ran);
+      return {
+        decision: verdict.decision,
+        reason: verdict.reason,
+        failedConstraints: verdict.failedConstraints,
+        mode: verdict.mode,
+        policyVersion: policy?.version ?? null,
+        latencyMs,
+        decisionId,
+        receipt: receiptSummary(receipt),
+        approvalId: verdict.decision === 'require_approval' ? verdict.approvalId : null,
+        ran,
+        ...(execution ? { execution } : {}),
+      };
+    },
+  };
+}
+
+export type Enforcement = ReturnType<typeof createEnforcement>;

@@ -1,0 +1,53 @@
+import { type FailedConstraint, mergeEvaluation } from '@svc/policy-engine';
+import type { Hold, Step, StepResult, Verdict } from '../model.js';
+import type { Reservation, SessionCounters } from '../session-counters.js';
+import { verdictOf } from './constraints.js';
+
+const SESSION_ID_REQUIRED: FailedConstraint = {
+  parameter: 'context.session_id',
+  constraint_type: 'required',
+  expected: 'a session id in context.session_id',
+  actual: null,
+  message: 'this policy has session limits; context.session_id is required',
+};
+
+function holdOf(reservation: Reservation): Hold {
+  return {
+    commit: () => reservation.settle(),
+    // The tool already ran: the counted call was spent either way.
+    release: (ran) => (ran ? reservation.settle() : reservation.release()),
+  };
+}
+
+/**
+ * maxCalls and cumulative limits of the session (context.session_id): check-and-count for an allowed
+ * call, approved calls included. The count is held until the decision is durable.
+ */
+export function sessionLimitsStep(sessions: SessionCounters): Step {
+  return {
+    name: 'session-limits',
+    async run({ scope, call, policy, sessionId }, verdict): Promise<StepResult> {
+      const sc = policy?.definition.sessionConstraints;
+      const limited = !!sc && (sc.maxCalls !== undefined || (sc.cumulativeLimits?.length ?? 0) > 0);
+      if (verdict.decision !== 'allow' || !limited || !policy) return { verdict };
+      const refuse = (failures: FailedConstraint[]): StepResult => ({
+        verdict: verdictOf(mergeEvaluation(verdict.evaluation, failures), policy),
+      });
+      if (!sessionId) return refuse([SESSION_ID_REQUIRED]);
+      const reservation = await sessions.reserve(
+        scope.organizationId,
+        sessionId,
+        call.toolName,
+        sc,
+        call.arguments,
+      );
+      if (reservation.failures.length > 0) return refuse(reservation.failures);
+      const after = reservation.after;
+      return {
+        verdict: verdict satisfies Verdict,
+        hold: holdOf(reservation),
+        ...(after ? { session: { sessionId, calls: after.calls, cumulative: after.cumulative } } : {}),
+      };
+    },
+  };
+}

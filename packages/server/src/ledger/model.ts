@@ -1,0 +1,89 @@
+import type { Insertable } from 'kysely';
+import type { Database, DecisionsTable, SessionCountersTable } from '../storage/schema.js';
+
+export type ReceiptDecision = 'allow' | 'deny' | 'require_approval' | 'approval_approved' | 'approval_denied';
+export type ReceiptMode = 'deterministic' | 'llm';
+
+/** What the caller supplies for one receipt; the chain fields are filled in by appendReceipts. */
+export interface ReceiptFields {
+  organization_id: string;
+  project_id: string | null;
+  decision_id: string | null;
+  decision: ReceiptDecision;
+  mode: ReceiptMode | null;
+  tool_name: string;
+  /** sha256:<hex> of the canonical JSON of the arguments; see argumentHash(). */
+  argument_hash: string;
+  policy_version: number | null;
+  /** sha256:<hex> of the canonical JSON of the policy definition used. */
+  policy_hash: string | null;
+  reason: string | null;
+  /** ISO 8601. */
+  timestamp: string;
+  // Optional bindings: written only when present (undefined or null means absent).
+  result_hash?: string;
+  client_id?: string;
+  connection_id?: string;
+  upstream_id?: string;
+  approval_id?: string;
+  approval_hash?: string;
+  source?: string;
+}
+
+export type ReceiptInput = ReceiptFields & { receipt_id: string };
+
+export interface Receipt extends ReceiptFields {
+  /** svc.receipt/1 (see RECEIPT_SCHEMA in receipt.ts). */
+  schema: string;
+  receipt_id: string;
+  sequence: number;
+  previous_receipt_hash: string;
+  merkle_root: string;
+  receipt_hash: string;
+}
+
+/** Per-organization chain state, persisted by the server as JSON; O(log n) in size. */
+export interface ChainHead {
+  /** Next sequence to assign (= number of receipts so far = Merkle tree size). */
+  sequence: number;
+  /** previous_receipt_hash for the next receipt. */
+  lastHash: string;
+  /** Roots of the perfect subtrees of the Merkle tree, sha256:<hex>, largest first. */
+  frontier: string[];
+}
+
+export interface ReceiptSummary {
+  receipt_id: string;
+  receipt_hash: string;
+  previous_receipt_hash: string;
+  merkle_root: string;
+}
+
+/** One durable write: a receipt, optionally with the decision it records and a session counter update. */
+export interface WriteItem {
+  receipt: ReceiptFields;
+  /** The decision row without its receipt columns (filled in from the receipt). */
+  decision?: Omit<
+    Insertable<DecisionsTable>,
+    'receipt_id' | 'receipt_hash' | 'previous_receipt_hash' | 'merkle_root'
+  >;
+  /** Absolute counter values after this call. */
+  session?: Insertable<SessionCountersTable>;
+}
+
+export interface BatchRows {
+  decisions: Insertable<DecisionsTable>[];
+  receipts: Insertable<Database['receipts']>[];
+  sessions: Insertable<SessionCountersTable>[];
+}
+
+/** A chain segment to commit: one organization's items, in order, with their receipt ids. */
+export interface OrgBatch {
+  organizationId: string;
+  items: { item: WriteItem; receiptId: string }[];
+}
+
+/** Commits whole batches (every organization's segment in one transaction) and returns the receipts. */
+export interface BatchStore {
+  commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>>;
+}
