@@ -11,6 +11,7 @@ import { EventHub } from './events/hub.js';
 import type { StreamOptions } from './events/options.js';
 import { requestLogFields } from './events/redact.js';
 import { eventRoutes } from './events/routes.js';
+import { Checkpointer } from './ledger/checkpoints.js';
 import { DecisionWriter } from './ledger/writer.js';
 import { type Clock, systemClock } from './lib/clock.js';
 import { createJwtVerifier, resolveJwtSecret } from './lib/jwt.js';
@@ -122,15 +123,26 @@ export async function buildApp({
       streams: new EventHub(events),
       redis: scale?.link ?? null,
       signing,
+      checkpoints: new Checkpointer({
+        db: store.db,
+        signer: signing,
+        clock,
+        origin: config.baseUrl,
+        intervalMs: config.checkpointIntervalMs,
+        log: app.log,
+      }),
     };
 
     registerErrorHandling(app);
     registerAuth(app, { config, keys, jwt });
     registerRateLimits(app, { limiter: ctx.rateLimiter, clock });
     await scale?.wire(app, { keys, policies });
+    app.addHook('onReady', async () => ctx.checkpoints.start());
     app.addHook('onClose', async () => {
       // In-flight requests have drained; commit what they queued before the store closes.
       await writer.close();
+      // Everything acknowledged is committed: sign the final tree heads before the store closes.
+      await ctx.checkpoints.close();
       await keys.close();
       await ctx.rateLimiter.close();
       await ctx.events.close();

@@ -21,6 +21,8 @@ export interface Config {
   signingKeyFile: string | null;
   /** How long a retired signing key stays published after a rotation (SVC_SIGNING_KEY_OVERLAP). */
   signingKeyOverlapSeconds: number;
+  /** How often each grown receipt chain gets a signed checkpoint (SVC_CHECKPOINT_INTERVAL; 0 = on demand only). */
+  checkpointIntervalMs: number;
 }
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/svc.db';
@@ -80,5 +82,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     mcpAllowPrivateUpstreams: flag('SVC_MCP_ALLOW_PRIVATE_UPSTREAMS', env.SVC_MCP_ALLOW_PRIVATE_UPSTREAMS),
     signingKeyFile: nonEmpty(env.SVC_SIGNING_KEY_FILE),
     signingKeyOverlapSeconds: duration('SVC_SIGNING_KEY_OVERLAP', env.SVC_SIGNING_KEY_OVERLAP, 30 * 86400),
+    checkpointIntervalMs: duration('SVC_CHECKPOINT_INTERVAL', env.SVC_CHECKPOINT_INTERVAL, 5) * 1000,
   };
 }

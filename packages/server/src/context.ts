@@ -3,6 +3,7 @@ import type { Config } from './config.js';
 import type { Enforcement } from './enforcement/pipeline.js';
 import type { EventBus } from './events/bus.js';
 import type { EventHub } from './events/hub.js';
+import type { Checkpointer } from './ledger/checkpoints.js';
 import type { DecisionWriter } from './ledger/writer.js';
 import type { Clock } from './lib/clock.js';
 import type { ScopeResolver } from './lib/scope.js';
@@ -35,4 +36,6 @@ export interface AppContext {
   redis: RedisLink | null;
   /** The service's Ed25519 signing key set (checkpoints, capsules), published at /.well-known/svc-keys.json. */
   signing: SigningKeySet;
+  /** Signed checkpoints of every organization's receipt chain. */
+  checkpoints: Checkpointer;
 }

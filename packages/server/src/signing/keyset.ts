@@ -230,6 +230,17 @@ export class SigningKeySet {
     };
   }
 
+  /**
+   * Signs bytes that name the signing key themselves: `build` receives the kid of the key that will
+   * sign and returns the bytes, so a rotation in between can never make them disagree.
+   */
+  async signNaming(build: (kid: string) => Uint8Array): Promise<Signature> {
+    const l = await this.current().catch(() => null);
+    if (!l?.active) throw new SigningKeyMissingError();
+    const kid = l.active.record.kid;
+    return { kid, signature: sign(null, build(kid), l.active.privateKey).toString('base64url') };
+  }
+
   /** The kid that signs now, or null. */
   async activeKid(): Promise<string | null> {
     const l = await this.current().catch(() => null);

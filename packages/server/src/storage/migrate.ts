@@ -5,6 +5,7 @@ import * as m0002 from './migrations/0002_enforcement.js';
 import * as m0003 from './migrations/0003_approvals_drafts.js';
 import * as m0004 from './migrations/0004_mcp_upstreams.js';
 import * as m0005 from './migrations/0005_approval_requester.js';
+import * as m0012 from './migrations/0012_checkpoints.js';
 
 /**
  * Migrations are listed in code (not read from a folder) so they run the same under tsx, a bundle
@@ -16,6 +17,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0003_approvals_drafts': m0003,
   '0004_mcp_upstreams': m0004,
   '0005_approval_requester': m0005,
+  '0012_checkpoints': m0012,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };
@@ -30,6 +32,8 @@ export async function migrateToLatest(store: Store): Promise<string[]> {
   const migrator = new Migrator({
     db: store.db,
     provider,
+    // Migrations that add independent tables may be numbered out of landing order; each runs once.
+    allowUnorderedMigrations: true,
     ...(schema ? { migrationTableSchema: schema } : {}),
   });
   const { error, results } = await migrator.migrateToLatest();

@@ -187,6 +187,19 @@ export interface McpUpstreamsTable {
   updated_at: string;
 }
 
+export interface CheckpointsTable {
+  organization_id: string;
+  tree_size: number;
+  /** sha256:<hex> RFC 6962 root over the first tree_size receipts. */
+  root_hash: string;
+  /** receipt_hash of receipt tree_size - 1 (the chain head the checkpoint covers). */
+  last_receipt_hash: string;
+  timestamp: string;
+  kid: string;
+  /** Base64url Ed25519 signature over the canonical JSON of the checkpoint without `signature`. */
+  signature: string;
+}
+
 export interface Database {
   organizations: OrganizationsTable;
   memberships: MembershipsTable;
@@ -202,4 +215,5 @@ export interface Database {
   approvals: ApprovalsTable;
   policy_drafts: PolicyDraftsTable;
   mcp_upstreams: McpUpstreamsTable;
+  checkpoints: CheckpointsTable;
 }

@@ -1,0 +1,227 @@
+import { createPublicKey, verify } from 'node:crypto';
+import type { Kysely } from 'kysely';
+import type { Clock } from '../lib/clock.js';
+import type { Signature } from '../signing/model.js';
+import type { CheckpointsTable, Database } from '../storage/schema.js';
+import { canonicalJson, tagDigest } from './canonical.js';
+import { MerkleFrontier } from './merkle.js';
+
+export const CHECKPOINT_SCHEMA = 'svc.checkpoint/1';
+
+/**
+ * A signed tree head of one organization's receipt chain, in the manner of Certificate
+ * Transparency: the RFC 6962 root over the first `tree_size` receipts and the hash of the last of
+ * them, signed with the service's Ed25519 key. Signed bytes: the RFC 8785 canonical JSON of every
+ * field except `signature`.
+ */
+export interface Checkpoint {
+  schema: typeof CHECKPOINT_SCHEMA;
+  /** SVC_BASE_URL of the service that keeps the chain. */
+  origin: string;
+  organization_id: string;
+  tree_size: number;
+  root_hash: string;
+  last_receipt_hash: string;
+  timestamp: string;
+  kid: string;
+  signature: string;
+}
+
+export type UnsignedCheckpoint = Omit<Checkpoint, 'signature'>;
+
+/** The exact bytes a checkpoint signature covers. */
+export function checkpointSigningInput(c: UnsignedCheckpoint | Checkpoint): Uint8Array {
+  const { signature: _s, ...unsigned } = c as Checkpoint;
+  return new TextEncoder().encode(canonicalJson(unsigned));
+}
+
+export interface CheckpointSigner {
+  signNaming(build: (kid: string) => Uint8Array): Promise<Signature>;
+}
+
+function fromRow(origin: string, r: CheckpointsTable): Checkpoint {
+  return {
+    schema: CHECKPOINT_SCHEMA,
+    origin,
+    organization_id: r.organization_id,
+    tree_size: Number(r.tree_size),
+    root_hash: r.root_hash,
+    last_receipt_hash: r.last_receipt_hash,
+    timestamp: r.timestamp,
+    kid: r.kid,
+    signature: r.signature,
+  };
+}
+
+export interface CheckpointerOptions {
+  db: Kysely<Database>;
+  signer: CheckpointSigner;
+  clock: Clock;
+  origin: string;
+  /** How often grown chains get a new checkpoint; 0 disables the timer (checkpoints on demand and at close). */
+  intervalMs: number;
+  log?: { warn(obj: object, msg: string): void };
+}
+
+/**
+ * Writes a checkpoint of every chain that grew since its last one, every `intervalMs` and once more
+ * at shutdown, and on demand. Several instances on one database may sign the same tree size: the
+ * first row stays, and both signatures would verify.
+ */
+export class Checkpointer {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+
+  constructor(private readonly opts: CheckpointerOptions) {}
+
+  start(): void {
+    if (this.opts.intervalMs <= 0 || this.timer) return;
+    this.timer = setInterval(() => void this.tick(), this.opts.intervalMs);
+    this.timer.unref();
+  }
+
+  /** Stops the timer, then checkpoints what was written up to now (call after the writer drained). */
+  async close(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.tick();
+  }
+
+  /** One pass over the chains that grew; never throws (a failure is logged and retried next pass). */
+  tick(): Promise<void> {
+    this.running ??= this.pass()
+      .catch((err) => this.opts.log?.warn({ err }, 'checkpoint pass failed; retrying at the next interval'))
+      .finally(() => {
+        this.running = null;
+      });
+    return this.running;
+  }
+
+  private async pass(): Promise<void> {
+    const { db } = this.opts;
+    const grown = await db
+      .selectFrom('chain_heads as h')
+      .select(['h.organization_id', 'h.sequence', 'h.last_hash', 'h.frontier'])
+      .where('h.sequence', '>', (eb) =>
+        eb.fn.coalesce(
+          eb
+            .selectFrom('checkpoints as c')
+            .select((e) => e.fn.max('c.tree_size').as('m'))
+            .whereRef('c.organization_id', '=', 'h.organization_id'),
+          eb.lit(0),
+        ),
+      )
+      .execute();
+    for (const head of grown) await this.signHead(head);
+  }
+
+  private async signHead(head: {
+    organization_id: string;
+    sequence: number;
+    last_hash: string;
+    frontier: string;
+  }): Promise<Checkpoint> {
+    const size = Number(head.sequence);
+    const root = MerkleFrontier.fromTagged(JSON.parse(head.frontier) as string[], size).root();
+    const unsigned = {
+      schema: CHECKPOINT_SCHEMA,
+      origin: this.opts.origin,
+      organization_id: head.organization_id,
+      tree_size: size,
+      root_hash: tagDigest(root),
+      last_receipt_hash: head.last_hash,
+      timestamp: this.opts.clock.now().toISOString(),
+    } as const;
+    const { kid, signature } = await this.opts.signer.signNaming((k) =>
+      checkpointSigningInput({ ...unsigned, kid: k }),
+    );
+    const checkpoint: Checkpoint = { ...unsigned, kid, signature };
+    await this.opts.db
+      .insertInto('checkpoints')
+      .values({
+        organization_id: checkpoint.organization_id,
+        tree_size: size,
+        root_hash: checkpoint.root_hash,
+        last_receipt_hash: checkpoint.last_receipt_hash,
+        timestamp: checkpoint.timestamp,
+        kid: checkpoint.kid,
+        signature: checkpoint.signature,
+      })
+      .onConflict((oc) => oc.columns(['organization_id', 'tree_size']).doNothing())
+      .execute();
+    return (await this.at(head.organization_id, size))!;
+  }
+
+  /**
+   * A checkpoint covering the chain as it is now: the latest one if the chain has not grown since,
+   * else a new one. Null when the chain is empty. Throws SigningKeyMissingError without a key.
+   */
+  async now(organizationId: string): Promise<Checkpoint | null> {
+    const head = await this.opts.db
+      .selectFrom('chain_heads')
+      .select(['organization_id', 'sequence', 'last_hash', 'frontier'])
+      .where('organization_id', '=', organizationId)
+      .executeTakeFirst();
+    if (!head || Number(head.sequence) === 0) return null;
+    return (await this.at(organizationId, Number(head.sequence))) ?? this.signHead(head);
+  }
+
+  async at(organizationId: string, treeSize: number): Promise<Checkpoint | null> {
+    const row = await this.opts.db
+      .selectFrom('checkpoints')
+      .selectAll()
+      .where('organization_id', '=', organizationId)
+      .where('tree_size', '=', treeSize)
+      .executeTakeFirst();
+    return row ? fromRow(this.opts.origin, row) : null;
+  }
+
+  /** Newest first; `beforeSize` pages back. */
+  async list(organizationId: string, limit: number, beforeSize?: number): Promise<Checkpoint[]> {
+    let q = this.opts.db
+      .selectFrom('checkpoints')
+      .selectAll()
+      .where('organization_id', '=', organizationId)
+      .orderBy('tree_size', 'desc')
+      .limit(limit);
+    if (beforeSize !== undefined) q = q.where('tree_size', '<', beforeSize);
+    return (await q.execute()).map((r) => fromRow(this.opts.origin, r));
+  }
+}
+
+export interface PublicJwk {
+  kty: string;
+  crv?: string;
+  x?: string;
+  kid?: string;
+  alg?: string;
+}
+
+/**
+ * Checks a checkpoint's signature against a published key set (JWKS). A key that is not in the set
+ * (unknown, or retired past its overlap) is refused, so is a key of any other type.
+ */
+export function verifyCheckpointSignature(
+  c: Checkpoint,
+  keys: readonly PublicJwk[],
+): { ok: true } | { ok: false; reason: string } {
+  if (c.schema !== CHECKPOINT_SCHEMA)
+    return { ok: false, reason: `unknown checkpoint schema ${JSON.stringify(c.schema)}` };
+  const jwk = keys.find((k) => k.kid === c.kid);
+  if (!jwk) return { ok: false, reason: `signed with key ${c.kid}, which the key set does not publish` };
+  if (
+    jwk.kty !== 'OKP' ||
+    jwk.crv !== 'Ed25519' ||
+    typeof jwk.x !== 'string' ||
+    (jwk.alg && jwk.alg !== 'EdDSA')
+  ) {
+    return { ok: false, reason: `key ${c.kid} is not an Ed25519 signing key` };
+  }
+  try {
+    const key = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x }, format: 'jwk' });
+    const ok = verify(null, checkpointSigningInput(c), key, Buffer.from(c.signature, 'base64url'));
+    return ok ? { ok: true } : { ok: false, reason: 'the signature does not match the checkpoint' };
+  } catch (err) {
+    return { ok: false, reason: `the checkpoint cannot be verified: ${(err as Error).message}` };
+  }
+}
