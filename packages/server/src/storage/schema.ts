@@ -187,6 +187,19 @@ export interface McpUpstreamsTable {
   updated_at: string;
 }
 
+export interface PolicyVersionsTable {
+  organization_id: string;
+  tool_name: string;
+  version: number;
+  /** sha256:<hex> of the canonical definition, as bound into receipts (policy_hash). */
+  policy_hash: string;
+  mode: string;
+  constraints: string;
+  session_constraints: string | null;
+  llm_config: string | null;
+  created_at: string;
+}
+
 export interface CheckpointsTable {
   organization_id: string;
   tree_size: number;
@@ -216,4 +229,5 @@ export interface Database {
   policy_drafts: PolicyDraftsTable;
   mcp_upstreams: McpUpstreamsTable;
   checkpoints: CheckpointsTable;
+  policy_versions: PolicyVersionsTable;
 }

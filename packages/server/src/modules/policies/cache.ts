@@ -14,7 +14,9 @@ export interface LoadedPolicy {
   hash: string;
 }
 
-export function definitionOf(row: PolicyRow): PolicyDefinition {
+export function definitionOf(
+  row: Pick<PolicyRow, 'mode' | 'constraints' | 'session_constraints' | 'llm_config'>,
+): PolicyDefinition {
   return {
     mode: row.mode as PolicyDefinition['mode'],
     constraints: JSON.parse(row.constraints),

@@ -9,7 +9,7 @@ import type {
 import type { ServiceEvent } from '../../events/bus.js';
 import type { OrgScope } from '../../lib/scope.js';
 import { definitionOf } from './cache.js';
-import type { PolicyRow } from './repository.js';
+import type { PolicyRow, PolicyVersionRow } from './repository.js';
 import type { UpdatePolicyBody } from './schemas.js';
 
 /** A policy as the API shows it. */
@@ -117,5 +117,24 @@ export function policyEvent(
     organizationId: scope.organizationId,
     type,
     data: { toolName, projectId: scope.projectId, ...extra },
+  };
+}
+
+/** A past (or the current) definition of a policy, as receipts name it by version and policy_hash. */
+export interface PolicyVersion {
+  toolName: string;
+  version: number;
+  policyHash: string;
+  definition: PolicyDefinition;
+  createdAt: string;
+}
+
+export function toPolicyVersion(row: PolicyVersionRow): PolicyVersion {
+  return {
+    toolName: row.tool_name,
+    version: row.version,
+    policyHash: row.policy_hash,
+    definition: definitionOf(row),
+    createdAt: row.created_at,
   };
 }

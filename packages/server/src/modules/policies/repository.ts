@@ -1,8 +1,35 @@
 import type { Kysely, Selectable } from 'kysely';
+import { hashJson } from '../../ledger/canonical.js';
 import type { Db } from '../../storage/db.js';
-import type { Database, PoliciesTable } from '../../storage/schema.js';
+import type { Database, PoliciesTable, PolicyVersionsTable } from '../../storage/schema.js';
+import { definitionOf } from './cache.js';
 
 export type PolicyRow = Selectable<PoliciesTable>;
+export type PolicyVersionRow = Selectable<PolicyVersionsTable>;
+
+/** Runs `work` in the caller's transaction, or in a new one: a policy write and its version row commit together. */
+function atomically<T>(trx: Db, work: (trx: Db) => Promise<T>): Promise<T> {
+  return trx.isTransaction ? work(trx) : (trx as Kysely<Database>).transaction().execute(work);
+}
+
+/** Keeps the definition a policy has at `row.version`: receipts name it by version and hash. */
+async function recordVersion(trx: Db, row: PolicyRow): Promise<void> {
+  await trx
+    .insertInto('policy_versions')
+    .values({
+      organization_id: row.organization_id,
+      tool_name: row.tool_name,
+      version: row.version,
+      policy_hash: hashJson(definitionOf(row)),
+      mode: row.mode,
+      constraints: row.constraints,
+      session_constraints: row.session_constraints,
+      llm_config: row.llm_config,
+      created_at: row.updated_at,
+    })
+    .onConflict((oc) => oc.doNothing())
+    .execute();
+}
 
 /** Policy storage: one policy per tool per organization; every method is scoped by organization. */
 export function createPolicyRepository(db: Kysely<Database>) {
@@ -27,18 +54,24 @@ export function createPolicyRepository(db: Kysely<Database>) {
 
     /** Inserts; throws a unique violation when the tool already has a policy. */
     async insert(row: PolicyRow, trx: Db = db): Promise<void> {
-      await trx.insertInto('policies').values(row).execute();
+      await atomically(trx, async (t) => {
+        await t.insertInto('policies').values(row).execute();
+        await recordVersion(t, row);
+      });
     },
 
     /** Inserts unless the tool already has a policy; returns whether it inserted (race-safe on both stores). */
     async insertIfAbsent(row: PolicyRow, trx: Db = db): Promise<boolean> {
-      const inserted = await trx
-        .insertInto('policies')
-        .values(row)
-        .onConflict((oc) => oc.columns(['organization_id', 'tool_name']).doNothing())
-        .returning('tool_name')
-        .executeTakeFirst();
-      return inserted !== undefined;
+      return atomically(trx, async (t) => {
+        const inserted = await t
+          .insertInto('policies')
+          .values(row)
+          .onConflict((oc) => oc.columns(['organization_id', 'tool_name']).doNothing())
+          .returning('tool_name')
+          .executeTakeFirst();
+        if (inserted !== undefined) await recordVersion(t, row);
+        return inserted !== undefined;
+      });
     },
 
     /** Replaces the definition (and optionally activity) and bumps the version atomically; returns the new row. */
@@ -54,15 +87,35 @@ export function createPolicyRepository(db: Kysely<Database>) {
       /** Replace only if the stored version is still this one (a read-modify-write must not lose an update). */
       expectedVersion?: number,
     ): Promise<PolicyRow | undefined> {
-      let q = trx
-        .updateTable('policies')
-        .set((eb) => ({ ...patch, version: eb('version', '+', 1) }))
+      return atomically(trx, async (t) => {
+        let q = t
+          .updateTable('policies')
+          .set((eb) => ({ ...patch, version: eb('version', '+', 1) }))
+          .where('organization_id', '=', organizationId)
+          .where('tool_name', '=', toolName);
+        if (expectedVersion !== undefined) q = q.where('version', '=', expectedVersion);
+        const res = await q.executeTakeFirst();
+        if (Number(res.numUpdatedRows) === 0) return undefined;
+        const row = await this.get(organizationId, toolName, t);
+        if (row) await recordVersion(t, row);
+        return row;
+      });
+    },
+
+    /**
+     * Every recorded version of a tool's policy, newest first. A policy deleted and created again
+     * starts at version 1 again: both incarnations stay listed, told apart by policy_hash and date.
+     */
+    async versions(organizationId: string, toolName: string, version?: number): Promise<PolicyVersionRow[]> {
+      let q = db
+        .selectFrom('policy_versions')
+        .selectAll()
         .where('organization_id', '=', organizationId)
-        .where('tool_name', '=', toolName);
-      if (expectedVersion !== undefined) q = q.where('version', '=', expectedVersion);
-      const res = await q.executeTakeFirst();
-      if (Number(res.numUpdatedRows) === 0) return undefined;
-      return this.get(organizationId, toolName, trx);
+        .where('tool_name', '=', toolName)
+        .orderBy('created_at', 'desc')
+        .orderBy('version', 'desc');
+      if (version !== undefined) q = q.where('version', '=', version);
+      return q.execute();
     },
 
     async setActive(

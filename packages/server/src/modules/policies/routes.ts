@@ -3,6 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { invalid } from '../../lib/errors.js';
 import { Success } from '../../lib/schemas.js';
+import { intParam } from '../decisions/query.js';
 import { createToolRepository } from '../tools/repository.js';
 import { dropNulls } from './model.js';
 import { createPolicyRepository } from './repository.js';
@@ -11,6 +12,9 @@ import {
   PolicyMessage,
   PolicyParams,
   PolicySchema,
+  PolicyVersionParams,
+  PolicyVersionQuery,
+  PolicyVersionSchema,
   PolicyWithQuality,
   PolicyWithTool,
   QualitySchema,
@@ -44,6 +48,32 @@ export const policyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
     '/v1/policies/:toolName',
     { schema: { params: PolicyParams, response: { 200: PolicyWithTool } } },
     async (req) => service.get(await ctx.scope(req), req.params.toolName),
+  );
+
+  app.get(
+    '/v1/policies/:toolName/versions',
+    {
+      schema: {
+        params: PolicyParams,
+        response: { 200: Type.Object({ data: Type.Array(PolicyVersionSchema) }) },
+      },
+    },
+    async (req) => ({ data: await service.versions(await ctx.scope(req), req.params.toolName) }),
+  );
+
+  app.get(
+    '/v1/policies/:toolName/versions/:version',
+    {
+      schema: {
+        params: PolicyVersionParams,
+        querystring: PolicyVersionQuery,
+        response: { 200: PolicyVersionSchema },
+      },
+    },
+    async (req) => {
+      const version = intParam('version', req.params.version, 1, 2 ** 31 - 1)!;
+      return service.version(await ctx.scope(req), req.params.toolName, version, req.query.policy_hash);
+    },
   );
 
   app.post(

@@ -115,3 +115,20 @@ export const PolicyWithTool = Type.Composite([PolicySchema, Type.Object({ tool: 
 
 export const PolicyParams = Type.Object({ toolName: ToolName });
 export const PolicyMessage = Type.Object({ success: Type.Literal(true), message: Type.String() });
+
+export const PolicyVersionParams = Type.Object({
+  toolName: ToolName,
+  version: Type.String({ maxLength: 12 }),
+});
+export const PolicyVersionQuery = Type.Object({
+  policy_hash: Type.Optional(Type.String({ pattern: '^sha256:[0-9a-f]{64}$' })),
+});
+export const PolicyVersionSchema = Type.Object({
+  toolName: Type.String(),
+  version: Type.Integer(),
+  /** sha256:<hex> of the RFC 8785 canonical JSON of `definition`: the receipts' policy_hash. */
+  policyHash: Type.String(),
+  // Exactly the object that was hashed, serialized as stored (no schema filtering), so anyone can rehash it.
+  definition: Type.Any(),
+  createdAt: Type.String(),
+});

@@ -19,9 +19,11 @@ import {
   newPolicyRow,
   type Policy,
   type PolicyInput,
+  type PolicyVersion,
   policyEvent,
   toDefinition,
   toPolicy,
+  toPolicyVersion,
 } from './model.js';
 import type { PolicyRepository } from './repository.js';
 
@@ -128,6 +130,26 @@ export function createPolicyService({ db, policies, tools, cache, events, clock 
       written(scope, toolName);
       events.publish(policyEvent(scope, active ? 'policy.activated' : 'policy.deactivated', toolName));
       return `Policy for tool "${toolName}" ${active ? 'activated' : 'deactivated'}`;
+    },
+
+    /** Every recorded version, newest first (a policy deleted and created again keeps its old versions). */
+    async versions(scope: OrgScope, toolName: string): Promise<PolicyVersion[]> {
+      const rows = await policies.versions(scope.organizationId, toolName);
+      if (rows.length === 0) throw policyNotFound(toolName);
+      return rows.map(toPolicyVersion);
+    },
+
+    /** One version; with several incarnations of that number, the newest, or the one with `policyHash`. */
+    async version(
+      scope: OrgScope,
+      toolName: string,
+      version: number,
+      policyHash?: string,
+    ): Promise<PolicyVersion> {
+      const rows = await policies.versions(scope.organizationId, toolName, version);
+      const row = policyHash ? rows.find((r) => r.policy_hash === policyHash) : rows[0];
+      if (!row) throw notFound(`Version ${version} of the policy for tool "${toolName}"`);
+      return toPolicyVersion(row);
     },
 
     /** Dry run: nothing is read from or written to the policy; hard problems are reported as issues. */
