@@ -1,5 +1,5 @@
 import type { Evaluation, FailedConstraint } from '@svc/policy-engine';
-import type { ReceiptSummary } from '../ledger/model.js';
+import type { Receipt, ReceiptSummary } from '../ledger/model.js';
 import type { KeyPrincipal } from '../modules/api-keys/authenticator.js';
 import type { LoadedPolicy } from '../modules/policies/cache.js';
 
@@ -119,6 +119,8 @@ export interface Enforced<T = never> {
   latencyMs: number;
   decisionId: string;
   receipt: ReceiptSummary;
+  /** The whole receipt as committed (POST /v1/validate returns it). */
+  fullReceipt: Receipt;
   /** The approval opened for a `require_approval` decision, else null. */
   approvalId: string | null;
   /** Whether the tool ran (only for an allowed call with `execute`). */

@@ -155,6 +155,7 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
         latencyMs,
         decisionId,
         receipt: receiptSummary(receipt),
+        fullReceipt: receipt,
         approvalId: verdict.decision === 'require_approval' ? verdict.approvalId : null,
         ran,
         ...(execution ? { execution } : {}),
