@@ -85,6 +85,10 @@ describe('POST /v1/validate (receipt-enabled validation)', () => {
     expectError(await validate({ tool_name: 'pay' }), 400, 'validation_failed');
     expectError(await validate({ tool_name: 'pay', arguments: {} }, asUser(a)), 403, 'authorization_error');
     expectError(await validate({ tool_name: 'pay', arguments: {} }, {}), 401, 'unauthorized');
-    expectError(await validate({ tool_name: 'pay', arguments: {} }, keyHeader('svc_nope')), 401, 'invalid_api_key');
+    expectError(
+      await validate({ tool_name: 'pay', arguments: {} }, keyHeader('svc_nope')),
+      401,
+      'invalid_api_key',
+    );
   });
 });

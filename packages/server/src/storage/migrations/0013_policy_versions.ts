@@ -1,12 +1,14 @@
 import type { Kysely } from 'kysely';
 import { hashJson } from '../../ledger/canonical.js';
+import type { Database } from '../schema.js';
 
 /**
  * Every version of every policy, so that any receipt's policy_hash can be checked against the
  * definition it names. Existing policies are recorded at their current version; their earlier
  * versions were not kept before this table existed.
  */
-export async function up(db: Kysely<any>): Promise<void> {
+export async function up(raw: Kysely<unknown>): Promise<void> {
+  const db = raw as Kysely<Pick<Database, 'policies' | 'policy_versions'>>;
   await db.schema
     .createTable('policy_versions')
     .addColumn('organization_id', 'text', (c) =>
