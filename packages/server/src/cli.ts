@@ -1,9 +1,12 @@
 import { createReadStream } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { parseArgs } from 'node:util';
 import { loadConfig } from './config.js';
+import type { Checkpoint, PublicJwk } from './ledger/checkpoints.js';
 import { formatReport, verifyReceipts } from './ledger/verify.js';
+import { checkCheckpoints, formatCheckpointResults } from './ledger/verify-checkpoints.js';
 
 // The server, the store and JWT signing load only for the commands that use them, so offline
 // commands (receipts verify) start quickly.
@@ -20,8 +23,12 @@ Commands:
   migrate                        apply pending migrations and exit
   token --sub USER [--ttl 1h]    print a user JWT signed with the server's HS256 secret
   receipts verify <file|url|-> [--api-key KEY] [--after N]
+                 [--checkpoints <file|url> --keys <file|url>]
                                  verify an NDJSON receipt export offline (a file, stdin, or a
                                  GET /v1/receipts/export URL; the key defaults to SVC_API_KEY);
+                                 with checkpoints (saved JSON or GET /v1/receipts/checkpoints)
+                                 and a key set (saved JWKS or /.well-known/svc-keys.json), also
+                                 their signatures and that the export matches each of them;
                                  exit 0 intact, 1 broken, 2 usage or I/O error
   keys list                      list the signing keys (active, retired, published until)
   keys rotate                    generate a new signing key; the previous one stays published
@@ -114,7 +121,8 @@ async function keys(args: string[]): Promise<void> {
   }
 }
 
-const VERIFY_USAGE = 'usage: svc receipts verify <file|url|-> [--api-key KEY] [--after N]';
+const VERIFY_USAGE =
+  'usage: svc receipts verify <file|url|-> [--api-key KEY] [--after N] [--checkpoints <file|url> --keys <file|url>]';
 
 /** Splits a byte stream into lines as it arrives, so an export of any size is never held whole. */
 async function* linesOf(stream: AsyncIterable<Uint8Array | string>): AsyncGenerator<string> {
@@ -174,13 +182,49 @@ function openSource(
   return { lines: linesOf(input), expected: null };
 }
 
+/** A JSON document from a file or a URL (sent with the API key, as the export is). */
+async function readJson(target: string, apiKey: string | undefined): Promise<unknown> {
+  if (!/^https?:\/\//i.test(target)) return JSON.parse(await readFile(target, 'utf8'));
+  const res = await fetch(target, { headers: apiKey ? { 'x-service-api-key': apiKey } : {} });
+  if (!res.ok) throw new Error(`${target} answered HTTP ${res.status}`);
+  return res.json();
+}
+
+/** Checkpoints as saved or served: {data: [...]}, an array, one checkpoint, or NDJSON. */
+async function readCheckpoints(target: string, apiKey: string | undefined): Promise<Checkpoint[]> {
+  let doc: unknown;
+  try {
+    doc = await readJson(target, apiKey);
+  } catch (err) {
+    if (/^https?:/i.test(target) || !(err instanceof SyntaxError)) throw err;
+    doc = (await readFile(target, 'utf8'))
+      .split('\n')
+      .filter((l) => l.trim() !== '')
+      .map((l) => JSON.parse(l));
+  }
+  const list = Array.isArray(doc)
+    ? doc
+    : Array.isArray((doc as { data?: unknown })?.data)
+      ? (doc as { data: unknown[] }).data
+      : [doc];
+  return list as Checkpoint[];
+}
+
 function verifyArgs(args: string[]) {
-  let parsed: { values: { 'api-key'?: string; after?: string }; positionals: string[] };
+  let parsed: {
+    values: { 'api-key'?: string; after?: string; checkpoints?: string; keys?: string };
+    positionals: string[];
+  };
   try {
     parsed = parseArgs({
       args,
       allowPositionals: true,
-      options: { 'api-key': { type: 'string' }, after: { type: 'string' } },
+      options: {
+        'api-key': { type: 'string' },
+        after: { type: 'string' },
+        checkpoints: { type: 'string' },
+        keys: { type: 'string' },
+      },
     });
   } catch (err) {
     throw new Error(`${(err as Error).message}\n${VERIFY_USAGE}`);
@@ -189,6 +233,11 @@ function verifyArgs(args: string[]) {
   const after = parsed.values.after;
   if (after !== undefined && !/^\d+$/.test(after)) {
     throw new Error('--after must be a sequence number (a non-negative integer)');
+  }
+  if ((parsed.values.checkpoints === undefined) !== (parsed.values.keys === undefined)) {
+    throw new Error(
+      '--checkpoints and --keys go together: a checkpoint is only as good as the key set it is checked against',
+    );
   }
   return { target: parsed.positionals[0]!, values: parsed.values };
 }
@@ -199,10 +248,18 @@ async function receipts(args: string[]): Promise<void> {
     if (args[0] !== 'verify') throw new Error(VERIFY_USAGE);
     const { target, values } = verifyArgs(args.slice(1));
     const apiKey = values['api-key'] ?? (process.env.SVC_API_KEY || undefined);
+    const checkpoints = values.checkpoints ? await readCheckpoints(values.checkpoints, apiKey) : [];
+    const keySet = values.keys ? ((await readJson(values.keys, apiKey)) as { keys?: PublicJwk[] }).keys : [];
+    if (!Array.isArray(keySet)) throw new Error(`${values.keys} is not a key set ({"keys": [...]})`);
     const source = await openSource(target, apiKey, values.after);
-    const report = await verifyReceipts(source.lines);
+    const report = await verifyReceipts(source.lines, { treeSizes: checkpoints.map((c) => c.tree_size) });
     let output = formatReport(report);
     let ok = report.ok;
+    if (values.checkpoints) {
+      const results = checkCheckpoints(checkpoints, keySet, report);
+      ok &&= results.every((r) => r.status !== 'failed');
+      output += `\n${formatCheckpointResults(results)}`;
+    }
     if (source.expected !== null && report.count < source.expected) {
       // A clean end before the announced length: receipts are missing from the end of the chain.
       ok = false;

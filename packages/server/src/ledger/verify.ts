@@ -27,11 +27,17 @@ export interface VerifyReport {
   /** The first MAX_ERRORS problems, in input order; errors[0] is the first break. */
   errors: VerifyError[];
   warnings: string[];
+  /** For each requested tree size the export covered: the recomputed root and the last receipt hash. */
+  heads: Map<number, { root: string; lastHash: string }>;
+  /** organization_id of the receipts (of the first one), null when none was read. */
+  organizationId: string | null;
 }
 
 export interface VerifyOptions {
   /** Chain head just before the first receipt, for exports that start mid-chain. */
   start?: ChainHead;
+  /** Tree sizes (checkpoints) whose root and last receipt hash should be recomputed from the export. */
+  treeSizes?: Iterable<number>;
 }
 
 /**
@@ -43,7 +49,7 @@ export async function verifyReceipts(
   lines: AsyncIterable<string> | Iterable<string>,
   opts: VerifyOptions = {},
 ): Promise<VerifyReport> {
-  const v = new ChainVerifier(opts.start);
+  const v = new ChainVerifier(opts.start, new Set(opts.treeSizes ?? []));
   let lineNo = 0;
   for await (const text of lines) {
     lineNo++;
@@ -69,8 +75,13 @@ class ChainVerifier {
   private readonly errors: VerifyError[] = [];
   private omitted = 0;
   private readonly warnings: string[] = [];
+  private readonly heads = new Map<number, { root: string; lastHash: string }>();
+  private organizationId: string | null = null;
 
-  constructor(start?: ChainHead) {
+  constructor(
+    start?: ChainHead,
+    private readonly wantedSizes: ReadonlySet<number> = new Set(),
+  ) {
     if (!start) return;
     if (!Number.isSafeInteger(start.sequence) || start.sequence < 0) {
       throw new Error(`invalid start head sequence ${start.sequence}`);
@@ -162,6 +173,12 @@ class ChainVerifier {
     this.expectedSeq = seq === null ? null : seq + 1;
     this.lastHash = typeof r['receipt_hash'] === 'string' ? r['receipt_hash'] : recomputed;
     this.expectedPrev = this.lastHash;
+    if (this.organizationId === null && typeof r['organization_id'] === 'string') {
+      this.organizationId = r['organization_id'];
+    }
+    if (this.tree && this.lastHash && this.wantedSizes.has(this.tree.size)) {
+      this.heads.set(this.tree.size, { root: tagDigest(this.tree.root()), lastHash: this.lastHash });
+    }
   }
 
   private checkMerkle(
@@ -240,6 +257,8 @@ class ChainVerifier {
       merkleRoot: this.tree ? tagDigest(this.tree.root()) : null,
       errors: this.errors,
       warnings,
+      heads: this.heads,
+      organizationId: this.organizationId,
     };
   }
 }

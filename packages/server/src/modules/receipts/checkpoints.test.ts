@@ -10,12 +10,13 @@ import {
   type Tenant,
   type TestApp,
 } from '../../../test/helpers.js';
+import { rewriteChain } from '../../../test/ledger.js';
 import { untagDigest } from '../../ledger/canonical.js';
 import { type Checkpoint, verifyCheckpointSignature } from '../../ledger/checkpoints.js';
 import { leafHash } from '../../ledger/merkle.js';
 import type { Receipt } from '../../ledger/model.js';
 import { verifyConsistency, verifyInclusion } from '../../ledger/proofs.js';
-import { appendReceipts, emptyChainHead, receiptLeafData } from '../../ledger/receipt.js';
+import { receiptLeafData } from '../../ledger/receipt.js';
 
 let t: TestApp;
 let a: Tenant;
@@ -149,32 +150,7 @@ describe('signed checkpoints', () => {
   it('detects a rewritten history, even with every hash recomputed, against a checkpoint signed before', async () => {
     const before = (await get(a, '/v1/receipts/checkpoints/latest')).json() as Checkpoint;
     // Whoever controls the database rewrites receipt 4 and recomputes the whole chain consistently.
-    const receipts = await exported(a);
-    const inputs = receipts.map((r) => {
-      const {
-        schema: _s,
-        sequence: _q,
-        previous_receipt_hash: _p,
-        merkle_root: _m,
-        receipt_hash: _h,
-        ...fields
-      } = r;
-      return r.sequence === 4 ? { ...fields, reason: 'rewritten' } : fields;
-    });
-    const { receipts: forged, head } = appendReceipts(emptyChainHead(), inputs);
-    for (const f of forged) {
-      await t.store.db
-        .updateTable('receipts')
-        .set({ payload: JSON.stringify(f), receipt_hash: f.receipt_hash })
-        .where('organization_id', '=', a.orgId)
-        .where('sequence', '=', f.sequence)
-        .execute();
-    }
-    await t.store.db
-      .updateTable('chain_heads')
-      .set({ last_hash: head.lastHash, frontier: JSON.stringify(head.frontier) })
-      .where('organization_id', '=', a.orgId)
-      .execute();
+    await rewriteChain(t, a.orgId, 4, 'rewritten');
     await record(a, 2, 100);
     const after = (await post(a, '/v1/receipts/checkpoints')).json() as Checkpoint;
     // The new checkpoint is validly signed (the service signs what it holds)…
