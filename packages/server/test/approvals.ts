@@ -1,5 +1,6 @@
 import type { ServiceEvent } from '../src/events/bus.js';
 import type { Clock } from '../src/lib/clock.js';
+import type { OrgScope } from '../src/lib/scope.js';
 import { ADMIN_TOKEN, asUser, bearer, keyHeader, type Tenant, type TestApp } from './helpers.js';
 
 /** A clock tests move by hand; starts at the real time so JWTs and receipts look ordinary. */
@@ -35,23 +36,63 @@ export function collectEvents(t: TestApp, orgId: string): { events: ServiceEvent
 export const openApproval = (t: TestApp, tenant: Tenant, payload: Record<string, unknown>) =>
   t.inject({ method: 'POST', url: '/v1/approvals', headers: keyHeader(tenant.apiKey), payload });
 
+/** A new key of the tenant's project with the given scopes, created by its user. */
+export async function createKey(t: TestApp, tenant: Tenant, scopes: string[], name = 'key'): Promise<string> {
+  const res = await t.inject({
+    method: 'POST',
+    url: '/v1/api-keys',
+    headers: asUser(tenant),
+    payload: { name, projectId: tenant.projectId, scopes },
+  });
+  if (res.statusCode !== 201) throw new Error(`key create failed: ${res.body}`);
+  return res.json().key;
+}
+
+const approverKeys = new WeakMap<Tenant, Promise<string>>();
+
+/** The tenant's approver key (scope approvals:resolve), created once. */
+export function approverKey(t: TestApp, tenant: Tenant): Promise<string> {
+  let key = approverKeys.get(tenant);
+  if (!key) {
+    key = createKey(t, tenant, ['approvals:resolve'], 'approver');
+    approverKeys.set(tenant, key);
+  }
+  return key;
+}
+
 /**
- * Resolves as an API key, or as a tenant's user. A key cannot resolve an approval it requested, so
- * approvals opened by a tenant's own key are resolved as its user.
+ * Resolves an approval. With a tenant and no name: as the tenant's user (recorded as the user id).
+ * With a tenant and a name: through the tenant's approver key relaying that person. With a raw API
+ * key: as that key, relaying `resolvedBy`.
  */
-export const resolveApproval = (
+export async function resolveApproval(
   t: TestApp,
   by: string | Tenant,
   id: string,
   action: string,
-  resolvedBy = 'alice',
-) =>
-  t.inject({
+  resolvedBy?: string,
+) {
+  const headers =
+    typeof by === 'string'
+      ? keyHeader(by)
+      : resolvedBy === undefined
+        ? asUser(by)
+        : keyHeader(await approverKey(t, by));
+  const relayed = typeof by === 'string' ? (resolvedBy ?? 'alice') : resolvedBy;
+  return t.inject({
     method: 'POST',
     url: `/v1/approvals/${id}/resolve`,
-    headers: typeof by === 'string' ? keyHeader(by) : asUser(by),
-    payload: { action, resolvedBy },
+    headers,
+    payload: { action, ...(relayed !== undefined ? { resolvedBy: relayed } : {}) },
   });
+}
+
+/** The service-level scope of a tenant's user, for tests that call services directly. */
+export const asUserScope = (tenant: Tenant): OrgScope => ({
+  organizationId: tenant.orgId,
+  projectId: null,
+  principal: { kind: 'user', userId: tenant.userId },
+});
 
 /** The organization's receipts in chain order, as stored. */
 export async function receiptsOf(t: TestApp, orgId: string): Promise<string[]> {

@@ -5,6 +5,7 @@ import { AppError } from '../lib/errors.js';
 import { type JwtVerifier, TokenError } from '../lib/jwt.js';
 import type { ApiKeyAuthenticator, KeyPrincipal } from '../modules/api-keys/authenticator.js';
 import { looksLikeApiKey } from '../modules/api-keys/keys.js';
+import type { KeyScope } from '../modules/api-keys/model.js';
 
 export interface UserPrincipal {
   kind: 'user';
@@ -33,8 +34,12 @@ declare module 'fastify' {
     queryApiKey?: boolean;
     /** Answer 401 with code `unauthorized` for every authentication failure (event stream). */
     plainUnauthorized?: boolean;
+    /** Scopes an API key needs, any one of them (default `api`); user tokens are not concerned. */
+    scopes?: readonly KeyScope[];
   }
 }
+
+const DEFAULT_ROUTE_SCOPES: readonly KeyScope[] = ['api'];
 
 export interface AuthDeps {
   config: Config;
@@ -113,6 +118,15 @@ export function registerAuth(app: FastifyInstance, deps: AuthDeps): void {
     }
     if (mode === 'apiKey' && principal.kind !== 'apiKey') {
       throw new AppError('authorization_error', 'This endpoint needs an API key (X-Service-API-Key)');
+    }
+    if (principal.kind === 'apiKey') {
+      const accepted = request.routeOptions.config.scopes ?? DEFAULT_ROUTE_SCOPES;
+      if (!accepted.some((s) => principal.scopes.includes(s))) {
+        throw new AppError(
+          'authorization_error',
+          `This API key lacks the scope this endpoint needs (${accepted.join(' or ')}); its scopes: ${principal.scopes.join(', ') || 'none'}`,
+        );
+      }
     }
     request.principal = principal;
   });

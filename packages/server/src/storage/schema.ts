@@ -41,6 +41,8 @@ export interface ApiKeysTable {
   last_used_at: string | null;
   created_at: string;
   updated_at: string | null;
+  /** JSON array of KeyScope, sorted; null only on rows written outside the service (read as the default). */
+  scopes: string | null;
 }
 
 export interface SettingsTable {
@@ -151,6 +153,8 @@ export interface ApprovalsTable {
   created_at: string;
   /** The API key whose call (or request) opened the approval; that key may not resolve it. Null for users. */
   requested_by_key_id: string | null;
+  /** The API key that resolved it, relaying the person in resolved_by; null when a user resolved it. */
+  resolved_by_key_id: string | null;
 }
 
 export interface PolicyDraftsTable {
@@ -168,6 +172,8 @@ export interface PolicyDraftsTable {
   reviewed_at: string | null;
   created_at: string;
   updated_at: string;
+  /** The API key that created the draft; that key may not approve it. Null for users. */
+  created_by_key_id: string | null;
 }
 
 export interface McpUpstreamsTable {

@@ -46,6 +46,7 @@ describe('API keys', () => {
       name: 'ci',
       keyPrefix: created.keyPrefix,
       projectId: tenant.projectId,
+      scopes: ['api'],
       isRevoked: false,
       lastUsedAt: null,
       createdAt: created.createdAt,
@@ -243,5 +244,85 @@ describe('API keys', () => {
       401,
       'invalid_api_key',
     );
+  });
+
+  it('creates keys with scopes, shows them, and refuses unknown or empty scope lists', async () => {
+    const tenant = await createTenant(t);
+    const create = (headers: Record<string, string>, scopes: unknown) =>
+      t.inject({
+        method: 'POST',
+        url: '/v1/api-keys',
+        headers,
+        payload: { name: 'bot', projectId: tenant.projectId, scopes },
+      });
+    const res = await create(asUser(tenant), ['approvals:resolve', 'api']);
+    expect(res.statusCode).toBe(201);
+    expect(res.json().scopes).toEqual(['api', 'approvals:resolve']);
+    const got = await t.inject({
+      method: 'GET',
+      url: `/v1/api-keys/${res.json().id}`,
+      headers: asUser(tenant),
+    });
+    expect(got.json().scopes).toEqual(['api', 'approvals:resolve']);
+    const list = await t.inject({ method: 'GET', url: '/v1/api-keys', headers: asUser(tenant) });
+    expect(list.json().data.map((k: { scopes: string[] }) => k.scopes)).toEqual([
+      ['api'],
+      ['api', 'approvals:resolve'],
+    ]);
+    for (const scopes of [[], ['admin'], ['api', 'api'], 'api']) {
+      expectError(await create(asUser(tenant), scopes), 400, 'validation_failed');
+    }
+    expectError(
+      await t.inject({
+        method: 'POST',
+        url: '/v1/api-keys',
+        headers: asUser(tenant),
+        payload: { name: 'bot', projectId: tenant.projectId, scope: ['api'] },
+      }),
+      400,
+      'validation_failed',
+    );
+  });
+
+  it('lets a key grant only scopes it has, and an approver-only key manage no keys', async () => {
+    const tenant = await createTenant(t);
+    const escalate = await t.inject({
+      method: 'POST',
+      url: '/v1/api-keys',
+      headers: keyHeader(tenant.apiKey),
+      payload: { name: 'self-approver', projectId: tenant.projectId, scopes: ['approvals:resolve'] },
+    });
+    expectError(escalate, 403, 'authorization_error');
+    expect(escalate.json().error.message).toMatch(/lacks approvals:resolve/);
+    const before = (await t.inject({ method: 'GET', url: '/v1/api-keys', headers: asUser(tenant) })).json()
+      .data;
+    expect(before).toHaveLength(1);
+    const sameScopes = await t.inject({
+      method: 'POST',
+      url: '/v1/api-keys',
+      headers: keyHeader(tenant.apiKey),
+      payload: { name: 'ci', projectId: tenant.projectId, scopes: ['api'] },
+    });
+    expect(sameScopes.statusCode).toBe(201);
+    const approver = await t.inject({
+      method: 'POST',
+      url: '/v1/api-keys',
+      headers: asUser(tenant),
+      payload: { name: 'approver', projectId: tenant.projectId, scopes: ['approvals:resolve'] },
+    });
+    for (const req of [
+      { method: 'GET' as const, url: '/v1/api-keys' },
+      {
+        method: 'POST' as const,
+        url: '/v1/api-keys',
+        payload: { name: 'x', projectId: tenant.projectId, scopes: ['approvals:resolve'] },
+      },
+    ]) {
+      expectError(
+        await t.inject({ ...req, headers: keyHeader(approver.json().key) }),
+        403,
+        'authorization_error',
+      );
+    }
   });
 });

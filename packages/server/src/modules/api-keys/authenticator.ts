@@ -1,6 +1,7 @@
 import type { Clock } from '../../lib/clock.js';
 import type { Store } from '../../storage/db.js';
 import { hashApiKey } from './keys.js';
+import { type KeyScope, parseScopes } from './model.js';
 
 export interface KeyPrincipal {
   kind: 'apiKey';
@@ -9,6 +10,8 @@ export interface KeyPrincipal {
   projectId: string | null;
   tier: string;
   rateLimitPerMinute: number | null;
+  /** What the key may do; routes declare the scopes they accept (plugins/auth.ts). */
+  scopes: readonly KeyScope[];
 }
 
 const MAX_CACHED = 50_000;
@@ -51,6 +54,7 @@ export class ApiKeyAuthenticator {
           'k.organization_id',
           'k.project_id',
           'k.is_revoked',
+          'k.scopes',
           'o.tier',
           'o.rate_limit_per_minute',
         ])
@@ -64,6 +68,7 @@ export class ApiKeyAuthenticator {
         projectId: row.project_id,
         tier: row.tier,
         rateLimitPerMinute: row.rate_limit_per_minute,
+        scopes: parseScopes(row.scopes),
       };
       if (generation === this.generation) {
         if (this.cache.size >= MAX_CACHED) this.cache.delete(this.cache.keys().next().value!);

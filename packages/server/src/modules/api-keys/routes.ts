@@ -1,16 +1,20 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { IdParams, Name, Nullable } from '../../lib/schemas.js';
+import { IdParams, Name, Nullable, OneOf } from '../../lib/schemas.js';
 import { createProjectRepository } from '../projects/repository.js';
+import { KEY_SCOPES } from './model.js';
 import { createApiKeyRepository } from './repository.js';
 import { createApiKeyService } from './service.js';
+
+const Scopes = Type.Array(OneOf(KEY_SCOPES), { minItems: 1, maxItems: KEY_SCOPES.length, uniqueItems: true });
 
 const ApiKeySchema = Type.Object({
   id: Type.String(),
   name: Type.String(),
   keyPrefix: Type.String(),
   projectId: Nullable(Type.String()),
+  scopes: Scopes,
   isRevoked: Type.Boolean(),
   lastUsedAt: Nullable(Type.String()),
   createdAt: Type.String(),
@@ -35,7 +39,14 @@ export const apiKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
     '/v1/api-keys',
     {
       schema: {
-        body: Type.Object({ name: Name, projectId: Type.String({ minLength: 1, maxLength: 200 }) }),
+        body: Type.Object(
+          {
+            name: Name,
+            projectId: Type.String({ minLength: 1, maxLength: 200 }),
+            scopes: Type.Optional(Scopes),
+          },
+          { additionalProperties: false },
+        ),
         response: {
           201: Type.Object({
             id: Type.String(),
@@ -43,6 +54,7 @@ export const apiKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
             key: Type.String(),
             keyPrefix: Type.String(),
             projectId: Type.String(),
+            scopes: Scopes,
             createdAt: Type.String(),
             warning: Type.String(),
           }),

@@ -1,33 +1,20 @@
 import type { Clock } from '../../lib/clock.js';
-import { notFound } from '../../lib/errors.js';
+import { forbidden, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { Db } from '../../storage/db.js';
 import type { ApiKeyAuthenticator } from './authenticator.js';
 import { displayPrefix, generateApiKey, hashApiKey } from './keys.js';
+import {
+  type ApiKey,
+  type CreatedApiKey,
+  DEFAULT_KEY_SCOPES,
+  KEY_WARNING,
+  type KeyScope,
+  normalizeScopes,
+  parseScopes,
+} from './model.js';
 import type { ApiKeyRepository, ApiKeyRow } from './repository.js';
-
-export interface ApiKey {
-  id: string;
-  name: string;
-  keyPrefix: string;
-  projectId: string | null;
-  isRevoked: boolean;
-  lastUsedAt: string | null;
-  createdAt: string;
-}
-
-export interface CreatedApiKey {
-  id: string;
-  name: string;
-  key: string;
-  keyPrefix: string;
-  projectId: string;
-  createdAt: string;
-  warning: string;
-}
-
-export const KEY_WARNING = 'Store this key now: it is shown only once and cannot be retrieved later.';
 
 export interface ApiKeyServiceDeps {
   keys: ApiKeyRepository;
@@ -42,6 +29,7 @@ export function createApiKeyService({ keys, authenticator, clock, projectExists 
     name: row.name,
     keyPrefix: row.key_prefix,
     projectId: row.project_id,
+    scopes: parseScopes(row.scopes),
     isRevoked: row.is_revoked === 1,
     lastUsedAt: authenticator.pendingLastUsed(row.id) ?? row.last_used_at,
     createdAt: row.created_at,
@@ -55,8 +43,15 @@ export function createApiKeyService({ keys, authenticator, clock, projectExists 
 
   return {
     /** Mints a key for a project; the full key exists only in the returned value. */
-    async mint(organizationId: string, projectId: string, name: string, trx?: Db): Promise<CreatedApiKey> {
+    async mint(
+      organizationId: string,
+      projectId: string,
+      name: string,
+      trx?: Db,
+      scopes: readonly KeyScope[] = DEFAULT_KEY_SCOPES,
+    ): Promise<CreatedApiKey> {
       const key = generateApiKey();
+      const granted = normalizeScopes(scopes);
       const row: ApiKeyRow = {
         id: uuidv7(),
         organization_id: organizationId,
@@ -68,6 +63,7 @@ export function createApiKeyService({ keys, authenticator, clock, projectExists 
         last_used_at: null,
         created_at: clock.now().toISOString(),
         updated_at: null,
+        scopes: JSON.stringify(granted),
       };
       await keys.insert(row, trx);
       return {
@@ -76,14 +72,32 @@ export function createApiKeyService({ keys, authenticator, clock, projectExists 
         key,
         keyPrefix: row.key_prefix,
         projectId,
+        scopes: granted,
         createdAt: row.created_at,
         warning: KEY_WARNING,
       };
     },
 
-    async create(scope: OrgScope, input: { name: string; projectId: string }): Promise<CreatedApiKey> {
+    /**
+     * A user of the organization may grant any scope; an API key only scopes it has itself, so an
+     * agent's key cannot mint the approver key that would approve its own calls.
+     */
+    async create(
+      scope: OrgScope,
+      input: { name: string; projectId: string; scopes?: KeyScope[] },
+    ): Promise<CreatedApiKey> {
+      const scopes = input.scopes ?? DEFAULT_KEY_SCOPES;
+      const principal = scope.principal;
+      if (principal.kind === 'apiKey') {
+        const missing = scopes.filter((s) => !principal.scopes.includes(s));
+        if (missing.length > 0) {
+          throw forbidden(
+            `An API key can grant only scopes it has itself; this key lacks ${missing.join(', ')} (a user token can grant any scope)`,
+          );
+        }
+      }
       if (!(await projectExists(scope.organizationId, input.projectId))) throw notFound('Project');
-      return this.mint(scope.organizationId, input.projectId, input.name);
+      return this.mint(scope.organizationId, input.projectId, input.name, undefined, scopes);
     },
 
     async list(scope: OrgScope): Promise<ApiKey[]> {

@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  approverKey,
   collectEvents,
+  createKey,
   openApproval,
   receiptsOf,
   resolveApproval,
@@ -173,6 +175,7 @@ describe('GET /v1/approvals/pending and /:id', () => {
       createdAt: pending.createdAt,
       resolvedBy: 'bob',
       resolvedAt: expect.any(String),
+      resolvedByKeyId: expect.any(String),
     });
     const other = await pendingId(tenant);
     await resolveApproval(t, tenant, other, 'deny', 'carol');
@@ -182,6 +185,10 @@ describe('GET /v1/approvals/pending and /:id', () => {
       headers: keyHeader(tenant.apiKey),
     });
     expect(denied.json()).toMatchObject({ status: 'denied', resolvedBy: 'carol' });
+    const third = await pendingId(tenant);
+    await resolveApproval(t, tenant, third, 'approve');
+    const byUser = await t.inject({ method: 'GET', url: `/v1/approvals/${third}`, headers: asUser(tenant) });
+    expect(byUser.json()).toMatchObject({ resolvedBy: tenant.userId, resolvedByKeyId: null });
     expect(denied.json().arguments).toBeUndefined();
   });
 
@@ -277,8 +284,9 @@ describe('POST /v1/approvals/:id/resolve', () => {
     const a = await teamTenant();
     const b = await teamTenant();
     const id = await pendingId(a);
-    expectError(await resolveApproval(t, b.apiKey, id, 'approve'), 404, 'not_found');
-    expectError(await resolveApproval(t, a.apiKey, UNKNOWN, 'approve'), 404, 'not_found');
+    expectError(await resolveApproval(t, await approverKey(t, b), id, 'approve'), 404, 'not_found');
+    expectError(await resolveApproval(t, b, id, 'approve'), 404, 'not_found');
+    expectError(await resolveApproval(t, await approverKey(t, a), UNKNOWN, 'approve'), 404, 'not_found');
     expectError(await resolveApproval(t, a, id, 'maybe'), 400, 'validation_failed');
     expectError(await resolveApproval(t, a, id, 'approve', ''), 400, 'validation_failed');
     expectError(await resolveApproval(t, a, id, 'approve', 'x'.repeat(201)), 400, 'validation_failed');
@@ -287,35 +295,116 @@ describe('POST /v1/approvals/:id/resolve', () => {
   });
 });
 
-describe('an API key resolving its own approval', () => {
-  const secondKey = async (tenant: Tenant): Promise<string> => {
-    const res = await t.inject({
-      method: 'POST',
-      url: '/v1/api-keys',
-      headers: asUser(tenant),
-      payload: { name: 'reviewer', projectId: tenant.projectId },
-    });
-    if (res.statusCode !== 201) throw new Error(res.body);
-    return res.json().key;
-  };
-
-  it('gets 403 for an approval it requested; another key or a user may resolve it', async () => {
+describe('who may resolve', () => {
+  it('a user of the organization resolves as the token sub; a body naming someone else is refused', async () => {
     const tenant = await teamTenant();
-    const mine = await pendingId(tenant);
-    const self = await resolveApproval(t, tenant.apiKey, mine, 'approve');
-    expectError(self, 403, 'authorization_error');
-    expect(self.json().error.message).toBe('an API key cannot resolve an approval it requested');
-    expect((await resolveApproval(t, await secondKey(tenant), mine, 'approve')).statusCode).toBe(200);
-    const other = await pendingId(tenant);
-    expect((await resolveApproval(t, tenant, other, 'deny')).statusCode).toBe(200);
+    const id = await pendingId(tenant);
+    const as = (payload: Record<string, unknown>) =>
+      t.inject({ method: 'POST', url: `/v1/approvals/${id}/resolve`, headers: asUser(tenant), payload });
+    const impersonating = await as({ action: 'approve', resolvedBy: 'ceo' });
+    expectError(impersonating, 403, 'authorization_error');
+    expect(impersonating.json().error.message).toMatch(/not the signed-in user/);
+    const res = await as({ action: 'approve' });
+    expect(res.json()).toMatchObject({ status: 'approved', resolvedBy: tenant.userId });
+    const last = JSON.parse((await receiptsOf(t, tenant.orgId)).at(-1)!);
+    expect(last.approval_hash).toBe(approvalHash(id, 'approve', tenant.userId));
+    const batch = await t.inject({
+      method: 'POST',
+      url: '/v1/approvals/batch-resolve',
+      headers: asUser(tenant),
+      payload: { ids: [await pendingId(tenant)], action: 'deny', resolvedBy: 'ceo' },
+    });
+    expectError(batch, 403, 'authorization_error');
   });
 
-  it('gets 403 for an approval its escalated validate call opened, also in a batch', async () => {
+  it('a user who is not a member gets 403 and changes nothing', async () => {
+    const a = await teamTenant();
+    const b = await teamTenant();
+    const id = await pendingId(a);
+    const res = await t.inject({
+      method: 'POST',
+      url: `/v1/approvals/${id}/resolve`,
+      headers: { authorization: `Bearer ${b.token}`, 'x-organization-id': a.orgId },
+      payload: { action: 'approve' },
+    });
+    expectError(res, 403, 'authorization_error');
+    const still = await t.inject({ method: 'GET', url: `/v1/approvals/${id}`, headers: asUser(a) });
+    expect(still.json().status).toBe('pending');
+  });
+
+  it('an agent key (scope api) cannot resolve, alone or in a batch', async () => {
     const tenant = await teamTenant();
+    const reviewerKey = await createKey(t, tenant, ['api'], 'other agent');
+    const id = await pendingId(tenant);
+    for (const key of [tenant.apiKey, reviewerKey]) {
+      const single = await resolveApproval(t, key, id, 'approve');
+      expectError(single, 403, 'authorization_error');
+      expect(single.json().error.message).toMatch(/approvals:resolve/);
+      expectError(
+        await t.inject({
+          method: 'POST',
+          url: '/v1/approvals/batch-resolve',
+          headers: keyHeader(key),
+          payload: { ids: [id], action: 'approve', resolvedBy: 'x' },
+        }),
+        403,
+        'authorization_error',
+      );
+    }
+    const still = await t.inject({ method: 'GET', url: `/v1/approvals/${id}`, headers: asUser(tenant) });
+    expect(still.json().status).toBe('pending');
+  });
+
+  it('an approver key relays a named person, is recorded beside the name, and reads what it decides', async () => {
+    const tenant = await teamTenant();
+    const key = await approverKey(t, tenant);
+    const id = await pendingId(tenant);
+    const pending = await t.inject({ method: 'GET', url: '/v1/approvals/pending', headers: keyHeader(key) });
+    expect(pending.json().data.map((a: { id: string }) => a.id)).toContain(id);
+    const unnamed = await t.inject({
+      method: 'POST',
+      url: `/v1/approvals/${id}/resolve`,
+      headers: keyHeader(key),
+      payload: { action: 'approve' },
+    });
+    expectError(unnamed, 400, 'validation_failed');
+    expect(unnamed.json().error.message).toMatch(/resolvedBy/);
+    const res = await resolveApproval(t, key, id, 'approve', 'chat:U42');
+    expect(res.json()).toMatchObject({ status: 'approved', resolvedBy: 'chat:U42' });
+    const keys = (await t.inject({ method: 'GET', url: '/v1/api-keys', headers: asUser(tenant) })).json()
+      .data;
+    const keyId = keys.find((k: { name: string }) => k.name === 'approver').id;
+    const got = await t.inject({ method: 'GET', url: `/v1/approvals/${id}`, headers: keyHeader(key) });
+    expect(got.json()).toMatchObject({ resolvedBy: 'chat:U42', resolvedByKeyId: keyId });
+    const last = JSON.parse((await receiptsOf(t, tenant.orgId)).at(-1)!);
+    expect(last.reason).toBe(`Approval ${id} approved by chat:U42 through API key ${keyId}`);
+    // An approver-only key does nothing else.
+    for (const [method, url] of [
+      ['POST', '/v1/tools/validate'],
+      ['GET', '/v1/policies'],
+      ['GET', '/v1/api-keys'],
+      ['GET', '/v1/decisions'],
+    ] as const) {
+      expectError(
+        await t.inject({
+          method,
+          url,
+          headers: keyHeader(key),
+          ...(method === 'POST' ? { payload: {} } : {}),
+        }),
+        403,
+        'authorization_error',
+      );
+    }
+  });
+
+  it('a key never resolves an approval it requested, even with the approver scope (also in a batch)', async () => {
+    const tenant = await teamTenant();
+    const both = await createKey(t, tenant, ['api', 'approvals:resolve'], 'agent and approver');
     await t.inject({
       method: 'POST',
       url: '/v1/policies',
-      headers: keyHeader(tenant.apiKey),
+      headers: keyHeader(both),
       payload: {
         toolName: 'wire',
         constraints: [{ argumentName: 'amount', maximum: 10, action: 'require_approval' }],
@@ -324,20 +413,21 @@ describe('an API key resolving its own approval', () => {
     const v = await t.inject({
       method: 'POST',
       url: '/v1/tools/validate',
-      headers: keyHeader(tenant.apiKey),
+      headers: keyHeader(both),
       payload: { tool_name: 'wire', arguments: { amount: 50 } },
     });
     expect(v.json().decision).toBe('require_approval');
     const escalated = v.json().approval_id as string;
-    const requested = await pendingId(tenant);
-    expectError(await resolveApproval(t, tenant.apiKey, escalated, 'approve'), 403, 'authorization_error');
-    const reviewer = await secondKey(tenant);
-    const byReviewer = await pendingId({ ...tenant, apiKey: reviewer });
+    const requested = await pendingId({ ...tenant, apiKey: both });
+    const byOther = await pendingId(tenant);
+    const self = await resolveApproval(t, both, escalated, 'approve');
+    expectError(self, 403, 'authorization_error');
+    expect(self.json().error.message).toBe('an API key cannot resolve an approval it requested');
     const batch = await t.inject({
       method: 'POST',
       url: '/v1/approvals/batch-resolve',
-      headers: keyHeader(tenant.apiKey),
-      payload: { ids: [escalated, requested, byReviewer], action: 'approve', resolvedBy: 'agent' },
+      headers: keyHeader(both),
+      payload: { ids: [escalated, requested, byOther], action: 'approve', resolvedBy: 'agent' },
     });
     expect(batch.json().results).toEqual([
       {
@@ -350,9 +440,12 @@ describe('an API key resolving its own approval', () => {
         status: 'pending',
         error: { code: 'authorization_error', message: expect.any(String) },
       },
-      { id: byReviewer, status: 'approved', resolvedBy: 'agent', resolvedAt: expect.any(String) },
+      { id: byOther, status: 'approved', resolvedBy: 'agent', resolvedAt: expect.any(String) },
     ]);
-    expect((await resolveApproval(t, reviewer, escalated, 'approve')).statusCode).toBe(200);
+    expect(
+      (await resolveApproval(t, await approverKey(t, tenant), escalated, 'approve', 'bob')).statusCode,
+    ).toBe(200);
+    expect((await resolveApproval(t, tenant, requested, 'deny')).statusCode).toBe(200);
   });
 });
 
@@ -367,7 +460,7 @@ describe('POST /v1/approvals/batch-resolve', () => {
     const res = await t.inject({
       method: 'POST',
       url: '/v1/approvals/batch-resolve',
-      headers: asUser(a),
+      headers: keyHeader(await approverKey(t, a)),
       payload: { ids: [p1, UNKNOWN, done, foreign, p2], action: 'deny', resolvedBy: 'ops' },
     });
     seen.stop();
@@ -403,7 +496,7 @@ describe('POST /v1/approvals/batch-resolve', () => {
     const res = await t.inject({
       method: 'POST',
       url: '/v1/approvals/batch-resolve',
-      headers: keyHeader(tenant.apiKey),
+      headers: keyHeader(await approverKey(t, tenant)),
       payload,
     });
     expectError(res, 400, 'validation_failed');

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
+  asUserScope,
   collectEvents,
   ManualClock,
   openApproval,
@@ -98,7 +99,7 @@ describe('approval expiry', () => {
       method: 'POST',
       url: '/v1/approvals/batch-resolve',
       headers: asUser(tenant),
-      payload: { ids: [due, later], action: 'approve', resolvedBy: 'ops' },
+      payload: { ids: [due, later], action: 'approve' },
     });
     expect(batch.json().results).toEqual([
       { id: due, status: 'expired', error: { code: 'expired', message: expect.any(String) } },
@@ -140,12 +141,7 @@ describe('approval expiry', () => {
       log: { error: (obj) => errors.push(obj) },
       tierOf: async () => 'team',
     });
-    const resolved = await service.resolve(
-      { organizationId: tenant.orgId, projectId: null },
-      id,
-      'approve',
-      'x',
-    );
+    const resolved = await service.resolve(asUserScope(tenant), id, 'approve');
     expect(resolved.status).toBe('approved');
     expect(errors).toEqual([expect.objectContaining({ approvalId: id })]);
   });
@@ -174,12 +170,7 @@ describe('approval expiry', () => {
       log: { error: () => {} },
       tierOf: async () => 'team',
     });
-    const results = await service.batchResolve(
-      { organizationId: tenant.orgId, projectId: null },
-      [a, broken, b],
-      'approve',
-      'ops',
-    );
+    const results = await service.batchResolve(asUserScope(tenant), [a, broken, b], 'approve');
     expect(results).toEqual([
       expect.objectContaining({ id: a, status: 'approved' }),
       { id: broken, status: 'unknown', error: { code: 'internal_error', message: expect.any(String) } },

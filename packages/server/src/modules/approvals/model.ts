@@ -38,6 +38,8 @@ export interface Approval {
   expiresAt?: string;
   resolvedBy?: string;
   resolvedAt?: string;
+  /** The API key that relayed the resolution; null when a user resolved it. */
+  resolvedByKeyId?: string | null;
 }
 
 export function toApproval(row: ApprovalRow, now: string): Approval {
@@ -55,7 +57,12 @@ export function toApproval(row: ApprovalRow, now: string): Approval {
     case 'expired':
       return { ...base, expiresAt: row.expires_at };
     default:
-      return { ...base, resolvedBy: row.resolved_by ?? '', resolvedAt: row.resolved_at ?? '' };
+      return {
+        ...base,
+        resolvedBy: row.resolved_by ?? '',
+        resolvedAt: row.resolved_at ?? '',
+        resolvedByKeyId: row.resolved_by_key_id,
+      };
   }
 }
 

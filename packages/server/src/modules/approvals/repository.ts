@@ -57,7 +57,12 @@ export function createApprovalRepository(db: Kysely<Database>) {
     ): Promise<ApprovalRow | undefined> {
       let q = db
         .updateTable('approvals')
-        .set({ status: r.status, resolved_by: r.resolvedBy, resolved_at: r.resolvedAt })
+        .set({
+          status: r.status,
+          resolved_by: r.resolvedBy,
+          resolved_at: r.resolvedAt,
+          resolved_by_key_id: r.byKeyId ?? null,
+        })
         .where('organization_id', '=', organizationId)
         .where('id', '=', id)
         .where('status', '=', 'pending')

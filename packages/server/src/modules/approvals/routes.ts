@@ -3,6 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { assertJsonDepth } from '../../lib/json.js';
 import { IdParams } from '../../lib/schemas.js';
+import type { KeyScope } from '../api-keys/model.js';
 import {
   ApprovalSchema,
   BatchResolveBody,
@@ -13,6 +14,10 @@ import {
   ResolveBody,
   ResolvedSchema,
 } from './schemas.js';
+
+/** An approver key reads what it is asked to decide; only it (or a user) resolves. */
+const READ: readonly KeyScope[] = ['api', 'approvals:resolve'];
+const RESOLVE: readonly KeyScope[] = ['approvals:resolve'];
 
 /** The service lives on ctx (validation opens and uses approvals too); this module serves and sweeps. */
 export const approvalRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
@@ -32,25 +37,32 @@ export const approvalRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
 
   app.get(
     '/v1/approvals/pending',
-    { schema: { response: { 200: Type.Object({ data: Type.Array(PendingApprovalSchema) }) } } },
+    {
+      config: { scopes: READ },
+      schema: { response: { 200: Type.Object({ data: Type.Array(PendingApprovalSchema) }) } },
+    },
     async (req) => ({ data: await service.listPending(await ctx.scope(req)) }),
   );
 
   app.get(
     '/v1/approvals/:id',
-    { schema: { params: IdParams, response: { 200: ApprovalSchema } } },
+    { config: { scopes: READ }, schema: { params: IdParams, response: { 200: ApprovalSchema } } },
     async (req) => service.get(await ctx.scope(req), req.params.id),
   );
 
   app.post(
     '/v1/approvals/:id/resolve',
-    { schema: { params: IdParams, body: ResolveBody, response: { 200: ResolvedSchema } } },
+    {
+      config: { scopes: RESOLVE },
+      schema: { params: IdParams, body: ResolveBody, response: { 200: ResolvedSchema } },
+    },
     async (req) => service.resolve(await ctx.scope(req), req.params.id, req.body.action, req.body.resolvedBy),
   );
 
   app.post(
     '/v1/approvals/batch-resolve',
     {
+      config: { scopes: RESOLVE },
       schema: {
         body: BatchResolveBody,
         response: { 200: Type.Object({ results: Type.Array(BatchResultSchema) }) },

@@ -16,8 +16,9 @@ export const CreateApprovalBody = Type.Object(
   { additionalProperties: false },
 );
 
+/** resolvedBy: with a user token it may only restate the token's sub; a key names the person it relays. */
 export const ResolveBody = Type.Object(
-  { action: Action, resolvedBy: ResolvedBy },
+  { action: Action, resolvedBy: Type.Optional(ResolvedBy) },
   { additionalProperties: false },
 );
 
@@ -25,7 +26,7 @@ export const BatchResolveBody = Type.Object(
   {
     ids: Type.Array(Uuid, { minItems: 1, maxItems: 100 }),
     action: Action,
-    resolvedBy: ResolvedBy,
+    resolvedBy: Type.Optional(ResolvedBy),
   },
   { additionalProperties: false },
 );
@@ -55,6 +56,7 @@ export const ApprovalSchema = Type.Object({
   arguments: Type.Optional(Args),
   resolvedBy: Type.Optional(Type.String()),
   resolvedAt: Type.Optional(Type.String()),
+  resolvedByKeyId: Type.Optional(Nullable(Type.String())),
   createdAt: Type.String(),
   expiresAt: Type.Optional(Type.String()),
 });

@@ -23,13 +23,38 @@ import { createApprovalSweeper } from './sweeper.js';
 /** Where an approval lives; validation passes this without a principal. */
 export type ApprovalTenant = Pick<OrgScope, 'organizationId' | 'projectId'>;
 
-/** Who resolves: an API key principal may not resolve an approval it requested. */
-export type ApprovalResolver = ApprovalTenant & { principal?: OrgScope['principal'] };
-
-const keyIdOf = (scope: ApprovalResolver): string | null =>
-  scope.principal?.kind === 'apiKey' ? scope.principal.keyId : null;
-
 export const SELF_RESOLVE = 'an API key cannot resolve an approval it requested';
+
+/**
+ * Who resolves, as recorded. A user resolves as the token's `sub` (a body `resolvedBy` may only
+ * restate it); an API key needs the `approvals:resolve` scope and names the person whose decision it
+ * relays, and is recorded beside that name.
+ */
+export interface Resolver {
+  resolvedBy: string;
+  byKeyId: string | null;
+}
+
+export function resolverOf(scope: OrgScope, resolvedBy: string | undefined): Resolver {
+  const p = scope.principal;
+  if (p.kind === 'user') {
+    if (resolvedBy !== undefined && resolvedBy !== p.userId) {
+      throw forbidden(
+        `resolvedBy "${resolvedBy}" is not the signed-in user: a user token resolves as its own user ("${p.userId}"); omit resolvedBy`,
+      );
+    }
+    return { resolvedBy: p.userId, byKeyId: null };
+  }
+  if (!p.scopes.includes('approvals:resolve')) {
+    throw forbidden('This API key cannot resolve approvals: it needs the approvals:resolve scope');
+  }
+  if (resolvedBy === undefined) {
+    throw invalid(
+      'body/resolvedBy is required with an API key: name the person whose decision the key relays',
+    );
+  }
+  return { resolvedBy, byKeyId: p.keyId };
+}
 
 export interface OpenApproval {
   /** Preassigned by validation so the decision's receipt can bind it; generated otherwise. */
@@ -99,14 +124,13 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
 
   /** pending → approved/denied, or the error the spec names for why it cannot happen. */
   async function transition(
-    scope: ApprovalResolver,
+    scope: ApprovalTenant,
     id: string,
     action: ApprovalAction,
-    resolvedBy: string,
+    { resolvedBy, byKeyId }: Resolver,
   ): Promise<ApprovalRow> {
     const at = now();
     const status = action === 'approve' ? 'approved' : 'denied';
-    const byKeyId = keyIdOf(scope);
     const row = await approvals.resolve(
       scope.organizationId,
       id,
@@ -139,7 +163,9 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
           argument_hash: row.argument_hash,
           policy_version: null,
           policy_hash: null,
-          reason: `Approval ${row.id} ${row.status} by ${resolvedBy}`,
+          reason: `Approval ${row.id} ${row.status} by ${resolvedBy}${
+            row.resolved_by_key_id ? ` through API key ${row.resolved_by_key_id}` : ''
+          }`,
           timestamp: resolvedAt,
           approval_id: row.id,
           approval_hash: approvalHash(row.id, action, resolvedBy),
@@ -197,6 +223,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       used_at: null,
       created_at: created.toISOString(),
       requested_by_key_id: input.requestedByKeyId ?? null,
+      resolved_by_key_id: null,
     };
     await approvals.insert(row);
     events.publish({
@@ -253,25 +280,28 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
     },
 
     async resolve(
-      scope: ApprovalResolver,
+      scope: OrgScope,
       id: string,
       action: ApprovalAction,
-      resolvedBy: string,
+      resolvedBy?: string,
     ): Promise<Resolved> {
-      return resolved(await transition(scope, id, action, resolvedBy), action);
+      const resolver = resolverOf(scope, resolvedBy);
+      return resolved(await transition(scope, id, action, resolver), action);
     },
 
     /** Resolves each id on its own; every id is reported, in request order. */
     async batchResolve(
-      scope: ApprovalResolver,
+      scope: OrgScope,
       ids: string[],
       action: ApprovalAction,
-      resolvedBy: string,
+      resolvedBy?: string,
     ): Promise<BatchResult[]> {
+      // Who resolves is one answer for the whole request: a refusal there refuses the batch.
+      const resolver = resolverOf(scope, resolvedBy);
       const outcomes: (ApprovalRow | BatchResult)[] = [];
       for (const id of ids) {
         try {
-          outcomes.push(await transition(scope, id, action, resolvedBy));
+          outcomes.push(await transition(scope, id, action, resolver));
         } catch (err) {
           outcomes.push(await failure(scope, id, err));
         }

@@ -181,7 +181,7 @@ describe('MCP gateway decisions', () => {
       method: 'POST',
       url: `/v1/approvals/${data.approvalId}/resolve`,
       headers: asUser(tenant),
-      payload: { action: 'approve', resolvedBy: 'reviewer' },
+      payload: { action: 'approve' },
     });
     expect(resolved.statusCode).toBe(200);
     const ok = await client.callTool({

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { collectEvents } from '../../../test/approvals.js';
+import { collectEvents, createKey } from '../../../test/approvals.js';
 import {
   asUser,
   createTenant,
@@ -35,18 +35,18 @@ const RULES = [
   rule('empty', 'allow', ['pay'], []),
 ];
 
-async function pendingDraft(tenant: Tenant, rules: object[] = RULES): Promise<string> {
+async function pendingDraft(tenant: Tenant, rules: object[] = RULES, key = tenant.apiKey): Promise<string> {
   const created = await t.inject({
     method: 'POST',
     url: '/v1/policy-drafts',
-    headers: keyHeader(tenant.apiKey),
+    headers: keyHeader(key),
     payload: { name: 'Caps', projectId: tenant.projectId, createdByAgentId: 'agent', rules },
   });
   const id = created.json().data.id;
   await t.inject({
     method: 'POST',
     url: `/v1/policy-drafts/${id}/submit`,
-    headers: keyHeader(tenant.apiKey),
+    headers: keyHeader(key),
   });
   return id;
 }
@@ -74,6 +74,55 @@ describe('POST /v1/policy-drafts/:id/approve', () => {
       headers: keyHeader(tenant.apiKey),
     });
     expectError(res, 403, 'authorization_error');
+    expect(res.json().error.message).toMatch(/policy-drafts:approve/);
+  });
+
+  it('a key with policy-drafts:approve approves drafts of others, never its own', async () => {
+    const tenant = await createTenant(t);
+    const reviewer = await createKey(t, tenant, ['policy-drafts:approve'], 'reviewer');
+    const both = await createKey(t, tenant, ['api', 'policy-drafts:approve'], 'agent and reviewer');
+    const own = await pendingDraft(tenant, RULES, both);
+    const self = await t.inject({
+      method: 'POST',
+      url: `/v1/policy-drafts/${own}/approve`,
+      headers: keyHeader(both),
+    });
+    expectError(self, 403, 'authorization_error');
+    expect(self.json().error.message).toBe('an API key cannot approve a policy draft it created');
+    const listed = await t.inject({ method: 'GET', url: '/v1/policy-drafts', headers: keyHeader(reviewer) });
+    expect(listed.json().data.map((d: { id: string }) => d.id)).toContain(own);
+    const res = await t.inject({
+      method: 'POST',
+      url: `/v1/policy-drafts/${own}/approve`,
+      headers: keyHeader(reviewer),
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.json().data.status).toBe('approved');
+    expect(res.json().data.reviewedBy).toMatch(/^apikey:/);
+    // The reviewer key writes nothing else.
+    expectError(
+      await t.inject({
+        method: 'POST',
+        url: '/v1/policy-drafts',
+        headers: keyHeader(reviewer),
+        payload: { name: 'x', projectId: tenant.projectId, createdByAgentId: 'a', rules: [] },
+      }),
+      403,
+      'authorization_error',
+    );
+    // Another organization's reviewer key sees nothing.
+    const other = await createTenant(t);
+    const foreign = await createKey(t, other, ['policy-drafts:approve'], 'reviewer');
+    const draft = await pendingDraft(tenant);
+    expectError(
+      await t.inject({
+        method: 'POST',
+        url: `/v1/policy-drafts/${draft}/approve`,
+        headers: keyHeader(foreign),
+      }),
+      404,
+      'not_found',
+    );
   });
 
   it('applies the approvable rules as working policies, merged per tool, and reports the rest', async () => {

@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { IdParams } from '../../lib/schemas.js';
+import type { KeyScope } from '../api-keys/model.js';
 import { createPolicyRepository } from '../policies/repository.js';
 import { createProjectRepository } from '../projects/repository.js';
 import { createDraftRepository } from './repository.js';
@@ -14,6 +15,10 @@ import {
   PatchDraftBody,
 } from './schemas.js';
 import { createDraftService } from './service.js';
+
+/** A reviewer key reads drafts and approves or rejects them; it writes nothing else. */
+const REVIEW: readonly KeyScope[] = ['api', 'policy-drafts:approve'];
+const APPROVE: readonly KeyScope[] = ['policy-drafts:approve'];
 
 export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const projects = createProjectRepository(ctx.store.db);
@@ -37,6 +42,7 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
   app.get(
     '/v1/policy-drafts',
     {
+      config: { scopes: REVIEW },
       schema: {
         querystring: ListDraftsQuery,
         response: { 200: Type.Object({ data: Type.Array(DraftSchema) }) },
@@ -47,7 +53,7 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
 
   app.get(
     '/v1/policy-drafts/:id',
-    { schema: { params: IdParams, response: { 200: DraftEnvelope } } },
+    { config: { scopes: REVIEW }, schema: { params: IdParams, response: { 200: DraftEnvelope } } },
     async (req) => ({ data: await service.get(await ctx.scope(req), req.params.id) }),
   );
 
@@ -68,16 +74,17 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
     async (req) => ({ data: await service.submit(await ctx.scope(req), req.params.id) }),
   );
 
-  // SPEC §5.3: approving needs an authenticated user; an API key alone answers 403.
+  // SPEC §5.3: approving needs a person: a user token, or a key made to relay one (never the key
+  // that created the draft; see the service).
   app.post(
     '/v1/policy-drafts/:id/approve',
-    { config: { auth: 'jwt' }, schema: { params: IdParams, response: { 200: ApprovedDraft } } },
+    { config: { scopes: APPROVE }, schema: { params: IdParams, response: { 200: ApprovedDraft } } },
     async (req) => service.approve(await ctx.scope(req), req.params.id),
   );
 
   app.post(
     '/v1/policy-drafts/:id/reject',
-    { schema: { params: IdParams, response: { 200: DraftEnvelope } } },
+    { config: { scopes: REVIEW }, schema: { params: IdParams, response: { 200: DraftEnvelope } } },
     async (req) => ({ data: await service.reject(await ctx.scope(req), req.params.id) }),
   );
 };

@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely';
 import type { EventBus } from '../../events/bus.js';
 import type { Clock } from '../../lib/clock.js';
-import { AppError, invalid, notFound } from '../../lib/errors.js';
+import { AppError, forbidden, invalid, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { Database } from '../../storage/schema.js';
@@ -92,6 +92,7 @@ export function createDraftService(deps: DraftServiceDeps) {
         reviewed_at: null,
         created_at: at,
         updated_at: at,
+        created_by_key_id: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
       };
       await drafts.insert(row);
       return toDraft(row);
@@ -174,6 +175,18 @@ export function createDraftService(deps: DraftServiceDeps) {
       scope: OrgScope,
       id: string,
     ): Promise<{ data: PolicyDraft; applied: AppliedPolicy[]; skipped: SkippedDraftRule[] }> {
+      const p = scope.principal;
+      if (p.kind === 'apiKey') {
+        if (!p.scopes.includes('policy-drafts:approve')) {
+          throw forbidden(
+            'Approving a draft needs a user token, or an API key with the policy-drafts:approve scope',
+          );
+        }
+        // created_by_key_id never changes, so reading it before the guarded update is enough.
+        if ((await load(scope, id)).created_by_key_id === p.keyId) {
+          throw forbidden('an API key cannot approve a policy draft it created');
+        }
+      }
       const at = now();
       const patch = { status: 'approved', reviewed_by: reviewer(scope), reviewed_at: at, updated_at: at };
       const result = await db.transaction().execute(async (trx) => {
