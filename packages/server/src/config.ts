@@ -6,6 +6,8 @@ export interface Config {
   databaseUrl: string;
   jwtSecret: string | null;
   jwtJwksUrl: string | null;
+  /** How long the identity provider's key set is used before it is fetched again. */
+  jwtJwksCacheSeconds: number;
   jwtIssuer: string | null;
   jwtAudience: string | null;
   adminToken: string | null;
@@ -56,6 +58,15 @@ function flag(name: string, value: string | undefined): boolean {
   throw new Error(`${name} must be true or false, got "${value}"`);
 }
 
+function seconds(name: string, value: string | undefined, fallback: number): number {
+  const v = nonEmpty(value);
+  if (v === null) return fallback;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1 || n > 86_400)
+    throw new Error(`${name} must be a whole number of seconds 1-86400, got "${value}"`);
+  return n;
+}
+
 /** Reads the operator contract from the environment; invalid values stop the start with a clear message. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const host = nonEmpty(env.HOST) ?? '127.0.0.1';
@@ -71,6 +82,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     databaseUrl,
     jwtSecret: nonEmpty(env.SVC_JWT_SECRET),
     jwtJwksUrl: nonEmpty(env.SVC_JWT_JWKS_URL),
+    jwtJwksCacheSeconds: seconds('SVC_JWT_JWKS_CACHE_SECONDS', env.SVC_JWT_JWKS_CACHE_SECONDS, 600),
     jwtIssuer: nonEmpty(env.SVC_JWT_ISSUER),
     jwtAudience: nonEmpty(env.SVC_JWT_AUDIENCE),
     adminToken: nonEmpty(env.SVC_ADMIN_TOKEN),

@@ -78,6 +78,8 @@ export class SseClient implements StreamClient {
   }
 }
 
+const STREAM_SCOPES = ['api', 'approvals:resolve', 'policy-drafts:approve'] as const;
+
 export const sseRoutes: FastifyPluginAsyncTypebox<{
   ctx: AppContext;
   jwt: JwtVerifier;
@@ -88,7 +90,8 @@ export const sseRoutes: FastifyPluginAsyncTypebox<{
     {
       // A HEAD would open a stream with no body: not offered.
       exposeHeadRoute: false,
-      config: { auth: 'any', queryApiKey: true, plainUnauthorized: true },
+      // Reviewer keys (a chat bot relaying people's clicks) watch for what they are asked to decide.
+      config: { auth: 'any', queryApiKey: true, plainUnauthorized: true, scopes: STREAM_SCOPES },
       schema: { querystring: StreamQuery },
     },
     async (req, reply) => {

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { createRemoteJWKSet, errors as joseErrors, jwtVerify, SignJWT } from 'jose';
+import { createRemoteJWKSet, type JWTVerifyGetKey, errors as joseErrors, jwtVerify, SignJWT } from 'jose';
 import type { Config } from '../config.js';
 import type { Store } from '../storage/db.js';
 
@@ -11,9 +11,53 @@ export interface UserClaims {
 
 export interface JwtVerifier {
   verify(token: string): Promise<UserClaims>;
+  /** Which tokens are accepted, for the start-up log: e.g. `HS256 (SVC_JWT_SECRET)`. */
+  readonly sources: string[];
 }
 
+/** The token is not acceptable: the caller's problem (401). */
 export class TokenError extends Error {}
+
+/**
+ * The identity provider's key set could not be fetched (unreachable, timeout, not a key set) when the
+ * cached one was stale or lacked the token's key: the service's problem (503), not the caller's.
+ */
+export class KeySourceError extends Error {}
+
+/** Asymmetric algorithms accepted from an identity provider's JWKS. */
+const JWKS_ALGORITHMS = ['RS256', 'ES256', 'EdDSA'];
+/** How long a failed key set fetch waits before the next one (jose's cooldown for unknown kids). */
+const JWKS_COOLDOWN_MS = 30_000;
+const JWKS_TIMEOUT_MS = 5_000;
+
+/**
+ * The provider's key set, cached for SVC_JWT_JWKS_CACHE_SECONDS. A failure to fetch it becomes a
+ * KeySourceError; a token whose key is not in a freshly fetched set stays a token error.
+ */
+function jwksKeys(url: string, cacheSeconds: number): JWTVerifyGetKey {
+  const jwks = createRemoteJWKSet(new URL(url), {
+    cacheMaxAge: cacheSeconds * 1000,
+    cooldownDuration: Math.min(JWKS_COOLDOWN_MS, cacheSeconds * 1000),
+    timeoutDuration: JWKS_TIMEOUT_MS,
+  });
+  return async (header, token) => {
+    try {
+      return await jwks(header, token);
+    } catch (err) {
+      if (
+        err instanceof joseErrors.JWKSNoMatchingKey ||
+        err instanceof joseErrors.JWKSMultipleMatchingKeys ||
+        err instanceof joseErrors.JOSENotSupported
+      ) {
+        throw err;
+      }
+      const why = err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : '';
+      throw new KeySourceError(
+        `the identity provider's key set at ${url} could not be fetched${why ? `: ${why}` : ''}`,
+      );
+    }
+  };
+}
 
 const SECRET_SETTING = 'jwt_secret';
 
@@ -57,24 +101,38 @@ export async function resolveJwtSecret(config: Config, store: Store): Promise<st
   return randomBytes(32).toString('base64url');
 }
 
+/**
+ * Verifies user tokens. With SVC_JWT_SECRET, HS256 tokens are checked against it; with
+ * SVC_JWT_JWKS_URL, RS256/ES256/EdDSA tokens against the provider's key set. With both, both kinds
+ * are accepted (each only with its own key: an HS256 token is never checked against a public key).
+ */
 export function createJwtVerifier(config: Config, secret: string | null): JwtVerifier {
   const options = {
     ...(config.jwtIssuer ? { issuer: config.jwtIssuer } : {}),
     ...(config.jwtAudience ? { audience: config.jwtAudience } : {}),
   };
   const key = secret ? new TextEncoder().encode(secret) : null;
-  const jwks = !key && config.jwtJwksUrl ? createRemoteJWKSet(new URL(config.jwtJwksUrl)) : null;
+  const jwks = config.jwtJwksUrl ? jwksKeys(config.jwtJwksUrl, config.jwtJwksCacheSeconds) : null;
+  const algorithms = [...(key ? ['HS256'] : []), ...(jwks ? JWKS_ALGORITHMS : [])];
+  const getKey: JWTVerifyGetKey = async (header, token) => {
+    if (header.alg === 'HS256' && key) return key;
+    if (header.alg !== 'HS256' && jwks) return jwks(header, token);
+    throw new TokenError(`tokens signed with ${header.alg} are not accepted`);
+  };
+  const sources = [
+    ...(key ? [`HS256 (${config.jwtSecret ? 'SVC_JWT_SECRET' : 'generated secret'})`] : []),
+    ...(jwks ? [`${JWKS_ALGORITHMS.join('/')} from ${config.jwtJwksUrl}`] : []),
+  ];
   return {
+    sources,
     async verify(token) {
       try {
-        const { payload } = key
-          ? await jwtVerify(token, key, { ...options, algorithms: ['HS256'] })
-          : await jwtVerify(token, jwks!, { ...options, algorithms: ['RS256', 'ES256', 'EdDSA'] });
+        const { payload } = await jwtVerify(token, getKey, { ...options, algorithms });
         if (typeof payload.sub !== 'string' || payload.sub === '')
           throw new TokenError('token has no sub claim');
         return { sub: payload.sub };
       } catch (err) {
-        if (err instanceof TokenError) throw err;
+        if (err instanceof TokenError || err instanceof KeySourceError) throw err;
         if (err instanceof joseErrors.JWTExpired) throw new TokenError('token expired');
         if (err instanceof joseErrors.JOSEError) throw new TokenError(`invalid token: ${err.code}`);
         throw new TokenError('invalid token');

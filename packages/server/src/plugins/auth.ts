@@ -2,7 +2,7 @@ import { timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
 import { AppError } from '../lib/errors.js';
-import { type JwtVerifier, TokenError } from '../lib/jwt.js';
+import { type JwtVerifier, KeySourceError, TokenError } from '../lib/jwt.js';
 import type { ApiKeyAuthenticator, KeyPrincipal } from '../modules/api-keys/authenticator.js';
 import { looksLikeApiKey } from '../modules/api-keys/keys.js';
 import type { KeyScope } from '../modules/api-keys/model.js';
@@ -61,6 +61,7 @@ export function bearerToken(request: FastifyRequest): string | null {
 
 export function registerAuth(app: FastifyInstance, deps: AuthDeps): void {
   app.decorateRequest('principal', null);
+  app.log.info({ userTokens: deps.jwt.sources }, 'user tokens accepted');
 
   async function authenticate(request: FastifyRequest): Promise<Principal> {
     const config = request.routeOptions.config;
@@ -85,6 +86,15 @@ export function registerAuth(app: FastifyInstance, deps: AuthDeps): void {
         const claims = await deps.jwt.verify(token);
         return { kind: 'user', userId: claims.sub };
       } catch (err) {
+        if (err instanceof KeySourceError) {
+          // Not the caller's fault: say so, and tell the operator.
+          request.log.warn({ err }, 'user token not checked: identity provider key set unavailable');
+          throw new AppError(
+            'service_unavailable',
+            'User tokens cannot be checked right now: the identity provider is unreachable; retry later',
+            { 'retry-after': '5' },
+          );
+        }
         const why = err instanceof TokenError ? err.message : 'invalid token';
         throw new AppError('unauthorized', `Invalid bearer token: ${why}`);
       }
@@ -123,7 +133,7 @@ export function registerAuth(app: FastifyInstance, deps: AuthDeps): void {
       const accepted = request.routeOptions.config.scopes ?? DEFAULT_ROUTE_SCOPES;
       if (!accepted.some((s) => principal.scopes.includes(s))) {
         throw new AppError(
-          'authorization_error',
+          request.routeOptions.config.plainUnauthorized ? 'unauthorized' : 'authorization_error',
           `This API key lacks the scope this endpoint needs (${accepted.join(' or ')}); its scopes: ${principal.scopes.join(', ') || 'none'}`,
         );
       }
