@@ -8,15 +8,15 @@ import {
   REPO_ROOT,
   readWalkthrough,
   runBlocks,
+  runtimeEnv,
   type StartedServer,
-  serverCommand,
   startServerProcess,
   type Walkthrough,
 } from './readme.js';
 
 /**
- * The README's walk-through, executed: the server started the way the README starts it, as a real
- * process, on a fresh store (SQLite in a temp dir, or a fresh PostgreSQL schema under
+ * The README's walk-through, executed: the server started with the README's own command (`npm
+ * start`: the compiled output, or the sources when it is missing or older than them), as a real process, on a fresh store (SQLite in a temp dir, or a fresh PostgreSQL schema under
  * SVC_TEST_DATABASE_URL) and a free port; then every shell block in order, in one bash, each
  * checked against its `# → …` lines (a block without them must print nothing).
  */
@@ -45,11 +45,12 @@ describe('README walk-through', () => {
     const port = await freePort();
     env = {
       ...cleanEnv(),
+      ...runtimeEnv(),
       PORT: String(port),
       SVC_DATABASE_URL: database.url,
     };
     server = await startServerProcess(
-      serverCommand(walkthrough.server),
+      walkthrough.server,
       { ...env, SVC_LOG_LEVEL: 'warn' },
       `http://127.0.0.1:${port}`,
       60_000,

@@ -1,5 +1,5 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -115,30 +115,40 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-/** Script files a command or a launcher names (`….js` paths) that this checkout does not have. */
-function missingFiles(text: string, base: string): string[] {
-  return [...text.matchAll(/([\w./-]+\.(?:js|mjs|cjs))\b/g)]
-    .map((m) => m[1]!)
-    .filter((file) => /[/.]/.test(file.slice(0, -3)) && !existsSync(resolve(base, file)));
+/** Newest modification time of the non-test TypeScript sources under `dir`. */
+function newestSource(dir: string): number {
+  let newest = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) newest = Math.max(newest, newestSource(path));
+    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.test.ts'))
+      newest = Math.max(newest, statSync(path).mtimeMs);
+  }
+  return newest;
+}
+
+/** Whether every package's compiled output (`npm install` builds it) is there and not older than its sources. */
+function builtOutputIsCurrent(): boolean {
+  const packages = join(REPO_ROOT, 'packages');
+  return readdirSync(packages).every((name) => {
+    const src = join(packages, name, 'src');
+    if (!existsSync(src)) return true;
+    const dist = join(packages, name, 'dist');
+    if (!existsSync(dist)) return false;
+    const built = readdirSync(dist)
+      .filter((f) => f.endsWith('.js'))
+      .map((f) => statSync(join(dist, f)).mtimeMs);
+    return built.length > 0 && Math.min(...built) >= newestSource(src);
+  });
 }
 
 /**
- * The README's server command, runnable here: `npm start` as written, unless its script runs build
- * output this checkout has not built (tests run from sources); then the `svc` launcher, or failing
- * that the sources through tsx, with the same environment and arguments.
+ * Extra environment under which the README's commands (`npm start`, `npx svc`) run as written: none
+ * when the compiled output is current, as after `npm install`; otherwise (sources edited since, or
+ * never built) the commands load the sources, as `npm run dev` does, so the test checks this tree.
  */
-export function serverCommand(readmeCommand: string): string {
-  const pkg = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as {
-    scripts?: Record<string, string>;
-  };
-  if (missingFiles(pkg.scripts?.start ?? '', REPO_ROOT).length === 0) return readmeCommand;
-  const launcher = join(REPO_ROOT, 'packages/server/bin/svc.js');
-  const launcherRuns =
-    existsSync(launcher) && missingFiles(readFileSync(launcher, 'utf8'), dirname(launcher)).length === 0;
-  const direct = launcherRuns
-    ? 'node packages/server/bin/svc.js serve'
-    : `node --import tsx --input-type=module -e "const { main } = await import('./packages/server/src/cli.ts'); await main(['serve'])"`;
-  return readmeCommand.replace(/\bnpm start\b/, direct);
+export function runtimeEnv(): NodeJS.ProcessEnv {
+  return builtOutputIsCurrent() ? {} : { NODE_OPTIONS: '--conditions=@svc/source --import tsx' };
 }
 
 export interface StartedServer {
