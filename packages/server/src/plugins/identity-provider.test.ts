@@ -66,15 +66,21 @@ describe('user tokens from an identity provider (SVC_JWT_JWKS_URL)', () => {
   });
 
   it('answers 503 and warns while the key set is stale and the provider unreachable, then recovers', async () => {
-    const token = await idp.token('ES256');
-    expect((await whoAmI(t, token)).statusCode).toBe(200);
-    const warn = vi.spyOn(t.app.log, 'warn');
-    await idp.stop();
+    // Its own app, so the key set is fetched by this test's first request, not earlier.
+    const cacheMs = 2000;
+    const own = await createTestApp({ ...providerConfig(), jwtJwksCacheSeconds: cacheMs / 1000 });
+    const warn = vi.spyOn(own.app.log, 'warn');
     try {
-      // Within the cache duration the cached keys still answer.
-      expect((await whoAmI(t, token)).statusCode).toBe(200);
-      await new Promise((r) => setTimeout(r, 1100));
-      const res = await whoAmI(t, token);
+      const token = await idp.token('ES256');
+      // The first request fetches the key set: after fetchedAfter, before fetchedBy.
+      const fetchedAfter = Date.now();
+      expect((await whoAmI(own, token)).statusCode).toBe(200);
+      const fetchedBy = Date.now();
+      await idp.stop();
+      // Within the cache duration the cached keys still answer (checked only while surely within it).
+      if (Date.now() - fetchedAfter < cacheMs / 2) expect((await whoAmI(own, token)).statusCode).toBe(200);
+      await new Promise((r) => setTimeout(r, Math.max(0, fetchedBy + cacheMs + 100 - Date.now())));
+      const res = await whoAmI(own, token);
       expectError(res, 503, 'service_unavailable');
       expect(res.headers['retry-after']).toBe('5');
       expect(res.json().error.message).toMatch(/identity provider is unreachable/);
@@ -86,7 +92,7 @@ describe('user tokens from an identity provider (SVC_JWT_JWKS_URL)', () => {
       );
       // An API key does not depend on the provider.
       expectError(
-        await t.inject({
+        await own.inject({
           method: 'GET',
           url: '/v1/organizations',
           headers: { 'x-service-api-key': 'svc_x' },
@@ -94,11 +100,13 @@ describe('user tokens from an identity provider (SVC_JWT_JWKS_URL)', () => {
         401,
         'invalid_api_key',
       );
+      await idp.start();
+      expect((await whoAmI(own, token)).statusCode).toBe(200);
     } finally {
       warn.mockRestore();
       await idp.start();
+      await own.close();
     }
-    expect((await whoAmI(t, token)).statusCode).toBe(200);
   });
 });
 
