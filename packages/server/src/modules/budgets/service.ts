@@ -2,7 +2,6 @@ import {
   type AuthorizationOutcome,
   BUDGET_SCOPES,
   type BudgetScope,
-  combineConfigs,
   decideAuthorization,
   type EconomicConfig,
   figuresOf,
