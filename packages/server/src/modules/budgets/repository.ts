@@ -51,6 +51,11 @@ const scopeRows = (k: ScopeKeys) =>
 export class LedgerTx {
   private sequence: number;
 
+  /** The sequence the next appended entry gets. */
+  get next(): number {
+    return this.sequence;
+  }
+
   constructor(
     readonly db: Db,
     readonly organizationId: string,
@@ -87,6 +92,11 @@ export class LedgerTx {
     }));
     if (rows.length === 0) return rows;
     await this.db.insertInto('spend_ledger').values(rows).execute();
+    // One upsert per balance row, whatever the number of entries (a commit and its release).
+    const sums = new Map<
+      string,
+      { scope: string; key: string; period: string; spent: number; reserved: number }
+    >();
     for (const r of rows) {
       const d = deltas(r.kind, r.amount_micros);
       if (d.spent === 0 && d.reserved === 0) continue;
@@ -98,30 +108,30 @@ export class LedgerTx {
         categoryWindow: r.category_window,
       };
       for (const [scope, key, period] of scopeRows(keys)) {
-        await this.db
-          .insertInto('spend_balances')
-          .values({
-            organization_id: this.organizationId,
-            scope,
-            scope_key: key,
-            period,
-            spent_micros: d.spent,
-            reserved_micros: d.reserved,
-          })
-          .onConflict((oc) =>
-            oc.columns(['organization_id', 'scope', 'scope_key', 'period']).doUpdateSet({
-              spent_micros: sql`spend_balances.spent_micros + ${d.spent}`,
-              reserved_micros: sql`spend_balances.reserved_micros + ${d.reserved}`,
-            }),
-          )
-          .execute();
+        const id = JSON.stringify([scope, key, period]);
+        const s = sums.get(id) ?? { scope, key, period, spent: 0, reserved: 0 };
+        sums.set(id, { ...s, spent: s.spent + d.spent, reserved: s.reserved + d.reserved });
       }
     }
-    await this.db
-      .updateTable('spend_heads')
-      .set({ sequence: this.sequence, updated_at: this.now })
-      .where('organization_id', '=', this.organizationId)
-      .execute();
+    for (const s of sums.values()) {
+      await this.db
+        .insertInto('spend_balances')
+        .values({
+          organization_id: this.organizationId,
+          scope: s.scope,
+          scope_key: s.key,
+          period: s.period,
+          spent_micros: s.spent,
+          reserved_micros: s.reserved,
+        })
+        .onConflict((oc) =>
+          oc.columns(['organization_id', 'scope', 'scope_key', 'period']).doUpdateSet({
+            spent_micros: sql`spend_balances.spent_micros + ${s.spent}`,
+            reserved_micros: sql`spend_balances.reserved_micros + ${s.reserved}`,
+          }),
+        )
+        .execute();
+    }
     return rows;
   }
 
@@ -178,7 +188,7 @@ export class LedgerTx {
 
   /**
    * Reservations past their expiry stop counting: each gets an expiry entry and its action the
-   * state `expired`. Run first in every transaction, so no decision ever counts a lapsed one.
+   * state `expired`. The ledger runs it before an organization's operations in every transaction.
    */
   async expireDue(): Promise<ActionRow[]> {
     const due = await this.db
@@ -239,13 +249,35 @@ export class LedgerTx {
   }
 }
 
+interface Job {
+  organizationId: string;
+  now: () => string;
+  fn: (tx: LedgerTx) => Promise<unknown>;
+  resolve: (value: unknown) => void;
+  reject: (err: unknown) => void;
+}
+
+type Outcome = { ok: true; value: unknown } | { ok: false; err: unknown };
+
+/** Largest number of ledger operations committed in one transaction. */
+const MAX_BATCH = 256;
+
 /**
- * Opens transactions on one organization's ledger, one at a time across every process: the
- * organization's `spend_heads` row is locked (PostgreSQL: SELECT … FOR UPDATE; SQLite: BEGIN
- * IMMEDIATE takes the database's write lock), so the read of the balances and the append that
- * depends on it can never interleave with another authorization's.
+ * Runs operations on organizations' ledgers one at a time across every process: the first operation
+ * of an organization in a transaction locks its `spend_heads` row (PostgreSQL: SELECT … FOR UPDATE;
+ * SQLite: the transaction is BEGIN IMMEDIATE, which takes the database's write lock), so the read of
+ * the balances and the append that depends on it never interleave with another process's.
+ *
+ * Group commit: operations queued while a transaction runs go into the next one, each inside its
+ * own savepoint (a failing one is rolled back alone), so a durable commit costs one fsync per batch,
+ * not one per call. Within a batch they run in organization order, so two processes lock heads in
+ * the same order and cannot deadlock. Before an organization's first operation its lapsed
+ * reservations are expired, so no decision counts one. A promise settles only after COMMIT.
  */
 export function createSpendLedger(store: Store) {
+  let queue: Job[] = [];
+  let running = false;
+
   async function head(db: Db, org: string, now: string): Promise<number> {
     const select = () => {
       const q = db.selectFrom('spend_heads').select('sequence').where('organization_id', '=', org);
@@ -264,27 +296,97 @@ export function createSpendLedger(store: Store) {
     return Number(row.sequence);
   }
 
-  return {
-    async locked<T>(organizationId: string, now: () => string, fn: (tx: LedgerTx) => Promise<T>): Promise<T> {
-      if (store.dialect === 'postgres') {
-        return store.db.transaction().execute(async (trx) => {
-          const at = now();
-          return fn(new LedgerTx(trx, organizationId, await head(trx, organizationId, at), at));
-        });
+  async function transaction(fn: (db: Db) => Promise<void>): Promise<void> {
+    if (store.dialect === 'postgres') {
+      await store.db.transaction().execute(fn);
+      return;
+    }
+    // Kysely's SQLite transactions BEGIN DEFERRED; IMMEDIATE takes the write lock up front, so a
+    // second process waits (busy_timeout) instead of failing on a lock upgrade.
+    await store.db.connection().execute(async (conn) => {
+      await sql`BEGIN IMMEDIATE`.execute(conn);
+      try {
+        await fn(conn);
+        await sql`COMMIT`.execute(conn);
+      } catch (err) {
+        await sql`ROLLBACK`.execute(conn).catch(() => {});
+        throw err;
       }
-      // Kysely's SQLite transactions BEGIN DEFERRED; IMMEDIATE takes the write lock up front, so a
-      // second process waits (busy_timeout) instead of failing on a lock upgrade.
-      return store.db.connection().execute(async (conn) => {
-        await sql`BEGIN IMMEDIATE`.execute(conn);
-        try {
-          const at = now();
-          const out = await fn(new LedgerTx(conn, organizationId, await head(conn, organizationId, at), at));
-          await sql`COMMIT`.execute(conn);
-          return out;
-        } catch (err) {
-          await sql`ROLLBACK`.execute(conn).catch(() => {});
-          throw err;
+    });
+  }
+
+  async function runBatch(batch: Job[]): Promise<void> {
+    const outcomes: Outcome[] = [];
+    try {
+      await transaction(async (db) => {
+        // The next sequence of each organization in this batch, as of the last operation that held.
+        const sequences = new Map<string, number>();
+        for (const job of batch) {
+          const org = job.organizationId;
+          if (!sequences.has(org)) {
+            const at = job.now();
+            const housekeeping = new LedgerTx(db, org, await head(db, org, at), at);
+            await housekeeping.expireDue();
+            sequences.set(org, housekeeping.next);
+          }
+          await sql`SAVEPOINT spend_op`.execute(db);
+          try {
+            const tx = new LedgerTx(db, org, sequences.get(org)!, job.now());
+            const value = await job.fn(tx);
+            await sql`RELEASE SAVEPOINT spend_op`.execute(db);
+            sequences.set(org, tx.next);
+            outcomes.push({ ok: true, value });
+          } catch (err) {
+            await sql`ROLLBACK TO SAVEPOINT spend_op`.execute(db);
+            await sql`RELEASE SAVEPOINT spend_op`.execute(db);
+            outcomes.push({ ok: false, err });
+          }
         }
+        const at = new Date().toISOString();
+        for (const [org, sequence] of sequences) {
+          await db
+            .updateTable('spend_heads')
+            .set({ sequence, updated_at: at })
+            .where('organization_id', '=', org)
+            .execute();
+        }
+      });
+    } catch (err) {
+      for (const job of batch) job.reject(err);
+      return;
+    }
+    for (const [i, job] of batch.entries()) {
+      const o = outcomes[i]!;
+      if (o.ok) job.resolve(o.value);
+      else job.reject(o.err);
+    }
+  }
+
+  async function drain(): Promise<void> {
+    try {
+      while (queue.length > 0) {
+        const batch = queue.slice(0, MAX_BATCH);
+        queue = queue.slice(MAX_BATCH);
+        // Stable sort: each organization's operations keep their arrival order.
+        batch.sort((a, b) =>
+          a.organizationId < b.organizationId ? -1 : a.organizationId > b.organizationId ? 1 : 0,
+        );
+        await runBatch(batch);
+      }
+    } finally {
+      running = false;
+    }
+  }
+
+  return {
+    /** Runs `fn` holding the organization's ledger lock; resolves once its transaction committed. */
+    locked<T>(organizationId: string, now: () => string, fn: (tx: LedgerTx) => Promise<T>): Promise<T> {
+      return new Promise<T>((resolve, reject) => {
+        queue.push({ organizationId, now, fn, resolve: resolve as (v: unknown) => void, reject });
+        if (running) return;
+        running = true;
+        // The next turn, so that every request parsed in this I/O turn joins the batch.
+        setImmediate(() => void drain());
       });
     },
 

@@ -333,7 +333,6 @@ export function createBudgetService(deps: BudgetServiceDeps) {
   ) {
     const approvalsAvailable = approvalsAllowed(await tierOf(scope));
     return ledger.locked(scope.organizationId, now, async (tx) => {
-      await tx.expireDue();
       const payer = input.payer ?? config?.defaultPayer ?? null;
       const usage = await tx.usage(keysFor(input, config, tx.now));
       const outcome = decideAuthorization({
@@ -379,7 +378,6 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       const approvalsAvailable = approvalsAllowed(await tierOf(scope));
       const hash = hashJson(requestRecord(input));
       const result = await ledger.locked(scope.organizationId, now, async (tx): Promise<Fresh | Replay> => {
-        await tx.expireDue();
         const existing = await tx.action(input.actionId);
         const base = { config, authority, approvalsAvailable, existing, approved: null };
         if (!existing) {
@@ -467,7 +465,6 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       const { effective: config, authority } = await loadEffective(configs, scope);
       const hash = hashJson(commitRecord(input));
       const result = await ledger.locked(scope.organizationId, now, async (tx) => {
-        await tx.expireDue();
         const a = await tx.action(input.actionId);
         if (!a) throw notFound(`Authorization of action "${input.actionId}"`);
         if (a.commit_hash !== null) {
@@ -618,7 +615,6 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       const { effective: config, authority } = await loadEffective(configs, scope);
       try {
         return await ledger.locked(scope.organizationId, now, async (tx) => {
-          await tx.expireDue();
           const category = input.category ?? '';
           const usage = await tx.usage(keysFor({ ...input, category }, config, tx.now));
           const scopes: BudgetScope[] =
