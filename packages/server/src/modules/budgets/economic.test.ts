@@ -390,7 +390,7 @@ describe('authorize and commit', () => {
     expect(again.json()).toEqual(first.json());
     const changed = await authorize(tenant, { ...req, estimatedSpendUsd: 11, payer: 'team-card' });
     expectError(changed, 409, 'action_conflict');
-    expect(changed.json().error.message).toContain('estimatedSpendMicros');
+    expect(changed.json().error.message).toContain('estimatedSpendUsd');
     expect(changed.json().error.message).toContain('payer');
     const s = await status(tenant, { sessionId: req.sessionId, agentId: req.agentId });
     expect(s.json().budget.session).toMatchObject({ reservedUsd: 10, spentUsd: 0 });

@@ -82,9 +82,17 @@ function commitRecord(c: CommitInput): Record<string, unknown> {
   };
 }
 
-/** Names of the fields two records disagree on, for a conflict message. */
+/** The request field each stored field comes from. */
+const FIELD_NAMES: Record<string, string> = {
+  estimatedSpendMicros: 'estimatedSpendUsd',
+  maxAcceptableSpendMicros: 'maxAcceptableSpendUsd',
+};
+
+/** Request fields on which two records disagree, for a conflict message. */
 function differing(a: Record<string, unknown>, b: Record<string, unknown>): string[] {
-  return Object.keys(b).filter((k) => hashJson(a[k] ?? null) !== hashJson(b[k] ?? null));
+  return Object.keys(b)
+    .filter((k) => hashJson(a[k] ?? null) !== hashJson(b[k] ?? null))
+    .map((k) => FIELD_NAMES[k] ?? k);
 }
 
 const conflict = (actionId: string, what: string, fields: string[]) =>
