@@ -116,4 +116,37 @@ describe('spend ledger under concurrency', () => {
     const other = await createTenant(t);
     expect(await ledger.entries(other.orgId)).toEqual([]);
   });
+
+  it('answers 20 parallel copies of one authorize and of its commit alike, reserving and spending once', async () => {
+    const tenant = await createTenant(t);
+    await t.inject({
+      method: 'PUT',
+      url: '/v1/economic/config',
+      headers: asUser(tenant),
+      payload: { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 },
+    });
+    const body = {
+      actionId: 'once',
+      sessionId: 'dup',
+      agentId: 'agent',
+      toolName: 'buy',
+      category: 'supplies',
+      estimatedSpendUsd: 40,
+    };
+    const send = (url: string, payload: object) =>
+      t.inject({ method: 'POST', url, headers: keyHeader(tenant.apiKey), payload });
+    const answers = await Promise.all(Array.from({ length: 20 }, () => send('/v1/economic/authorize', body)));
+    expect(new Set(answers.map((a) => a.body)).size).toBe(1);
+    expect(answers[0]!.json()).toMatchObject({ decision: 'allow', budget: { session: { reservedUsd: 40 } } });
+    const commit = { ...body, quotedSpendUsd: 40, actualSpendUsd: 39 };
+    delete (commit as Record<string, unknown>).estimatedSpendUsd;
+    const commits = await Promise.all(Array.from({ length: 20 }, () => send('/v1/economic/commit', commit)));
+    expect(new Set(commits.map((c) => c.body)).size).toBe(1);
+    expect(commits[0]!.json()).toMatchObject({
+      status: 'committed',
+      budget: { session: { spentUsd: 39, reservedUsd: 0 } },
+    });
+    const entries = await createSpendLedger(t.store).entries(tenant.orgId);
+    expect(entries.map((e) => e.kind)).toEqual(['authorization', 'reservation', 'commit', 'release']);
+  });
 });
