@@ -2,6 +2,7 @@
  * npm run bench — every benchmark in one run, each printing its command, figures and verdict.
  * BENCH_DURATION (seconds per measured phase, default 10) and BENCH_RATE (default 5000) tune it.
  */
+import { runEconomicBench } from './economic.js';
 import { runEngineBench } from './engine.js';
 import { runGatewayBench } from './gateway.js';
 import { runValidateBench } from './validate.js';
@@ -34,4 +35,12 @@ console.log(`${verdict(g.addedP50 <= 1)} added latency p50 ${g.addedP50} ms (goa
 console.log(`${verdict(g.addedP99 <= 5)} added latency p99 ${g.addedP99} ms (goal <= 5 ms)`);
 console.log(
   `${verdict(g.recorded >= g.answered)} durability: ${g.answered} answered, ${g.recorded} recorded`,
+);
+
+console.log(
+  '\n## economic: authorize + commit pairs on the embedded store (node --import tsx bench/economic.ts)',
+);
+const e = await runEconomicBench({ durationS, port: 18500 });
+console.log(
+  `${verdict(e.failed === 0 && e.spentUsd === e.expectedSpentUsd)} ledger exact: ${e.answered} pairs measured, ${e.failed} failed, spent equals the committed actuals`,
 );

@@ -22,6 +22,7 @@ import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { createApprovalRepository } from './modules/approvals/repository.js';
 import { approvalRoutes } from './modules/approvals/routes.js';
 import { createApprovalService } from './modules/approvals/service.js';
+import { budgetRoutes } from './modules/budgets/routes.js';
 import { decisionRoutes } from './modules/decisions/routes.js';
 import { healthRoutes } from './modules/health/routes.js';
 import { mcpRoutes } from './modules/mcp/routes.js';
@@ -164,6 +165,7 @@ export async function buildApp({
     await app.register(receiptRoutes, { ctx });
     await app.register(eventRoutes, { ctx, jwt, ...(streams ? { streams } : {}) });
     await app.register(mcpRoutes, { ctx });
+    await app.register(budgetRoutes, { ctx });
     return { app, ctx };
   } catch (err) {
     // Nothing else owns the Redis connections yet: close them, or the process would hang on them.

@@ -1,7 +1,13 @@
 import type { Insertable } from 'kysely';
 import type { Database, DecisionsTable, SessionCountersTable } from '../storage/schema.js';
 
-export type ReceiptDecision = 'allow' | 'deny' | 'require_approval' | 'approval_approved' | 'approval_denied';
+export type ReceiptDecision =
+  | 'allow'
+  | 'deny'
+  | 'require_approval'
+  | 'approval_approved'
+  | 'approval_denied'
+  | 'economic_committed';
 export type ReceiptMode = 'deterministic' | 'llm';
 
 /** What the caller supplies for one receipt; the chain fields are filled in by appendReceipts. */
@@ -28,6 +34,10 @@ export interface ReceiptFields {
   approval_id?: string;
   approval_hash?: string;
   source?: string;
+  // Spend receipts (economic authorize and commit): the action, its amount and who pays.
+  action_id?: string;
+  amount_micros?: number;
+  payer?: string;
 }
 
 export type ReceiptInput = ReceiptFields & { receipt_id: string };

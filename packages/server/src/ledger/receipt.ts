@@ -26,6 +26,9 @@ const OPTIONAL_KEYS = [
   'approval_id',
   'approval_hash',
   'source',
+  'action_id',
+  'amount_micros',
+  'payer',
 ] as const;
 
 export function emptyChainHead(): ChainHead {

@@ -51,6 +51,8 @@ describe('verifyReceipts', () => {
       merkleRoot: receipts[99]!.merkle_root,
       errors: [],
       warnings: [],
+      heads: new Map(),
+      organizationId: receipts[0]!.organization_id,
     });
     expect(formatReport(report)).toBe(
       `OK: 100 receipts verified, chain head ${head.lastHash}, merkle root ${receipts[99]!.merkle_root}`,

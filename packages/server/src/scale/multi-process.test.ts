@@ -211,6 +211,37 @@ describe.skipIf(!TEST_PG_URL)('two server processes on PostgreSQL and Redis', ()
     expect(results.filter((r) => r.json.decision === 'allow')).toHaveLength(10);
   });
 
+  it('keeps a spend budget exact: 100 parallel $10 authorizations split across A and B, 10 allowed', async () => {
+    const t = await tenant();
+    const config = await call(a!.url, 'PUT', '/v1/economic/config', user(t), {
+      approvedPayers: ['corp'],
+      defaultPayer: 'corp',
+      sessionLimitUsd: 100,
+    });
+    expect(config.status).toBe(200);
+    const results = await Promise.all(
+      Array.from({ length: 100 }, (_, i) =>
+        call(i % 2 ? a!.url : b!.url, 'POST', '/v1/economic/authorize', key(t), {
+          actionId: `buy-${i}`,
+          sessionId: 'shared',
+          agentId: 'agent',
+          toolName: 'buy',
+          category: 'supplies',
+          estimatedSpendUsd: 10,
+        }),
+      ),
+    );
+    expect(results.every((r) => r.status === 200)).toBe(true);
+    const allowed = results.filter((r) => r.json.decision === 'allow');
+    expect(allowed).toHaveLength(10);
+    expect(results.filter((r) => r.json.reasonCode === 'session_budget_exceeded')).toHaveLength(90);
+    const status = await call(b!.url, 'POST', '/v1/economic/status', key(t), {
+      sessionId: 'shared',
+      agentId: 'agent',
+    });
+    expect(status.json.budget.session).toMatchObject({ limitUsd: 100, reservedUsd: 100, remainingUsd: 0 });
+  });
+
   // Last: it stops instance A.
   it('drains on SIGTERM: open streams end, WebSockets close with 1001, the process exits 0', async () => {
     const t = await tenant();

@@ -219,6 +219,92 @@ export interface CheckpointsTable {
   signature: string;
 }
 
+export interface EconomicConfigsTable {
+  organization_id: string;
+  /** '' for the organization's configuration, else the project id. */
+  scope_key: string;
+  project_id: string | null;
+  /** JSON of the configuration in micro-dollars (policy-engine EconomicConfig). */
+  config: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface SpendHeadsTable {
+  organization_id: string;
+  /** Entries in the organization's spend ledger so far (next sequence). */
+  sequence: number;
+  updated_at: string;
+}
+
+/** One append-only entry of an organization's spend ledger. Amounts are integer micro-dollars. */
+export interface SpendLedgerTable {
+  organization_id: string;
+  sequence: number;
+  id: string;
+  project_id: string | null;
+  /** authorization, reservation, commit, release or expiry. */
+  kind: string;
+  action_id: string;
+  /** The reservation a commit, release or expiry settles. */
+  reservation_id: string | null;
+  session_id: string;
+  agent_id: string;
+  category: string;
+  payer: string | null;
+  tool_name: string;
+  amount_micros: number;
+  decision: string | null;
+  reason_code: string | null;
+  approval_id: string | null;
+  agent_window: string;
+  category_window: string;
+  expires_at: string | null;
+  created_at: string;
+}
+
+/** Running sums of the ledger per budget scope and window. */
+export interface SpendBalancesTable {
+  organization_id: string;
+  scope: string;
+  scope_key: string;
+  period: string;
+  spent_micros: number;
+  reserved_micros: number;
+}
+
+/** Current state of an action id: its first request, its answer, and its reservation. */
+export interface SpendActionsTable {
+  organization_id: string;
+  action_id: string;
+  project_id: string | null;
+  request_hash: string;
+  /** JSON of the normalized authorize request. */
+  request: string;
+  /** denied, pending_approval, reserved, committed or expired. */
+  state: string;
+  /** JSON of the current authorization answer. */
+  answer: string;
+  approval_id: string | null;
+  /** The ledger entry of the current answer. */
+  authorization_id: string;
+  reservation_id: string | null;
+  amount_micros: number;
+  session_id: string;
+  agent_id: string;
+  category: string;
+  agent_window: string;
+  category_window: string;
+  expires_at: string | null;
+  decided_at: string;
+  authorize_receipt_id: string | null;
+  commit_id: string | null;
+  commit_hash: string | null;
+  commit_answer: string | null;
+  commit_receipt_id: string | null;
+  created_at: string;
+}
+
 export interface Database {
   organizations: OrganizationsTable;
   memberships: MembershipsTable;
@@ -236,4 +322,9 @@ export interface Database {
   mcp_upstreams: McpUpstreamsTable;
   checkpoints: CheckpointsTable;
   policy_versions: PolicyVersionsTable;
+  economic_configs: EconomicConfigsTable;
+  spend_heads: SpendHeadsTable;
+  spend_ledger: SpendLedgerTable;
+  spend_balances: SpendBalancesTable;
+  spend_actions: SpendActionsTable;
 }

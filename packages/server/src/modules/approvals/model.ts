@@ -1,4 +1,6 @@
 import { hashJson } from '../../ledger/canonical.js';
+import { argumentHash } from '../../ledger/receipt.js';
+import { uuidv7 } from '../../lib/ids.js';
 import type { ApprovalRow } from './repository.js';
 
 export type ApprovalStatus = 'pending' | 'approved' | 'denied' | 'expired';
@@ -83,5 +85,42 @@ export function toPending(row: ApprovalRow): PendingApproval {
     status: 'pending',
     expiresAt: row.expires_at,
     createdAt: row.created_at,
+  };
+}
+
+/** What opening an approval needs; `id` is preassigned when a receipt must bind it first. */
+export interface NewApproval {
+  id?: string;
+  decisionId: string | null;
+  toolName: string;
+  arguments: Record<string, unknown>;
+  expiresInSeconds?: number;
+  /** The API key whose call or request opens it; that key may not resolve it. */
+  requestedByKeyId?: string | null;
+}
+
+/** The row of a new pending approval, created at `created`. */
+export function pendingApprovalRow(
+  scope: { organizationId: string; projectId: string | null },
+  input: NewApproval,
+  created: Date,
+): ApprovalRow {
+  const ttl = input.expiresInSeconds ?? DEFAULT_APPROVAL_TTL_SECONDS;
+  return {
+    id: input.id ?? uuidv7(),
+    organization_id: scope.organizationId,
+    project_id: scope.projectId,
+    decision_id: input.decisionId,
+    tool_name: input.toolName,
+    arguments: JSON.stringify(input.arguments),
+    argument_hash: argumentHash(input.arguments),
+    status: 'pending',
+    expires_at: new Date(created.getTime() + ttl * 1000).toISOString(),
+    resolved_by: null,
+    resolved_at: null,
+    used_at: null,
+    created_at: created.toISOString(),
+    requested_by_key_id: input.requestedByKeyId ?? null,
+    resolved_by_key_id: null,
   };
 }

@@ -3,7 +3,6 @@ import { argumentHash } from '../../ledger/receipt.js';
 import type { DecisionWriter } from '../../ledger/writer.js';
 import type { Clock } from '../../lib/clock.js';
 import { AppError, forbidden, invalid, notFound } from '../../lib/errors.js';
-import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
 import {
   APPROVALS_NEED_TEAM,
@@ -11,8 +10,9 @@ import {
   type ApprovalAction,
   approvalHash,
   approvalsAllowed,
-  DEFAULT_APPROVAL_TTL_SECONDS,
+  type NewApproval,
   type PendingApproval,
+  pendingApprovalRow,
   statusAt,
   toApproval,
   toPending,
@@ -56,16 +56,7 @@ export function resolverOf(scope: OrgScope, resolvedBy: string | undefined): Res
   return { resolvedBy, byKeyId: p.keyId };
 }
 
-export interface OpenApproval {
-  /** Preassigned by validation so the decision's receipt can bind it; generated otherwise. */
-  id?: string;
-  decisionId: string | null;
-  toolName: string;
-  arguments: Record<string, unknown>;
-  expiresInSeconds?: number;
-  /** The API key whose call or request opens it; that key may not resolve it. */
-  requestedByKeyId?: string | null;
-}
+export type OpenApproval = NewApproval;
 
 export interface CreateApprovalInput {
   decisionId?: string;
@@ -206,25 +197,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
 
   /** Opens a pending approval without a plan check (validation checked it when deciding). */
   async function open(scope: ApprovalTenant, input: OpenApproval): Promise<ApprovalRow> {
-    const created = clock.now();
-    const ttl = input.expiresInSeconds ?? DEFAULT_APPROVAL_TTL_SECONDS;
-    const row: ApprovalRow = {
-      id: input.id ?? uuidv7(),
-      organization_id: scope.organizationId,
-      project_id: scope.projectId,
-      decision_id: input.decisionId,
-      tool_name: input.toolName,
-      arguments: JSON.stringify(input.arguments),
-      argument_hash: argumentHash(input.arguments),
-      status: 'pending',
-      expires_at: new Date(created.getTime() + ttl * 1000).toISOString(),
-      resolved_by: null,
-      resolved_at: null,
-      used_at: null,
-      created_at: created.toISOString(),
-      requested_by_key_id: input.requestedByKeyId ?? null,
-      resolved_by_key_id: null,
-    };
+    const row = pendingApprovalRow(scope, input, clock.now());
     await approvals.insert(row);
     events.publish({
       organizationId: scope.organizationId,

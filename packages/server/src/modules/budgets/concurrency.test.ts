@@ -1,0 +1,152 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { asUser, createTenant, createTestApp, keyHeader, type TestApp } from '../../../test/helpers.js';
+import { createSpendLedger } from './repository.js';
+
+let t: TestApp;
+
+beforeAll(async () => {
+  t = await createTestApp();
+});
+afterAll(async () => {
+  await t.close();
+});
+
+/** The running sums recomputed from the ledger entries alone. */
+function recompute(
+  entries: {
+    kind: string;
+    amount_micros: number;
+    session_id: string;
+    agent_id: string;
+    category: string;
+    agent_window: string;
+    category_window: string;
+  }[],
+) {
+  const sums = new Map<string, { spent: number; reserved: number }>();
+  for (const e of entries) {
+    const amount = Number(e.amount_micros);
+    const d =
+      e.kind === 'commit'
+        ? { spent: amount, reserved: 0 }
+        : e.kind === 'reservation'
+          ? { spent: 0, reserved: amount }
+          : e.kind === 'release' || e.kind === 'expiry'
+            ? { spent: 0, reserved: -amount }
+            : null;
+    if (!d) continue;
+    for (const key of [
+      `session|${e.session_id}|`,
+      `agent|${e.agent_id}|${e.agent_window}`,
+      `category|${e.category}|${e.category_window}`,
+    ]) {
+      const s = sums.get(key) ?? { spent: 0, reserved: 0 };
+      sums.set(key, { spent: s.spent + d.spent, reserved: s.reserved + d.reserved });
+    }
+  }
+  return sums;
+}
+
+describe('spend ledger under concurrency', () => {
+  it('allows exactly 10 of 100 parallel $10 authorizations against a $100 session budget', async () => {
+    const tenant = await createTenant(t);
+    const put = await t.inject({
+      method: 'PUT',
+      url: '/v1/economic/config',
+      headers: asUser(tenant),
+      payload: { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 },
+    });
+    expect(put.statusCode).toBe(200);
+    const results = await Promise.all(
+      Array.from({ length: 100 }, (_, i) =>
+        t.inject({
+          method: 'POST',
+          url: '/v1/economic/authorize',
+          headers: keyHeader(tenant.apiKey),
+          payload: {
+            actionId: `buy-${i}`,
+            sessionId: 'race',
+            agentId: `agent-${i % 7}`,
+            toolName: 'buy',
+            category: 'supplies',
+            estimatedSpendUsd: 10,
+          },
+        }),
+      ),
+    );
+    expect(results.every((r) => r.statusCode === 200)).toBe(true);
+    const allowed = results.filter((r) => r.json().decision === 'allow');
+    expect(allowed).toHaveLength(10);
+    expect(results.filter((r) => r.json().reasonCode === 'session_budget_exceeded')).toHaveLength(90);
+
+    // Commits race too; the ledger's sums stay what its entries say.
+    await Promise.all(
+      allowed.map((r, i) => {
+        const a = r.json();
+        return t.inject({
+          method: 'POST',
+          url: '/v1/economic/commit',
+          headers: keyHeader(tenant.apiKey),
+          payload: {
+            actionId: a.actionId,
+            sessionId: 'race',
+            agentId: `agent-${Number(a.actionId.slice(4)) % 7}`,
+            toolName: 'buy',
+            category: 'supplies',
+            quotedSpendUsd: 10,
+            actualSpendUsd: i % 2 ? 10 : 7.5,
+          },
+        });
+      }),
+    );
+    const ledger = createSpendLedger(t.store);
+    const entries = await ledger.entries(tenant.orgId);
+    expect(entries.map((e) => Number(e.sequence))).toEqual(entries.map((_, i) => i));
+    expect(entries.filter((e) => e.kind === 'authorization')).toHaveLength(100);
+    expect(entries.filter((e) => e.kind === 'reservation')).toHaveLength(10);
+    expect(entries.filter((e) => e.kind === 'commit')).toHaveLength(10);
+    const stored = new Map(
+      (await ledger.balances(tenant.orgId)).map((b) => [
+        `${b.scope}|${b.scope_key}|${b.period}`,
+        { spent: Number(b.spent_micros), reserved: Number(b.reserved_micros) },
+      ]),
+    );
+    expect(stored).toEqual(recompute(entries));
+    expect(stored.get('session|race|')).toEqual({ spent: 87_500_000, reserved: 0 });
+    const other = await createTenant(t);
+    expect(await ledger.entries(other.orgId)).toEqual([]);
+  });
+
+  it('answers 20 parallel copies of one authorize and of its commit alike, reserving and spending once', async () => {
+    const tenant = await createTenant(t);
+    await t.inject({
+      method: 'PUT',
+      url: '/v1/economic/config',
+      headers: asUser(tenant),
+      payload: { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 },
+    });
+    const body = {
+      actionId: 'once',
+      sessionId: 'dup',
+      agentId: 'agent',
+      toolName: 'buy',
+      category: 'supplies',
+      estimatedSpendUsd: 40,
+    };
+    const send = (url: string, payload: object) =>
+      t.inject({ method: 'POST', url, headers: keyHeader(tenant.apiKey), payload });
+    const answers = await Promise.all(Array.from({ length: 20 }, () => send('/v1/economic/authorize', body)));
+    expect(new Set(answers.map((a) => a.body)).size).toBe(1);
+    expect(answers[0]!.json()).toMatchObject({ decision: 'allow', budget: { session: { reservedUsd: 40 } } });
+    const commit = { ...body, quotedSpendUsd: 40, actualSpendUsd: 39 };
+    delete (commit as Record<string, unknown>).estimatedSpendUsd;
+    const commits = await Promise.all(Array.from({ length: 20 }, () => send('/v1/economic/commit', commit)));
+    expect(new Set(commits.map((c) => c.body)).size).toBe(1);
+    expect(commits[0]!.json()).toMatchObject({
+      status: 'committed',
+      budget: { session: { spentUsd: 39, reservedUsd: 0 } },
+    });
+    const entries = await createSpendLedger(t.store).entries(tenant.orgId);
+    expect(entries.map((e) => e.kind)).toEqual(['authorization', 'reservation', 'commit', 'release']);
+  });
+});

@@ -1,0 +1,477 @@
+import type { BudgetScope, EconomicConfig, ScopeUsage } from '@svc/policy-engine';
+import { type Insertable, type Selectable, sql } from 'kysely';
+import { uuidv7 } from '../../lib/ids.js';
+import type { Db, Store } from '../../storage/db.js';
+import type { SpendActionsTable, SpendLedgerTable } from '../../storage/schema.js';
+import type { EntryKind } from './model.js';
+
+export type ActionRow = Selectable<SpendActionsTable>;
+export type EntryRow = Selectable<SpendLedgerTable>;
+
+/** The three budget keys an entry counts under, with the windows of agent and category. */
+export interface ScopeKeys {
+  sessionId: string;
+  agentId: string;
+  category: string;
+  agentWindow: string;
+  categoryWindow: string;
+}
+
+export type NewEntry = Omit<
+  Insertable<SpendLedgerTable>,
+  'organization_id' | 'sequence' | 'id' | 'created_at' | 'kind'
+> & { kind: EntryKind };
+
+/** Effect of an entry on the running sums: spent and reserved deltas. */
+function deltas(kind: string, amount: number): { spent: number; reserved: number } {
+  switch (kind) {
+    case 'reservation':
+      return { spent: 0, reserved: amount };
+    case 'release':
+    case 'expiry':
+      return { spent: 0, reserved: -amount };
+    case 'commit':
+      return { spent: amount, reserved: 0 };
+    default:
+      return { spent: 0, reserved: 0 };
+  }
+}
+
+const scopeRows = (k: ScopeKeys) =>
+  [
+    ['session', k.sessionId, ''],
+    ['agent', k.agentId, k.agentWindow],
+    ['category', k.category, k.categoryWindow],
+  ] as const;
+
+/**
+ * The spend ledger of one organization inside a transaction that holds its lock: nothing else
+ * appends to it until this transaction ends. Every method is scoped by that organization.
+ */
+export class LedgerTx {
+  private sequence: number;
+
+  /** The sequence the next appended entry gets. */
+  get next(): number {
+    return this.sequence;
+  }
+
+  constructor(
+    readonly db: Db,
+    readonly organizationId: string,
+    sequence: number,
+    /** The time of this transaction: every entry it appends is stamped with it. */
+    readonly now: string,
+  ) {
+    this.sequence = sequence;
+  }
+
+  /** Appends entries in order and adds their effect to the running sums, in this transaction. */
+  async append(entries: readonly NewEntry[]): Promise<EntryRow[]> {
+    const rows: EntryRow[] = entries.map((e) => ({
+      organization_id: this.organizationId,
+      sequence: this.sequence++,
+      id: uuidv7(),
+      created_at: this.now,
+      project_id: e.project_id ?? null,
+      kind: e.kind,
+      action_id: e.action_id,
+      reservation_id: e.reservation_id ?? null,
+      session_id: e.session_id,
+      agent_id: e.agent_id,
+      category: e.category,
+      payer: e.payer ?? null,
+      tool_name: e.tool_name,
+      amount_micros: e.amount_micros,
+      decision: e.decision ?? null,
+      reason_code: e.reason_code ?? null,
+      approval_id: e.approval_id ?? null,
+      agent_window: e.agent_window,
+      category_window: e.category_window,
+      expires_at: e.expires_at ?? null,
+    }));
+    if (rows.length === 0) return rows;
+    await this.db.insertInto('spend_ledger').values(rows).execute();
+    // One upsert per balance row, whatever the number of entries (a commit and its release).
+    const sums = new Map<
+      string,
+      { scope: string; key: string; period: string; spent: number; reserved: number }
+    >();
+    for (const r of rows) {
+      const d = deltas(r.kind, r.amount_micros);
+      if (d.spent === 0 && d.reserved === 0) continue;
+      const keys = {
+        sessionId: r.session_id,
+        agentId: r.agent_id,
+        category: r.category,
+        agentWindow: r.agent_window,
+        categoryWindow: r.category_window,
+      };
+      for (const [scope, key, period] of scopeRows(keys)) {
+        const id = JSON.stringify([scope, key, period]);
+        const s = sums.get(id) ?? { scope, key, period, spent: 0, reserved: 0 };
+        sums.set(id, { ...s, spent: s.spent + d.spent, reserved: s.reserved + d.reserved });
+      }
+    }
+    for (const s of sums.values()) {
+      await this.db
+        .insertInto('spend_balances')
+        .values({
+          organization_id: this.organizationId,
+          scope: s.scope,
+          scope_key: s.key,
+          period: s.period,
+          spent_micros: s.spent,
+          reserved_micros: s.reserved,
+        })
+        .onConflict((oc) =>
+          oc.columns(['organization_id', 'scope', 'scope_key', 'period']).doUpdateSet({
+            spent_micros: sql`spend_balances.spent_micros + ${s.spent}`,
+            reserved_micros: sql`spend_balances.reserved_micros + ${s.reserved}`,
+          }),
+        )
+        .execute();
+    }
+    return rows;
+  }
+
+  /** Spent and reserved of each scope in its current window. */
+  async usage(keys: ScopeKeys): Promise<Record<BudgetScope, ScopeUsage>> {
+    const rows = await this.db
+      .selectFrom('spend_balances')
+      .select(['scope', 'spent_micros', 'reserved_micros'])
+      .where('organization_id', '=', this.organizationId)
+      .where((eb) =>
+        eb.or(
+          scopeRows(keys).map(([scope, key, period]) =>
+            eb.and([eb('scope', '=', scope), eb('scope_key', '=', key), eb('period', '=', period)]),
+          ),
+        ),
+      )
+      .execute();
+    const out: Record<BudgetScope, ScopeUsage> = {
+      session: { spentMicros: 0, reservedMicros: 0 },
+      agent: { spentMicros: 0, reservedMicros: 0 },
+      category: { spentMicros: 0, reservedMicros: 0 },
+    };
+    for (const r of rows) {
+      out[r.scope as BudgetScope] = {
+        spentMicros: Number(r.spent_micros),
+        reservedMicros: Number(r.reserved_micros),
+      };
+    }
+    return out;
+  }
+
+  async action(actionId: string): Promise<ActionRow | undefined> {
+    return this.db
+      .selectFrom('spend_actions')
+      .selectAll()
+      .where('organization_id', '=', this.organizationId)
+      .where('action_id', '=', actionId)
+      .executeTakeFirst();
+  }
+
+  async putAction(row: ActionRow, exists: boolean): Promise<void> {
+    if (!exists) {
+      await this.db.insertInto('spend_actions').values(row).execute();
+      return;
+    }
+    const { organization_id: _o, action_id: _a, created_at: _c, ...rest } = row;
+    await this.db
+      .updateTable('spend_actions')
+      .set(rest)
+      .where('organization_id', '=', this.organizationId)
+      .where('action_id', '=', row.action_id)
+      .execute();
+  }
+
+  /**
+   * Reservations past their expiry stop counting: each gets an expiry entry and its action the
+   * state `expired`. The ledger runs it before an organization's operations in every transaction.
+   */
+  async expireDue(): Promise<ActionRow[]> {
+    const due = await this.db
+      .selectFrom('spend_actions')
+      .selectAll()
+      .where('organization_id', '=', this.organizationId)
+      .where('state', '=', 'reserved')
+      .where('expires_at', '<=', this.now)
+      .orderBy('expires_at')
+      .execute();
+    if (due.length === 0) return due;
+    const entries: NewEntry[] = due.map((a) => ({
+      kind: 'expiry',
+      project_id: a.project_id,
+      action_id: a.action_id,
+      reservation_id: a.reservation_id,
+      session_id: a.session_id,
+      agent_id: a.agent_id,
+      category: a.category,
+      payer: (JSON.parse(a.answer) as { payer: string | null }).payer,
+      tool_name: (JSON.parse(a.request) as { toolName: string }).toolName,
+      amount_micros: Number(a.amount_micros),
+      agent_window: a.agent_window,
+      category_window: a.category_window,
+      expires_at: a.expires_at,
+    }));
+    await this.append(entries);
+    await this.db
+      .updateTable('spend_actions')
+      .set({ state: 'expired' })
+      .where('organization_id', '=', this.organizationId)
+      .where(
+        'action_id',
+        'in',
+        due.map((a) => a.action_id),
+      )
+      .where('state', '=', 'reserved')
+      .execute();
+    return due;
+  }
+
+  /** Approval ids of this session's or agent's actions waiting for a person. */
+  async pendingApprovals(sessionId: string, agentId: string): Promise<string[]> {
+    const rows = await this.db
+      .selectFrom('spend_actions as s')
+      .innerJoin('approvals as a', (j) =>
+        j.onRef('a.id', '=', 's.approval_id').onRef('a.organization_id', '=', 's.organization_id'),
+      )
+      .select('a.id')
+      .where('s.organization_id', '=', this.organizationId)
+      .where('s.state', '=', 'pending_approval')
+      .where((eb) => eb.or([eb('s.session_id', '=', sessionId), eb('s.agent_id', '=', agentId)]))
+      .where('a.status', '=', 'pending')
+      .where('a.expires_at', '>', this.now)
+      .orderBy('a.created_at')
+      .execute();
+    return rows.map((r) => r.id);
+  }
+}
+
+interface Job {
+  organizationId: string;
+  now: () => string;
+  fn: (tx: LedgerTx) => Promise<unknown>;
+  resolve: (value: unknown) => void;
+  reject: (err: unknown) => void;
+}
+
+type Outcome = { ok: true; value: unknown } | { ok: false; err: unknown };
+
+/** Largest number of ledger operations committed in one transaction. */
+const MAX_BATCH = 256;
+
+/**
+ * Runs operations on organizations' ledgers one at a time across every process: the first operation
+ * of an organization in a transaction locks its `spend_heads` row (PostgreSQL: SELECT … FOR UPDATE;
+ * SQLite: the transaction is BEGIN IMMEDIATE, which takes the database's write lock), so the read of
+ * the balances and the append that depends on it never interleave with another process's.
+ *
+ * Group commit: operations queued while a transaction runs go into the next one, each inside its
+ * own savepoint (a failing one is rolled back alone), so a durable commit costs one fsync per batch,
+ * not one per call. Within a batch they run in organization order, so two processes lock heads in
+ * the same order and cannot deadlock. Before an organization's first operation its lapsed
+ * reservations are expired, so no decision counts one. A promise settles only after COMMIT.
+ */
+export function createSpendLedger(store: Store) {
+  let queue: Job[] = [];
+  let running = false;
+
+  async function head(db: Db, org: string, now: string): Promise<number> {
+    const select = () => {
+      const q = db.selectFrom('spend_heads').select('sequence').where('organization_id', '=', org);
+      return (store.dialect === 'postgres' ? q.forUpdate() : q).executeTakeFirst();
+    };
+    let row = await select();
+    if (!row) {
+      await db
+        .insertInto('spend_heads')
+        .values({ organization_id: org, sequence: 0, updated_at: now })
+        .onConflict((oc) => oc.column('organization_id').doNothing())
+        .execute();
+      row = await select();
+    }
+    if (!row) throw new Error(`spend ledger head of organization ${org} could not be created`);
+    return Number(row.sequence);
+  }
+
+  async function transaction(fn: (db: Db) => Promise<void>): Promise<void> {
+    if (store.dialect === 'postgres') {
+      await store.db.transaction().execute(fn);
+      return;
+    }
+    // Kysely's SQLite transactions BEGIN DEFERRED; IMMEDIATE takes the write lock up front, so a
+    // second process waits (busy_timeout) instead of failing on a lock upgrade.
+    await store.db.connection().execute(async (conn) => {
+      await sql`BEGIN IMMEDIATE`.execute(conn);
+      try {
+        await fn(conn);
+        await sql`COMMIT`.execute(conn);
+      } catch (err) {
+        await sql`ROLLBACK`.execute(conn).catch(() => {});
+        throw err;
+      }
+    });
+  }
+
+  async function runBatch(batch: Job[]): Promise<void> {
+    const outcomes: Outcome[] = [];
+    try {
+      await transaction(async (db) => {
+        // The next sequence of each organization in this batch, as of the last operation that held.
+        const sequences = new Map<string, number>();
+        for (const job of batch) {
+          const org = job.organizationId;
+          if (!sequences.has(org)) {
+            const at = job.now();
+            const housekeeping = new LedgerTx(db, org, await head(db, org, at), at);
+            await housekeeping.expireDue();
+            sequences.set(org, housekeeping.next);
+          }
+          await sql`SAVEPOINT spend_op`.execute(db);
+          try {
+            const tx = new LedgerTx(db, org, sequences.get(org)!, job.now());
+            const value = await job.fn(tx);
+            await sql`RELEASE SAVEPOINT spend_op`.execute(db);
+            sequences.set(org, tx.next);
+            outcomes.push({ ok: true, value });
+          } catch (err) {
+            await sql`ROLLBACK TO SAVEPOINT spend_op`.execute(db);
+            await sql`RELEASE SAVEPOINT spend_op`.execute(db);
+            outcomes.push({ ok: false, err });
+          }
+        }
+        const at = new Date().toISOString();
+        for (const [org, sequence] of sequences) {
+          await db
+            .updateTable('spend_heads')
+            .set({ sequence, updated_at: at })
+            .where('organization_id', '=', org)
+            .execute();
+        }
+      });
+    } catch (err) {
+      for (const job of batch) job.reject(err);
+      return;
+    }
+    for (const [i, job] of batch.entries()) {
+      const o = outcomes[i]!;
+      if (o.ok) job.resolve(o.value);
+      else job.reject(o.err);
+    }
+  }
+
+  async function drain(): Promise<void> {
+    try {
+      while (queue.length > 0) {
+        const batch = queue.slice(0, MAX_BATCH);
+        queue = queue.slice(MAX_BATCH);
+        // Stable sort: each organization's operations keep their arrival order.
+        batch.sort((a, b) =>
+          a.organizationId < b.organizationId ? -1 : a.organizationId > b.organizationId ? 1 : 0,
+        );
+        await runBatch(batch);
+      }
+    } finally {
+      running = false;
+    }
+  }
+
+  return {
+    /** Runs `fn` holding the organization's ledger lock; resolves once its transaction committed. */
+    locked<T>(organizationId: string, now: () => string, fn: (tx: LedgerTx) => Promise<T>): Promise<T> {
+      return new Promise<T>((resolve, reject) => {
+        queue.push({ organizationId, now, fn, resolve: resolve as (v: unknown) => void, reject });
+        if (running) return;
+        running = true;
+        // The next turn, so that every request parsed in this I/O turn joins the batch.
+        setImmediate(() => void drain());
+      });
+    },
+
+    async setAuthorizeReceipt(organizationId: string, actionId: string, receiptId: string): Promise<void> {
+      await store.db
+        .updateTable('spend_actions')
+        .set({ authorize_receipt_id: receiptId })
+        .where('organization_id', '=', organizationId)
+        .where('action_id', '=', actionId)
+        .where('authorize_receipt_id', 'is', null)
+        .execute();
+    },
+
+    async setCommitReceipt(organizationId: string, actionId: string, receiptId: string): Promise<void> {
+      await store.db
+        .updateTable('spend_actions')
+        .set({ commit_receipt_id: receiptId })
+        .where('organization_id', '=', organizationId)
+        .where('action_id', '=', actionId)
+        .where('commit_receipt_id', 'is', null)
+        .execute();
+    },
+
+    /** The organization's ledger in order (tests and audits recompute the balances from it). */
+    async entries(organizationId: string): Promise<EntryRow[]> {
+      return store.db
+        .selectFrom('spend_ledger')
+        .selectAll()
+        .where('organization_id', '=', organizationId)
+        .orderBy('sequence')
+        .execute();
+    },
+
+    async balances(organizationId: string) {
+      return store.db
+        .selectFrom('spend_balances')
+        .selectAll()
+        .where('organization_id', '=', organizationId)
+        .execute();
+    },
+  };
+}
+
+export type SpendLedger = ReturnType<typeof createSpendLedger>;
+
+/** Economic configurations: the organization's (scope key '') and each project's. */
+export function createEconomicConfigRepository(db: Db) {
+  return {
+    async get(
+      organizationId: string,
+      projectId: string | null,
+    ): Promise<{ config: EconomicConfig; updatedAt: string } | undefined> {
+      const row = await db
+        .selectFrom('economic_configs')
+        .select(['config', 'updated_at'])
+        .where('organization_id', '=', organizationId)
+        .where('scope_key', '=', projectId ?? '')
+        .executeTakeFirst();
+      return row && { config: JSON.parse(row.config), updatedAt: row.updated_at };
+    },
+
+    async put(
+      organizationId: string,
+      projectId: string | null,
+      config: EconomicConfig,
+      now: string,
+    ): Promise<void> {
+      await db
+        .insertInto('economic_configs')
+        .values({
+          organization_id: organizationId,
+          scope_key: projectId ?? '',
+          project_id: projectId,
+          config: JSON.stringify(config),
+          created_at: now,
+          updated_at: now,
+        })
+        .onConflict((oc) =>
+          oc
+            .columns(['organization_id', 'scope_key'])
+            .doUpdateSet({ config: JSON.stringify(config), updated_at: now }),
+        )
+        .execute();
+    },
+  };
+}
+
+export type EconomicConfigRepository = ReturnType<typeof createEconomicConfigRepository>;

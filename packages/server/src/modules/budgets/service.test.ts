@@ -1,0 +1,121 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTenant, createTestApp, type Tenant, type TestApp } from '../../../test/helpers.js';
+import { AppError } from '../../lib/errors.js';
+import type { OrgScope } from '../../lib/scope.js';
+import { createSpendReceipts, type SpendReceipts } from './receipts.js';
+import { createEconomicConfigRepository, createSpendLedger, type SpendLedger } from './repository.js';
+import { createBudgetService } from './service.js';
+
+let t: TestApp;
+let tenant: Tenant;
+let scope: OrgScope;
+
+beforeAll(async () => {
+  t = await createTestApp();
+  tenant = await createTenant(t);
+  scope = {
+    organizationId: tenant.orgId,
+    projectId: null,
+    principal: { kind: 'user', userId: tenant.userId },
+  };
+});
+afterAll(async () => {
+  await t.close();
+});
+
+const silent = { error: () => {} };
+
+function service(receipts: SpendReceipts, ledger: SpendLedger = createSpendLedger(t.store)) {
+  return createBudgetService({
+    ledger,
+    configs: createEconomicConfigRepository(t.store.db),
+    receipts,
+    events: t.ctx.events,
+    clock: t.ctx.clock,
+    log: silent,
+    tierOf: async () => 'team',
+  });
+}
+
+const input = (actionId: string) => ({
+  actionId,
+  sessionId: 's',
+  agentId: 'a',
+  toolName: 'buy',
+  category: 'c',
+  payer: null,
+  quoteMicros: 5_000_000,
+  maxAcceptableMicros: 5_000_000,
+  budgetScopes: ['session' as const],
+  metadata: {},
+  mode: 'live' as const,
+  approvalId: null,
+});
+
+describe('budget service failures', () => {
+  it('answers 503 when a receipt cannot be written, and the same request again completes it', async () => {
+    const real = createSpendReceipts(t.ctx.writer);
+    let fail = true;
+    const flaky: SpendReceipts = {
+      write: (r) => (fail ? Promise.reject(new Error('disk full')) : real.write(r)),
+    };
+    const svc = service(flaky);
+    await svc.putConfig(scope, { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 });
+    const err = await svc.authorize(scope, input('x-1')).catch((e) => e);
+    expect(err).toBeInstanceOf(AppError);
+    expect((err as AppError).code).toBe('service_unavailable');
+    fail = false;
+    const answer = await svc.authorize(scope, input('x-1'));
+    expect(answer).toMatchObject({ decision: 'allow', budget: { session: { reservedUsd: 5 } } });
+    await t.ctx.writer.drain();
+    const row = await t.store.db
+      .selectFrom('spend_actions')
+      .select('authorize_receipt_id')
+      .where('organization_id', '=', tenant.orgId)
+      .where('action_id', '=', 'x-1')
+      .executeTakeFirstOrThrow();
+    expect(row.authorize_receipt_id).not.toBeNull();
+
+    fail = true;
+    const commit = {
+      actionId: 'x-1',
+      sessionId: 's',
+      agentId: 'a',
+      toolName: 'buy',
+      category: 'c',
+      payer: null,
+      quoteMicros: 5_000_000,
+      actualMicros: 4_000_000,
+      approvalId: null,
+    };
+    expect(((await svc.commit(scope, commit).catch((e) => e)) as AppError).code).toBe('service_unavailable');
+    fail = false;
+    // The commit was recorded once; the retry returns it and writes the missing receipt.
+    const committed = await svc.commit(scope, commit);
+    expect(committed.budget.session).toMatchObject({ spentUsd: 4, reservedUsd: 0 });
+    const receipts = await t.store.db
+      .selectFrom('receipts')
+      .select('payload')
+      .where('organization_id', '=', tenant.orgId)
+      .execute();
+    expect(receipts.map((r) => JSON.parse(r.payload).decision)).toEqual(['allow', 'economic_committed']);
+  });
+
+  it('reports healthy: false when the ledger cannot be read', async () => {
+    const broken: SpendLedger = {
+      ...createSpendLedger(t.store),
+      locked: () => Promise.reject(new Error('connection refused')),
+    };
+    const status = await service(createSpendReceipts(t.ctx.writer), broken).status(scope, {
+      sessionId: 's',
+      agentId: 'a',
+    });
+    expect(status).toEqual({
+      enabled: true,
+      authority: 'organization',
+      healthy: false,
+      pendingApprovals: [],
+      budget: null,
+    });
+  });
+});

@@ -1,0 +1,646 @@
+import {
+  type AuthorizationOutcome,
+  BUDGET_SCOPES,
+  type BudgetScope,
+  decideAuthorization,
+  type EconomicConfig,
+  figuresOf,
+  formatUsd,
+  limitOf,
+  type ScopeUsage,
+  toUsd,
+  windowStart,
+} from '@svc/policy-engine';
+import type { EventBus } from '../../events/bus.js';
+import { hashJson } from '../../ledger/canonical.js';
+import type { Clock } from '../../lib/clock.js';
+import { AppError, notFound } from '../../lib/errors.js';
+import { uuidv7 } from '../../lib/ids.js';
+import type { OrgScope } from '../../lib/scope.js';
+import { approvalsAllowed, pendingApprovalRow, statusAt } from '../approvals/model.js';
+import { type ApprovalRow, createApprovalRepository } from '../approvals/repository.js';
+import { type ConfigInput, loadEffective, saveConfig } from './config.js';
+import {
+  type ActionRequest,
+  type ActionState,
+  type Authority,
+  type AuthorizationAnswer,
+  type AuthorizeInput,
+  approvalArguments,
+  type Budget,
+  type CommitAnswer,
+  type CommitInput,
+  type ConfigAnswer,
+  type StatusAnswer,
+  toScopeBudget,
+} from './model.js';
+import type { SpendReceipts } from './receipts.js';
+import type { ActionRow, EconomicConfigRepository, LedgerTx, ScopeKeys, SpendLedger } from './repository.js';
+
+export interface BudgetServiceDeps {
+  ledger: SpendLedger;
+  configs: EconomicConfigRepository;
+  receipts: SpendReceipts;
+  events: EventBus;
+  clock: Clock;
+  log: { error(obj: object, msg: string): void };
+  /** Tier of an organization, for user principals (API key principals carry theirs). */
+  tierOf: (organizationId: string) => Promise<string>;
+}
+
+type Caller = Pick<OrgScope, 'organizationId' | 'projectId' | 'principal'>;
+
+const ZERO: ScopeUsage = { spentMicros: 0, reservedMicros: 0 };
+
+/** The stored form of a request: what idempotency compares, and what receipts hash. */
+function requestRecord(r: ActionRequest): Record<string, unknown> {
+  return {
+    actionId: r.actionId,
+    sessionId: r.sessionId,
+    agentId: r.agentId,
+    toolName: r.toolName,
+    category: r.category,
+    payer: r.payer,
+    estimatedSpendMicros: r.quoteMicros,
+    maxAcceptableSpendMicros: r.maxAcceptableMicros,
+    budgetScopes: r.budgetScopes,
+    metadata: r.metadata,
+  };
+}
+
+function commitRecord(c: CommitInput): Record<string, unknown> {
+  return {
+    actionId: c.actionId,
+    sessionId: c.sessionId,
+    agentId: c.agentId,
+    toolName: c.toolName,
+    category: c.category,
+    payer: c.payer,
+    quotedSpendMicros: c.quoteMicros,
+    actualSpendMicros: c.actualMicros,
+    approvalId: c.approvalId,
+  };
+}
+
+/** The request field each stored field comes from. */
+const FIELD_NAMES: Record<string, string> = {
+  estimatedSpendMicros: 'estimatedSpendUsd',
+  maxAcceptableSpendMicros: 'maxAcceptableSpendUsd',
+};
+
+/** Request fields on which two records disagree, for a conflict message. */
+function differing(a: Record<string, unknown>, b: Record<string, unknown>): string[] {
+  return Object.keys(b)
+    .filter((k) => hashJson(a[k] ?? null) !== hashJson(b[k] ?? null))
+    .map((k) => FIELD_NAMES[k] ?? k);
+}
+
+const conflict = (actionId: string, what: string, fields: string[]) =>
+  new AppError(
+    'action_conflict',
+    `Action "${actionId}" was already ${what} with different content (${fields.join(', ')}); use a new actionId for a different action`,
+  );
+
+function keysFor(
+  r: { sessionId: string; agentId: string; category: string },
+  config: EconomicConfig | null,
+  at: string,
+): ScopeKeys {
+  return {
+    sessionId: r.sessionId,
+    agentId: r.agentId,
+    category: r.category,
+    agentWindow: windowStart(config?.agentWindow ?? 'day', at),
+    categoryWindow: windowStart(config?.categoryWindow ?? 'day', at),
+  };
+}
+
+function budgetOf(
+  config: EconomicConfig | null,
+  usage: Record<BudgetScope, ScopeUsage>,
+  scopes: readonly BudgetScope[],
+  category: string,
+  asOf: string,
+): Budget {
+  const budget: Budget = { currency: 'USD', asOf, source: 'ledger' };
+  for (const scope of BUDGET_SCOPES) {
+    if (!scopes.includes(scope)) continue;
+    const limit = config ? limitOf(config, scope, category) : null;
+    budget[scope] = toScopeBudget(figuresOf(limit, usage[scope] ?? ZERO));
+  }
+  return budget;
+}
+
+const withReserved = (usage: Record<BudgetScope, ScopeUsage>, amount: number) =>
+  Object.fromEntries(
+    BUDGET_SCOPES.map((s) => [s, { ...usage[s], reservedMicros: usage[s].reservedMicros + amount }]),
+  ) as Record<BudgetScope, ScopeUsage>;
+
+const STATE_OF: Record<AuthorizationOutcome['decision'], ActionState> = {
+  allow: 'reserved',
+  deny: 'denied',
+  require_approval: 'pending_approval',
+};
+
+interface Fresh {
+  kind: 'fresh';
+  row: ActionRow;
+  answer: AuthorizationAnswer;
+  approval: ApprovalRow | null;
+}
+interface Replay {
+  kind: 'replay';
+  row: ActionRow;
+}
+
+/**
+ * The economic API: authorizations decided one at a time per organization on its spend ledger,
+ * so concurrent calls (on any number of processes) can never together exceed a budget.
+ */
+export function createBudgetService(deps: BudgetServiceDeps) {
+  const { ledger, configs, receipts, events, clock, log } = deps;
+  const now = () => clock.now().toISOString();
+
+  async function tierOf(scope: Caller): Promise<string> {
+    return scope.principal.kind === 'apiKey' ? scope.principal.tier : deps.tierOf(scope.organizationId);
+  }
+
+  /** Chains the authorization's receipt if it is not yet (a replay completes an earlier failure). */
+  async function authorizationReceipt(scope: Caller, row: ActionRow, config: EconomicConfig | null) {
+    if (row.authorize_receipt_id !== null) return;
+    const answer = JSON.parse(row.answer) as AuthorizationAnswer;
+    try {
+      const id = await receipts.write({
+        organizationId: scope.organizationId,
+        projectId: row.project_id,
+        entryId: row.authorization_id,
+        decision: answer.decision,
+        actionId: row.action_id,
+        toolName: (JSON.parse(row.request) as { toolName: string }).toolName,
+        amountMicros: Number(row.amount_micros),
+        payer: answer.payer,
+        approvalId: answer.approvalId ?? null,
+        reason: `${answer.reasonCode}: ${answer.message}`,
+        timestamp: row.decided_at,
+        request: JSON.parse(row.request),
+        config,
+      });
+      await ledger.setAuthorizeReceipt(scope.organizationId, row.action_id, id);
+    } catch (err) {
+      log.error({ err, actionId: row.action_id }, 'spend authorization receipt could not be written');
+      throw new AppError(
+        'service_unavailable',
+        'The authorization is recorded but its receipt could not be written; send the same request again',
+      );
+    }
+  }
+
+  /** Decides afresh under the ledger lock and appends the authorization (and its reservation). */
+  async function decide(
+    tx: LedgerTx,
+    scope: Caller,
+    input: AuthorizeInput,
+    ctx: {
+      config: EconomicConfig | null;
+      authority: Authority;
+      approvalsAvailable: boolean;
+      existing: ActionRow | undefined;
+      approved: ApprovalRow | null;
+      forced?: AuthorizationOutcome;
+    },
+  ): Promise<Fresh> {
+    const { config } = ctx;
+    const payer = input.payer ?? config?.defaultPayer ?? null;
+    const keys = keysFor(input, config, tx.now);
+    const usage = await tx.usage(keys);
+    const outcome =
+      ctx.forced ??
+      decideAuthorization({
+        config,
+        quoteMicros: input.quoteMicros,
+        maxAcceptableMicros: input.maxAcceptableMicros,
+        payer,
+        category: input.category,
+        scopes: input.budgetScopes,
+        usage,
+        approvalsAvailable: ctx.approvalsAvailable,
+        approved: ctx.approved !== null,
+      });
+    const approvals = createApprovalRepository(tx.db);
+    let approvalId: string | null = null;
+    let approval: ApprovalRow | null = null;
+    if (outcome.reasonCode === 'approval_granted' && ctx.approved) {
+      // Claimed in this transaction: the approval is used exactly when the reservation is made.
+      const used = await approvals.use(
+        tx.organizationId,
+        ctx.approved.id,
+        { toolName: ctx.approved.tool_name, argumentHash: ctx.approved.argument_hash },
+        tx.now,
+      );
+      if (!used)
+        throw new AppError(
+          'conflict',
+          `Approval ${ctx.approved.id} was used meanwhile; send the request again`,
+        );
+      approvalId = ctx.approved.id;
+    } else if (outcome.decision === 'require_approval') {
+      approvalId = uuidv7();
+    } else if (outcome.reasonCode === 'approval_denied') {
+      approvalId = ctx.existing?.approval_id ?? null;
+    }
+    const windowSeconds = config?.approvalWindowSeconds ?? 3600;
+    const expiresAt =
+      outcome.decision === 'allow' ? new Date(Date.parse(tx.now) + windowSeconds * 1000).toISOString() : null;
+    const common = {
+      project_id: scope.projectId,
+      action_id: input.actionId,
+      session_id: input.sessionId,
+      agent_id: input.agentId,
+      category: input.category,
+      payer,
+      tool_name: input.toolName,
+      amount_micros: input.quoteMicros,
+      agent_window: keys.agentWindow,
+      category_window: keys.categoryWindow,
+    };
+    const entries = await tx.append([
+      {
+        ...common,
+        kind: 'authorization',
+        decision: outcome.decision,
+        reason_code: outcome.reasonCode,
+        approval_id: approvalId,
+      },
+      ...(outcome.decision === 'allow'
+        ? [{ ...common, kind: 'reservation' as const, approval_id: approvalId, expires_at: expiresAt }]
+        : []),
+    ]);
+    if (outcome.decision === 'require_approval') {
+      approval = pendingApprovalRow(
+        scope,
+        {
+          id: approvalId!,
+          decisionId: entries[0]!.id,
+          toolName: input.toolName,
+          arguments: approvalArguments(input, payer),
+          expiresInSeconds: windowSeconds,
+          requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
+        },
+        new Date(tx.now),
+      );
+      await approvals.insert(approval);
+    }
+    const after = outcome.decision === 'allow' ? withReserved(usage, input.quoteMicros) : usage;
+    const answer: AuthorizationAnswer = {
+      actionId: input.actionId,
+      decision: outcome.decision,
+      reasonCode: outcome.reasonCode,
+      message: outcome.message,
+      authority: ctx.authority,
+      payer,
+      quotedSpendUsd: toUsd(input.quoteMicros),
+      budget: budgetOf(config, after, input.budgetScopes, input.category, tx.now),
+      ...(approvalId !== null && outcome.reasonCode !== 'approval_denied' ? { approvalId } : {}),
+      ...(expiresAt ? { reservationExpiresAt: expiresAt } : {}),
+    };
+    const row: ActionRow = {
+      organization_id: tx.organizationId,
+      action_id: input.actionId,
+      project_id: scope.projectId,
+      request_hash: hashJson(requestRecord(input)),
+      request: JSON.stringify(requestRecord(input)),
+      state: STATE_OF[outcome.decision],
+      answer: JSON.stringify(answer),
+      approval_id: approvalId,
+      authorization_id: entries[0]!.id,
+      reservation_id: entries[1]?.id ?? null,
+      amount_micros: input.quoteMicros,
+      session_id: input.sessionId,
+      agent_id: input.agentId,
+      category: input.category,
+      agent_window: keys.agentWindow,
+      category_window: keys.categoryWindow,
+      expires_at: expiresAt,
+      decided_at: tx.now,
+      authorize_receipt_id: null,
+      commit_id: null,
+      commit_hash: null,
+      commit_answer: null,
+      commit_receipt_id: null,
+      created_at: ctx.existing?.created_at ?? tx.now,
+    };
+    await tx.putAction(row, ctx.existing !== undefined);
+    return { kind: 'fresh', row, answer, approval };
+  }
+
+  async function simulate(
+    scope: Caller,
+    input: AuthorizeInput,
+    config: EconomicConfig | null,
+    authority: Authority,
+  ) {
+    const approvalsAvailable = approvalsAllowed(await tierOf(scope));
+    return ledger.locked(scope.organizationId, now, async (tx) => {
+      const payer = input.payer ?? config?.defaultPayer ?? null;
+      const usage = await tx.usage(keysFor(input, config, tx.now));
+      const outcome = decideAuthorization({
+        config,
+        quoteMicros: input.quoteMicros,
+        maxAcceptableMicros: input.maxAcceptableMicros,
+        payer,
+        category: input.category,
+        scopes: input.budgetScopes,
+        usage,
+        approvalsAvailable,
+        approved: false,
+      });
+      const answer: AuthorizationAnswer = {
+        actionId: input.actionId,
+        // A live call would wait for a person; the simulation answers what would follow approval.
+        decision: outcome.decision === 'require_approval' ? 'allow' : outcome.decision,
+        reasonCode: outcome.reasonCode,
+        message: outcome.message,
+        authority,
+        payer,
+        quotedSpendUsd: toUsd(input.quoteMicros),
+        budget: budgetOf(config, usage, input.budgetScopes, input.category, tx.now),
+        provisional: true,
+      };
+      return answer;
+    });
+  }
+
+  return {
+    async config(scope: Caller): Promise<ConfigAnswer> {
+      return (await loadEffective(configs, scope)).answer;
+    },
+
+    async putConfig(scope: Caller, body: ConfigInput): Promise<ConfigAnswer> {
+      await saveConfig(configs, scope, body, now());
+      return (await loadEffective(configs, scope)).answer;
+    },
+
+    async authorize(scope: Caller, input: AuthorizeInput): Promise<AuthorizationAnswer> {
+      const { effective: config, authority } = await loadEffective(configs, scope);
+      if (input.mode === 'simulation') return simulate(scope, input, config, authority);
+      const approvalsAvailable = approvalsAllowed(await tierOf(scope));
+      const hash = hashJson(requestRecord(input));
+      const result = await ledger.locked(scope.organizationId, now, async (tx): Promise<Fresh | Replay> => {
+        const existing = await tx.action(input.actionId);
+        const base = { config, authority, approvalsAvailable, existing, approved: null };
+        if (!existing) {
+          if (input.approvalId !== null) {
+            throw new AppError(
+              'validation_failed',
+              `body/approvalId: action "${input.actionId}" has no approval; authorize it without one first`,
+            );
+          }
+          return decide(tx, scope, input, base);
+        }
+        if (existing.request_hash !== hash) {
+          throw conflict(
+            input.actionId,
+            'authorized',
+            differing(JSON.parse(existing.request), requestRecord(input)),
+          );
+        }
+        if (input.approvalId !== null && input.approvalId !== existing.approval_id) {
+          throw new AppError(
+            'validation_failed',
+            `body/approvalId: ${input.approvalId} is not the approval of action "${input.actionId}"`,
+          );
+        }
+        if (existing.state !== 'pending_approval') {
+          // An answer stands until its reservation lapsed; then the action is decided again.
+          return existing.state === 'expired'
+            ? decide(tx, scope, input, base)
+            : { kind: 'replay', row: existing };
+        }
+        const approval = await createApprovalRepository(tx.db).get(tx.organizationId, existing.approval_id!);
+        const status = approval ? statusAt(approval, tx.now) : 'expired';
+        if (status === 'pending') return { kind: 'replay', row: existing };
+        if (status === 'denied') {
+          return decide(tx, scope, input, {
+            ...base,
+            forced: {
+              decision: 'deny',
+              reasonCode: 'approval_denied',
+              message: `Approval ${existing.approval_id} was denied by ${approval!.resolved_by}`,
+            },
+          });
+        }
+        if (status === 'approved' && approval!.used_at === null) {
+          // Approved: the agent presents the approval to use it (once).
+          if (input.approvalId === null) return { kind: 'replay', row: existing };
+          return decide(tx, scope, input, { ...base, approved: approval! });
+        }
+        // Expired without a decision (or used and lapsed): decided again, with a new approval if needed.
+        return decide(tx, scope, input, base);
+      });
+      if (result.kind === 'replay') {
+        await authorizationReceipt(scope, result.row, config);
+        return JSON.parse(result.row.answer) as AuthorizationAnswer;
+      }
+      const { answer, approval, row } = result;
+      if (approval) {
+        events.publish({
+          organizationId: scope.organizationId,
+          type: 'approval.created',
+          data: { approvalId: approval.id, toolName: approval.tool_name, decisionId: approval.decision_id },
+        });
+        events.publish({
+          organizationId: scope.organizationId,
+          type: 'economic.approval_required',
+          data: {
+            approvalId: approval.id,
+            actionId: input.actionId,
+            sessionId: input.sessionId,
+            agentId: input.agentId,
+            toolName: input.toolName,
+            category: input.category,
+            payer: answer.payer,
+            quotedSpendUsd: answer.quotedSpendUsd,
+            projectId: scope.projectId,
+            expiresAt: approval.expires_at,
+          },
+        });
+      }
+      await authorizationReceipt(scope, row, config);
+      return answer;
+    },
+
+    async commit(scope: Caller, input: CommitInput): Promise<CommitAnswer> {
+      const { effective: config, authority } = await loadEffective(configs, scope);
+      const hash = hashJson(commitRecord(input));
+      const result = await ledger.locked(scope.organizationId, now, async (tx) => {
+        const a = await tx.action(input.actionId);
+        if (!a) throw notFound(`Authorization of action "${input.actionId}"`);
+        if (a.commit_hash !== null) {
+          if (a.commit_hash === hash) return { fresh: false, row: a };
+          throw new AppError(
+            'action_conflict',
+            `Action "${input.actionId}" was already committed with different content; a commit is final`,
+          );
+        }
+        if (a.state === 'expired') {
+          throw new AppError(
+            'reservation_expired',
+            `The reservation of action "${input.actionId}" expired at ${a.expires_at}; authorize the action again`,
+          );
+        }
+        const answer = JSON.parse(a.answer) as AuthorizationAnswer;
+        if (a.state !== 'reserved') {
+          throw new AppError(
+            'action_not_authorized',
+            `Action "${input.actionId}" is not authorized (its answer is ${answer.decision}, ${answer.reasonCode}); nothing to commit`,
+          );
+        }
+        const req = JSON.parse(a.request) as Record<string, unknown>;
+        const mismatched = [
+          ...(['sessionId', 'agentId', 'toolName', 'category'] as const).filter((k) => req[k] !== input[k]),
+          ...(input.payer !== null && input.payer !== answer.payer ? ['payer'] : []),
+          ...(input.quoteMicros !== Number(a.amount_micros) ? ['quotedSpendUsd'] : []),
+          ...(input.approvalId !== null && input.approvalId !== a.approval_id ? ['approvalId'] : []),
+        ];
+        if (mismatched.length > 0) {
+          throw new AppError(
+            'action_conflict',
+            `The commit does not match the authorization of action "${input.actionId}" (${mismatched.join(', ')})`,
+          );
+        }
+        const common = {
+          project_id: a.project_id,
+          action_id: a.action_id,
+          reservation_id: a.reservation_id,
+          session_id: a.session_id,
+          agent_id: a.agent_id,
+          category: a.category,
+          payer: answer.payer,
+          tool_name: input.toolName,
+          approval_id: a.approval_id,
+          agent_window: a.agent_window,
+          category_window: a.category_window,
+        };
+        const entries = await tx.append([
+          { ...common, kind: 'commit', amount_micros: input.actualMicros, decision: 'economic_committed' },
+          { ...common, kind: 'release', amount_micros: Number(a.amount_micros) },
+        ]);
+        const usage = await tx.usage({
+          sessionId: a.session_id,
+          agentId: a.agent_id,
+          category: a.category,
+          agentWindow: a.agent_window,
+          categoryWindow: a.category_window,
+        });
+        const overrun = Math.max(0, input.actualMicros - input.quoteMicros);
+        const commitAnswer: CommitAnswer = {
+          actionId: a.action_id,
+          status: 'committed',
+          authority,
+          category: a.category,
+          payer: answer.payer,
+          quotedSpendUsd: toUsd(input.quoteMicros),
+          actualSpendUsd: toUsd(input.actualMicros),
+          overrunUsd: toUsd(overrun),
+          approvalId: a.approval_id,
+          reasonCode: 'economic_committed',
+          message:
+            overrun > 0
+              ? `Committed ${formatUsd(input.actualMicros)}, ${formatUsd(overrun)} over the quote of ${formatUsd(input.quoteMicros)}; the whole amount counts against the budgets`
+              : `Committed ${formatUsd(input.actualMicros)} of the ${formatUsd(input.quoteMicros)} reserved; the reservation is released`,
+          budget: budgetOf(
+            config,
+            usage,
+            (req.budgetScopes as BudgetScope[]) ?? BUDGET_SCOPES,
+            a.category,
+            tx.now,
+          ),
+        };
+        const row: ActionRow = {
+          ...a,
+          state: 'committed',
+          commit_id: entries[0]!.id,
+          commit_hash: hash,
+          commit_answer: JSON.stringify(commitAnswer),
+        };
+        await tx.putAction(row, true);
+        return { fresh: true, row };
+      });
+      const { row } = result;
+      const answer = JSON.parse(row.commit_answer!) as CommitAnswer;
+      if (result.fresh) {
+        events.publish({
+          organizationId: scope.organizationId,
+          type: 'economic.committed',
+          data: {
+            actionId: answer.actionId,
+            sessionId: row.session_id,
+            agentId: row.agent_id,
+            toolName: input.toolName,
+            category: answer.category,
+            payer: answer.payer,
+            quotedSpendUsd: answer.quotedSpendUsd,
+            actualSpendUsd: answer.actualSpendUsd,
+            overrunUsd: answer.overrunUsd,
+            approvalId: answer.approvalId,
+            projectId: row.project_id,
+          },
+        });
+      }
+      if (row.commit_receipt_id === null) {
+        try {
+          const id = await receipts.write({
+            organizationId: scope.organizationId,
+            projectId: row.project_id,
+            entryId: row.commit_id!,
+            decision: 'economic_committed',
+            actionId: row.action_id,
+            toolName: input.toolName,
+            amountMicros: input.actualMicros,
+            payer: answer.payer,
+            approvalId: answer.approvalId,
+            reason: `economic_committed: ${answer.message}`,
+            timestamp: answer.budget.asOf,
+            request: commitRecord(input),
+            config,
+          });
+          await ledger.setCommitReceipt(scope.organizationId, row.action_id, id);
+        } catch (err) {
+          log.error({ err, actionId: row.action_id }, 'spend commit receipt could not be written');
+          throw new AppError(
+            'service_unavailable',
+            'The commit is recorded but its receipt could not be written; send the same request again',
+          );
+        }
+      }
+      return answer;
+    },
+
+    async status(
+      scope: Caller,
+      input: { sessionId: string; agentId: string; category?: string },
+    ): Promise<StatusAnswer> {
+      const { effective: config, authority } = await loadEffective(configs, scope);
+      try {
+        return await ledger.locked(scope.organizationId, now, async (tx) => {
+          const category = input.category ?? '';
+          const usage = await tx.usage(keysFor({ ...input, category }, config, tx.now));
+          const scopes: BudgetScope[] =
+            input.category === undefined ? ['session', 'agent'] : [...BUDGET_SCOPES];
+          return {
+            enabled: config !== null,
+            authority,
+            healthy: true,
+            pendingApprovals: await tx.pendingApprovals(input.sessionId, input.agentId),
+            budget: budgetOf(config, usage, scopes, category, tx.now),
+          };
+        });
+      } catch (err) {
+        log.error({ err }, 'spend ledger could not be read');
+        return { enabled: config !== null, authority, healthy: false, pendingApprovals: [], budget: null };
+      }
+    },
+  };
+}
+
+export type BudgetService = ReturnType<typeof createBudgetService>;
