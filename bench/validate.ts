@@ -41,7 +41,7 @@ export async function provision(base: string): Promise<string> {
   return key;
 }
 
-const BODIES = [
+export const BODIES = [
   {
     tool_name: 'transfer',
     arguments: { currency: 'USD', amount: 250, account: 'acct_1a2b3c4d' },
