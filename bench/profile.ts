@@ -38,8 +38,13 @@ interface Node {
   callFrame: { functionName: string; url: string; lineNumber: number };
   children?: number[];
 }
-const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
+// The main thread's profile is written first (lowest thread id); a writer thread writes its own.
+const files = readdirSync(dir)
+  .filter((f) => f.endsWith('.cpuprofile'))
+  .sort();
+const file = process.env.PROFILE_THREAD === 'writer' ? files.at(-1) : files[0];
 if (!file) throw new Error('no profile written');
+if (files.length > 1) console.log(`profiles: ${files.join(', ')}`);
 const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as {
   nodes: Node[];
   samples: number[];

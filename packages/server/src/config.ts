@@ -23,6 +23,8 @@ export interface Config {
   signingKeyOverlapSeconds: number;
   /** How often each grown receipt chain gets a signed checkpoint (SVC_CHECKPOINT_INTERVAL; 0 = on demand only). */
   checkpointIntervalMs: number;
+  /** Embedded store: commit decisions in a worker thread, off the event loop (default on). */
+  writerThread: boolean;
 }
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/svc.db';
@@ -83,5 +85,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     signingKeyFile: nonEmpty(env.SVC_SIGNING_KEY_FILE),
     signingKeyOverlapSeconds: duration('SVC_SIGNING_KEY_OVERLAP', env.SVC_SIGNING_KEY_OVERLAP, 30 * 86400),
     checkpointIntervalMs: duration('SVC_CHECKPOINT_INTERVAL', env.SVC_CHECKPOINT_INTERVAL, 5) * 1000,
+    writerThread:
+      nonEmpty(env.SVC_WRITER_THREAD) === null || flag('SVC_WRITER_THREAD', env.SVC_WRITER_THREAD),
   };
 }

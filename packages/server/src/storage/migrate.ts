@@ -5,6 +5,7 @@ import * as m0002 from './migrations/0002_enforcement.js';
 import * as m0003 from './migrations/0003_approvals_drafts.js';
 import * as m0004 from './migrations/0004_mcp_upstreams.js';
 import * as m0005 from './migrations/0005_approval_requester.js';
+import * as m0007 from './migrations/0007_decision_log_indexes.js';
 import * as m0012 from './migrations/0012_checkpoints.js';
 import * as m0013 from './migrations/0013_policy_versions.js';
 
@@ -18,6 +19,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0003_approvals_drafts': m0003,
   '0004_mcp_upstreams': m0004,
   '0005_approval_requester': m0005,
+  '0007_decision_log_indexes': m0007,
   '0012_checkpoints': m0012,
   '0013_policy_versions': m0013,
 };
