@@ -1,18 +1,16 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SOURCE_FLAGS, SVC_BIN } from '../../test/bin.js';
 import { ADMIN_TOKEN, freshDatabase, JWT_SECRET, type TestDatabase } from '../../test/helpers.js';
 import { signUserToken } from '../lib/jwt.js';
 import { openStore } from '../storage/db.js';
 import { migrateToLatest } from '../storage/migrate.js';
 import { verifyReceipts } from './verify.js';
 
-const SVC = fileURLToPath(new URL('../../bin/svc.js', import.meta.url));
-
 /** Starts `svc serve` on a free port and resolves with its address once it listens. */
 function start(databaseUrl: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [SVC, 'serve'], {
+  const child = spawn(process.execPath, [...SOURCE_FLAGS, SVC_BIN, 'serve'], {
     env: {
       ...process.env,
       PORT: '0',
