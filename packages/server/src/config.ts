@@ -23,7 +23,10 @@ export interface Config {
   signingKeyOverlapSeconds: number;
   /** How often each grown receipt chain gets a signed checkpoint (SVC_CHECKPOINT_INTERVAL; 0 = on demand only). */
   checkpointIntervalMs: number;
-  /** Embedded store: commit decisions in a worker thread, off the event loop (default on). */
+  /**
+   * Embedded store: commit decisions in a worker thread, off the event loop (default off: on a
+   * two-core machine shared with other work it measured slower, see docs/benchmarks.md).
+   */
   writerThread: boolean;
 }
 
@@ -85,7 +88,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     signingKeyFile: nonEmpty(env.SVC_SIGNING_KEY_FILE),
     signingKeyOverlapSeconds: duration('SVC_SIGNING_KEY_OVERLAP', env.SVC_SIGNING_KEY_OVERLAP, 30 * 86400),
     checkpointIntervalMs: duration('SVC_CHECKPOINT_INTERVAL', env.SVC_CHECKPOINT_INTERVAL, 5) * 1000,
-    writerThread:
-      nonEmpty(env.SVC_WRITER_THREAD) === null || flag('SVC_WRITER_THREAD', env.SVC_WRITER_THREAD),
+    writerThread: flag('SVC_WRITER_THREAD', env.SVC_WRITER_THREAD),
   };
 }

@@ -17,8 +17,8 @@ export interface DecisionWriterOptions {
   /** Largest batch committed in one transaction. */
   maxBatch?: number;
   /**
-   * Commit in a worker thread (embedded store in a file only; default true): receipts, inserts and
-   * the fsync of COMMIT then run off the event loop.
+   * Commit in a worker thread (embedded store in a file only; default false): receipts, inserts and
+   * the fsync of COMMIT then run off the event loop, at the price of two thread hand-offs per batch.
    */
   thread?: boolean;
   log?: FastifyBaseLogger;
@@ -48,7 +48,7 @@ export class DecisionWriter {
     this.maxBatch = options.maxBatch ?? 512;
     this.batches = !store.sqlite
       ? new PostgresBatchStore(store)
-      : store.sqlitePath && options.thread !== false
+      : store.sqlitePath && options.thread === true
         ? new ThreadBatchStore(store.sqlitePath)
         : new SqliteBatchStore(store);
   }
