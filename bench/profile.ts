@@ -61,10 +61,11 @@ const area = (url: string, fn: string): string => {
   if (fn === '(idle)' || fn === '(program)') return fn;
   if (url.includes('better-sqlite3') || fn === 'run' || fn === 'get' || fn === 'exec') return 'sqlite';
   if (url.includes('/pg') || url.includes('pg-protocol')) return 'pg';
-  if (url.includes('/src/ledger/')) return 'ledger';
-  if (url.includes('/src/enforcement/')) return 'enforcement';
+  // The service runs compiled (dist/) or from its sources (src/).
+  if (/\/(src|dist)\/ledger\//.test(url)) return 'ledger';
+  if (/\/(src|dist)\/enforcement\//.test(url)) return 'enforcement';
   if (url.includes('policy-engine')) return 'policy-engine';
-  if (url.includes('/packages/server/src/')) return 'server (other)';
+  if (/\/packages\/server\/(src|dist)\//.test(url)) return 'server (other)';
   if (url.includes('fastify') || url.includes('find-my-way') || url.includes('avvio')) return 'fastify';
   if (url.includes('pino')) return 'pino';
   if (url.includes('kysely')) return 'kysely';
