@@ -110,13 +110,13 @@ export async function api(
 }
 
 /** An organization on the enterprise tier (so the rate limit does not cap the load) and a project key. */
-export async function provisionKey(base: string): Promise<string> {
+export async function provisionKey(base: string, slug = 'bench'): Promise<string> {
   const token = await signUserToken(SECRET, 'bench-user', 3600, { jwtIssuer: null, jwtAudience: null });
   const auth = { authorization: `Bearer ${token}` };
   const org = await api(base, '/v1/organizations', {
     method: 'POST',
     headers: auth,
-    body: { name: 'Bench', slug: 'bench' },
+    body: { name: 'Bench', slug },
   });
   await api(base, `/v1/admin/organizations/${org._id}`, {
     method: 'PATCH',

@@ -23,8 +23,8 @@ export interface ValidateBenchResult {
 }
 
 /** A key of a fresh enterprise organization and the 3-constraint policy every call is checked against. */
-export async function provision(base: string): Promise<string> {
-  const key = await provisionKey(base);
+export async function provision(base: string, slug?: string): Promise<string> {
+  const key = await provisionKey(base, slug);
   await api(base, '/v1/policies', {
     method: 'POST',
     headers: { 'x-service-api-key': key },
@@ -41,7 +41,7 @@ export async function provision(base: string): Promise<string> {
   return key;
 }
 
-const BODIES = [
+export const BODIES = [
   {
     tool_name: 'transfer',
     arguments: { currency: 'USD', amount: 250, account: 'acct_1a2b3c4d' },

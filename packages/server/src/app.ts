@@ -93,7 +93,7 @@ export async function buildApp({
   try {
     const events = scale?.events ?? new LocalEventBus();
     const policies = new PolicyCache(createPolicyRepository(store.db));
-    const writer = new DecisionWriter(store, { log: app.log });
+    const writer = new DecisionWriter(store, { log: app.log, thread: config.writerThread });
     const approvals = createApprovalService({
       approvals: createApprovalRepository(store.db),
       writer,

@@ -25,6 +25,11 @@ export interface Config {
   signingKeyOverlapSeconds: number;
   /** How often each grown receipt chain gets a signed checkpoint (SVC_CHECKPOINT_INTERVAL; 0 = on demand only). */
   checkpointIntervalMs: number;
+  /**
+   * Embedded store: commit decisions in a worker thread, off the event loop (default off: on a
+   * two-core machine shared with other work it measured slower, see docs/benchmarks.md).
+   */
+  writerThread: boolean;
 }
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/svc.db';
@@ -95,5 +100,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     signingKeyFile: nonEmpty(env.SVC_SIGNING_KEY_FILE),
     signingKeyOverlapSeconds: duration('SVC_SIGNING_KEY_OVERLAP', env.SVC_SIGNING_KEY_OVERLAP, 30 * 86400),
     checkpointIntervalMs: duration('SVC_CHECKPOINT_INTERVAL', env.SVC_CHECKPOINT_INTERVAL, 5) * 1000,
+    writerThread: flag('SVC_WRITER_THREAD', env.SVC_WRITER_THREAD),
   };
 }

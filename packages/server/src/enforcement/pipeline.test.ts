@@ -113,6 +113,24 @@ describe('enforcement pipeline', () => {
     expect(done.decision).toBe('deny');
   });
 
+  it('gives a used approval back when session limits then refuse the call', async () => {
+    const { enforce, release, writer } = setup({
+      reserve: async () =>
+        ({
+          failures: [
+            { parameter: 'session', constraint_type: 'maxCalls', expected: 5, actual: 6, message: 'x' },
+          ],
+          after: null,
+          release() {},
+          settle() {},
+        }) as Reservation,
+    });
+    const done = await enforce(call({ amount: 50 }, { approval_id: 'ap-1' }));
+    expect(done.decision).toBe('deny');
+    expect(release).toHaveBeenCalledTimes(1);
+    expect(writer.write.mock.calls[0]![0].receipt.approval_id).toBeUndefined();
+  });
+
   it('does not use an approval for a call allowed anyway', async () => {
     const { enforce, use, writer } = setup();
     const done = await enforce(call({ amount: 5 }, { approval_id: 'ap-1' }));

@@ -96,4 +96,17 @@ export interface OrgBatch {
 /** Commits whole batches (every organization's segment in one transaction) and returns the receipts. */
 export interface BatchStore {
   commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>>;
+  /** Releases what the store holds (a thread, a connection); called once nothing is in flight. */
+  close?(): Promise<void>;
 }
+
+/** A batch sent to the writer thread. */
+export interface ThreadRequest {
+  id: number;
+  batches: readonly OrgBatch[];
+}
+
+/** The writer thread's answer: the committed receipts, or why the batch failed (nothing committed). */
+export type ThreadReply =
+  | { id: number; receipts: Receipt[]; error?: undefined }
+  | { id: number; error: { name: string; message: string } };

@@ -30,95 +30,99 @@ const DECISION_COLUMNS = [
 const insertSql = (table: string, columns: readonly string[]) =>
   `INSERT INTO ${table} (${columns.join(', ')}) VALUES (${columns.map((c) => `@${c}`).join(', ')})`;
 
+/** Commits whole batches synchronously on one SQLite connection and returns their receipts. */
+export type SqliteCommit = (batches: readonly OrgBatch[]) => Map<string, Receipt>;
+
 /**
  * Batch commits on the embedded store with statements prepared once and run synchronously inside
- * one IMMEDIATE transaction: no SQL is built or parsed per call. It holds Kysely's connection lock
- * while it runs, so it never interleaves with another transaction on the same connection.
+ * one IMMEDIATE transaction: no SQL is built or parsed per call. Prepare it once the schema is
+ * migrated. Used on the event loop (SqliteBatchStore) or in the writer thread (thread.ts).
+ */
+export function createSqliteCommit(db: SQLite.Database): SqliteCommit {
+  const selectHead = db.prepare(
+    'SELECT sequence, last_hash, frontier FROM chain_heads WHERE organization_id = ?',
+  );
+  const insertHead = db.prepare(
+    'INSERT INTO chain_heads (organization_id, sequence, last_hash, frontier, updated_at) VALUES (?, ?, ?, ?, ?)',
+  );
+  const updateHead = db.prepare(
+    'UPDATE chain_heads SET sequence = ?, last_hash = ?, frontier = ?, updated_at = ? WHERE organization_id = ?',
+  );
+  const insertDecision = db.prepare(insertSql('decisions', DECISION_COLUMNS));
+  const insertReceipt = db.prepare(
+    insertSql('receipts', [
+      'organization_id',
+      'sequence',
+      'receipt_id',
+      'decision_id',
+      'receipt_hash',
+      'payload',
+      'created_at',
+    ]),
+  );
+  const upsertSession = db.prepare(
+    `${insertSql('session_counters', ['organization_id', 'session_id', 'tool_name', 'calls', 'cumulative', 'updated_at'])}
+     ON CONFLICT (organization_id, session_id, tool_name) DO UPDATE SET
+       calls = excluded.calls, cumulative = excluded.cumulative, updated_at = excluded.updated_at
+     WHERE session_counters.calls <= excluded.calls`,
+  );
+
+  const loadHead = (org: string): ChainHead => {
+    const row = selectHead.get(org) as { sequence: number; last_hash: string; frontier: string } | undefined;
+    if (row)
+      return {
+        sequence: Number(row.sequence),
+        lastHash: row.last_hash,
+        frontier: JSON.parse(row.frontier),
+      };
+    const empty = emptyChainHead();
+    insertHead.run(org, empty.sequence, empty.lastHash, '[]', new Date().toISOString());
+    return empty;
+  };
+
+  const tx = db.transaction((batches: readonly OrgBatch[]) => {
+    const out = new Map<string, Receipt>();
+    for (const batch of batches) {
+      const { receipts, head } = appendReceipts(
+        loadHead(batch.organizationId),
+        batch.items.map(({ item, receiptId }) => ({ ...item.receipt, receipt_id: receiptId })),
+      );
+      const rows = rowsFor(
+        batch.items.map((i) => i.item),
+        receipts,
+      );
+      for (const d of rows.decisions) insertDecision.run(withNulls(d, DECISION_COLUMNS));
+      for (const r of rows.receipts) insertReceipt.run(r);
+      for (const s of rows.sessions) upsertSession.run(s);
+      updateHead.run(
+        head.sequence,
+        head.lastHash,
+        JSON.stringify(head.frontier),
+        new Date().toISOString(),
+        batch.organizationId,
+      );
+      for (const r of receipts) out.set(r.receipt_id, r);
+    }
+    return out;
+  });
+  // IMMEDIATE takes the write lock at BEGIN, so another process's writer waits (busy_timeout)
+  // instead of failing on a lock upgrade.
+  return (batches) => tx.immediate(batches);
+}
+
+/**
+ * The embedded store's batch commit on the calling thread. It holds Kysely's connection lock while
+ * it runs, so it never interleaves with another transaction on the same connection.
  */
 export class SqliteBatchStore implements BatchStore {
-  private run: ((batches: readonly OrgBatch[]) => Map<string, Receipt>) | null = null;
+  private run: SqliteCommit | null = null;
 
   constructor(private readonly store: Store) {}
 
-  /** Statements are prepared on first use, when the schema is certainly migrated. */
-  private prepare(): (batches: readonly OrgBatch[]) => Map<string, Receipt> {
-    const db = this.store.sqlite as SQLite.Database;
-    const selectHead = db.prepare(
-      'SELECT sequence, last_hash, frontier FROM chain_heads WHERE organization_id = ?',
-    );
-    const insertHead = db.prepare(
-      'INSERT INTO chain_heads (organization_id, sequence, last_hash, frontier, updated_at) VALUES (?, ?, ?, ?, ?)',
-    );
-    const updateHead = db.prepare(
-      'UPDATE chain_heads SET sequence = ?, last_hash = ?, frontier = ?, updated_at = ? WHERE organization_id = ?',
-    );
-    const insertDecision = db.prepare(insertSql('decisions', DECISION_COLUMNS));
-    const insertReceipt = db.prepare(
-      insertSql('receipts', [
-        'organization_id',
-        'sequence',
-        'receipt_id',
-        'decision_id',
-        'receipt_hash',
-        'payload',
-        'created_at',
-      ]),
-    );
-    const upsertSession = db.prepare(
-      `${insertSql('session_counters', ['organization_id', 'session_id', 'tool_name', 'calls', 'cumulative', 'updated_at'])}
-       ON CONFLICT (organization_id, session_id, tool_name) DO UPDATE SET
-         calls = excluded.calls, cumulative = excluded.cumulative, updated_at = excluded.updated_at
-       WHERE session_counters.calls <= excluded.calls`,
-    );
-
-    const loadHead = (org: string): ChainHead => {
-      const row = selectHead.get(org) as
-        | { sequence: number; last_hash: string; frontier: string }
-        | undefined;
-      if (row)
-        return {
-          sequence: Number(row.sequence),
-          lastHash: row.last_hash,
-          frontier: JSON.parse(row.frontier),
-        };
-      const empty = emptyChainHead();
-      insertHead.run(org, empty.sequence, empty.lastHash, '[]', new Date().toISOString());
-      return empty;
-    };
-
-    const tx = db.transaction((batches: readonly OrgBatch[]) => {
-      const out = new Map<string, Receipt>();
-      for (const batch of batches) {
-        const { receipts, head } = appendReceipts(
-          loadHead(batch.organizationId),
-          batch.items.map(({ item, receiptId }) => ({ ...item.receipt, receipt_id: receiptId })),
-        );
-        const rows = rowsFor(
-          batch.items.map((i) => i.item),
-          receipts,
-        );
-        for (const d of rows.decisions) insertDecision.run(withNulls(d, DECISION_COLUMNS));
-        for (const r of rows.receipts) insertReceipt.run(r);
-        for (const s of rows.sessions) upsertSession.run(s);
-        updateHead.run(
-          head.sequence,
-          head.lastHash,
-          JSON.stringify(head.frontier),
-          new Date().toISOString(),
-          batch.organizationId,
-        );
-        for (const r of receipts) out.set(r.receipt_id, r);
-      }
-      return out;
-    });
-    // IMMEDIATE takes the write lock at BEGIN, so another process's writer waits (busy_timeout)
-    // instead of failing on a lock upgrade.
-    return (batches) => tx.immediate(batches);
-  }
-
   async commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
     return this.store.db.connection().execute(async () => {
-      this.run ??= this.prepare();
+      // Prepared on first use, when the schema is certainly migrated.
+      this.run ??= createSqliteCommit(this.store.sqlite as SQLite.Database);
       return this.run(batches);
     });
   }

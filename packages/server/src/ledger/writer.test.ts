@@ -3,6 +3,7 @@ import {
   createTenant,
   createTestApp,
   freshDatabase,
+  TEST_PG_URL,
   type TestApp,
   type TestDatabase,
 } from '../../test/helpers.js';
@@ -51,10 +52,11 @@ async function chainOf(org: string) {
   return rows.map((r) => r.payload);
 }
 
-describe('DecisionWriter', () => {
+// The embedded store also commits through a worker thread (SVC_WRITER_THREAD); PostgreSQL never does.
+describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s)', (thread) => {
   it('commits concurrent writes in batches and resolves each with its own receipt', async () => {
     const { orgId } = await createTenant(t);
-    const writer = new DecisionWriter(t.store);
+    const writer = new DecisionWriter(t.store, { thread });
     const receipts = await Promise.all(Array.from({ length: 300 }, (_, i) => writer.write(item(orgId, i))));
     await writer.close();
     expect(new Set(receipts.map((r) => r.sequence)).size).toBe(300);
@@ -67,8 +69,8 @@ describe('DecisionWriter', () => {
   it('never forks the chain with two writers (two processes) on one database', async () => {
     const { orgId } = await createTenant(t);
     const second: Store = openStore(database.url);
-    const w1 = new DecisionWriter(t.store, { maxBatch: 7 });
-    const w2 = new DecisionWriter(second, { maxBatch: 5 });
+    const w1 = new DecisionWriter(t.store, { maxBatch: 7, thread });
+    const w2 = new DecisionWriter(second, { maxBatch: 5, thread });
     try {
       const writes: Promise<unknown>[] = [];
       for (let round = 0; round < 20; round++) {
@@ -91,7 +93,7 @@ describe('DecisionWriter', () => {
 
   it('rejects only the write that cannot commit; its batch neighbours are committed', async () => {
     const { orgId } = await createTenant(t);
-    const writer = new DecisionWriter(t.store);
+    const writer = new DecisionWriter(t.store, { thread });
     const good = writer.write(item(orgId, 1));
     const bad = writer.write({
       ...item(orgId, 2),
@@ -106,7 +108,7 @@ describe('DecisionWriter', () => {
   });
 
   it('refuses writes after close', async () => {
-    const writer = new DecisionWriter(t.store);
+    const writer = new DecisionWriter(t.store, { thread });
     await writer.close();
     await expect(writer.write(item('x', 1))).rejects.toThrow(/closed/);
   });

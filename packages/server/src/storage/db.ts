@@ -30,17 +30,23 @@ pg.types.setTypeParser(20, (v) => Number(v));
 // numeric as number as well (SUM over integer columns yields numeric).
 pg.types.setTypeParser(1700, (v) => Number(v));
 
-function openSqlite(url: string): Store {
-  const path = url.slice('sqlite:'.length);
-  const inMemory = path === ':memory:' || path === '';
-  const absolute = inMemory ? null : resolve(path);
-  if (absolute) mkdirSync(dirname(absolute), { recursive: true });
-  const handle = new SQLite(absolute ?? ':memory:');
+/** A connection to the embedded database with the settings every connection to it uses. */
+export function openSqliteHandle(path: string): SQLite.Database {
+  const handle = new SQLite(path);
   // Durable before answered: WAL with synchronous=FULL fsyncs every commit.
   handle.pragma('journal_mode = WAL');
   handle.pragma('synchronous = FULL');
   handle.pragma('foreign_keys = ON');
   handle.pragma('busy_timeout = 5000');
+  return handle;
+}
+
+function openSqlite(url: string): Store {
+  const path = url.slice('sqlite:'.length);
+  const inMemory = path === ':memory:' || path === '';
+  const absolute = inMemory ? null : resolve(path);
+  if (absolute) mkdirSync(dirname(absolute), { recursive: true });
+  const handle = openSqliteHandle(absolute ?? ':memory:');
   const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: handle }) });
   return {
     db,

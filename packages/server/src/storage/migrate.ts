@@ -6,6 +6,7 @@ import * as m0003 from './migrations/0003_approvals_drafts.js';
 import * as m0004 from './migrations/0004_mcp_upstreams.js';
 import * as m0005 from './migrations/0005_approval_requester.js';
 import * as m0006 from './migrations/0006_key_scopes.js';
+import * as m0007 from './migrations/0007_decision_log_indexes.js';
 import * as m0008 from './migrations/0008_spend_ledger.js';
 import * as m0012 from './migrations/0012_checkpoints.js';
 import * as m0013 from './migrations/0013_policy_versions.js';
@@ -21,6 +22,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0004_mcp_upstreams': m0004,
   '0005_approval_requester': m0005,
   '0006_key_scopes': m0006,
+  '0007_decision_log_indexes': m0007,
   '0008_spend_ledger': m0008,
   '0012_checkpoints': m0012,
   '0013_policy_versions': m0013,

@@ -1,0 +1,97 @@
+/**
+ * CPU profile of `svc serve` under the validate load: node --import tsx bench/profile.ts
+ * PROFILE_DB=sqlite (default) or a postgres:// URL; PROFILE_SECONDS (default 10).
+ * Writes the .cpuprofile (open it in Chrome DevTools) and prints self time by function and by area.
+ */
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { load, serviceEnv, startChild } from './lib.js';
+import { BODIES, provision } from './validate.js';
+
+const ROOT = join(import.meta.dirname, '..');
+const seconds = Number(process.env.PROFILE_SECONDS ?? 10);
+const dir = mkdtempSync(join(tmpdir(), 'svc-profile-'));
+const db = process.env.PROFILE_DB ?? 'sqlite';
+const dbUrl = db === 'sqlite' ? `sqlite:${join(dir, 'svc.db')}` : db;
+const port = 18580;
+const base = `http://127.0.0.1:${port}`;
+
+const svc = await startChild(
+  'node',
+  ['--cpu-prof', `--cpu-prof-dir=${dir}`, join(ROOT, 'packages/server/bin/svc.js'), 'serve'],
+  serviceEnv(port, dbUrl),
+  `${base}/readyz`,
+);
+let rps = 0;
+try {
+  const key = await provision(base);
+  const opts = { url: `${base}/v1/tools/validate`, connections: 32, headers: { 'x-service-api-key': key } };
+  await load({ ...opts, durationS: 2, bodies: BODIES });
+  rps = (await load({ ...opts, durationS: seconds, bodies: BODIES })).rps;
+} finally {
+  await svc.stop();
+}
+
+interface Node {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+// The main thread's profile is written first (lowest thread id); a writer thread writes its own.
+const files = readdirSync(dir)
+  .filter((f) => f.endsWith('.cpuprofile'))
+  .sort();
+const file = process.env.PROFILE_THREAD === 'writer' ? files.at(-1) : files[0];
+if (!file) throw new Error('no profile written');
+if (files.length > 1) console.log(`profiles: ${files.join(', ')}`);
+const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as {
+  nodes: Node[];
+  samples: number[];
+  timeDeltas: number[];
+};
+const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+const self = new Map<number, number>();
+for (const [i, id] of profile.samples.entries())
+  self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
+const total = [...self.values()].reduce((a, b) => a + b, 0);
+
+const area = (url: string, fn: string): string => {
+  if (fn === '(garbage collector)') return 'gc';
+  if (fn === '(idle)' || fn === '(program)') return fn;
+  if (url.includes('better-sqlite3') || fn === 'run' || fn === 'get' || fn === 'exec') return 'sqlite';
+  if (url.includes('/pg') || url.includes('pg-protocol')) return 'pg';
+  // The service runs compiled (dist/) or from its sources (src/).
+  if (/\/(src|dist)\/ledger\//.test(url)) return 'ledger';
+  if (/\/(src|dist)\/enforcement\//.test(url)) return 'enforcement';
+  if (url.includes('policy-engine')) return 'policy-engine';
+  if (/\/packages\/server\/(src|dist)\//.test(url)) return 'server (other)';
+  if (url.includes('fastify') || url.includes('find-my-way') || url.includes('avvio')) return 'fastify';
+  if (url.includes('pino')) return 'pino';
+  if (url.includes('kysely')) return 'kysely';
+  if (url.startsWith('node:') || url === '') return 'node core / native';
+  return 'other deps';
+};
+const areas = new Map<string, number>();
+const fns = new Map<string, number>();
+for (const [id, t] of self) {
+  const n = byId.get(id)!;
+  const a = area(n.callFrame.url, n.callFrame.functionName);
+  areas.set(a, (areas.get(a) ?? 0) + t);
+  const short = n.callFrame.url.split('/').slice(-2).join('/');
+  const k = `${n.callFrame.functionName || '(anonymous)'} ${short}:${n.callFrame.lineNumber + 1}`;
+  fns.set(k, (fns.get(k) ?? 0) + t);
+}
+const busy = total - (areas.get('(idle)') ?? 0);
+console.log(`profile ${join(dir, file)}  ${rps.toFixed(0)} req/s over ${seconds} s`);
+console.log(`busy ${(busy / 1e6).toFixed(1)} s of ${(total / 1e6).toFixed(1)} s sampled`);
+const perReq = (t: number) => (rps > 0 ? (t / (rps * (seconds + 2))).toFixed(1) : '?');
+console.log('\nself time by area (share of busy time, ≈ µs per request)');
+for (const [a, t] of [...areas].sort((x, y) => y[1] - x[1])) {
+  if (a === '(idle)') continue;
+  console.log(`  ${a.padEnd(20)} ${((100 * t) / busy).toFixed(1).padStart(5)} %  ${perReq(t)}`);
+}
+console.log('\ntop functions by self time');
+for (const [k, t] of [...fns].sort((x, y) => y[1] - x[1]).slice(0, 30)) {
+  console.log(`  ${((100 * t) / busy).toFixed(1).padStart(5)} %  ${k}`);
+}

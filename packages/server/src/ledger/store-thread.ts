@@ -1,0 +1,90 @@
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import type { BatchStore, OrgBatch, Receipt, ThreadReply } from './model.js';
+
+interface InFlight {
+  resolve: (r: Map<string, Receipt>) => void;
+  reject: (e: unknown) => void;
+}
+
+/**
+ * Run from TypeScript sources (tsx, vitest), the thread loads its module through tsx's loader as
+ * well; run from built JavaScript it loads the .js file directly.
+ */
+function spawn(path: string): Worker {
+  const here = import.meta.url;
+  if (!here.endsWith('.ts')) return new Worker(new URL('./thread.js', here), { workerData: { path } });
+  const require = createRequire(here);
+  const pkgPath = require.resolve('tsx/package.json');
+  const pkg = JSON.parse(readFileSync(pkgPath, 'utf8')) as {
+    exports: Record<string, { import: { default: string } }>;
+  };
+  const api = pathToFileURL(join(dirname(pkgPath), pkg.exports['./esm/api']!.import.default)).href;
+  const entry = new URL('./thread.ts', here).href;
+  const code = `import(${JSON.stringify(api)}).then((m) => { m.register(); return import(${JSON.stringify(entry)}); })`;
+  return new Worker(code, { eval: true, workerData: { path } });
+}
+
+/**
+ * Batch commits on the embedded store in a worker thread with its own connection: receipts,
+ * inserts and the fsync of COMMIT run off the event loop. Started on first use; if it dies, the
+ * batches in flight fail (their callers answer 503) and the next batch starts a new one.
+ */
+export class ThreadBatchStore implements BatchStore {
+  private worker: Worker | null = null;
+  private readonly inFlight = new Map<number, InFlight>();
+  private nextId = 1;
+
+  constructor(private readonly path: string) {}
+
+  private start(): Worker {
+    const worker = spawn(this.path);
+    worker.on('message', (reply: ThreadReply) => {
+      const waiting = this.inFlight.get(reply.id);
+      if (!waiting) return;
+      this.inFlight.delete(reply.id);
+      if (reply.error) {
+        const err = new Error(reply.error.message);
+        err.name = reply.error.name;
+        waiting.reject(err);
+      } else {
+        waiting.resolve(new Map(reply.receipts.map((r) => [r.receipt_id, r])));
+      }
+    });
+    const fail = (err: unknown) => {
+      if (this.worker === worker) this.worker = null;
+      for (const w of this.inFlight.values()) w.reject(err);
+      this.inFlight.clear();
+    };
+    worker.on('error', fail);
+    worker.on('exit', (code) => fail(new Error(`decision writer thread exited with code ${code}`)));
+    return worker;
+  }
+
+  commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
+    this.worker ??= this.start();
+    const id = this.nextId++;
+    const worker = this.worker;
+    // Keeps the process alive only while a batch is in flight.
+    if (this.inFlight.size === 0) worker.ref();
+    return new Promise<Map<string, Receipt>>((resolve, reject) => {
+      this.inFlight.set(id, { resolve, reject });
+      worker.postMessage({ id, batches });
+    }).finally(() => {
+      if (this.inFlight.size === 0 && this.worker === worker) worker.unref();
+    });
+  }
+
+  /** Closes the thread's connection; call once nothing is in flight. */
+  async close(): Promise<void> {
+    const worker = this.worker;
+    this.worker = null;
+    if (!worker) return;
+    const exited = new Promise<void>((r) => worker.once('exit', () => r()));
+    worker.postMessage('close');
+    await exited;
+  }
+}

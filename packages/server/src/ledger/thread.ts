@@ -1,0 +1,30 @@
+/**
+ * The writer thread of the embedded store: its own SQLite connection, on which it computes receipts
+ * and commits batches (fsync included), so the event loop keeps serving requests meanwhile.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { openSqliteHandle } from '../storage/db.js';
+import type { ThreadReply, ThreadRequest } from './model.js';
+import { createSqliteCommit, type SqliteCommit } from './store-sqlite.js';
+
+const port = parentPort;
+if (!port) throw new Error('ledger/thread.ts runs as a worker thread');
+const db = openSqliteHandle((workerData as { path: string }).path);
+let commit: SqliteCommit | null = null;
+
+port.on('message', (msg: ThreadRequest | 'close') => {
+  if (msg === 'close') {
+    db.close();
+    port.close();
+    return;
+  }
+  let reply: ThreadReply;
+  try {
+    commit ??= createSqliteCommit(db);
+    reply = { id: msg.id, receipts: [...commit(msg.batches).values()] };
+  } catch (err) {
+    const e = err instanceof Error ? err : new Error(String(err));
+    reply = { id: msg.id, error: { name: e.name, message: e.message } };
+  }
+  port.postMessage(reply);
+});
