@@ -38,7 +38,7 @@ import { signingKeyRoutes } from './modules/signing-keys/routes.js';
 import { toolRoutes } from './modules/tools/routes.js';
 import { validationRoutes } from './modules/validation/routes.js';
 import { registerAuth } from './plugins/auth.js';
-import { registerErrorHandling } from './plugins/errors.js';
+import { frameworkErrors, MAX_PARAM_LENGTH, registerErrorHandling } from './plugins/errors.js';
 import { MemoryRateLimiter, registerRateLimits } from './plugins/rate-limit.js';
 import { connectScaleOut } from './scale/index.js';
 import { openSigningKeys } from './signing/open.js';
@@ -69,6 +69,8 @@ export async function buildApp({
   const app = Fastify({
     logger: logger ? { level: config.logLevel, serializers: { req: requestLogFields } } : false,
     bodyLimit: 1024 * 1024,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    frameworkErrors,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();

@@ -5,7 +5,7 @@ import type { JwtVerifier } from '../lib/jwt.js';
 import type { StreamClient } from './hub.js';
 import { DEFAULT_STREAM_OPTIONS, type StreamOptions } from './options.js';
 import { sseRoutes } from './sse.js';
-import { wsRoutes } from './ws.js';
+import { wsErrorHandler, wsRoutes } from './ws.js';
 
 /**
  * Real-time delivery: SSE at GET /v1/events/stream and WebSocket at GET /ws. Registered as an
@@ -39,7 +39,7 @@ export async function eventRoutes(
     hub.close();
   });
 
-  await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
+  await app.register(websocket, { options: { maxPayload: 64 * 1024 }, errorHandler: wsErrorHandler });
   await app.register(sseRoutes, { ctx, jwt, options });
   await app.register(wsRoutes, { ctx, jwt, options });
 }

@@ -71,6 +71,24 @@ export class WsClient implements StreamClient {
   }
 }
 
+/**
+ * @fastify/websocket's error handler. A client's mistakes (a frame over the 64 KiB limit, bad UTF-8,
+ * a protocol error, a dropped connection) are logged at info without a stack, so no client can write
+ * error-level lines; `ws` has already closed with the matching code (1009, 1007, 1002). Anything else
+ * is ours.
+ */
+export function wsErrorHandler(error: Error, socket: WebSocket, request: FastifyRequest): void {
+  const code = (error as NodeJS.ErrnoException).code ?? '';
+  if (code.startsWith('WS_ERR_') || CONNECTION_ERRORS.has(code)) {
+    request.log.info({ code, reason: error.message }, 'websocket client error');
+    return;
+  }
+  request.log.error({ err: error }, 'websocket error');
+  socket.terminate();
+}
+
+const CONNECTION_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNABORTED']);
+
 interface Admitted {
   userId: string;
   token: string;

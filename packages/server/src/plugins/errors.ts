@@ -1,5 +1,12 @@
-import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
-import { AppError, type ErrorCode, STATUS_BY_CODE } from '../lib/errors.js';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError, type ErrorCode, invalid, STATUS_BY_CODE } from '../lib/errors.js';
+import { bodyJsonProblem } from '../lib/json.js';
+
+/**
+ * The longest path parameter the router matches (decoded, in UTF-16 units). Above every stored name
+ * (tool names are at most 200 characters) so each one stays reachable; longer answers 400.
+ */
+export const MAX_PARAM_LENGTH = 1024;
 
 export function sendError(reply: FastifyReply, code: ErrorCode, message: string): FastifyReply {
   return reply.code(STATUS_BY_CODE[code]).type('application/json').send({ error: { code, message } });
@@ -42,6 +49,23 @@ function fromFastify(err: FastifyError): { code: ErrorCode; message: string } | 
   return null;
 }
 
+/**
+ * Fastify's `frameworkErrors`: what the router refuses before any route runs (a path that is not valid
+ * percent-encoded UTF-8, a parameter over MAX_PARAM_LENGTH) answers in the envelope too.
+ */
+export function frameworkErrors(err: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
+  switch (err.code) {
+    case 'FST_ERR_BAD_URL':
+      sendError(reply, 'validation_failed', 'The path is not valid percent-encoded UTF-8');
+      return;
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      sendError(reply, 'validation_failed', `A path parameter is longer than ${MAX_PARAM_LENGTH} characters`);
+      return;
+  }
+  reply.log.error({ err }, 'unhandled framework error');
+  sendError(reply, 'internal_error', `Internal error (request ${reply.request.id})`);
+}
+
 export function registerErrorHandling(app: FastifyInstance): void {
   // Empty JSON bodies on body-less POSTs (revoke, activate) are common in clients; treat as no body.
   const defaultJson = app.getDefaultJsonParser('error', 'error');
@@ -52,7 +76,9 @@ export function registerErrorHandling(app: FastifyInstance): void {
     try {
       defaultJson(req, body as string, (err, value) => {
         if (err) return done(new AppError('invalid_json', `Request body is not valid JSON: ${err.message}`));
-        done(null, value);
+        // Before any handler or schema walks the body: one bound for depth and numbers, every route.
+        const problem = bodyJsonProblem(value);
+        done(problem ? invalid(problem) : null, problem ? undefined : value);
       });
     } catch (err) {
       done(new AppError('invalid_json', `Request body is not valid JSON: ${(err as Error).message}`));

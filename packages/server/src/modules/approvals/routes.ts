@@ -1,7 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { assertJsonDepth } from '../../lib/json.js';
 import { IdParams } from '../../lib/schemas.js';
 import type { KeyScope } from '../api-keys/model.js';
 import {
@@ -29,7 +28,6 @@ export const approvalRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
     '/v1/approvals',
     { schema: { body: CreateApprovalBody, response: { 201: CreatedApproval } } },
     async (req, reply) => {
-      assertJsonDepth({ arguments: req.body.arguments });
       const { arguments: _args, ...created } = await service.create(await ctx.scope(req), req.body);
       return reply.code(201).send(created);
     },

@@ -1,5 +1,6 @@
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyReply } from 'fastify';
+import { bodyJsonProblem } from '../../lib/json.js';
 
 /** JSON-RPC error codes of the MCP endpoints (spec section 7 plus the standard JSON-RPC ones). */
 export const RPC = {
@@ -136,7 +137,8 @@ export function useRpcBodyParser(app: FastifyInstance): void {
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
     if (typeof body !== 'string' || body.trim() === '') return done(null, undefined);
     try {
-      parse(req, body, (err, value) => done(null, err ? UNPARSABLE : value));
+      // Past the body limits of every route (depth, non-finite numbers) is not JSON this server reads.
+      parse(req, body, (err, value) => done(null, err || bodyJsonProblem(value) ? UNPARSABLE : value));
     } catch {
       done(null, UNPARSABLE);
     }

@@ -160,6 +160,9 @@ export function createUpstreamService(deps: UpstreamServiceDeps) {
 
   return {
     async list(scope: OrgScope, projectId?: string): Promise<UpstreamRecord[]> {
+      // An unknown or another organization's project is "not found", as everywhere else.
+      if (projectId && !(await repo.projectExists(scope.organizationId, projectId)))
+        throw notFound('Project');
       const rows = await repo.list(scope.organizationId, projectId);
       return rows.filter((row) => visibleTo(scope, row)).map(toUpstream);
     },
