@@ -25,41 +25,57 @@ const MAX_KEY_IN_MESSAGE = 60;
 const segment = (key: string) =>
   key.length > MAX_KEY_IN_MESSAGE ? `${key.slice(0, MAX_KEY_IN_MESSAGE)}…` : key;
 
+/** A lone UTF-16 surrogate: with the `u` flag a well-formed pair is one code point and never matches. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
 /**
- * The first thing in a parsed request body that no later step may meet, or null: nesting deeper than
- * MAX_BODY_DEPTH (recursive code downstream — schema validation, copies, canonical JSON — would
- * overflow the stack) or a number that overflowed to ±Infinity (`1e999`: JSON has no such value, and
- * storing it would silently turn it into null). Iterative, so no input can overflow it either.
+ * The first thing in a parsed request body that no later step may meet, or null (I-JSON, RFC 7493, plus a
+ * depth bound): nesting deeper than MAX_BODY_DEPTH (recursive code downstream — schema validation,
+ * copies, canonical JSON — would overflow the stack), a number that overflowed to ±Infinity (`1e999`:
+ * JSON has no such value, and storing it would silently make it null), or a string or key holding a lone
+ * surrogate (`"\ud800"`: the UTF-8 stores would silently replace it, so a name could not be found again).
+ * Iterative, so no input can overflow it either.
  */
-export function bodyJsonProblem(body: unknown): string | null {
-  if (typeof body === 'number' && !Number.isFinite(body)) return nonFinite('body');
+export function bodyJsonProblem(body: unknown, maxDepth = MAX_BODY_DEPTH): string | null {
+  const own = leafProblem(body, 'body');
+  if (own !== undefined) return own;
   if (typeof body !== 'object' || body === null) return null;
   const stack: [value: object, depth: number, path: string, field: string][] = [[body, 1, 'body', '']];
   while (stack.length > 0) {
     const [v, depth, path, field] = stack.pop()!;
-    if (depth > MAX_BODY_DEPTH) {
+    if (depth > maxDepth) {
       return field === ''
-        ? `body is nested deeper than ${MAX_BODY_DEPTH} levels`
-        : `body/${field} is nested deeper than ${MAX_JSON_DEPTH} levels`;
+        ? `body is nested deeper than ${maxDepth} levels`
+        : `body/${field} is nested deeper than ${maxDepth - 1} levels`;
     }
     const keys = Array.isArray(v) ? null : Object.keys(v);
     const n = keys ? keys.length : (v as unknown[]).length;
     for (let i = 0; i < n; i++) {
       const key = keys ? keys[i]! : i;
+      if (typeof key === 'string' && LONE_SURROGATE.test(key)) return `${path} has a key that ${NOT_UNICODE}`;
       const child = (v as Record<string | number, unknown>)[key];
-      if (typeof child === 'number') {
-        if (!Number.isFinite(child)) return nonFinite(`${path}/${segment(String(key))}`);
-      } else if (typeof child === 'object' && child !== null) {
-        const name = segment(String(key));
+      const name = segment(String(key));
+      if (typeof child === 'object' && child !== null) {
         stack.push([child, depth + 1, `${path}/${name}`, depth === 1 ? name : field]);
+        continue;
       }
+      const problem = leafProblem(child, `${path}/${name}`);
+      if (problem !== undefined) return problem;
     }
   }
   return null;
 }
 
-const nonFinite = (path: string) =>
-  `${path} is a number outside the range of JSON numbers accepted (a finite double, at most ±${Number.MAX_VALUE})`;
+const NOT_UNICODE = 'is not well-formed Unicode (a lone surrogate such as \\ud800)';
+
+/** The problem of a scalar, undefined when it has none (or is not a scalar). */
+function leafProblem(value: unknown, path: string): string | undefined {
+  if (typeof value === 'number' && !Number.isFinite(value)) {
+    return `${path} is a number outside the range of JSON numbers accepted (a finite double, at most ±${Number.MAX_VALUE})`;
+  }
+  if (typeof value === 'string' && LONE_SURROGATE.test(value)) return `${path} ${NOT_UNICODE}`;
+  return undefined;
+}
 
 /** 400 validation_failed naming the first body field that nests deeper than MAX_JSON_DEPTH. */
 export function assertJsonDepth(fields: Record<string, unknown>): void {

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type ErrorCode, invalid, STATUS_BY_CODE } from '../lib/errors.js';
 import { bodyJsonProblem } from '../lib/json.js';
@@ -71,12 +72,16 @@ export function registerErrorHandling(app: FastifyInstance): void {
   const defaultJson = app.getDefaultJsonParser('error', 'error');
   // The API speaks JSON only; any other body type answers 415.
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    if (body === '' || (typeof body === 'string' && body.trim() === '')) return done(null, undefined);
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, raw, done) => {
+    const buf = raw as Buffer;
+    // Node would decode bad bytes to U+FFFD silently: a body must be UTF-8 (RFC 8259), or it is refused.
+    if (!isUtf8(buf)) return done(new AppError('invalid_json', 'Request body is not valid UTF-8'));
+    const body = buf.toString('utf8');
+    if (body.trim() === '') return done(null, undefined);
     try {
-      defaultJson(req, body as string, (err, value) => {
+      defaultJson(req, body, (err, value) => {
         if (err) return done(new AppError('invalid_json', `Request body is not valid JSON: ${err.message}`));
-        // Before any handler or schema walks the body: one bound for depth and numbers, every route.
+        // Before any handler or schema walks the body: one bound for depth, numbers and strings.
         const problem = bodyJsonProblem(value);
         done(problem ? invalid(problem) : null, problem ? undefined : value);
       });

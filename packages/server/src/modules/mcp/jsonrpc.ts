@@ -1,6 +1,6 @@
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { bodyJsonProblem } from '../../lib/json.js';
+import { bodyJsonProblem, MAX_BODY_DEPTH } from '../../lib/json.js';
 
 /** JSON-RPC error codes of the MCP endpoints (spec section 7 plus the standard JSON-RPC ones). */
 export const RPC = {
@@ -48,8 +48,24 @@ export const isObject = (v: unknown): v is Record<string, unknown> =>
 const validId = (v: unknown): v is RpcId =>
   typeof v === 'string' || (typeof v === 'number' && Number.isInteger(v));
 
+/** A JSON body past the limits of lib/json.ts: an invalid request, answered with its id when it has one. */
+export class OutOfLimits {
+  constructor(
+    readonly id: RpcId | null,
+    readonly problem: string,
+  ) {}
+}
+
 /** Sorts one HTTP body into a request to answer, a message to accept, or an invalid message. */
 export function classify(body: unknown): Incoming {
+  if (body instanceof OutOfLimits) {
+    return {
+      kind: 'invalid',
+      code: RPC.invalidRequest,
+      id: body.id,
+      message: `Invalid Request: ${body.problem}`,
+    };
+  }
   if (body === UNPARSABLE)
     return {
       kind: 'invalid',
@@ -137,8 +153,13 @@ export function useRpcBodyParser(app: FastifyInstance): void {
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
     if (typeof body !== 'string' || body.trim() === '') return done(null, undefined);
     try {
-      // Past the body limits of every route (depth, non-finite numbers) is not JSON this server reads.
-      parse(req, body, (err, value) => done(null, err || bodyJsonProblem(value) ? UNPARSABLE : value));
+      parse(req, body, (err, value) => {
+        if (err) return done(null, UNPARSABLE);
+        // The limits of every JSON body (lib/json.ts), one level deeper for the `params` wrapper.
+        const problem = bodyJsonProblem(value, MAX_BODY_DEPTH + 1);
+        if (!problem) return done(null, value);
+        done(null, new OutOfLimits(isObject(value) && validId(value.id) ? value.id : null, problem));
+      });
     } catch {
       done(null, UNPARSABLE);
     }
