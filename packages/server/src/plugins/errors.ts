@@ -54,7 +54,9 @@ function fromFastify(err: FastifyError): { code: ErrorCode; message: string } | 
  * Fastify's `frameworkErrors`: what the router refuses before any route runs (a path that is not valid
  * percent-encoded UTF-8, a parameter over MAX_PARAM_LENGTH) answers in the envelope too.
  */
-export function frameworkErrors(err: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
+export function frameworkErrors(err: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  // No route matched, so no hook runs: the request id header is set here.
+  reply.header('x-request-id', request.id);
   switch (err.code) {
     case 'FST_ERR_BAD_URL':
       sendError(reply, 'validation_failed', 'The path is not valid percent-encoded UTF-8');
@@ -63,8 +65,8 @@ export function frameworkErrors(err: FastifyError, _request: FastifyRequest, rep
       sendError(reply, 'validation_failed', `A path parameter is longer than ${MAX_PARAM_LENGTH} characters`);
       return;
   }
-  reply.log.error({ err }, 'unhandled framework error');
-  sendError(reply, 'internal_error', `Internal error (request ${reply.request.id})`);
+  request.log.error({ err }, 'unhandled framework error');
+  sendError(reply, 'internal_error', `Internal error (request ${request.id})`);
 }
 
 export function registerErrorHandling(app: FastifyInstance): void {
