@@ -149,7 +149,9 @@ describe(`fuzzing every route (seed ${SEED}, ${RUNS} requests; replay with FUZZ_
     );
     await fc.assert(property, { seed: SEED, numRuns: RUNS, endOnFailure: true });
     const byStatus = [...statuses].sort(([a], [b]) => a - b).map(([s, n]) => `${s}: ${n}`);
-    console.log(`fuzz answers by status: ${byStatus.join(', ')}; routes with a 2xx: ${succeeded.size}/${routes.length}`);
+    console.log(
+      `fuzz answers by status: ${byStatus.join(', ')}; routes with a 2xx: ${succeeded.size}/${routes.length}`,
+    );
     expect(Object.prototype).not.toHaveProperty('polluted');
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   }, 600_000);
