@@ -148,6 +148,16 @@ describe('bad encodings', () => {
     expectError(res, 400, 'invalid_json');
   });
 
+  it('prototype keys answer 400 invalid_json and pollute nothing', async () => {
+    for (const body of [
+      '{"toolName":"p","__proto__":{"polluted":true}}',
+      '{"constructor":{"prototype":{"polluted":true}}}',
+    ]) {
+      expectError(await raw('POST', '/v1/policies', body), 400, 'invalid_json');
+    }
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  });
+
   it('a lone surrogate in a name answers 400 instead of being stored as another name', async () => {
     const res = await raw('POST', '/v1/policies', '{"toolName":"pay\\ud800"}');
     expectError(res, 400, 'validation_failed');

@@ -210,6 +210,13 @@ export function poolsOf(attacker: Seeded, victim: Seeded): Pools {
     toolNames: [attacker.toolName, victim.toolName],
     orgSlugs: [attacker.orgSlug, victim.orgSlug],
     upstreamSlugs: [attacker.upstreamSlug, victim.upstreamSlug],
-    keep: new Set([attacker.tenant.orgId, attacker.tenant.projectId, attacker.upstreamId, attacker.keyId]),
+    keep: new Set([
+      attacker.tenant.orgId,
+      attacker.tenant.projectId,
+      attacker.upstreamId,
+      attacker.keyId,
+      attacker.toolName,
+      attacker.draftId,
+    ]),
   };
 }

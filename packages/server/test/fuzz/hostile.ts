@@ -21,7 +21,7 @@ export interface Pools {
   toolNames: string[];
   orgSlugs: string[];
   upstreamSlugs: string[];
-  /** Ids the attacker must keep (its organization, project, key, upstream), so a run keeps its reach. */
+  /** Ids and names the attacker keeps (organization, project, key, upstream, tool, draft): a run keeps its reach. */
   keep: Set<string>;
 }
 
@@ -178,7 +178,13 @@ const encode = (s: string) => {
 /** A body for the route: mostly its schema's values, then mutated in one of several hostile ways. */
 function bodyArb(route: RouteSpec, pools: Pools): fc.Arbitrary<string | Buffer | undefined> {
   const ids = fc.constantFrom(...pools.ids, ...pools.toolNames);
-  const base = fromSchema(route.schema.body).map(clone);
+  const hint = (key: string) => {
+    if (/(^id|Id|_id)$/.test(key)) return fc.constantFrom(...pools.ids);
+    if (key === 'ids') return fc.array(fc.constantFrom(...pools.ids), { minLength: 1, maxLength: 3 });
+    if (/^(toolName|tool_name|name)$/.test(key)) return fc.constantFrom(...pools.toolNames);
+    return undefined;
+  };
+  const base = fromSchema(route.schema.body, 0, hint).map(clone);
   const nodeOf = (v: unknown) => fc.nat({ max: countNodes(v) - 1 });
   const hostile = fc.oneof(fc.constantFrom(...HOSTILE_VALUES), ids, fc.jsonValue({ maxDepth: 2 }));
   const mutated = base.chain((v) =>
@@ -210,9 +216,10 @@ function pathArb(route: RouteSpec, pools: Pools): fc.Arbitrary<string> {
   const destructive = route.method === 'DELETE' || /\/(revoke|regenerate-key)$/.test(route.url);
   // An upstream whose URL a run could point anywhere would make later calls wait on DNS.
   const movesUpstream = route.method === 'PATCH' && route.url.startsWith('/v1/mcp/upstreams');
-  const ids = pools.ids.filter((id) => !((destructive || movesUpstream) && pools.keep.has(id)));
+  const kept = (v: string) => (destructive || movesUpstream) && pools.keep.has(v);
+  const ids = pools.ids.filter((id) => !kept(id));
   const poolFor = (name: string): string[] => {
-    if (name === 'toolName' || name === 'name') return pools.toolNames;
+    if (name === 'toolName' || name === 'name') return pools.toolNames.filter((n) => !kept(n));
     if (name === 'slug') return pools.orgSlugs;
     if (name === 'upstreamSlug') return [...pools.upstreamSlugs, 'charter', 'upstreams'];
     return ids;

@@ -26,18 +26,26 @@ export interface JsonSchema {
 
 const anyJson = fc.jsonValue({ maxDepth: 2 });
 
+/** Values to mix in for an object member by its name (real ids for `projectId`…), or undefined. */
+export type Hint = (key: string) => fc.Arbitrary<unknown> | undefined;
+const noHint: Hint = () => undefined;
+
 /**
  * Values that a schema accepts, most of the time: strings honour lengths, enums, formats and (where
  * fast-check can) patterns; numbers their bounds; objects their required keys. Small on purpose: the
  * hostile part is added by the mutations, and small values keep a run fast.
  */
-export function fromSchema(schema: JsonSchema | undefined, depth = 0): fc.Arbitrary<unknown> {
+export function fromSchema(
+  schema: JsonSchema | undefined,
+  depth = 0,
+  hint: Hint = noHint,
+): fc.Arbitrary<unknown> {
   if (!schema || typeof schema !== 'object') return anyJson;
   if (schema.const !== undefined) return fc.constant(schema.const);
   if (Array.isArray(schema.enum) && schema.enum.length > 0) return fc.constantFrom(...schema.enum);
   const union = schema.anyOf ?? schema.oneOf;
-  if (union) return fc.oneof(...union.map((s) => fromSchema(s, depth)));
-  if (schema.allOf?.[0]) return fromSchema(schema.allOf[0], depth);
+  if (union) return fc.oneof(...union.map((s) => fromSchema(s, depth, hint)));
+  if (schema.allOf?.[0]) return fromSchema(schema.allOf[0], depth, hint);
   switch (schema.type) {
     case 'string':
       return stringOf(schema);
@@ -59,12 +67,12 @@ export function fromSchema(schema: JsonSchema | undefined, depth = 0): fc.Arbitr
       return fc.constant(null);
     case 'array':
       if (depth > 4) return fc.constant([]);
-      return fc.array(fromSchema(schema.items, depth + 1), {
+      return fc.array(fromSchema(schema.items, depth + 1, hint), {
         minLength: schema.minItems ?? 0,
         maxLength: Math.max(schema.minItems ?? 0, Math.min(schema.maxItems ?? 3, 3)),
       });
     case 'object':
-      return objectOf(schema, depth);
+      return objectOf(schema, depth, hint);
   }
   return anyJson;
 }
@@ -97,13 +105,17 @@ function stringOf(schema: JsonSchema): fc.Arbitrary<string> {
     .filter((s) => s.length >= min && pattern.test(s));
 }
 
-function objectOf(schema: JsonSchema, depth: number): fc.Arbitrary<unknown> {
+function objectOf(schema: JsonSchema, depth: number, hint: Hint): fc.Arbitrary<unknown> {
   if (depth > 4) return fc.constant({});
   if (schema.properties) {
     const model: Record<string, fc.Arbitrary<unknown>> = {};
-    for (const [key, sub] of Object.entries(schema.properties)) model[key] = fromSchema(sub, depth + 1);
+    for (const [key, sub] of Object.entries(schema.properties)) {
+      const own = fromSchema(sub, depth + 1, hint);
+      const mixed = hint(key);
+      model[key] = mixed ? fc.oneof(own, mixed) : own;
+    }
     return fc.record(model, { requiredKeys: (schema.required ?? []).filter((k) => k in model) });
   }
   const values = schema.patternProperties ? Object.values(schema.patternProperties)[0] : undefined;
-  return fc.dictionary(fc.string({ maxLength: 8 }), fromSchema(values, depth + 1), { maxKeys: 4 });
+  return fc.dictionary(fc.string({ maxLength: 8 }), fromSchema(values, depth + 1, hint), { maxKeys: 4 });
 }
