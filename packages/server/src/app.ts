@@ -38,7 +38,12 @@ import { signingKeyRoutes } from './modules/signing-keys/routes.js';
 import { toolRoutes } from './modules/tools/routes.js';
 import { validationRoutes } from './modules/validation/routes.js';
 import { registerAuth } from './plugins/auth.js';
-import { frameworkErrors, MAX_PARAM_LENGTH, registerErrorHandling } from './plugins/errors.js';
+import {
+  clientErrorHandler,
+  frameworkErrors,
+  MAX_PARAM_LENGTH,
+  registerErrorHandling,
+} from './plugins/errors.js';
 import { MemoryRateLimiter, registerRateLimits } from './plugins/rate-limit.js';
 import { connectScaleOut } from './scale/index.js';
 import { openSigningKeys } from './signing/open.js';
@@ -71,6 +76,7 @@ export async function buildApp({
     bodyLimit: 1024 * 1024,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     frameworkErrors,
+    clientErrorHandler,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();

@@ -1,4 +1,6 @@
 import { isUtf8 } from 'node:buffer';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type ErrorCode, invalid, STATUS_BY_CODE } from '../lib/errors.js';
 import { bodyJsonProblem } from '../lib/json.js';
@@ -67,6 +69,31 @@ export function frameworkErrors(err: FastifyError, request: FastifyRequest, repl
   }
   request.log.error({ err }, 'unhandled framework error');
   sendError(reply, 'internal_error', `Internal error (request ${request.id})`);
+}
+
+/**
+ * Fastify's `clientErrorHandler`: a request Node's HTTP parser refuses (malformed request line or
+ * headers, headers over the limit, a request that timed out) never reaches a route; it is answered
+ * in the envelope too, and the connection closed as Node does.
+ */
+export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
+  // A reset connection has nobody to answer.
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const [code, message]: [ErrorCode, string] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? ['headers_too_large', 'Request headers are larger than the limit of 16 KiB']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? ['request_timeout', 'The request was not received in time']
+        : ['validation_failed', 'Malformed HTTP request'];
+  const status = STATUS_BY_CODE[code];
+  const body = JSON.stringify({ error: { code, message } });
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy();
 }
 
 export function registerErrorHandling(app: FastifyInstance): void {

@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { setTier } from '../../test/approvals.js';
 import {
@@ -15,8 +16,10 @@ import { MAX_PARAM_LENGTH } from './errors.js';
 
 let t: TestApp;
 let a: Tenant;
+let base: string;
 beforeAll(async () => {
   t = await createTestApp();
+  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
   a = await createTenant(t);
   await setTier(t, a, 'team');
 });
@@ -228,12 +231,49 @@ describe('path parameters reach every stored name', () => {
   });
 });
 
+/** Sends raw bytes over TCP and returns everything the server wrote before it closed. */
+function rawHttp(request: string): Promise<string> {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => socket.write(request));
+    let out = '';
+    socket.on('data', (chunk) => {
+      out += chunk;
+    });
+    socket.on('close', () => resolve(out));
+    socket.on('error', reject);
+  });
+}
+
+describe('requests the HTTP parser refuses', () => {
+  const envelope = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+
+  it('a malformed header answers 400 in the envelope', async () => {
+    const answer = await rawHttp('GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n');
+    expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+    expect(envelope(answer)).toEqual({
+      error: { code: 'validation_failed', message: 'Malformed HTTP request' },
+    });
+  });
+
+  it('headers over 16 KiB answer 431 headers_too_large in the envelope', async () => {
+    const answer = await rawHttp(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: ${'a'.repeat(20_000)}\r\n\r\n`);
+    expect(answer).toMatch(/^HTTP\/1\.1 431 /);
+    expect(envelope(answer).error.code).toBe('headers_too_large');
+  });
+
+  it('a broken request line answers 400, and the server keeps serving', async () => {
+    const answer = await rawHttp('G\u0000T / HTTP/1.1\r\n\r\n');
+    expect(envelope(answer).error.code).toBe('validation_failed');
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+  });
+});
+
 describe('WebSocket client mistakes', () => {
   it('a frame over 64 KiB closes with 1009 and logs at info, never at error', async () => {
     const info = vi.spyOn(t.app.log, 'info');
     const error = vi.spyOn(t.app.log, 'error');
-    const base = (await t.app.listen({ port: 0, host: '127.0.0.1' })).replace(/^http/, 'ws');
-    const c = await WsClient.open(`${base}/ws?token=${encodeURIComponent(a.token)}`);
+    const c = await WsClient.open(`${base.replace(/^http/, 'ws')}/ws?token=${encodeURIComponent(a.token)}`);
     c.ws.send('x'.repeat(64 * 1024 + 1));
     await waitFor(() => c.closed, 'closed');
     expect(c.closeCode).toBe(1009);
