@@ -4,8 +4,10 @@
  * bad ids and credentials), sent by an attacker tenant. Asserts: never a 5xx, every error in the
  * envelope, nothing of the victim tenant leaks or changes, an error changes nothing of the attacker's
  * either, and the server stays healthy. Replay a run with FUZZ_SEED=<printed seed>; FUZZ_RUNS sets
- * the number of requests.
+ * the number of requests; FUZZ_TRACE=<file> appends each request (and its status) to a file, to find
+ * what a run that stops answering was doing.
  */
+import { appendFileSync } from 'node:fs';
 import fc from 'fast-check';
 import type { FastifyInstance, InjectOptions, RouteOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -61,6 +63,19 @@ async function send(t: TestApp, req: HostileRequest): Promise<Answer> {
 }
 
 const routeKey = (r: RouteSpec) => `${r.method} ${r.url}`;
+
+/** A request left unanswered is a failure too: it would hold a client (and a connection) forever. */
+async function withinTime<T>(answer: Promise<T>, what: string, ms = 15_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms: ${what}`)), ms);
+  });
+  try {
+    return await Promise.race([answer, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 function checkAnswer(req: HostileRequest, res: Answer): void {
   const where = `${req.method} ${req.url.slice(0, 200)} (${req.auth}) answered ${res.statusCode} ${res.body.slice(0, 300)}`;
@@ -129,10 +144,13 @@ describe(`fuzzing every route (seed ${SEED}, ${RUNS} requests; replay with FUZZ_
     const property = fc.asyncProperty(
       fc.oneof(...routes.map((r) => requestArb(r, pools, auths))),
       async (req) => {
+        if (process.env.FUZZ_TRACE)
+          appendFileSync(process.env.FUZZ_TRACE, `${JSON.stringify(req).slice(0, 3000)}\n`);
         // A failed write of the attacker's own must leave its data as it was.
         const write = req.own && req.method !== 'GET' && req.method !== 'HEAD';
         const before = write ? await snapshot(t, attacker) : null;
-        const res = await send(t, req);
+        const res = await withinTime(send(t, req), `${req.method} ${req.url.slice(0, 200)} (${req.auth})`);
+        if (process.env.FUZZ_TRACE) appendFileSync(process.env.FUZZ_TRACE, `answered ${res.statusCode}\n`);
         statuses.set(res.statusCode, (statuses.get(res.statusCode) ?? 0) + 1);
         if (res.statusCode < 300) succeeded.add(req.route);
         checkAnswer(req, res);

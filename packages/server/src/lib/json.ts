@@ -25,8 +25,8 @@ const MAX_KEY_IN_MESSAGE = 60;
 const segment = (key: string) =>
   key.length > MAX_KEY_IN_MESSAGE ? `${key.slice(0, MAX_KEY_IN_MESSAGE)}…` : key;
 
-/** A lone UTF-16 surrogate: with the `u` flag a well-formed pair is one code point and never matches. */
-const LONE_SURROGATE = /\p{Cs}/u;
+/** String.prototype.isWellFormed (Node 20, not in the ES2023 lib types): false when a lone surrogate is in it. */
+const wellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): boolean }).isWellFormed();
 
 /**
  * The first thing in a parsed request body that no later step may meet, or null (I-JSON, RFC 7493, plus a
@@ -37,6 +37,38 @@ const LONE_SURROGATE = /\p{Cs}/u;
  * Iterative, so no input can overflow it either.
  */
 export function bodyJsonProblem(body: unknown, maxDepth = MAX_BODY_DEPTH): string | null {
+  return withinLimits(body, maxDepth) ? null : describeProblem(body, maxDepth);
+}
+
+const scalarOk = (v: unknown): boolean =>
+  typeof v === 'number' ? Number.isFinite(v) : typeof v !== 'string' || wellFormed(v);
+
+/** The pass every body takes (validate's included): no paths built, nothing allocated but the stack. */
+function withinLimits(body: unknown, maxDepth: number): boolean {
+  if (typeof body !== 'object' || body === null) return scalarOk(body);
+  const values: object[] = [body];
+  const depths: number[] = [1];
+  while (values.length > 0) {
+    const v = values.pop()!;
+    const depth = depths.pop()!;
+    if (depth > maxDepth) return false;
+    const keys = Array.isArray(v) ? null : Object.keys(v);
+    const n = keys ? keys.length : (v as unknown[]).length;
+    for (let i = 0; i < n; i++) {
+      const key = keys ? keys[i]! : i;
+      if (typeof key === 'string' && !wellFormed(key)) return false;
+      const child = (v as Record<string | number, unknown>)[key];
+      if (typeof child === 'object' && child !== null) {
+        values.push(child);
+        depths.push(depth + 1);
+      } else if (!scalarOk(child)) return false;
+    }
+  }
+  return true;
+}
+
+/** The same walk again, for a body known to break a limit: the message names where. */
+function describeProblem(body: unknown, maxDepth: number): string | null {
   const own = leafProblem(body, 'body');
   if (own !== undefined) return own;
   if (typeof body !== 'object' || body === null) return null;
@@ -52,7 +84,7 @@ export function bodyJsonProblem(body: unknown, maxDepth = MAX_BODY_DEPTH): strin
     const n = keys ? keys.length : (v as unknown[]).length;
     for (let i = 0; i < n; i++) {
       const key = keys ? keys[i]! : i;
-      if (typeof key === 'string' && LONE_SURROGATE.test(key)) return `${path} has a key that ${NOT_UNICODE}`;
+      if (typeof key === 'string' && !wellFormed(key)) return `${path} has a key that ${NOT_UNICODE}`;
       const child = (v as Record<string | number, unknown>)[key];
       const name = segment(String(key));
       if (typeof child === 'object' && child !== null) {
@@ -73,7 +105,7 @@ function leafProblem(value: unknown, path: string): string | undefined {
   if (typeof value === 'number' && !Number.isFinite(value)) {
     return `${path} is a number outside the range of JSON numbers accepted (a finite double, at most ±${Number.MAX_VALUE})`;
   }
-  if (typeof value === 'string' && LONE_SURROGATE.test(value)) return `${path} ${NOT_UNICODE}`;
+  if (typeof value === 'string' && !wellFormed(value)) return `${path} ${NOT_UNICODE}`;
   return undefined;
 }
 

@@ -99,10 +99,12 @@ function stringOf(schema: JsonSchema): fc.Arbitrary<string> {
   } catch {
     return plain;
   }
-  return fc
-    .stringMatching(pattern)
-    .map((s) => s.slice(0, max))
-    .filter((s) => s.length >= min && pattern.test(s));
+  // No filter (it could reject forever, e.g. a 71-character hash cut to 24): a string that no longer
+  // matches once cut is sent whole.
+  return fc.stringMatching(pattern).map((s) => {
+    const cut = s.slice(0, max);
+    return cut.length >= min && pattern.test(cut) ? cut : s;
+  });
 }
 
 function objectOf(schema: JsonSchema, depth: number, hint: Hint): fc.Arbitrary<unknown> {
