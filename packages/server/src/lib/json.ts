@@ -33,15 +33,19 @@ const wellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): bo
  * depth bound): nesting deeper than MAX_BODY_DEPTH (recursive code downstream — schema validation,
  * copies, canonical JSON — would overflow the stack), a number that overflowed to ±Infinity (`1e999`:
  * JSON has no such value, and storing it would silently make it null), or a string or key holding a lone
- * surrogate (`"\ud800"`: the UTF-8 stores would silently replace it, so a name could not be found again).
+ * surrogate (`"\ud800"`: the UTF-8 stores would silently replace it, so a name could not be found again)
+ * or U+0000 (PostgreSQL text cannot hold it; a value SQLite kept would differ between the stores).
  * Iterative, so no input can overflow it either.
  */
 export function bodyJsonProblem(body: unknown, maxDepth = MAX_BODY_DEPTH): string | null {
   return withinLimits(body, maxDepth) ? null : describeProblem(body, maxDepth);
 }
 
+/** A string the stores can hold as sent: well-formed, and without U+0000 (PostgreSQL text refuses it). */
+const storable = (s: string): boolean => wellFormed(s) && !s.includes('\u0000');
+
 const scalarOk = (v: unknown): boolean =>
-  typeof v === 'number' ? Number.isFinite(v) : typeof v !== 'string' || wellFormed(v);
+  typeof v === 'number' ? Number.isFinite(v) : typeof v !== 'string' || storable(v);
 
 /** The pass every body takes (validate's included): no paths built, nothing allocated but the stack. */
 function withinLimits(body: unknown, maxDepth: number): boolean {
@@ -56,7 +60,7 @@ function withinLimits(body: unknown, maxDepth: number): boolean {
     const n = keys ? keys.length : (v as unknown[]).length;
     for (let i = 0; i < n; i++) {
       const key = keys ? keys[i]! : i;
-      if (typeof key === 'string' && !wellFormed(key)) return false;
+      if (typeof key === 'string' && !storable(key)) return false;
       const child = (v as Record<string | number, unknown>)[key];
       if (typeof child === 'object' && child !== null) {
         values.push(child);
@@ -84,7 +88,7 @@ function describeProblem(body: unknown, maxDepth: number): string | null {
     const n = keys ? keys.length : (v as unknown[]).length;
     for (let i = 0; i < n; i++) {
       const key = keys ? keys[i]! : i;
-      if (typeof key === 'string' && !wellFormed(key)) return `${path} has a key that ${NOT_UNICODE}`;
+      if (typeof key === 'string' && !storable(key)) return `${path} has a key that ${unstorable(key)}`;
       const child = (v as Record<string | number, unknown>)[key];
       const name = segment(String(key));
       if (typeof child === 'object' && child !== null) {
@@ -98,14 +102,17 @@ function describeProblem(body: unknown, maxDepth: number): string | null {
   return null;
 }
 
-const NOT_UNICODE = 'is not well-formed Unicode (a lone surrogate such as \\ud800)';
+const unstorable = (s: string) =>
+  wellFormed(s)
+    ? 'contains U+0000 (NUL), which no stored value may hold'
+    : 'is not well-formed Unicode (a lone surrogate such as \\ud800)';
 
 /** The problem of a scalar, undefined when it has none (or is not a scalar). */
 function leafProblem(value: unknown, path: string): string | undefined {
   if (typeof value === 'number' && !Number.isFinite(value)) {
     return `${path} is a number outside the range of JSON numbers accepted (a finite double, at most ±${Number.MAX_VALUE})`;
   }
-  if (typeof value === 'string' && !wellFormed(value)) return `${path} ${NOT_UNICODE}`;
+  if (typeof value === 'string' && !storable(value)) return `${path} ${unstorable(value)}`;
   return undefined;
 }
 

@@ -119,6 +119,16 @@ export function registerErrorHandling(app: FastifyInstance): void {
     }
   });
 
+  // The body's strings may not hold U+0000 (bodyJsonProblem); nor may the path or query, where it
+  // would reach a PostgreSQL query as a name or id. A raw NUL never gets past Node's HTTP parser.
+  app.addHook('onRequest', (req, _reply, done) => {
+    done(
+      req.url.includes('%00')
+        ? invalid('The URL contains %00 (U+0000), which no name, id or value may hold')
+        : undefined,
+    );
+  });
+
   app.setErrorHandler((err: FastifyError | AppError, request, reply) => {
     if (err instanceof AppError) {
       if (err.headers) reply.headers(err.headers);

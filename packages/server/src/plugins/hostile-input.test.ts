@@ -47,6 +47,7 @@ describe('bodyJsonProblem', () => {
     );
     expect(bodyJsonProblem({ a: { b: 'x\ud800' } })).toMatch(/^body\/a\/b is not well-formed Unicode/);
     expect(bodyJsonProblem({ a: { 'k\udc00': 1 } })).toMatch(/^body\/a has a key that is not well-formed/);
+    expect(bodyJsonProblem({ a: ['\u0000'] })).toMatch(/^body\/a\/0 contains U\+0000/);
     // A well-formed pair is fine; so are -0, tiny numbers and big integers.
     expect(bodyJsonProblem({ s: '\ud83d\ude00', n: [-0, 1e-320, 2 ** 60, Number.MAX_VALUE] })).toBeNull();
     expect(MAX_BODY_DEPTH).toBe(MAX_JSON_DEPTH + 1);
@@ -165,6 +166,30 @@ describe('bad encodings', () => {
     const res = await raw('POST', '/v1/policies', '{"toolName":"pay\\ud800"}');
     expectError(res, 400, 'validation_failed');
     expect(res.json().error.message).toMatch(/^body\/toolName is not well-formed Unicode/);
+  });
+
+  it('U+0000 answers 400 wherever it enters: path, query and body (PostgreSQL text cannot hold it)', async () => {
+    for (const url of [
+      '/v1/organizations/slug/%00',
+      '/v1/approvals/a%00b',
+      '/v1/mcp/upstreams?projectId=%00',
+    ]) {
+      const res = await t.inject({ method: 'GET', url, headers: asUser(a) });
+      expectError(res, 400, 'validation_failed');
+      expect(res.json().error.message).toMatch(/%00/);
+    }
+    const body = await t.inject({
+      method: 'POST',
+      url: '/v1/tools/validate',
+      headers: keyHeader(a.apiKey),
+      payload: { tool_name: 'x', arguments: { data: 'a\u0000b' } },
+    });
+    expectError(body, 400, 'validation_failed');
+    expect(body.json().error.message).toBe(
+      'body/arguments/data contains U+0000 (NUL), which no stored value may hold',
+    );
+    const key = await raw('POST', '/v1/api-keys', `{"name":"k","projectId":"p\\u0000"}`);
+    expectError(key, 400, 'validation_failed');
   });
 
   for (const path of ['/v1/policies/%ff', '/v1/policies/%', '/v1/policies/%C0%AE', '/v1/nothing/%E0%A4%A']) {
