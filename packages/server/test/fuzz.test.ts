@@ -34,8 +34,9 @@ vi.mock('fastify', async (importOriginal) => {
 const SEED = Number(process.env.FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const RUNS = Number(process.env.FUZZ_RUNS ?? 1500);
 const VICTIM_MARK = 'victim-marker-7f3a9c';
-/** Answers in JSON-RPC, not the envelope, for messages it cannot take (docs/api-notes.md). */
-const JSON_RPC_ROUTES = new Set(['POST /v1/mcp/charter', 'POST /v1/mcp/:upstreamSlug']);
+/** POST /v1/mcp/charter and /v1/mcp/:upstreamSlug answer in JSON-RPC, not the envelope (docs/api-notes.md). */
+const speaksJsonRpc = (req: HostileRequest) =>
+  req.method === 'POST' && /^\/v1\/mcp\/(?!upstreams(?:[/?]|$))[^/?]+(?:\?|$)/.test(req.url);
 
 interface Answer {
   statusCode: number;
@@ -84,7 +85,7 @@ function checkAnswer(req: HostileRequest, res: Answer): void {
   expect(res.body.includes(VICTIM_MARK), `leak: ${where}`).toBe(false);
   if (res.statusCode < 400 || req.method === 'HEAD') return;
   const body = JSON.parse(res.body) as Record<string, unknown>;
-  if (JSON_RPC_ROUTES.has(req.route) && body.jsonrpc === '2.0') {
+  if (speaksJsonRpc(req) && body.jsonrpc === '2.0') {
     const error = body.error as { code?: unknown; message?: unknown };
     expect(typeof error?.code === 'number' && typeof error.message === 'string', where).toBe(true);
     return;
