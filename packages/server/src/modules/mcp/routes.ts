@@ -9,7 +9,7 @@ import { UpstreamDirectory } from './directory.js';
 import { createGateway } from './gateway.js';
 import { gatewayRoutes } from './gateway-routes.js';
 import { createHttpFetch } from './http-fetch.js';
-import { UpstreamPool } from './pool.js';
+import { DEFAULT_UPSTREAM_LIMITS } from './model.js';
 import { createMcpRepository } from './repository.js';
 import { createUpstreamService } from './service.js';
 import { McpSessions } from './sessions.js';
@@ -27,7 +27,6 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
   const directory = new UpstreamDirectory(repo);
   const open = { allowPrivate: ctx.config.mcpAllowPrivateUpstreams };
   const http = createHttpFetch(open);
-  const pool = new UpstreamPool({ ...open, fetch: http.fetch });
   const sessions = new McpSessions();
   const streams = new EventStreams();
   const tools = createToolService({
@@ -44,8 +43,7 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
     streams.endAll();
   });
   app.addHook('onClose', async () => {
-    sessions.close();
-    await pool.close();
+    await sessions.close();
     http.close();
   });
 
@@ -55,7 +53,8 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
     allowPrivate: open.allowPrivate,
     changed: (org, id) => {
       directory.forget(org);
-      pool.drop(id);
+      // Sessions opened with the old settings (or to a deleted upstream) end; clients initialize again.
+      void sessions.endUpstream(id, 'the upstream configuration changed');
     },
     // The probe goes through the same checked sockets as the pooled connections.
     probe: (target) => probeUpstream(target, { ...open, fetch: http.fetch }),
@@ -64,8 +63,9 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
 
   const gateway = createGateway({
     enforcement: ctx.enforcement,
-    pool,
     sessions,
+    open: { ...open, fetch: http.fetch },
+    limits: DEFAULT_UPSTREAM_LIMITS,
     clock: ctx.clock,
     log: ctx.log,
   });

@@ -30,7 +30,7 @@ export const GATEWAY_CLIENT_INFO = { name: 'svc-gateway', version: '0.1.0' };
  */
 export class UpstreamError extends Error {
   constructor(
-    readonly kind: 'refused' | 'unreachable' | 'timeout' | 'rpc',
+    readonly kind: 'refused' | 'unreachable' | 'timeout' | 'rpc' | 'invalid' | 'cancelled',
     message: string,
     readonly rpc?: RpcError,
     readonly status?: number,
@@ -124,6 +124,66 @@ function transportFor(target: UpstreamTarget, base: FetchLike = fetch): Transpor
       maxRetries: 1,
     },
   });
+}
+
+/**
+ * A fetch whose answers are bounded: a JSON body, or one event of an SSE stream, larger than
+ * maxBytes errors the body and reports why (the session using it then ends).
+ */
+export function boundedFetch(
+  base: FetchLike,
+  maxBytes: number,
+  onOversize: (why: string) => void,
+): FetchLike {
+  return async (url, init) => {
+    const res = await base(url, init);
+    if (!res.body) return res;
+    const sse = (res.headers.get('content-type') ?? '').toLowerCase().includes('text/event-stream');
+    let size = 0;
+    let lastNewline = false;
+    const why = `upstream message larger than ${maxBytes} bytes`;
+    const counted = res.body.pipeThrough(
+      new TransformStream<Uint8Array, Uint8Array>({
+        transform(chunk, controller) {
+          if (!sse) size += chunk.byteLength;
+          else {
+            // Bytes since the last blank line (the end of an SSE event); CRs are ignored.
+            for (let i = 0; i < chunk.byteLength; i++) {
+              const b = chunk[i]!;
+              if (b === 13) continue;
+              if (b === 10 && lastNewline) size = 0;
+              else size++;
+              lastNewline = b === 10;
+            }
+          }
+          if (size > maxBytes) {
+            const err = new UpstreamError('invalid', why);
+            onOversize(why);
+            controller.error(err);
+            return;
+          }
+          controller.enqueue(chunk);
+        },
+      }),
+    );
+    return new Response(counted, { status: res.status, statusText: res.statusText, headers: res.headers });
+  };
+}
+
+/**
+ * The transport of one upstream session (not connected yet): the address checked again (DNS may
+ * have changed since the URL was saved), answers bounded to maxBytes per message.
+ */
+export async function openTransport(
+  target: UpstreamTarget,
+  options: OpenOptions,
+  maxBytes: number,
+  onOversize: (why: string) => void,
+): Promise<Transport> {
+  const refusal = await upstreamHostRefusal(new URL(target.url), { ...options, requireResolution: true });
+  if (refusal)
+    throw new UpstreamError('refused', `upstream address refused: ${refusal} (${ALLOW_PRIVATE_HINT})`);
+  return transportFor(target, boundedFetch(options.fetch ?? fetch, maxBytes, onOversize));
 }
 
 /**
