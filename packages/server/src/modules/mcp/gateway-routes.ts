@@ -86,7 +86,6 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
       }
       const owner = { keyId: key.keyId, upstreamId: upstream.id };
       const caller = { key, upstream, connectionId: '', sessionId: null, elapsed: () => reply.elapsedTime };
-      const msg = incoming.message;
       if (incoming.kind === 'request' && incoming.message.method === 'initialize') {
         // Always a new session, with an upstream session of its own: the MCP session is also the
         // policy session of the calls made in it.

@@ -254,7 +254,9 @@ describe('MCP gateway decisions', () => {
       try {
         const failed = await rpcFailure(client.callTool({ name: 'echo', arguments: { text: 'stale' } }));
         expect(failed.code).toBe(-32603);
-        await expect(client.callTool({ name: 'echo', arguments: { text: 'gone' } })).rejects.toThrow(/MCP session .*not found/);
+        await expect(client.callTool({ name: 'echo', arguments: { text: 'gone' } })).rejects.toThrow(
+          /MCP session .*not found/,
+        );
         const { client: again } = await connect(slug, tenant);
         const renewed = await again.callTool({ name: 'echo', arguments: { text: 'renewed' } });
         expect(renewed.content).toEqual([{ type: 'text', text: 'echo: renewed' }]);

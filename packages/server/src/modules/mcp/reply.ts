@@ -41,7 +41,10 @@ export class PendingReply {
   finish(response: RpcResponse): void {
     if (this.finished) return;
     this.finished = true;
-    if (!this.streaming) return this.settle({ kind: 'json', response });
+    if (!this.streaming) {
+      this.settle({ kind: 'json', response });
+      return;
+    }
     if (!this.writer) {
       this.queue.push(JSON.stringify(response));
       return;
