@@ -155,11 +155,12 @@ describe.each(['streamableHttp', 'sse'] as const)(
       expect(await g.client.readResource({ uri: templated })).toEqual(
         await d.client.readResource({ uri: templated }),
       );
-      for (const [name, args] of [
+      const prompts: [string, Record<string, string> | undefined][] = [
         ['simple-prompt', undefined],
         ['args-prompt', { city: 'Lyon', state: 'Rhône' }],
         ['completable-prompt', { department: 'Engineering', name: 'Ada' }],
-      ] as const) {
+      ];
+      for (const [name, args] of prompts) {
         const p = { name, ...(args ? { arguments: args } : {}) };
         expect(await g.client.getPrompt(p), name).toEqual(await d.client.getPrompt(p));
       }

@@ -93,7 +93,7 @@ describe.each([
       resources: expect.any(Object),
     });
     const listed = await client.listTools();
-    expect(listed.tools.map((x) => x.name).sort()).toEqual(['echo', 'pay', 'slow']);
+    expect(listed.tools.map((x) => x.name).sort()).toEqual(['deep', 'echo', 'huge', 'pay', 'slow']);
 
     const result = await client.callTool({ name: 'echo', arguments: { text: 'hi' } });
     const upstreamResult = { content: [{ type: 'text', text: 'echo: hi' }], _meta: { upstream: 'fixture' } };

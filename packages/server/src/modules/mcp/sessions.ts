@@ -1,6 +1,6 @@
 import type { SseWriter } from '../../events/sse.js';
 import { uuidv7 } from '../../lib/ids.js';
-import { isObject, RPC, type RpcId, rpcError } from './jsonrpc.js';
+import { isObject, type RpcId } from './jsonrpc.js';
 import {
   DEFAULT_SESSION_LIMITS,
   type DecisionEnvelope,
@@ -139,13 +139,12 @@ export class GatewaySession {
     return this.lastSeen < cutoff && this.inflight.size === 0 && !this.streams.some((s) => !s.gone);
   }
 
-  /** Ends the session: requests in flight answer -32603, streams end, the upstream session is closed. */
-  close(reason: string): Promise<void> {
+  /** Ends the session: streams end, the upstream session is closed (which fails requests in flight). */
+  close(_reason: string): Promise<void> {
     if (this.closed) return Promise.resolve();
     this.closed = true;
-    for (const [id, f] of this.inflight)
-      f.reply.finish(rpcError(id, RPC.internal, `The MCP session ended: ${reason}`));
-    this.inflight.clear();
+    // Requests in flight are answered by their own dispatch: closing the upstream session fails
+    // them, and a tool call is recorded before its answer.
     for (const s of this.streams.splice(0)) s.close();
     this.backlog = [];
     return this.upstream?.close() ?? Promise.resolve();

@@ -145,21 +145,23 @@ export function boundedFetch(
     const counted = res.body.pipeThrough(
       new TransformStream<Uint8Array, Uint8Array>({
         transform(chunk, controller) {
-          if (!sse) size += chunk.byteLength;
-          else {
+          let over = false;
+          if (!sse) {
+            size += chunk.byteLength;
+            over = size > maxBytes;
+          } else {
             // Bytes since the last blank line (the end of an SSE event); CRs are ignored.
-            for (let i = 0; i < chunk.byteLength; i++) {
+            for (let i = 0; i < chunk.byteLength && !over; i++) {
               const b = chunk[i]!;
               if (b === 13) continue;
               if (b === 10 && lastNewline) size = 0;
-              else size++;
+              else over = ++size > maxBytes;
               lastNewline = b === 10;
             }
           }
-          if (size > maxBytes) {
-            const err = new UpstreamError('invalid', why);
+          if (over) {
             onOversize(why);
-            controller.error(err);
+            controller.error(new UpstreamError('invalid', why));
             return;
           }
           controller.enqueue(chunk);
