@@ -6,7 +6,7 @@
  * Run: node --import tsx bench/gateway.ts (BENCH_GATEWAY_CALLS sets the calls per path, default 3000).
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -72,6 +72,17 @@ async function connect(url: string, headers: Record<string, string>): Promise<Cl
   return client;
 }
 
+/** CPU ms used so far by a process (Linux /proc; null elsewhere). */
+function cpuMs(pid: number | undefined): number | null {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    // utime and stime, fields 14 and 15 of stat, in clock ticks (100 per second on Linux).
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return null;
+  }
+}
+
 const quantile = (sorted: number[], q: number) =>
   sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
 const round3 = (n: number) => Math.round(n * 1000) / 1000;
@@ -101,7 +112,12 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
   try {
     svc = await startChild(
       'node',
-      [join(ROOT, 'packages/server/bin/svc.js'), 'serve'],
+      // BENCH_SVC_PROF=<dir>: a CPU profile of the service, written when it stops.
+      [
+        ...(process.env.BENCH_SVC_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_SVC_PROF}`] : []),
+        join(ROOT, 'packages/server/bin/svc.js'),
+        'serve',
+      ],
       serviceEnv(opts.port, `sqlite:${join(dir, 'svc.db')}`),
       `${svcBase}/readyz`,
     );
@@ -147,6 +163,7 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
       await time(direct, warmDirect);
       await time(gateway, warmGateway);
     }
+    const cpuBefore = [cpuMs(svc.proc.pid), cpuMs(everything.proc.pid)];
     const d: number[] = [];
     const g: number[] = [];
     let dErr = 0;
@@ -161,6 +178,7 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
         if (!(await time(direct, d))) dErr++;
       }
     }
+    const cpuAfter = [cpuMs(svc.proc.pid), cpuMs(everything.proc.pid)];
     const df = figures(d, dErr);
     const gf = figures(g, gErr);
     const addedP50 = round3(gf.p50 - df.p50);
@@ -173,6 +191,13 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
     log(
       `added by the gateway                        p50 ${addedP50} ms (goal <= 1 ms)  p99 ${addedP99} ms (goal <= 5 ms)`,
     );
+    if (cpuBefore.every((x) => x !== null) && cpuAfter.every((x) => x !== null)) {
+      // Load-independent: CPU the service spends per gateway call, and the upstream per call (it serves both paths).
+      const perCall = (i: number, n: number) => round3((cpuAfter[i]! - cpuBefore[i]!) / n);
+      log(
+        `CPU per call: service ${perCall(0, opts.calls)} ms per gateway call, server-everything ${perCall(1, 2 * opts.calls)} ms per call`,
+      );
+    }
     const listed = await api(svcBase, '/v1/decisions?limit=1', { headers });
     const recorded = listed.pagination.total as number;
     // Every answered gateway call is a recorded decision.
