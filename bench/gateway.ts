@@ -112,8 +112,12 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
   try {
     svc = await startChild(
       'node',
-      // BENCH_SVC_PROF=<dir>: a CPU profile of the service, written when it stops.
+      // The working tree's sources (not a dist/ that may predate them); BENCH_SVC_PROF=<dir>: a CPU
+      // profile of the service, written when it stops.
       [
+        '--conditions=@svc/source',
+        '--import',
+        'tsx',
         ...(process.env.BENCH_SVC_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_SVC_PROF}`] : []),
         join(ROOT, 'packages/server/bin/svc.js'),
         'serve',

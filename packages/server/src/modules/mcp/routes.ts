@@ -64,7 +64,7 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
   const gateway = createGateway({
     enforcement: ctx.enforcement,
     sessions,
-    open: { ...open, fetch: http.fetch },
+    open: { ...open, fetch: http.fetch, request: http.request },
     limits: DEFAULT_UPSTREAM_LIMITS,
     clock: ctx.clock,
     log: ctx.log,

@@ -7,7 +7,12 @@ import {
 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { FetchLike, Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
-import type { RpcError } from './jsonrpc.js';
+import type { RawRequest } from './http-fetch.js';
+import { StreamableHttpTransport } from './streamable-transport.js';
+import { UpstreamError } from './upstream-error.js';
+
+export { UpstreamError };
+
 import { ALLOW_PRIVATE_HINT, type Lookup, upstreamHostRefusal } from './ssrf.js';
 
 /** `mcp-sse`: the HTTP+SSE transport (MCP 2024-11-05); `mcp-streamable-http`: Streamable HTTP (2025-03-26 on). */
@@ -23,22 +28,6 @@ export interface UpstreamTarget {
 }
 
 export const GATEWAY_CLIENT_INFO = { name: 'svc-gateway', version: '0.1.0' };
-
-/**
- * Why a call to an upstream did not produce a result. `rpc`: the upstream answered with a JSON-RPC
- * error (the connection is fine); every other kind means the connection is suspect.
- */
-export class UpstreamError extends Error {
-  constructor(
-    readonly kind: 'refused' | 'unreachable' | 'timeout' | 'rpc' | 'invalid' | 'cancelled',
-    message: string,
-    readonly rpc?: RpcError,
-    readonly status?: number,
-  ) {
-    super(message);
-    this.name = 'UpstreamError';
-  }
-}
 
 function describe(err: unknown): string {
   const e = err as { message?: string; cause?: { code?: string; message?: string } } | null;
@@ -82,6 +71,8 @@ export interface OpenOptions {
   lookup?: Lookup;
   /** The fetch to use (the pooled, address-checked one); probeUpstream wraps it to record HTTP statuses. */
   fetch?: FetchLike;
+  /** Raw requests on the same checked agents: upstream sessions over Streamable HTTP use them directly. */
+  request?: RawRequest;
 }
 
 /**
@@ -185,6 +176,15 @@ export async function openTransport(
   const refusal = await upstreamHostRefusal(new URL(target.url), { ...options, requireResolution: true });
   if (refusal)
     throw new UpstreamError('refused', `upstream address refused: ${refusal} (${ALLOW_PRIVATE_HINT})`);
+  if (target.transport === 'mcp-streamable-http' && options.request) {
+    return new StreamableHttpTransport(
+      new URL(target.url),
+      target.headers,
+      options.request,
+      maxBytes,
+      onOversize,
+    );
+  }
   return transportFor(target, boundedFetch(options.fetch ?? fetch, maxBytes, onOversize));
 }
 
