@@ -269,6 +269,34 @@ describe('MCP gateway decisions', () => {
     }
   });
 
+  it("relays the client's cancellation upstream and records the call as failed", async () => {
+    const { tenant, slug } = await setup(streamable.url);
+    const { client } = await connect(slug, tenant);
+    const aborter = new AbortController();
+    const started = Date.now();
+    const pending = client.callTool({ name: 'slow', arguments: { ms: 10_000 } }, undefined, {
+      signal: aborter.signal,
+    });
+    setTimeout(() => aborter.abort('changed my mind'), 300);
+    await expect(pending).rejects.toThrow();
+    let row: { reason: string } | undefined;
+    while (!row && Date.now() - started < 5000) {
+      row = await t.store.db
+        .selectFrom('decisions')
+        .select('reason')
+        .where('organization_id', '=', tenant.orgId)
+        .where('tool_name', '=', 'slow')
+        .executeTakeFirst();
+      if (!row) await new Promise((r) => setTimeout(r, 50));
+    }
+    // Recorded well before the tool's 10 s: the upstream was told and the gateway stopped waiting.
+    expect(row?.reason).toMatch(/upstream call failed: cancelled by the client/);
+    expect(Date.now() - started).toBeLessThan(5000);
+    // The session goes on.
+    const ok = await client.callTool({ name: 'echo', arguments: { text: 'after' } });
+    expect(ok.content).toEqual([{ type: 'text', text: 'echo: after' }]);
+  });
+
   it('answers -32603 within timeoutMs, while other calls and other upstreams are not held up', async () => {
     const { tenant, slug } = await setup(streamable.url, 'mcp-streamable-http', { timeoutMs: 1500 });
     const other = await createUpstream(t, tenant, {
