@@ -153,7 +153,7 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
     try {
       const opened = await UpstreamSession.open(
         toTarget(caller.upstream),
-        open,
+        { ...open, standaloneStream: false },
         limits,
         STATELESS_INITIALIZE,
         {

@@ -28,6 +28,7 @@ export class StreamableHttpTransport implements Transport {
     private readonly request: RawRequest,
     private readonly maxBytes: number,
     private readonly onOversize: (why: string) => void,
+    private readonly standaloneStream: boolean,
   ) {}
 
   get sessionId(): string | undefined {
@@ -75,7 +76,7 @@ export class StreamableHttpTransport implements Transport {
     const isInitialized = 'method' in message && message.method === 'notifications/initialized';
     if (status === 202 || !('id' in message) || !('method' in message)) {
       res.resume();
-      if (isInitialized) this.openStream();
+      if (isInitialized && this.standaloneStream) this.openStream();
       return;
     }
     const type = String(res.headers['content-type'] ?? '').toLowerCase();

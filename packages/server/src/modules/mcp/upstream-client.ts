@@ -73,6 +73,8 @@ export interface OpenOptions {
   fetch?: FetchLike;
   /** Raw requests on the same checked agents: upstream sessions over Streamable HTTP use them directly. */
   request?: RawRequest;
+  /** Open the standalone GET stream after initialization (false for one-request sessions). */
+  standaloneStream?: boolean;
 }
 
 /**
@@ -183,6 +185,7 @@ export async function openTransport(
       options.request,
       maxBytes,
       onOversize,
+      options.standaloneStream ?? true,
     );
   }
   return transportFor(target, boundedFetch(options.fetch ?? fetch, maxBytes, onOversize));

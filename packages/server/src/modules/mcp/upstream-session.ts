@@ -189,12 +189,13 @@ export class UpstreamSession {
     this.events.message(m as unknown as UpstreamMessage);
   }
 
-  private withDeadline<T>(work: Promise<T>, what: string): Promise<T> {
+  private withDeadline<T>(work: Promise<T>, what: string, max = this.target.timeoutMs): Promise<T> {
+    const ms = Math.min(max, this.target.timeoutMs);
     let timer: NodeJS.Timeout | undefined;
     const expired = new Promise<never>((_, reject) => {
       timer = setTimeout(
-        () => reject(new UpstreamError('timeout', `${what}: no answer within ${this.target.timeoutMs} ms`)),
-        this.target.timeoutMs,
+        () => reject(new UpstreamError('timeout', `${what}: no answer within ${ms} ms`)),
+        ms,
       );
     });
     return Promise.race([work, expired]).finally(() => clearTimeout(timer));
@@ -227,8 +228,9 @@ export class UpstreamSession {
       const t = this.transport as Transport & { terminateSession?: () => Promise<void> };
       if (!t) return;
       t.onclose = undefined;
+      // Ending the session upstream is a courtesy: it must not hold a shutdown for long.
       if (t.terminateSession && t.sessionId)
-        await this.withDeadline(t.terminateSession(), 'end session').catch(() => {});
+        await this.withDeadline(t.terminateSession(), 'end session', 2000).catch(() => {});
       await t.close().catch(() => {});
     })();
     return this.closing;
