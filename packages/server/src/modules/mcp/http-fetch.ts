@@ -59,7 +59,7 @@ export interface HttpFetchOptions {
 }
 
 /**
- * The fetch of the pooled upstream connections, on node:http(s) with keep-alive agents: undici's
+ * The fetch of the upstream connections, on node:http(s) with keep-alive agents: undici's
  * fetch costs about 1 ms more CPU per request than node:http (see bench/gateway.ts), which is the
  * gateway's whole latency budget. It covers what the SDK transports send (string or no body,
  * headers, AbortSignal) and streams the answer (JSON or SSE). Redirects are returned, never

@@ -56,7 +56,7 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
       // Sessions opened with the old settings (or to a deleted upstream) end; clients initialize again.
       void sessions.endUpstream(id, 'the upstream configuration changed');
     },
-    // The probe goes through the same checked sockets as the pooled connections.
+    // The probe goes through the same checked sockets as the upstream sessions.
     probe: (target) => probeUpstream(target, { ...open, fetch: http.fetch }),
   });
   await app.register(upstreamRoutes, { ctx, service });

@@ -69,7 +69,7 @@ export function withTimeout<T>(work: Promise<T>, ms: number, onTimeout: () => vo
 export interface OpenOptions {
   allowPrivate: boolean;
   lookup?: Lookup;
-  /** The fetch to use (the pooled, address-checked one); probeUpstream wraps it to record HTTP statuses. */
+  /** The fetch to use (the address-checked one); probeUpstream wraps it to record HTTP statuses. */
   fetch?: FetchLike;
   /** Raw requests on the same checked agents: upstream sessions over Streamable HTTP use them directly. */
   request?: RawRequest;
@@ -222,7 +222,7 @@ export interface ProbeResult {
   message: string;
 }
 
-/** POST /v1/mcp/upstreams/:id/test: a fresh connection (never the pooled one), initialize, then tools/list. */
+/** POST /v1/mcp/upstreams/:id/test: a fresh connection (never a session's), initialize, then tools/list. */
 export async function probeUpstream(target: UpstreamTarget, options: OpenOptions): Promise<ProbeResult> {
   const statuses: number[] = [];
   let failed: number | undefined;
