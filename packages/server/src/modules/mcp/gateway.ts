@@ -133,7 +133,8 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
       const upstream = session.upstream;
       if (!upstream) throw new UpstreamError('unreachable', 'the session has no upstream session');
       const meta = isObject(params?._meta) ? params._meta : {};
-      session.begin(req.id, reply, meta.progressToken);
+      if (!session.begin(req.id, reply, meta.progressToken))
+        throw new UpstreamError('invalid', 'a request with this id is already in flight in the session');
       try {
         const sent = upstream.request(req.method, params);
         session.sentAs(req.id, sent.id);
