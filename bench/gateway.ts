@@ -1,14 +1,20 @@
 /**
- * MCP gateway overhead: tools/call straight to a real MCP upstream and through the gateway, with the
- * same client code and payload, at a fixed rate, in one run. The upstream and the service run in
- * child processes; the paced client runs here. Run: node --import tsx bench/run.ts (or import it).
+ * MCP gateway overhead against the reference server `@modelcontextprotocol/server-everything`
+ * (Streamable HTTP, run as it ships): `tools/call echo` with the official SDK client, straight to the
+ * server and through the gateway, one call in flight, the two paths interleaved call by call so both
+ * see the same machine. The server and the service run in child processes; the client runs here.
+ * Run: node --import tsx bench/gateway.ts (BENCH_GATEWAY_CALLS sets the calls per path, default 3000).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { Agent, request } from 'node:http';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { api, provisionKey, serviceEnv, startChild } from './lib.js';
+import { pathToFileURL } from 'node:url';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { api, type Child, provisionKey, serviceEnv, startChild } from './lib.js';
 
 const ROOT = join(import.meta.dirname, '..');
 
@@ -20,10 +26,8 @@ export interface PathFigures {
 }
 
 export interface GatewayBenchResult {
-  rate: number;
   direct: PathFigures;
   gateway: PathFigures;
-  validate: PathFigures;
   addedP50: number;
   addedP99: number;
   recorded: number;
@@ -31,180 +35,187 @@ export interface GatewayBenchResult {
   lines: string[];
 }
 
-/** Enterprise organization (no rate-limit cap), a key, the upstream, and a policy that the call passes. */
-async function provision(base: string, upstreamUrl: string): Promise<string> {
-  const key = await provisionKey(base);
-  const headers = { 'x-service-api-key': key };
-  await api(base, '/v1/policies', {
-    method: 'POST',
-    headers,
-    body: {
-      toolName: 'echo',
-      mode: 'deterministic',
-      constraints: [
-        { argumentName: 'text', enabled: true, required: true, maxLength: 100, regex: '^[a-z ]+$' },
-      ],
-    },
+/** server-everything in Streamable HTTP mode; up once its port answers HTTP at all. */
+async function startEverything(port: number): Promise<Child> {
+  const entry = createRequire(join(ROOT, 'packages/server/package.json')).resolve(
+    '@modelcontextprotocol/server-everything/dist/index.js',
+  );
+  const proc = spawn(process.execPath, [entry, 'streamableHttp'], {
+    env: { ...process.env, PORT: String(port) },
+    stdio: ['ignore', 'ignore', 'ignore'],
   });
-  await api(base, '/v1/mcp/upstreams', {
-    method: 'POST',
-    headers,
-    body: {
-      name: 'Bench upstream',
-      slug: 'bench',
-      transport: 'mcp-streamable-http',
-      url: upstreamUrl,
-      timeoutMs: 5000,
-    },
-  });
-  return key;
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error('server-everything exited');
+    const up = await fetch(`http://127.0.0.1:${port}/`).then(
+      () => true,
+      () => false,
+    );
+    if (up) break;
+    if (Date.now() > deadline) throw new Error('server-everything did not start');
+    await sleep(100);
+  }
+  return {
+    proc,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (proc.exitCode !== null) return resolve();
+        proc.once('exit', () => resolve());
+        proc.kill('SIGTERM');
+      }),
+  };
 }
 
-const CALL = JSON.stringify({
-  jsonrpc: '2.0',
-  id: 1,
-  method: 'tools/call',
-  params: { name: 'echo', arguments: { text: 'hello gateway' } },
-});
+async function connect(url: string, headers: Record<string, string>): Promise<Client> {
+  const client = new Client({ name: 'bench', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
+  return client;
+}
 
-// The same tool call as a validate request: the policy check and durable record alone, for reference.
-const VALIDATE = JSON.stringify({ tool_name: 'echo', arguments: { text: 'hello gateway' } });
-
-/** One POST; resolves with its latency in ms, or null unless it answered 200 with a result. */
-function post(url: URL, agent: Agent, headers: Record<string, string>, body: string): Promise<number | null> {
-  return new Promise((resolve) => {
-    const started = performance.now();
-    const req = request(
-      url,
-      {
-        method: 'POST',
-        agent,
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/json, text/event-stream',
-          'content-length': Buffer.byteLength(body),
-          ...headers,
-        },
-      },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => {
-          text += c;
-        });
-        res.on('end', () => {
-          const elapsed = performance.now() - started;
-          const ok = res.statusCode === 200 && (body === VALIDATE || text.includes('"result"'));
-          resolve(ok ? elapsed : null);
-        });
-      },
-    );
-    req.on('error', () => resolve(null));
-    req.end(body);
-  });
+/** CPU ms used so far by a process (Linux /proc; null elsewhere). */
+function cpuMs(pid: number | undefined): number | null {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    // utime and stime, fields 14 and 15 of stat, in clock ticks (100 per second on Linux).
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return null;
+  }
 }
 
 const quantile = (sorted: number[], q: number) =>
   sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
 const round3 = (n: number) => Math.round(n * 1000) / 1000;
 
-/** Open loop: a call is sent every 1/rate s whatever the previous ones are doing. */
-async function paced(
-  url: string,
-  headers: Record<string, string>,
-  rate: number,
-  durationS: number,
-  body = CALL,
-): Promise<PathFigures> {
-  const agent = new Agent({ keepAlive: true, maxSockets: 64 });
-  const target = new URL(url);
-  const total = Math.round(rate * durationS);
-  const interval = 1000 / rate;
-  const pending: Promise<number | null>[] = [];
-  const start = performance.now();
-  for (let i = 0; i < total; i++) {
-    const wait = start + i * interval - performance.now();
-    if (wait > 0) await sleep(wait);
-    pending.push(post(target, agent, headers, body));
-  }
-  const results = await Promise.all(pending);
-  agent.destroy();
-  const ok = results.filter((r): r is number => r !== null).sort((a, b) => a - b);
+const figures = (times: number[], errors: number): PathFigures => {
+  const sorted = [...times].sort((a, b) => a - b);
   return {
-    calls: total,
-    errors: total - ok.length,
-    p50: round3(quantile(ok, 0.5)),
-    p99: round3(quantile(ok, 0.99)),
+    calls: times.length + errors,
+    errors,
+    p50: round3(quantile(sorted, 0.5)),
+    p99: round3(quantile(sorted, 0.99)),
   };
-}
+};
 
-export async function runGatewayBench(opts: {
-  durationS: number;
-  rate: number;
-  port: number;
-}): Promise<GatewayBenchResult> {
+export async function runGatewayBench(opts: { calls: number; port: number }): Promise<GatewayBenchResult> {
   const lines: string[] = [];
   const log = (s: string) => {
     lines.push(s);
     console.log(s);
   };
   const upPort = opts.port + 1;
-  const upstream = await startChild(
-    'node',
-    ['--import', 'tsx', join(ROOT, 'bench/mcp-upstream.ts')],
-    { PORT: String(upPort) },
-    `http://127.0.0.1:${upPort}/health`,
-  );
+  const everything = await startEverything(upPort);
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-gw-'));
   const svcBase = `http://127.0.0.1:${opts.port}`;
-  let svc: Awaited<ReturnType<typeof startChild>> | null = null;
+  let svc: Child | null = null;
+  const clients: Client[] = [];
   try {
     svc = await startChild(
       'node',
-      [join(ROOT, 'packages/server/bin/svc.js'), 'serve'],
+      // The working tree's sources (not a dist/ that may predate them); BENCH_SVC_PROF=<dir>: a CPU
+      // profile of the service, written when it stops.
+      [
+        '--conditions=@svc/source',
+        '--import',
+        'tsx',
+        ...(process.env.BENCH_SVC_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_SVC_PROF}`] : []),
+        join(ROOT, 'packages/server/bin/svc.js'),
+        'serve',
+      ],
       serviceEnv(opts.port, `sqlite:${join(dir, 'svc.db')}`),
       `${svcBase}/readyz`,
     );
-    const upstreamUrl = `http://127.0.0.1:${upPort}/mcp`;
-    const key = await provision(svcBase, upstreamUrl);
-    // Identical requests on both paths; the upstream ignores the key header.
+    const key = await provisionKey(svcBase);
     const headers = { 'x-service-api-key': key };
-    const gatewayUrl = `${svcBase}/v1/mcp/bench`;
-
-    const warmS = Math.min(3, opts.durationS);
-    await paced(upstreamUrl, headers, opts.rate, warmS);
-    const warmGateway = await paced(gatewayUrl, headers, opts.rate, warmS);
-    const direct = await paced(upstreamUrl, headers, opts.rate, opts.durationS);
-    const gateway = await paced(gatewayUrl, headers, opts.rate, opts.durationS);
-    // Reference: the same check and durable record without any upstream, through POST /v1/tools/validate.
-    const validate = await paced(
-      `${svcBase}/v1/tools/validate`,
+    // A policy the call passes: the gateway evaluates it and records the decision with its receipt.
+    await api(svcBase, '/v1/policies', {
+      method: 'POST',
       headers,
-      opts.rate,
-      opts.durationS,
-      VALIDATE,
-    );
-    const addedP50 = round3(gateway.p50 - direct.p50);
-    const addedP99 = round3(gateway.p99 - direct.p99);
-    const line = (label: string, f: PathFigures) =>
-      `${label.padEnd(37)}${opts.rate}/s x ${opts.durationS} s  p50 ${f.p50} ms  p99 ${f.p99} ms  errors ${f.errors}`;
-    log('command: node --import tsx bench/run.ts (BENCH_DURATION sets the seconds per phase)');
-    log(line('tools/call straight to upstream', direct));
-    log(line('tools/call through the gateway', gateway));
-    log(
-      `added by the gateway                 p50 ${addedP50} ms (goal <= 1 ms)  p99 ${addedP99} ms (goal <= 5 ms)`,
-    );
-    log(line('reference: POST /v1/tools/validate', validate));
+      body: {
+        toolName: 'echo',
+        mode: 'deterministic',
+        constraints: [
+          { argumentName: 'message', enabled: true, required: true, maxLength: 100, regex: '^[a-z ]+$' },
+        ],
+      },
+    });
+    const upstreamUrl = `http://127.0.0.1:${upPort}/mcp`;
+    await api(svcBase, '/v1/mcp/upstreams', {
+      method: 'POST',
+      headers,
+      body: { name: 'Everything', slug: 'everything', url: upstreamUrl, timeoutMs: 5000 },
+    });
+    const direct = await connect(upstreamUrl, {});
+    const gateway = await connect(`${svcBase}/v1/mcp/everything`, headers);
+    clients.push(direct, gateway);
 
+    const call = { name: 'echo', arguments: { message: 'hello gateway' } };
+    const time = async (c: Client, into: number[]): Promise<boolean> => {
+      const started = performance.now();
+      try {
+        const r = await c.callTool(call);
+        if (r.isError) return false;
+        into.push(performance.now() - started);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    const warmDirect: number[] = [];
+    const warmGateway: number[] = [];
+    for (let i = 0; i < Math.min(300, opts.calls); i++) {
+      await time(direct, warmDirect);
+      await time(gateway, warmGateway);
+    }
+    const cpuBefore = [cpuMs(svc.proc.pid), cpuMs(everything.proc.pid)];
+    const d: number[] = [];
+    const g: number[] = [];
+    let dErr = 0;
+    let gErr = 0;
+    for (let i = 0; i < opts.calls; i++) {
+      // Alternate which path goes first, so neither always follows the other.
+      if (i % 2 === 0) {
+        if (!(await time(direct, d))) dErr++;
+        if (!(await time(gateway, g))) gErr++;
+      } else {
+        if (!(await time(gateway, g))) gErr++;
+        if (!(await time(direct, d))) dErr++;
+      }
+    }
+    const cpuAfter = [cpuMs(svc.proc.pid), cpuMs(everything.proc.pid)];
+    const df = figures(d, dErr);
+    const gf = figures(g, gErr);
+    const addedP50 = round3(gf.p50 - df.p50);
+    const addedP99 = round3(gf.p99 - df.p99);
+    const line = (label: string, f: PathFigures) =>
+      `${label.padEnd(44)}${f.calls} calls, one in flight  p50 ${f.p50} ms  p99 ${f.p99} ms  errors ${f.errors}`;
+    log('command: node --import tsx bench/gateway.ts (BENCH_GATEWAY_CALLS sets the calls per path)');
+    log(line('tools/call echo straight to server-everything', df));
+    log(line('tools/call echo through the gateway', gf));
+    log(
+      `added by the gateway                        p50 ${addedP50} ms (goal <= 1 ms)  p99 ${addedP99} ms (goal <= 5 ms)`,
+    );
+    if (cpuBefore.every((x) => x !== null) && cpuAfter.every((x) => x !== null)) {
+      // Load-independent: CPU the service spends per gateway call, and the upstream per call (it serves both paths).
+      const perCall = (i: number, n: number) => round3((cpuAfter[i]! - cpuBefore[i]!) / n);
+      log(
+        `CPU per call: service ${perCall(0, opts.calls)} ms per gateway call, server-everything ${perCall(1, 2 * opts.calls)} ms per call`,
+      );
+    }
     const listed = await api(svcBase, '/v1/decisions?limit=1', { headers });
-    // Every answered gateway call and validate call is a recorded decision.
     const recorded = listed.pagination.total as number;
-    const answered = [warmGateway, gateway, validate].reduce((n, f) => n + f.calls - f.errors, 0);
-    log(`gateway and validate calls answered ${answered}, decisions recorded ${recorded}`);
-    return { rate: opts.rate, direct, gateway, validate, addedP50, addedP99, recorded, answered, lines };
+    // Every answered gateway call is a recorded decision.
+    const answered = warmGateway.length + gf.calls - gf.errors;
+    log(`gateway calls answered ${answered}, decisions recorded ${recorded}`);
+    return { direct: df, gateway: gf, addedP50, addedP99, recorded, answered, lines };
   } finally {
+    await Promise.all(clients.map((c) => c.close().catch(() => {})));
     await svc?.stop();
-    await upstream.stop();
+    await everything.stop();
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  await runGatewayBench({ calls: Number(process.env.BENCH_GATEWAY_CALLS ?? 3000), port: 18490 });
 }

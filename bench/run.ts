@@ -3,6 +3,7 @@
  * BENCH_DURATION (seconds per measured phase, default 10) and BENCH_RATE (default 5000) tune it;
  * BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test; `none` skips) the PostgreSQL phase;
  * BENCH_ONLY (comma list of engine, validate, postgres, gateway, economic) runs a subset.
+ * BENCH_GATEWAY_CALLS (calls per path of the gateway bench, default 3000) tunes the gateway phase.
  */
 
 import { diskCommitLatency } from './disk.js';
@@ -50,25 +51,11 @@ if (runs('validate') || runs('postgres')) {
   }
 }
 
-if (runs('postgres') && pgUrl !== 'none') {
-  console.log(
-    '\n## POST /v1/tools/validate on PostgreSQL, one and two instances (autocannon, 32 connections)',
-  );
-  const p = await runPostgresBench({ pgUrl, durationS, port: 18500, baselineRps });
-  console.log(`${verdict(p.ratio >= 0.2)} PostgreSQL throughput ratio ${p.ratio.toFixed(2)} (goal >= 0.20)`);
-  console.log(
-    `${verdict(p.twoRps > p.oneRps)} two instances ${Math.round(p.twoRps)} req/s vs one ${Math.round(p.oneRps)} req/s (goal: more)`,
-  );
-  console.log(
-    `${verdict(p.recorded >= p.answered)} durability: ${p.answered} answered, ${p.recorded} recorded`,
-  );
-}
-
 if (runs('gateway')) {
   console.log(
-    '\n## MCP gateway: tools/call through the gateway vs straight to the upstream (paced, 200 calls/s)',
+    '\n## MCP gateway: tools/call echo to server-everything, through the gateway vs straight (one in flight)',
   );
-  const g = await runGatewayBench({ durationS, rate: 200, port: 18490 });
+  const g = await runGatewayBench({ calls: Number(process.env.BENCH_GATEWAY_CALLS ?? 3000), port: 18490 });
   console.log(`${verdict(g.addedP50 <= 1)} added latency p50 ${g.addedP50} ms (goal <= 1 ms)`);
   console.log(`${verdict(g.addedP99 <= 5)} added latency p99 ${g.addedP99} ms (goal <= 5 ms)`);
   console.log(

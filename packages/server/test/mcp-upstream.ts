@@ -8,7 +8,7 @@ import { z } from 'zod';
 
 /**
  * A real MCP server built with the official SDK, listening on 127.0.0.1, for tests and the bench.
- * Tools: echo {text}, pay {amount, currency?}, slow {ms}. It counts tool calls and keeps the request
+ * Tools: echo {text}, pay {amount, currency?}, slow {ms}, deep {levels}, huge {bytes}. It counts tool calls and keeps the request
  * headers it saw, so tests can tell whether (and how) the gateway called it.
  */
 export interface McpUpstream {
@@ -66,6 +66,24 @@ function buildServer(calls: Record<string, number>): McpServer {
         });
       });
       return { content: [{ type: 'text', text: `slept ${ms}` }] };
+    },
+  );
+  server.registerTool(
+    'deep',
+    { description: 'Returns structured content nested `levels` deep', inputSchema: { levels: z.number() } },
+    async ({ levels }) => {
+      count('deep');
+      let nested: Record<string, unknown> = { bottom: true };
+      for (let i = 0; i < levels; i++) nested = { n: nested };
+      return { content: [{ type: 'text', text: 'deep' }], structuredContent: nested };
+    },
+  );
+  server.registerTool(
+    'huge',
+    { description: 'Returns a text of `bytes` bytes', inputSchema: { bytes: z.number() } },
+    async ({ bytes }) => {
+      count('huge');
+      return { content: [{ type: 'text', text: 'x'.repeat(bytes) }] };
     },
   );
   server.registerResource('greeting', 'fixture://greeting', { mimeType: 'text/plain' }, async (uri) => ({

@@ -22,59 +22,123 @@ export function parseTypes(value: string | undefined): Set<string> | null {
   return types.length > 0 ? new Set(types) : null;
 }
 
-/** One SSE response. Writes never wait: past the buffer limit the client is too slow and is dropped. */
-export class SseClient implements StreamClient {
-  readonly kind = 'sse';
+/**
+ * The one SSE writer of the service (event streams and MCP streams). Writes never wait: past
+ * maxBufferedBytes of unsent data the client is too slow and is dropped. A heartbeat writes a
+ * `:ping` comment and re-checks the credentials; a rejected re-check (a store hiccup) keeps the stream.
+ */
+export class SseWriter {
   private ended = false;
   private checking = false;
+  private readonly endListeners: (() => void)[] = [];
 
   constructor(
     private readonly res: ServerResponse,
-    readonly types: ReadonlySet<string> | null,
     private readonly maxBufferedBytes: number,
-    readonly recheck: Recheck,
-  ) {}
-
-  /** Closed underneath us (possibly before the close listener was attached). */
-  get gone(): boolean {
-    return this.res.destroyed || this.res.writableEnded;
+  ) {
+    res.on('close', () => this.finish());
   }
 
-  private write(chunk: string): void {
-    if (this.ended || this.res.destroyed) return;
+  /** Sends the status and headers; the stream is open from here on. */
+  open(headers: Record<string, string>): void {
+    this.res.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      'x-accel-buffering': 'no',
+      connection: 'keep-alive',
+      ...headers,
+    });
+    // Nagle would hold small event frames back; events should leave at once.
+    this.res.socket?.setNoDelay(true);
+  }
+
+  /** Closed, by us or underneath us (possibly before the close listener was attached). */
+  get gone(): boolean {
+    return this.ended || this.res.destroyed || this.res.writableEnded;
+  }
+
+  /** Writes one raw chunk (whole frames); false when the stream is gone or was just dropped as too slow. */
+  write(chunk: string): boolean {
+    if (this.gone) return false;
     this.res.write(chunk);
     if (this.res.writableLength > this.maxBufferedBytes) {
       // The client reads slower than events arrive; holding more would grow memory without bound.
-      this.ended = true;
       this.res.destroy();
+      this.finish();
+      return false;
     }
+    return true;
   }
 
-  send(frames: Frames): void {
-    this.write(frames.sse);
+  /** One event: `event:` line (omitted for the default type "message"), then the data line. */
+  event(data: string, type?: string): boolean {
+    return this.write(type ? `event: ${type}\ndata: ${data}\n\n` : `data: ${data}\n\n`);
   }
 
-  heartbeat(): void {
+  heartbeat(recheck: () => Promise<boolean>): void {
     this.write(':ping\n\n');
-    if (this.checking || this.ended) return;
+    if (this.checking || this.gone) return;
     this.checking = true;
-    this.recheck()
+    recheck()
       .then((ok) => {
         if (!ok) this.close();
       })
-      // A store hiccup keeps the stream; the next heartbeat tries again.
       .catch(() => {})
       .finally(() => {
         this.checking = false;
       });
   }
 
+  /** Runs once when the stream ends, whoever ended it. */
+  onEnd(listener: () => void): void {
+    if (this.ended) listener();
+    else this.endListeners.push(listener);
+  }
+
   close(): void {
+    if (this.gone) {
+      this.finish();
+      return;
+    }
+    this.res.end();
+    this.finish();
+    // A client that stopped reading would hold the shutdown open; give it a moment, then cut.
+    // Once everything left, the connection stays (it may be kept alive for further requests).
+    const cut = setTimeout(() => this.res.destroy(), 1000).unref();
+    this.res.once('finish', () => clearTimeout(cut));
+  }
+
+  private finish(): void {
     if (this.ended) return;
     this.ended = true;
-    this.res.end();
-    // A client that stopped reading would hold the shutdown open; give it a moment, then cut.
-    setTimeout(() => this.res.destroy(), 1000).unref();
+    for (const l of this.endListeners.splice(0)) l();
+  }
+}
+
+/** A /v1/events/stream connection as the hub sees it, written through SseWriter. */
+export class SseClient implements StreamClient {
+  readonly kind = 'sse';
+
+  constructor(
+    private readonly writer: SseWriter,
+    readonly types: ReadonlySet<string> | null,
+    readonly recheck: Recheck,
+  ) {}
+
+  get gone(): boolean {
+    return this.writer.gone;
+  }
+
+  send(frames: Frames): void {
+    this.writer.write(frames.sse);
+  }
+
+  heartbeat(): void {
+    this.writer.heartbeat(this.recheck);
+  }
+
+  close(): void {
+    this.writer.close();
   }
 }
 
@@ -97,24 +161,11 @@ export const sseRoutes: FastifyPluginAsyncTypebox<{
     async (req, reply) => {
       const access = await streamAccess(ctx, jwt, req, req.query.organizationId);
       reply.hijack();
-      const res = reply.raw;
-      res.writeHead(200, {
-        'content-type': 'text/event-stream; charset=utf-8',
-        'cache-control': 'no-cache',
-        'x-accel-buffering': 'no',
-        connection: 'keep-alive',
-        'x-request-id': req.id,
-      });
-      // Nagle would hold small event frames back; events should leave at once.
-      res.socket?.setNoDelay(true);
-      const client = new SseClient(
-        res,
-        parseTypes(req.query.types),
-        options.maxBufferedBytes,
-        access.recheck,
-      );
-      res.on('close', () => ctx.streams.remove(client));
-      res.write(':ok\n\n');
+      const writer = new SseWriter(reply.raw, options.maxBufferedBytes);
+      writer.open({ 'x-request-id': req.id });
+      const client = new SseClient(writer, parseTypes(req.query.types), access.recheck);
+      writer.onEnd(() => ctx.streams.remove(client));
+      writer.write(':ok\n\n');
       ctx.streams.set(client, [access.organizationId]);
       if (client.gone) ctx.streams.remove(client);
     },

@@ -16,7 +16,7 @@ export const charterRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext; charter
     if (incoming.kind === 'invalid') {
       return sendRpc(reply, rpcError(incoming.id, incoming.code, incoming.message), false, 400);
     }
-    if (incoming.kind === 'accepted') return reply.code(202).send();
+    if (incoming.kind !== 'request') return reply.code(202).send();
     const scope = await ctx.scope(req);
     let answer: RpcResponse;
     try {

@@ -9,10 +9,11 @@ import { applyRateLimit } from '../../plugins/rate-limit.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import type { UpstreamDirectory } from './directory.js';
 import type { Gateway } from './gateway.js';
-import { classify, sendRpc, useRpcBodyParser, wantsSse } from './jsonrpc.js';
+import { acceptsSse, classify, RPC, rpcError, sendRpc, useRpcBodyParser, wantsSse } from './jsonrpc.js';
+import { PendingReply } from './reply.js';
 import type { UpstreamRow } from './repository.js';
 import { visibleTo } from './service.js';
-import type { McpSession, McpSessions } from './sessions.js';
+import type { GatewaySession, McpSessions } from './sessions.js';
 import type { EventStreams } from './sse.js';
 
 export interface GatewayRouteDeps {
@@ -51,7 +52,11 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
     return row;
   }
 
-  function existingSession(req: FastifyRequest, key: KeyPrincipal, upstream: UpstreamRow): McpSession | null {
+  function existingSession(
+    req: FastifyRequest,
+    key: KeyPrincipal,
+    upstream: UpstreamRow,
+  ): GatewaySession | null {
     const id = sessionHeader(req);
     if (id === null) return null;
     const session = sessions.get(id, { keyId: key.keyId, upstreamId: upstream.id });
@@ -70,7 +75,6 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;
       const upstream = await upstreamFor(key, req.params.upstreamSlug);
-      const sse = wantsSse(req.headers.accept);
       const incoming = classify(req.body);
       if (incoming.kind === 'invalid') {
         return sendRpc(
@@ -81,27 +85,46 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
         );
       }
       const owner = { keyId: key.keyId, upstreamId: upstream.id };
-      if (incoming.kind === 'accepted') {
-        existingSession(req, key, upstream);
-        return reply.code(202).send();
-      }
-      const msg = incoming.message;
       const caller = { key, upstream, connectionId: '', sessionId: null, elapsed: () => reply.elapsedTime };
-      if (msg.method === 'initialize') {
-        // Always a new session: the MCP session is also the policy session of the calls made in it.
-        const session = sessions.create(owner);
-        reply.header('mcp-session-id', session.id);
-        return sendRpc(
-          reply,
-          await gateway.initialize({ ...caller, connectionId: session.id, sessionId: session.id }, msg),
-          sse,
+      if (incoming.kind === 'request' && incoming.message.method === 'initialize') {
+        // Always a new session, with an upstream session of its own: the MCP session is also the
+        // policy session of the calls made in it.
+        const created = sessions.create(owner);
+        if (typeof created === 'string')
+          return sendRpc(
+            reply,
+            rpcError(incoming.message.id, RPC.internal, `No new MCP session: ${created}; retry later`),
+            false,
+          );
+        const answer = await gateway.initialize(
+          { ...caller, connectionId: created.id, sessionId: created.id },
+          created,
+          incoming.message,
         );
+        if ('result' in answer) reply.header('mcp-session-id', created.id);
+        return sendRpc(reply, answer, wantsSse(req.headers.accept));
       }
       const session = existingSession(req, key, upstream);
-      if (msg.method === 'tools/call') await rateLimit(key, reply);
+      if (incoming.kind === 'notification') {
+        gateway.notify(session, incoming.message);
+        return reply.code(202).send();
+      }
+      if (incoming.kind === 'response') {
+        gateway.respond(session, incoming.message);
+        return reply.code(202).send();
+      }
+      const request = incoming.message;
+      if (request.method === 'tools/call') await rateLimit(key, reply);
       const connectionId = session?.id ?? randomUUID();
-      const sessionId = session?.id ?? null;
-      return sendRpc(reply, await gateway.dispatch({ ...caller, connectionId, sessionId }, msg), sse);
+      const pending = new PendingReply(session !== null && acceptsSse(req.headers.accept));
+      void gateway
+        .dispatch({ ...caller, connectionId, sessionId: session?.id ?? null }, session, request, pending)
+        .then((answer) => pending.finish(answer));
+      const outcome = await pending.outcome;
+      if (outcome.kind === 'json') return sendRpc(reply, outcome.response, wantsSse(req.headers.accept));
+      // The upstream sent messages for this request before answering: they and then the answer go as SSE.
+      pending.attach(streams.writer(req, reply, session?.id ?? null));
+      return reply;
     },
   );
 
@@ -112,16 +135,21 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
       const key = req.principal as KeyPrincipal;
       const upstream = await upstreamFor(key, req.params.upstreamSlug);
       const owner = { keyId: key.keyId, upstreamId: upstream.id };
-      const joined = existingSession(req, key, upstream);
-      // Without a session the stream follows every call of this key on the upstream, and announces a
-      // fresh session id the client may use for its POSTs.
-      const session = joined ?? sessions.create(owner);
+      const session = existingSession(req, key, upstream);
+      if (session && !session.canAddStream())
+        throw new AppError(
+          'conflict',
+          `At most ${sessions.limits.streamsPerSession} open streams per MCP session`,
+        );
       const raw = presentedKey(req);
       const slug = req.params.upstreamSlug;
-      streams.start(req, reply, {
-        sessionId: session.id,
-        subscribe: (handler) => sessions.subscribe(joined ? { sessionId: joined.id } : owner, handler),
-        touch: () => void sessions.get(session.id, owner),
+      // Without a session the stream is a feed of every decision of this key on the upstream.
+      const writer = streams.start(req, reply, {
+        sessionId: session?.id ?? null,
+        subscribe: (handler) => sessions.subscribe(session ? { sessionId: session.id } : owner, handler),
+        touch: () => {
+          if (session) void sessions.get(session.id, owner);
+        },
         // A revoked key, or an upstream deleted, disabled or moved out of the key's reach, ends the stream.
         recheck: async () => {
           const now = raw ? await ctx.keys.authenticate(raw) : null;
@@ -130,6 +158,9 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
           return !!row && row.id === upstream.id && row.enabled === 1 && visibleTo(now, row);
         },
       });
+      // The session's upstream messages (and those that waited for a stream) come on this one.
+      session?.addStream(writer);
+      return reply;
     },
   );
 
@@ -143,7 +174,6 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
       if (id === null)
         throw new AppError('validation_failed', 'Mcp-Session-Id header is required to end a session');
       if (!sessions.delete(id, { keyId: key.keyId, upstreamId: upstream.id })) throw notFound('MCP session');
-      streams.endSession(id);
       return reply.code(204).send();
     },
   );

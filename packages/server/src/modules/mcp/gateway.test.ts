@@ -86,10 +86,14 @@ describe.each([
   it('lets an unmodified SDK client list and call tools; the result comes back unchanged plus the receipt', async () => {
     const { tenant, slug, upstream } = await setup(fixture().url, transport);
     const { client, sessionId } = await connect(slug, tenant);
-    expect(client.getServerVersion()?.name).toBe(`svc-gateway/${slug}`);
-    expect(client.getServerCapabilities()).toMatchObject({ tools: {}, resources: {} });
+    // The upstream's own handshake answer.
+    expect(client.getServerVersion()?.name).toBe('fixture-upstream');
+    expect(client.getServerCapabilities()).toMatchObject({
+      tools: expect.any(Object),
+      resources: expect.any(Object),
+    });
     const listed = await client.listTools();
-    expect(listed.tools.map((x) => x.name).sort()).toEqual(['echo', 'pay', 'slow']);
+    expect(listed.tools.map((x) => x.name).sort()).toEqual(['deep', 'echo', 'huge', 'pay', 'slow']);
 
     const result = await client.callTool({ name: 'echo', arguments: { text: 'hi' } });
     const upstreamResult = { content: [{ type: 'text', text: 'echo: hi' }], _meta: { upstream: 'fixture' } };
@@ -212,38 +216,85 @@ describe('MCP gateway decisions', () => {
     expect(ok.content).toEqual([{ type: 'text', text: 'echo: 1' }]);
   });
 
-  it('answers -32603 when the upstream is down, records it without a result hash, and reconnects later', async () => {
+  it('answers -32603 when the upstream is down, records such a call without a result hash; a lost upstream session ends the session', async () => {
     const down = await startMcpUpstream({ transport: 'streamable' });
     const port = down.port;
     await down.close();
     const { tenant, slug } = await setup(down.url);
-    const { client } = await connect(slug, tenant);
-    const err = await rpcFailure(client.callTool({ name: 'echo', arguments: { text: 'x' } }));
-    expect(err.code).toBe(-32603);
-    const data = err.data as { decisionId: string; reason: string };
-    const row = await decisionRow(data.decisionId);
+    // No upstream session can be opened: initialize answers the failure and no session is kept.
+    const before = await rpcFailure(connect(slug, tenant));
+    expect(before.code).toBe(-32603);
+    expect(before.message).toMatch(/failed/);
+    const res = await fetch(`${base}/v1/mcp/${slug}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...keyHeader(tenant.apiKey) },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 7,
+        method: 'tools/call',
+        params: { name: 'echo', arguments: { text: 'x' } },
+      }),
+    });
+    const err = (await res.json()) as { id: number; error: { code: number; data: { decisionId: string } } };
+    expect(err.id).toBe(7);
+    expect(err.error.code).toBe(-32603);
+    const row = await decisionRow(err.error.data.decisionId);
     expect(row.decision).toBe('allow');
     expect(row.reason).toMatch(/upstream call failed/);
     expect(await receiptOf(row.receipt_id)).not.toHaveProperty('result_hash');
 
     const back = await startMcpUpstream({ transport: 'streamable', port });
     try {
+      const { client } = await connect(slug, tenant);
       const ok = await client.callTool({ name: 'echo', arguments: { text: 'again' } });
       expect(ok.content).toEqual([{ type: 'text', text: 'echo: again' }]);
-      // The upstream restarted: its sessions are gone, so the pooled connection fails once, then renews.
+      // The upstream restarted: its session is gone, so the call fails and the gateway session ends.
       await back.close();
       const restarted = await startMcpUpstream({ transport: 'streamable', port });
       try {
         const failed = await rpcFailure(client.callTool({ name: 'echo', arguments: { text: 'stale' } }));
         expect(failed.code).toBe(-32603);
-        const renewed = await client.callTool({ name: 'echo', arguments: { text: 'renewed' } });
+        await expect(client.callTool({ name: 'echo', arguments: { text: 'gone' } })).rejects.toThrow(
+          /MCP session .*not found/,
+        );
+        const { client: again } = await connect(slug, tenant);
+        const renewed = await again.callTool({ name: 'echo', arguments: { text: 'renewed' } });
         expect(renewed.content).toEqual([{ type: 'text', text: 'echo: renewed' }]);
+        await again.close();
       } finally {
         await restarted.close();
       }
     } finally {
       await back.close();
     }
+  });
+
+  it("relays the client's cancellation upstream and records the call as failed", async () => {
+    const { tenant, slug } = await setup(streamable.url);
+    const { client } = await connect(slug, tenant);
+    const aborter = new AbortController();
+    const started = Date.now();
+    const pending = client.callTool({ name: 'slow', arguments: { ms: 10_000 } }, undefined, {
+      signal: aborter.signal,
+    });
+    setTimeout(() => aborter.abort('changed my mind'), 300);
+    await expect(pending).rejects.toThrow();
+    let row: { reason: string } | undefined;
+    while (!row && Date.now() - started < 5000) {
+      row = await t.store.db
+        .selectFrom('decisions')
+        .select('reason')
+        .where('organization_id', '=', tenant.orgId)
+        .where('tool_name', '=', 'slow')
+        .executeTakeFirst();
+      if (!row) await new Promise((r) => setTimeout(r, 50));
+    }
+    // Recorded well before the tool's 10 s: the upstream was told and the gateway stopped waiting.
+    expect(row?.reason).toMatch(/upstream call failed: cancelled by the client/);
+    expect(Date.now() - started).toBeLessThan(5000);
+    // The session goes on.
+    const ok = await client.callTool({ name: 'echo', arguments: { text: 'after' } });
+    expect(ok.content).toEqual([{ type: 'text', text: 'echo: after' }]);
   });
 
   it('answers -32603 within timeoutMs, while other calls and other upstreams are not held up', async () => {

@@ -1,3 +1,4 @@
+import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyBaseLogger } from 'fastify';
 import { callScopeOf, type Enforced, type ToolCall } from '../../enforcement/model.js';
 import { type Enforcement, UnrecordedError } from '../../enforcement/pipeline.js';
@@ -7,19 +8,21 @@ import { MAX_JSON_DEPTH, nestedDeeperThan } from '../../lib/json.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import {
   isObject,
-  negotiateVersion,
   type Params,
   RPC,
+  type RpcId,
   type RpcRequest,
   type RpcResponse,
   rpcError,
   rpcResult,
 } from './jsonrpc.js';
-import type { UpstreamPool } from './pool.js';
+import type { UpstreamLimits } from './model.js';
+import type { PendingReply } from './reply.js';
 import type { UpstreamRow } from './repository.js';
 import { toTarget } from './service.js';
-import type { McpSessions } from './sessions.js';
-import { toUpstreamError, type UpstreamError } from './upstream-client.js';
+import type { GatewaySession, McpSessions } from './sessions.js';
+import { GATEWAY_CLIENT_INFO, type OpenOptions, toUpstreamError, UpstreamError } from './upstream-client.js';
+import { type UpstreamMessage, UpstreamSession } from './upstream-session.js';
 
 export const GATEWAY_VERSION = '0.1.0';
 
@@ -40,122 +43,155 @@ export interface Caller {
 
 export interface GatewayDeps {
   enforcement: Pick<Enforcement, 'enforce'>;
-  pool: UpstreamPool;
   sessions: McpSessions;
+  open: OpenOptions;
+  limits: UpstreamLimits;
   clock: Clock;
   log: FastifyBaseLogger;
 }
 
-/** Requests forwarded to the upstream as they are. Anything else (sampling, logging/setLevel, subscriptions…) is refused. */
-export const PASS_THROUGH_METHODS: ReadonlySet<string> = new Set([
-  'tools/list',
-  'resources/list',
-  'resources/read',
-  'resources/templates/list',
-  'prompts/list',
-  'prompts/get',
-  'completion/complete',
-]);
-
-/** Forwarded params: the client's progress token is dropped, since progress notifications are not relayed. */
-function forwardParams(params: Params | undefined): Params | undefined {
-  if (!params || !isObject(params._meta) || !('progressToken' in params._meta)) return params;
-  const { progressToken: _, ...meta } = params._meta;
-  return { ...params, _meta: meta };
+/** A client notification or response, as received. */
+export interface ClientMessage {
+  jsonrpc: '2.0';
+  id?: RpcId;
+  method?: string;
+  params?: Params;
+  result?: unknown;
+  error?: unknown;
 }
 
-/** What the upstream's failure looks like to the client: always -32603, the upstream's own error in data. */
+/** What a session-less request declares upstream: nothing, since it has no channel for server requests. */
+const STATELESS_INITIALIZE: Params = {
+  protocolVersion: LATEST_PROTOCOL_VERSION,
+  capabilities: {},
+  clientInfo: GATEWAY_CLIENT_INFO,
+};
+
+/** The upstream's failure as the client sees it: its own JSON-RPC error unchanged, else -32603. */
 function upstreamFailure(
-  id: RpcRequest['id'],
+  id: RpcId,
   slug: string,
   e: UpstreamError,
-  data: Record<string, unknown> = {},
+  data?: Record<string, unknown>,
 ): RpcResponse {
-  return rpcError(id, RPC.internal, `Upstream "${slug}" failed: ${e.message}`, {
-    ...data,
-    ...(e.rpc ? { upstreamError: e.rpc } : {}),
-  });
+  if (e.rpc) {
+    if (!data) return rpcError(id, e.rpc.code, e.rpc.message, e.rpc.data);
+    return rpcError(id, e.rpc.code, e.rpc.message, { ...data, upstreamError: e.rpc });
+  }
+  return rpcError(id, RPC.internal, `Upstream "${slug}" failed: ${e.message}`, data);
 }
 
-export function createGateway({ enforcement, pool, sessions, clock, log }: GatewayDeps) {
-  /** The gateway's own handshake; it mirrors the upstream's resources/prompts/completions when reachable. */
-  async function initialize(caller: Caller, req: RpcRequest): Promise<RpcResponse> {
-    const capabilities: Record<string, unknown> = { tools: {} };
-    let instructions: string | undefined;
+export function createGateway({ enforcement, sessions, open, limits, clock, log }: GatewayDeps) {
+  /**
+   * Opens the session's upstream session with the client's own initialize (capabilities, protocol
+   * version, clientInfo) and answers with the upstream's InitializeResult unchanged.
+   */
+  async function initialize(caller: Caller, session: GatewaySession, req: RpcRequest): Promise<RpcResponse> {
     try {
-      const info = await pool.info(toTarget(caller.upstream));
-      // Only request/response features: upstream notifications (list_changed, subscribe) are not relayed.
-      for (const k of ['resources', 'prompts', 'completions'] as const)
-        if (info.capabilities?.[k]) capabilities[k] = {};
-      instructions = info.instructions;
+      const { session: upstream, result } = await UpstreamSession.open(
+        toTarget(caller.upstream),
+        open,
+        limits,
+        req.params ?? {},
+        {
+          message: (m) => relay(session, m),
+          closed: (why) => void sessions.end(session.id, `the upstream session ended (${why})`),
+        },
+      );
+      if (session.closed) {
+        void upstream.close();
+        return rpcError(req.id, RPC.internal, 'The MCP session ended during initialize');
+      }
+      session.upstream = upstream;
+      return rpcResult(req.id, result);
     } catch (err) {
-      log.warn({ err, upstream: caller.upstream.slug }, 'MCP upstream unreachable during initialize');
+      void sessions.end(session.id, 'initialize failed');
+      log.warn({ err, upstream: caller.upstream.slug }, 'MCP upstream initialize failed');
+      return upstreamFailure(req.id, caller.upstream.slug, toUpstreamError(err));
     }
-    return rpcResult(req.id, {
-      protocolVersion: negotiateVersion(req.params),
-      capabilities,
-      serverInfo: { name: `svc-gateway/${caller.upstream.slug}`, version: GATEWAY_VERSION },
-      ...(instructions ? { instructions } : {}),
+  }
+
+  /** An upstream message to its client; a request the client cannot take is answered upstream. */
+  function relay(session: GatewaySession, m: UpstreamMessage): void {
+    if (session.deliver(m) || m.id === undefined) return;
+    session.upstream?.respond({
+      jsonrpc: '2.0',
+      id: m.id,
+      error: { code: RPC.internal, message: 'Too many requests are waiting for the client' },
     });
   }
 
-  async function passThrough(caller: Caller, req: RpcRequest): Promise<RpcResponse> {
-    try {
-      return rpcResult(
-        req.id,
-        await pool.request(toTarget(caller.upstream), req.method, forwardParams(req.params)),
+  /** Sends a request upstream in the caller's session, or (session-less) in a session of its own. */
+  async function forward(
+    session: GatewaySession | null,
+    caller: Caller,
+    req: RpcRequest,
+    reply: PendingReply,
+    params: Params | undefined,
+  ): Promise<Record<string, unknown>> {
+    if (session) {
+      const upstream = session.upstream;
+      if (!upstream) throw new UpstreamError('unreachable', 'the session has no upstream session');
+      const meta = isObject(params?._meta) ? params._meta : {};
+      if (!session.begin(req.id, reply, meta.progressToken))
+        throw new UpstreamError('invalid', 'a request with this id is already in flight in the session');
+      try {
+        const sent = upstream.request(req.method, params);
+        session.sentAs(req.id, sent.id);
+        return await sent.done;
+      } finally {
+        session.end(req.id);
+      }
+    }
+    const release = sessions.slot(caller.upstream.id);
+    if (!release) {
+      throw new UpstreamError(
+        'refused',
+        `the upstream has its maximum of ${sessions.limits.perUpstream} sessions open; retry later`,
       );
-    } catch (err) {
-      const e = toUpstreamError(err);
-      // Outside tools/call the gateway is transparent: the upstream's own JSON-RPC errors pass unchanged.
-      if (e.rpc) return rpcError(req.id, e.rpc.code, e.rpc.message, e.rpc.data);
-      return upstreamFailure(req.id, caller.upstream.slug, e);
+    }
+    let upstream: UpstreamSession | null = null;
+    try {
+      const opened = await UpstreamSession.open(
+        toTarget(caller.upstream),
+        { ...open, standaloneStream: false },
+        limits,
+        STATELESS_INITIALIZE,
+        {
+          // No client channel: requests are refused, notifications have nowhere to go.
+          message: (m) => {
+            if (m.id !== undefined)
+              upstream?.respond({
+                jsonrpc: '2.0',
+                id: m.id,
+                error: { code: RPC.methodNotFound, message: 'The client has no session for server requests' },
+              });
+          },
+          closed: () => {},
+        },
+      );
+      upstream = opened.session;
+      upstream.notify('notifications/initialized', undefined);
+      return await upstream.request(req.method, params).done;
+    } finally {
+      if (upstream) void upstream.close().finally(release);
+      else release();
     }
   }
 
   /**
-   * tools/call: enforced by the same pipeline as POST /v1/tools/validate, which forwards only an
-   * allowed call and records after the upstream answered so the receipt binds the result it produced.
+   * The one place the gateway meets the policy: the enforcement pipeline decides on the call, runs
+   * it upstream only if allowed, and records what happened (the receipt binds the result, or the
+   * reason says the call failed). Whatever `run` does, the answer is a JSON-RPC message with `id`.
    */
-  async function callTool(caller: Caller, req: RpcRequest): Promise<RpcResponse> {
-    const p = req.params;
-    if (
-      !p ||
-      typeof p.name !== 'string' ||
-      p.name === '' ||
-      (p.arguments !== undefined && !isObject(p.arguments))
-    ) {
-      return rpcError(
-        req.id,
-        RPC.invalidRequest,
-        'Invalid Request: tools/call needs params.name (string) and params.arguments (object)',
-      );
-    }
-    // Same bound as validate: deeper data cannot be canonicalized into a receipt.
-    if (nestedDeeperThan(p.arguments, MAX_JSON_DEPTH)) {
-      return rpcError(
-        req.id,
-        RPC.invalidRequest,
-        `Invalid Request: params.arguments is nested deeper than ${MAX_JSON_DEPTH} levels`,
-      );
-    }
+  async function enforced(
+    caller: Caller,
+    id: RpcId,
+    call: ToolCall,
+    run: () => Promise<Record<string, unknown>>,
+  ): Promise<RpcResponse> {
     const { key, upstream } = caller;
-    const meta = isObject(p._meta) ? p._meta : {};
-    const call: ToolCall = {
-      toolName: p.name,
-      arguments: (p.arguments as Record<string, unknown> | undefined) ?? {},
-      context: {
-        ...(caller.sessionId !== null ? { session_id: caller.sessionId } : {}),
-        source: 'mcp',
-        upstream: upstream.slug,
-        // A call retried after a human approved it names the approval, as validate's context does.
-        ...(typeof meta.approval_id === 'string' ? { approval_id: meta.approval_id } : {}),
-      },
-    };
     const tool = call.toolName;
-    // The upstream is called only for an allowed call, by the pipeline, before it records the
-    // decision: the receipt binds the result. A failed call is still an allowed decision, recorded
-    // with the failure in its reason and no result_hash; it may have reached the tool, so it counts as run.
     type Upstream = { ok: true; result: Record<string, unknown> } | { ok: false; error: UpstreamError };
     let done: Enforced<Upstream>;
     try {
@@ -165,10 +201,21 @@ export function createGateway({ enforcement, pool, sessions, clock, log }: Gatew
         source: 'server',
         elapsed: caller.elapsed,
         bindings: { client_id: key.keyId, connection_id: caller.connectionId, upstream_id: upstream.id },
+        // Never throws: a failed call is still an allowed decision, recorded with the failure in its
+        // reason and no result_hash; it may have reached the tool, so it counts as run.
         execute: async () => {
           try {
-            const result = await pool.request(toTarget(upstream), 'tools/call', forwardParams(p));
-            return { value: { ok: true, result }, resultHash: hashJson(result) };
+            const result = await run();
+            let resultHash: string;
+            try {
+              resultHash = hashJson(result);
+            } catch (err) {
+              throw new UpstreamError(
+                'invalid',
+                `its result cannot be bound into a receipt: ${(err as Error).message}`,
+              );
+            }
+            return { value: { ok: true, result }, resultHash };
           } catch (err) {
             const error = toUpstreamError(err);
             return { value: { ok: false, error }, note: `upstream call failed: ${error.message}` };
@@ -179,7 +226,7 @@ export function createGateway({ enforcement, pool, sessions, clock, log }: Gatew
       if (err instanceof UnrecordedError) {
         log.error({ err: err.cause }, 'MCP gateway decision could not be recorded');
         return rpcError(
-          req.id,
+          id,
           RPC.internal,
           err.ran
             ? 'Internal gateway error: the tool ran upstream but its decision could not be recorded durably, so its result is withheld'
@@ -188,7 +235,7 @@ export function createGateway({ enforcement, pool, sessions, clock, log }: Gatew
         );
       }
       log.error({ err }, 'MCP gateway could not decide a tool call');
-      return rpcError(req.id, RPC.internal, 'Internal gateway error: the call could not be checked; retry', {
+      return rpcError(id, RPC.internal, 'Internal gateway error: the call could not be checked; retry', {
         tool,
       });
     }
@@ -212,37 +259,123 @@ export function createGateway({ enforcement, pool, sessions, clock, log }: Gatew
       },
     });
     const data = { tool, reason: done.reason, decisionId: done.decisionId, receipt: done.receipt };
-    if (done.decision === 'deny') {
-      return rpcError(req.id, RPC.policyDenied, `Denied by policy: ${done.reason}`, data);
-    }
+    if (done.decision === 'deny')
+      return rpcError(id, RPC.policyDenied, `Denied by policy: ${done.reason}`, data);
     if (done.decision === 'require_approval') {
-      return rpcError(req.id, RPC.approvalRequired, `Human approval required: ${done.reason}`, {
+      return rpcError(id, RPC.approvalRequired, `Human approval required: ${done.reason}`, {
         ...data,
         approvalId: done.approvalId ?? null,
       });
     }
-    const upstreamAnswer = done.execution!.value;
-    if (!upstreamAnswer.ok) {
-      const e = upstreamAnswer.error;
-      return upstreamFailure(req.id, upstream.slug, e, { ...data, reason: e.message });
+    const answer = done.execution!.value;
+    if (!answer.ok)
+      return upstreamFailure(id, upstream.slug, answer.error, { ...data, reason: answer.error.message });
+    const meta = isObject(answer.result._meta) ? answer.result._meta : {};
+    return rpcResult(id, { ...answer.result, _meta: { ...meta, veto_receipt: done.receipt } });
+  }
+
+  /** tools/call: checked like POST /v1/tools/validate, then forwarded with the client's params as sent. */
+  function callTool(
+    caller: Caller,
+    session: GatewaySession | null,
+    req: RpcRequest,
+    reply: PendingReply,
+  ): Promise<RpcResponse> {
+    const p = req.params;
+    if (
+      !p ||
+      typeof p.name !== 'string' ||
+      p.name === '' ||
+      (p.arguments !== undefined && !isObject(p.arguments))
+    ) {
+      return Promise.resolve(
+        rpcError(
+          req.id,
+          RPC.invalidRequest,
+          'Invalid Request: tools/call needs params.name (string) and params.arguments (object)',
+        ),
+      );
     }
-    const result = upstreamAnswer.result;
-    const meta0 = isObject(result._meta) ? result._meta : {};
-    return rpcResult(req.id, { ...result, _meta: { ...meta0, veto_receipt: done.receipt } });
+    // Same bound as validate: deeper data cannot be canonicalized into a receipt.
+    if (nestedDeeperThan(p.arguments, MAX_JSON_DEPTH)) {
+      return Promise.resolve(
+        rpcError(
+          req.id,
+          RPC.invalidRequest,
+          `Invalid Request: params.arguments is nested deeper than ${MAX_JSON_DEPTH} levels`,
+        ),
+      );
+    }
+    const meta = isObject(p._meta) ? p._meta : {};
+    const call: ToolCall = {
+      toolName: p.name,
+      arguments: (p.arguments as Record<string, unknown> | undefined) ?? {},
+      context: {
+        ...(caller.sessionId !== null ? { session_id: caller.sessionId } : {}),
+        source: 'mcp',
+        upstream: caller.upstream.slug,
+        // A call retried after a human approved it names the approval, as validate's context does.
+        ...(typeof meta.approval_id === 'string' ? { approval_id: meta.approval_id } : {}),
+      },
+    };
+    return enforced(caller, req.id, call, () => forward(session, caller, req, reply, p));
+  }
+
+  async function passThrough(
+    caller: Caller,
+    session: GatewaySession | null,
+    req: RpcRequest,
+    reply: PendingReply,
+  ): Promise<RpcResponse> {
+    try {
+      return rpcResult(req.id, await forward(session, caller, req, reply, req.params));
+    } catch (err) {
+      return upstreamFailure(req.id, caller.upstream.slug, toUpstreamError(err));
+    }
   }
 
   return {
     initialize,
-    async dispatch(caller: Caller, req: RpcRequest): Promise<RpcResponse> {
-      switch (req.method) {
-        case 'ping':
-          return rpcResult(req.id, {});
-        case 'tools/call':
-          return callTool(caller, req);
-        default:
-          if (PASS_THROUGH_METHODS.has(req.method)) return passThrough(caller, req);
-          return rpcError(req.id, RPC.methodNotFound, `Method not found: ${req.method}`);
+
+    /** Any request but initialize. Always answers with a JSON-RPC message carrying the request's id. */
+    async dispatch(
+      caller: Caller,
+      session: GatewaySession | null,
+      req: RpcRequest,
+      reply: PendingReply,
+    ): Promise<RpcResponse> {
+      try {
+        if (req.method === 'ping') return rpcResult(req.id, {});
+        if (session?.has(req.id))
+          return rpcError(req.id, RPC.invalidRequest, 'Invalid Request: a request with this id is in flight');
+        if (req.method === 'tools/call') return await callTool(caller, session, req, reply);
+        return await passThrough(caller, session, req, reply);
+      } catch (err) {
+        log.error({ err }, 'MCP gateway request failed');
+        return rpcError(req.id, RPC.internal, 'Internal gateway error');
       }
+    },
+
+    /** A client notification: forwarded to its upstream session (a cancellation names the upstream's id). */
+    notify(session: GatewaySession | null, msg: ClientMessage): void {
+      const upstream = session?.upstream;
+      if (!session || !upstream || typeof msg.method !== 'string') return;
+      if (msg.method === 'notifications/cancelled') {
+        const rid = msg.params?.requestId;
+        const upId = typeof rid === 'string' || typeof rid === 'number' ? session.upstreamIdOf(rid) : null;
+        if (upId === null) return;
+        const why = typeof msg.params?.reason === 'string' ? msg.params.reason : 'no reason given';
+        upstream.abandon(upId, new UpstreamError('cancelled', `cancelled by the client: ${why}`));
+        return;
+      }
+      upstream.notify(msg.method, msg.params);
+    },
+
+    /** A client's answer to an upstream request of its session; anything else is dropped. */
+    respond(session: GatewaySession | null, msg: ClientMessage): void {
+      const upstream = session?.upstream;
+      if (!session || !upstream || msg.id === undefined || !session.answers(msg.id)) return;
+      upstream.respond(msg as never);
     },
   };
 }

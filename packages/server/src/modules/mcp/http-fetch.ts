@@ -59,14 +59,24 @@ export interface HttpFetchOptions {
 }
 
 /**
- * The fetch of the pooled upstream connections, on node:http(s) with keep-alive agents: undici's
+ * The fetch of the upstream connections, on node:http(s) with keep-alive agents: undici's
  * fetch costs about 1 ms more CPU per request than node:http (see bench/gateway.ts), which is the
  * gateway's whole latency budget. It covers what the SDK transports send (string or no body,
  * headers, AbortSignal) and streams the answer (JSON or SSE). Redirects are returned, never
  * followed: the transports follow same-origin ones themselves. Sockets resolve names through
  * checkedLookup unless private upstreams are allowed. Other bodies or schemes are refused.
  */
-export function createHttpFetch(options: HttpFetchOptions): { fetch: FetchLike; close(): void } {
+/** One HTTP request on the checked keep-alive agents, answered as Node's own response stream. */
+export type RawRequest = (
+  url: URL,
+  init: { method: string; headers: Record<string, string>; body?: string; signal?: AbortSignal },
+) => Promise<IncomingMessage>;
+
+export function createHttpFetch(options: HttpFetchOptions): {
+  fetch: FetchLike;
+  request: RawRequest;
+  close(): void;
+} {
   const lookup = options.allowPrivate ? undefined : checkedLookup(options.resolveAll);
   const agents = {
     'http:': new HttpAgent({ keepAlive: true, ...(lookup ? { lookup } : {}) }),
@@ -111,8 +121,27 @@ export function createHttpFetch(options: HttpFetchOptions): { fetch: FetchLike; 
       req.end(typeof body === 'string' ? body : undefined);
     });
   };
+  const request: RawRequest = (url, init) => {
+    if (!(url.protocol in agents))
+      return Promise.reject(new TypeError(`unsupported upstream scheme ${url.protocol}`));
+    const headers = { ...init.headers };
+    if (init.body !== undefined) headers['content-length'] = String(Buffer.byteLength(init.body));
+    const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
+    return new Promise<IncomingMessage>((resolve, reject) => {
+      const req = send(url, {
+        method: init.method,
+        headers,
+        agent: agents[url.protocol as 'http:' | 'https:'],
+        ...(init.signal ? { signal: init.signal } : {}),
+      });
+      req.on('response', resolve);
+      req.on('error', reject);
+      req.end(init.body);
+    });
+  };
   return {
     fetch: fetchImpl,
+    request,
     close() {
       agents['http:'].destroy();
       agents['https:'].destroy();

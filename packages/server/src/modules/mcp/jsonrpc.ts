@@ -23,6 +23,20 @@ export interface RpcRequest {
   params?: Params;
 }
 
+export interface RpcNotification {
+  jsonrpc: '2.0';
+  method: string;
+  params?: Params;
+}
+
+/** A client's answer to a server request. */
+export interface RpcReply {
+  jsonrpc: '2.0';
+  id: RpcId;
+  result?: unknown;
+  error?: unknown;
+}
+
 export interface RpcError {
   code: number;
   message: string;
@@ -35,8 +49,9 @@ export type RpcResponse =
 
 export type Incoming =
   | { kind: 'request'; message: RpcRequest }
-  /** Notifications and responses to server requests: accepted, nothing to answer. */
-  | { kind: 'accepted' }
+  /** Notifications and responses to server requests: relayed, nothing to answer. */
+  | { kind: 'notification'; message: RpcNotification }
+  | { kind: 'response'; message: RpcReply }
   | { kind: 'invalid'; code: number; id: RpcId | null; message: string };
 
 /** Marks a body that was not JSON, so the route can answer -32700 instead of the API's envelope. */
@@ -100,11 +115,12 @@ export function classify(body: unknown): Incoming {
     if (typeof body.method !== 'string' || body.method === '')
       return bad('method must be a non-empty string');
     if (body.params !== undefined && !isObject(body.params)) return bad('params must be an object');
-    if (!('id' in body)) return { kind: 'accepted' };
+    if (!('id' in body)) return { kind: 'notification', message: body as unknown as RpcNotification };
     if (!validId(body.id)) return bad('id must be a string or an integer');
     return { kind: 'request', message: body as unknown as RpcRequest };
   }
-  if (validId(body.id) && ('result' in body || 'error' in body)) return { kind: 'accepted' };
+  if (validId(body.id) && ('result' in body || 'error' in body))
+    return { kind: 'response', message: body as unknown as RpcReply };
   return bad('method is required');
 }
 
@@ -115,6 +131,11 @@ export const rpcError = (id: RpcId | null, code: number, message: string, data?:
   id,
   error: data === undefined ? { code, message } : { code, message, data },
 });
+
+/** Whether the client takes an SSE stream as the answer to a POST (MCP clients list both types). */
+export function acceptsSse(accept: string | undefined): boolean {
+  return !!accept && accept.toLowerCase().includes('text/event-stream');
+}
 
 /** Streamable HTTP: answer as an SSE stream only for a client that accepts SSE but not JSON. */
 export function wantsSse(accept: string | undefined): boolean {

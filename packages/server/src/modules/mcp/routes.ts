@@ -9,7 +9,7 @@ import { UpstreamDirectory } from './directory.js';
 import { createGateway } from './gateway.js';
 import { gatewayRoutes } from './gateway-routes.js';
 import { createHttpFetch } from './http-fetch.js';
-import { UpstreamPool } from './pool.js';
+import { DEFAULT_UPSTREAM_LIMITS } from './model.js';
 import { createMcpRepository } from './repository.js';
 import { createUpstreamService } from './service.js';
 import { McpSessions } from './sessions.js';
@@ -27,7 +27,6 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
   const directory = new UpstreamDirectory(repo);
   const open = { allowPrivate: ctx.config.mcpAllowPrivateUpstreams };
   const http = createHttpFetch(open);
-  const pool = new UpstreamPool({ ...open, fetch: http.fetch });
   const sessions = new McpSessions();
   const streams = new EventStreams();
   const tools = createToolService({
@@ -44,8 +43,7 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
     streams.endAll();
   });
   app.addHook('onClose', async () => {
-    sessions.close();
-    await pool.close();
+    await sessions.close();
     http.close();
   });
 
@@ -55,17 +53,19 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
     allowPrivate: open.allowPrivate,
     changed: (org, id) => {
       directory.forget(org);
-      pool.drop(id);
+      // Sessions opened with the old settings (or to a deleted upstream) end; clients initialize again.
+      void sessions.endUpstream(id, 'the upstream configuration changed');
     },
-    // The probe goes through the same checked sockets as the pooled connections.
+    // The probe goes through the same checked sockets as the upstream sessions.
     probe: (target) => probeUpstream(target, { ...open, fetch: http.fetch }),
   });
   await app.register(upstreamRoutes, { ctx, service });
 
   const gateway = createGateway({
     enforcement: ctx.enforcement,
-    pool,
     sessions,
+    open: { ...open, fetch: http.fetch, request: http.request },
+    limits: DEFAULT_UPSTREAM_LIMITS,
     clock: ctx.clock,
     log: ctx.log,
   });

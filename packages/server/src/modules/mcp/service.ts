@@ -26,7 +26,7 @@ export interface UpstreamServiceDeps {
   repo: McpRepository;
   clock: Clock;
   allowPrivate: boolean;
-  /** Told after an upstream changed or was deleted: pooled connections and cached lookups go. */
+  /** Told after an upstream changed or was deleted: its sessions and cached lookups go. */
   changed: (organizationId: string, upstreamId: string) => void;
   probe: (target: UpstreamTarget) => Promise<ProbeResult>;
 }

@@ -1,80 +1,190 @@
+import type { SseWriter } from '../../events/sse.js';
 import { uuidv7 } from '../../lib/ids.js';
+import { isObject, type RpcId } from './jsonrpc.js';
+import {
+  DEFAULT_SESSION_LIMITS,
+  type DecisionEnvelope,
+  type FeedEvent,
+  type FeedFilter,
+  type SessionLimits,
+  type SessionOwner,
+} from './model.js';
+import type { PendingReply } from './reply.js';
+import type { UpstreamMessage, UpstreamSession } from './upstream-session.js';
 
-/** Who may use a session: the key that opened it, on the upstream it was opened for. */
-export interface SessionOwner {
-  keyId: string;
-  upstreamId: string;
+/** A client request in flight: where its related messages go, and its id upstream. */
+interface InFlight {
+  reply: PendingReply;
+  progressToken: unknown;
+  upstreamId: number | null;
 }
 
-export interface McpSession extends SessionOwner {
-  id: string;
-  lastSeen: number;
-}
+/** Requests of the upstream awaiting the client's answer, per session. */
+const MAX_SERVER_REQUESTS = 100;
 
-/** A decision of the gateway, as sent on GET /v1/mcp/:upstreamSlug streams. */
-export interface DecisionEnvelope {
-  type: 'decision';
-  decisionId: string;
-  sessionId: string;
-  upstream: string;
-  toolName: string;
-  decision: string;
-  reason: string;
-  mode: string;
-  latencyMs: number;
-  receipt: unknown;
-  approvalId?: string;
-  createdAt: string;
-}
-
-export interface FeedEvent extends SessionOwner {
-  sessionId: string;
-  envelope: DecisionEnvelope;
-}
-
-/** A stream follows one session, or (opened without a session) every call of its key on the upstream. */
-export type FeedFilter = { sessionId: string } | SessionOwner;
-
-const IDLE_MS = 60 * 60_000;
-
-export interface SessionLimits {
-  /** Sessions of this instance in all. */
-  total: number;
-  /** Sessions of one API key: past it, the key's own oldest goes, so one key cannot evict the others'. */
-  perKey: number;
-}
-
-export const DEFAULT_SESSION_LIMITS: SessionLimits = { total: 100_000, perKey: 1000 };
+const idKey = (id: RpcId) => (typeof id === 'number' ? `n${id}` : `s${id}`);
 
 /**
- * MCP sessions of this instance, and the feed of gateway decisions for the GET streams. Sessions
- * live in memory: a session id is a policy session id (context.session_id), and its counters are in
- * the store, but the id itself is known only to the instance that issued it.
+ * One client's MCP session through the gateway, and the one upstream session behind it. Messages
+ * the upstream sends by itself go to this client only: progress to the request that asked for it,
+ * requests (sampling, elicitation, roots) to a request in flight or the GET stream, other
+ * notifications to the GET stream, else they wait (bounded) until the client opens one.
+ */
+export class GatewaySession {
+  upstream: UpstreamSession | null = null;
+  lastSeen: number;
+  closed = false;
+  private readonly inflight = new Map<RpcId, InFlight>();
+  private readonly serverRequests = new Set<string>();
+  private readonly streams: SseWriter[] = [];
+  private backlog: UpstreamMessage[] = [];
+
+  constructor(
+    readonly id: string,
+    readonly owner: SessionOwner,
+    private readonly limits: SessionLimits,
+    now: number,
+  ) {
+    this.lastSeen = now;
+  }
+
+  /** Registers a client request; false if that id is already in flight (a JSON-RPC id must be unique). */
+  begin(id: RpcId, reply: PendingReply, progressToken: unknown): boolean {
+    if (this.inflight.has(id)) return false;
+    this.inflight.set(id, { reply, progressToken, upstreamId: null });
+    return true;
+  }
+
+  has(id: RpcId): boolean {
+    return this.inflight.has(id);
+  }
+
+  sentAs(id: RpcId, upstreamId: number): void {
+    const f = this.inflight.get(id);
+    if (f) f.upstreamId = upstreamId;
+  }
+
+  /** The upstream id of a client request in flight (for notifications/cancelled). */
+  upstreamIdOf(id: RpcId): number | null {
+    return this.inflight.get(id)?.upstreamId ?? null;
+  }
+
+  end(id: RpcId): void {
+    this.inflight.delete(id);
+  }
+
+  /** Whether the client's response answers an upstream request still waiting (it is then forwarded). */
+  answers(id: RpcId): boolean {
+    return this.serverRequests.delete(idKey(id));
+  }
+
+  /** Routes one upstream message to this client; false when the upstream has too many requests waiting. */
+  deliver(msg: UpstreamMessage): boolean {
+    const isRequest = msg.id !== undefined;
+    if (isRequest) {
+      if (this.serverRequests.size >= MAX_SERVER_REQUESTS) return false;
+      this.serverRequests.add(idKey(msg.id!));
+    }
+    if (msg.method === 'notifications/cancelled' && isObject(msg.params)) {
+      const rid = msg.params.requestId;
+      if (typeof rid === 'string' || typeof rid === 'number') this.serverRequests.delete(idKey(rid));
+    }
+    if (msg.method === 'notifications/progress' && isObject(msg.params)) {
+      const token = msg.params.progressToken;
+      for (const f of this.inflight.values())
+        if (f.progressToken !== undefined && f.progressToken === token && f.reply.push(msg)) return true;
+    }
+    if (isRequest && this.toInflight(msg)) return true;
+    if (this.toStream(msg)) return true;
+    if (!isRequest && this.toInflight(msg)) return true;
+    this.backlog.push(msg);
+    if (this.backlog.length > this.limits.backlog) this.backlog.shift();
+    return true;
+  }
+
+  private toInflight(msg: UpstreamMessage): boolean {
+    const all = [...this.inflight.values()];
+    for (let i = all.length - 1; i >= 0; i--) if (all[i]!.reply.push(msg)) return true;
+    return false;
+  }
+
+  private toStream(msg: UpstreamMessage): boolean {
+    const data = JSON.stringify(msg);
+    for (let i = this.streams.length - 1; i >= 0; i--) {
+      if (this.streams[i]!.event(data)) return true;
+      this.streams.splice(i, 1);
+    }
+    return false;
+  }
+
+  /** Whether one more GET stream is within the per-session bound. */
+  canAddStream(): boolean {
+    for (let i = this.streams.length - 1; i >= 0; i--) if (this.streams[i]!.gone) this.streams.splice(i, 1);
+    return this.streams.length < this.limits.streamsPerSession;
+  }
+
+  /** A GET stream of this client: what waited for one goes out on it. */
+  addStream(writer: SseWriter): void {
+    this.streams.push(writer);
+    writer.onEnd(() => {
+      const i = this.streams.indexOf(writer);
+      if (i >= 0) this.streams.splice(i, 1);
+    });
+    const waiting = this.backlog;
+    this.backlog = [];
+    for (const msg of waiting) if (!writer.event(JSON.stringify(msg))) this.backlog.push(msg);
+  }
+
+  idle(cutoff: number): boolean {
+    return this.lastSeen < cutoff && this.inflight.size === 0 && !this.streams.some((s) => !s.gone);
+  }
+
+  /** Ends the session: streams end, the upstream session is closed (which fails requests in flight). */
+  close(_reason: string): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    this.closed = true;
+    // Requests in flight are answered by their own dispatch: closing the upstream session fails
+    // them, and a tool call is recorded before its answer.
+    for (const s of this.streams.splice(0)) s.close();
+    this.backlog = [];
+    return this.upstream?.close() ?? Promise.resolve();
+  }
+}
+
+/**
+ * The gateway sessions of this instance, with their bounds, and the feed of gateway decisions for
+ * the GET streams. Sessions live in memory: each holds a live upstream connection, so a session is
+ * served only by the instance that opened it (sticky routing).
  */
 export class McpSessions {
-  private readonly sessions = new Map<string, McpSession>();
-  /** Session ids by key, oldest first (Sets iterate in insertion order). */
+  private readonly sessions = new Map<string, GatewaySession>();
+  /** Session ids by key, least recently used first (a Set keeps insertion order; use re-inserts). */
   private readonly byKey = new Map<string, Set<string>>();
+  /** Upstream sessions open per upstream (gateway sessions and session-less calls). */
+  private readonly slots = new Map<string, number>();
   private readonly listeners = new Set<{ filter: FeedFilter; handler: (e: DecisionEnvelope) => void }>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
     private readonly now: () => number = Date.now,
-    private readonly limits: SessionLimits = DEFAULT_SESSION_LIMITS,
+    readonly limits: SessionLimits = DEFAULT_SESSION_LIMITS,
   ) {
-    this.sweeper = setInterval(() => this.sweep(), 60_000);
+    this.sweeper = setInterval(() => this.sweep(), Math.min(60_000, limits.idleMs));
     this.sweeper.unref();
   }
 
-  create(owner: SessionOwner): McpSession {
+  /** A new session, or the reason it cannot be opened (a bound reached). */
+  create(owner: SessionOwner): GatewaySession | string {
+    if (this.sessions.size >= this.limits.total)
+      return `this instance holds its maximum of ${this.limits.total} MCP sessions`;
     const own = this.byKey.get(owner.keyId);
-    // The key's own oldest goes first; only the global cap can touch other keys' sessions.
-    if (own && own.size >= this.limits.perKey) this.remove(own.values().next().value!);
-    if (this.sessions.size >= this.limits.total) {
-      // Maps iterate in insertion order: the first entry is the oldest session.
-      this.remove(this.sessions.keys().next().value!);
-    }
-    const session = { id: uuidv7(), ...owner, lastSeen: this.now() };
+    // The key's own least recently used session goes; never another key's.
+    if (own && own.size >= this.limits.perKey)
+      void this.end(own.values().next().value!, `more than ${this.limits.perKey} sessions of this API key`);
+    const release = this.slot(owner.upstreamId);
+    if (!release)
+      return `the upstream has its maximum of ${this.limits.perUpstream} sessions open on this instance`;
+    const session = new GatewaySession(uuidv7(), owner, this.limits, this.now());
     this.sessions.set(session.id, session);
     let ids = this.byKey.get(owner.keyId);
     if (!ids) {
@@ -82,7 +192,25 @@ export class McpSessions {
       this.byKey.set(owner.keyId, ids);
     }
     ids.add(session.id);
+    this.releases.set(session.id, release);
     return session;
+  }
+
+  private readonly releases = new Map<string, () => void>();
+
+  /** Takes one upstream-session slot of the upstream; the release function, or null at the bound. */
+  slot(upstreamId: string): (() => void) | null {
+    const n = this.slots.get(upstreamId) ?? 0;
+    if (n >= this.limits.perUpstream) return null;
+    this.slots.set(upstreamId, n + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const left = (this.slots.get(upstreamId) ?? 1) - 1;
+      if (left <= 0) this.slots.delete(upstreamId);
+      else this.slots.set(upstreamId, left);
+    };
   }
 
   /** Sessions held (tests, monitoring). */
@@ -90,27 +218,40 @@ export class McpSessions {
     return this.sessions.size;
   }
 
-  private remove(id: string): void {
-    const s = this.sessions.get(id);
-    if (!s) return;
-    this.sessions.delete(id);
-    const ids = this.byKey.get(s.keyId);
-    ids?.delete(id);
-    if (ids?.size === 0) this.byKey.delete(s.keyId);
-  }
-
   /** The session, if it exists and belongs to this key and upstream; another key's session is "not found". */
-  get(id: string, owner: SessionOwner): McpSession | null {
+  get(id: string, owner: SessionOwner): GatewaySession | null {
     const s = this.sessions.get(id);
-    if (!s || s.keyId !== owner.keyId || s.upstreamId !== owner.upstreamId) return null;
+    if (!s || s.owner.keyId !== owner.keyId || s.owner.upstreamId !== owner.upstreamId) return null;
     s.lastSeen = this.now();
+    const ids = this.byKey.get(owner.keyId);
+    ids?.delete(id);
+    ids?.add(id);
     return s;
   }
 
   delete(id: string, owner: SessionOwner): boolean {
     if (!this.get(id, owner)) return false;
-    this.remove(id);
+    void this.end(id, 'the client ended it');
     return true;
+  }
+
+  /** Ends a session for any reason (client, idle, eviction, upstream gone). */
+  end(id: string, reason: string): Promise<void> {
+    const s = this.sessions.get(id);
+    if (!s) return Promise.resolve();
+    this.sessions.delete(id);
+    const ids = this.byKey.get(s.owner.keyId);
+    ids?.delete(id);
+    if (ids?.size === 0) this.byKey.delete(s.owner.keyId);
+    this.releases.get(id)?.();
+    this.releases.delete(id);
+    return s.close(reason);
+  }
+
+  /** Every session of an upstream whose configuration changed or that was deleted. */
+  endUpstream(upstreamId: string, reason: string): void {
+    for (const [id, s] of [...this.sessions])
+      if (s.owner.upstreamId === upstreamId) void this.end(id, reason);
   }
 
   publish(event: FeedEvent): void {
@@ -135,15 +276,14 @@ export class McpSessions {
     return () => this.listeners.delete(l);
   }
 
-  private sweep(): void {
-    const cutoff = this.now() - IDLE_MS;
-    for (const [id, s] of this.sessions) if (s.lastSeen < cutoff) this.remove(id);
+  sweep(): void {
+    const cutoff = this.now() - this.limits.idleMs;
+    for (const [id, s] of [...this.sessions]) if (s.idle(cutoff)) void this.end(id, 'idle');
   }
 
-  close(): void {
+  async close(): Promise<void> {
     clearInterval(this.sweeper);
-    this.sessions.clear();
-    this.byKey.clear();
     this.listeners.clear();
+    await Promise.all([...this.sessions.keys()].map((id) => this.end(id, 'the gateway is shutting down')));
   }
 }

@@ -1,7 +1,7 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SseClient, waitFor } from '../../../test/streams.js';
-import type { DecisionEnvelope } from './sessions.js';
+import type { DecisionEnvelope } from './model.js';
 import { EventStreams } from './sse.js';
 
 let app: FastifyInstance | null = null;

@@ -1,8 +1,10 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { DecisionEnvelope } from './sessions.js';
+import { SseWriter } from '../../events/sse.js';
+import type { DecisionEnvelope } from './model.js';
 
 export interface StreamOptions {
-  sessionId: string;
+  /** The session the stream belongs to (its id is sent first), or null for a key-wide decision feed. */
+  sessionId: string | null;
   subscribe: (handler: (e: DecisionEnvelope) => void) => () => void;
   /** Keeps the session alive while its stream is open. */
   touch: () => void;
@@ -23,19 +25,52 @@ export interface StreamLimits {
 export const DEFAULT_STREAM_LIMITS: StreamLimits = { pingMs: 15_000, maxBufferedBytes: 1024 * 1024 };
 
 /**
- * GET /v1/mcp/:upstreamSlug streams. They are tracked so that closing the app ends them instead of
- * waiting for their clients to leave.
+ * GET /v1/mcp/:upstreamSlug streams and the SSE answers of POSTs, all written through the service's
+ * SseWriter. They are tracked so that closing the app ends them instead of waiting for their clients.
  */
 export class EventStreams {
-  private readonly open = new Map<() => void, string>();
+  private readonly open = new Map<SseWriter, string | null>();
 
-  constructor(private readonly limits: StreamLimits = DEFAULT_STREAM_LIMITS) {}
+  constructor(readonly limits: StreamLimits = DEFAULT_STREAM_LIMITS) {}
 
-  start(req: FastifyRequest, reply: FastifyReply, o: StreamOptions): void {
-    this.open.set(
-      openEventStream(req, reply, o, this.limits, (end) => this.open.delete(end)),
-      o.sessionId,
-    );
+  /** Hijacks the reply and opens an SSE stream on it, tracked until it ends. */
+  writer(req: FastifyRequest, reply: FastifyReply, sessionId: string | null): SseWriter {
+    reply.hijack();
+    const writer = new SseWriter(reply.raw, this.limits.maxBufferedBytes);
+    writer.open({ 'x-request-id': req.id, ...(sessionId ? { 'mcp-session-id': sessionId } : {}) });
+    this.open.set(writer, sessionId);
+    writer.onEnd(() => this.open.delete(writer));
+    return writer;
+  }
+
+  /**
+   * A GET stream. The session id comes first as a JSON-RPC notification (`notifications/session`,
+   * default event type, which MCP clients parse as a message); the session's upstream messages
+   * follow as messages, decisions as `event: decision` (MCP clients skip it, other consumers read it).
+   * Comment pings every pingMs, each followed by a re-check of the key and the upstream.
+   */
+  start(req: FastifyRequest, reply: FastifyReply, o: StreamOptions): SseWriter {
+    const writer = this.writer(req, reply, o.sessionId);
+    const unsubscribe = o.subscribe((e) => writer.event(JSON.stringify(e), 'decision'));
+    const ping = setInterval(() => {
+      o.touch();
+      writer.heartbeat(o.recheck);
+    }, this.limits.pingMs);
+    ping.unref();
+    writer.onEnd(() => {
+      clearInterval(ping);
+      unsubscribe();
+    });
+    writer.write(':ok\n\n');
+    if (o.sessionId)
+      writer.event(
+        JSON.stringify({
+          jsonrpc: '2.0',
+          method: 'notifications/session',
+          params: { sessionId: o.sessionId },
+        }),
+      );
+    return writer;
   }
 
   /** Open streams (tests, monitoring). */
@@ -45,78 +80,10 @@ export class EventStreams {
 
   /** A session that ended (DELETE) ends its streams too. */
   endSession(sessionId: string): void {
-    for (const [end, id] of [...this.open]) if (id === sessionId) end();
+    for (const [w, id] of [...this.open]) if (id === sessionId) w.close();
   }
 
   endAll(): void {
-    for (const end of [...this.open.keys()]) end();
+    for (const w of [...this.open.keys()]) w.close();
   }
-}
-
-/**
- * An SSE stream. The session id comes first as a JSON-RPC notification
- * (`notifications/session`, default event type, which MCP clients parse as a message); decisions
- * follow as `event: decision`, which MCP clients skip and other consumers read. Comment pings every
- * 15 s, each followed by a re-check of the key and the upstream. Writes never wait: a client that
- * lets more than maxBufferedBytes pile up is dropped.
- */
-function openEventStream(
-  req: FastifyRequest,
-  reply: FastifyReply,
-  o: StreamOptions,
-  limits: StreamLimits,
-  onEnd: (end: () => void) => void,
-): () => void {
-  reply.hijack();
-  const res = reply.raw;
-  res.writeHead(200, {
-    'content-type': 'text/event-stream',
-    'cache-control': 'no-cache, no-transform',
-    connection: 'keep-alive',
-    'x-accel-buffering': 'no',
-    'mcp-session-id': o.sessionId,
-    'x-request-id': req.id,
-  });
-  let done = false;
-  let checking = false;
-  const write = (chunk: string) => {
-    if (done || res.writableEnded || res.destroyed) return;
-    res.write(chunk);
-    if (res.writableLength > limits.maxBufferedBytes) {
-      // The client reads slower than decisions arrive; holding more would grow memory without bound.
-      end();
-      res.destroy();
-    }
-  };
-  const unsubscribe = o.subscribe((e) => write(`event: decision\ndata: ${JSON.stringify(e)}\n\n`));
-  const ping = setInterval(() => {
-    o.touch();
-    write(':ping\n\n');
-    if (done || checking) return;
-    checking = true;
-    o.recheck()
-      .then((ok) => {
-        if (!ok) end();
-      })
-      // A store hiccup keeps the stream; the next ping tries again.
-      .catch(() => {})
-      .finally(() => {
-        checking = false;
-      });
-  }, limits.pingMs);
-  ping.unref();
-  const end = () => {
-    if (done) return;
-    done = true;
-    clearInterval(ping);
-    unsubscribe();
-    onEnd(end);
-    if (!res.writableEnded) res.end();
-  };
-  res.on('close', end);
-  write(':ok\n\n');
-  write(
-    `data: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/session', params: { sessionId: o.sessionId } })}\n\n`,
-  );
-  return end;
 }

@@ -7,7 +7,12 @@ import {
 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { FetchLike, Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
-import type { RpcError } from './jsonrpc.js';
+import type { RawRequest } from './http-fetch.js';
+import { StreamableHttpTransport } from './streamable-transport.js';
+import { UpstreamError } from './upstream-error.js';
+
+export { UpstreamError };
+
 import { ALLOW_PRIVATE_HINT, type Lookup, upstreamHostRefusal } from './ssrf.js';
 
 /** `mcp-sse`: the HTTP+SSE transport (MCP 2024-11-05); `mcp-streamable-http`: Streamable HTTP (2025-03-26 on). */
@@ -23,22 +28,6 @@ export interface UpstreamTarget {
 }
 
 export const GATEWAY_CLIENT_INFO = { name: 'svc-gateway', version: '0.1.0' };
-
-/**
- * Why a call to an upstream did not produce a result. `rpc`: the upstream answered with a JSON-RPC
- * error (the connection is fine); every other kind means the connection is suspect.
- */
-export class UpstreamError extends Error {
-  constructor(
-    readonly kind: 'refused' | 'unreachable' | 'timeout' | 'rpc',
-    message: string,
-    readonly rpc?: RpcError,
-    readonly status?: number,
-  ) {
-    super(message);
-    this.name = 'UpstreamError';
-  }
-}
 
 function describe(err: unknown): string {
   const e = err as { message?: string; cause?: { code?: string; message?: string } } | null;
@@ -80,8 +69,12 @@ export function withTimeout<T>(work: Promise<T>, ms: number, onTimeout: () => vo
 export interface OpenOptions {
   allowPrivate: boolean;
   lookup?: Lookup;
-  /** The fetch to use (the pooled, address-checked one); probeUpstream wraps it to record HTTP statuses. */
+  /** The fetch to use (the address-checked one); probeUpstream wraps it to record HTTP statuses. */
   fetch?: FetchLike;
+  /** Raw requests on the same checked agents: upstream sessions over Streamable HTTP use them directly. */
+  request?: RawRequest;
+  /** Open the standalone GET stream after initialization (false for one-request sessions). */
+  standaloneStream?: boolean;
 }
 
 /**
@@ -127,6 +120,78 @@ function transportFor(target: UpstreamTarget, base: FetchLike = fetch): Transpor
 }
 
 /**
+ * A fetch whose answers are bounded: a JSON body, or one event of an SSE stream, larger than
+ * maxBytes errors the body and reports why (the session using it then ends).
+ */
+export function boundedFetch(
+  base: FetchLike,
+  maxBytes: number,
+  onOversize: (why: string) => void,
+): FetchLike {
+  return async (url, init) => {
+    const res = await base(url, init);
+    if (!res.body) return res;
+    const sse = (res.headers.get('content-type') ?? '').toLowerCase().includes('text/event-stream');
+    let size = 0;
+    let lastNewline = false;
+    const why = `upstream message larger than ${maxBytes} bytes`;
+    const counted = res.body.pipeThrough(
+      new TransformStream<Uint8Array, Uint8Array>({
+        transform(chunk, controller) {
+          let over = false;
+          if (!sse) {
+            size += chunk.byteLength;
+            over = size > maxBytes;
+          } else {
+            // Bytes since the last blank line (the end of an SSE event); CRs are ignored.
+            for (let i = 0; i < chunk.byteLength && !over; i++) {
+              const b = chunk[i]!;
+              if (b === 13) continue;
+              if (b === 10 && lastNewline) size = 0;
+              else over = ++size > maxBytes;
+              lastNewline = b === 10;
+            }
+          }
+          if (over) {
+            onOversize(why);
+            controller.error(new UpstreamError('invalid', why));
+            return;
+          }
+          controller.enqueue(chunk);
+        },
+      }),
+    );
+    return new Response(counted, { status: res.status, statusText: res.statusText, headers: res.headers });
+  };
+}
+
+/**
+ * The transport of one upstream session (not connected yet): the address checked again (DNS may
+ * have changed since the URL was saved), answers bounded to maxBytes per message.
+ */
+export async function openTransport(
+  target: UpstreamTarget,
+  options: OpenOptions,
+  maxBytes: number,
+  onOversize: (why: string) => void,
+): Promise<Transport> {
+  const refusal = await upstreamHostRefusal(new URL(target.url), { ...options, requireResolution: true });
+  if (refusal)
+    throw new UpstreamError('refused', `upstream address refused: ${refusal} (${ALLOW_PRIVATE_HINT})`);
+  if (target.transport === 'mcp-streamable-http' && options.request) {
+    return new StreamableHttpTransport(
+      new URL(target.url),
+      target.headers,
+      options.request,
+      maxBytes,
+      onOversize,
+      options.standaloneStream ?? true,
+    );
+  }
+  return transportFor(target, boundedFetch(options.fetch ?? fetch, maxBytes, onOversize));
+}
+
+/**
  * Connects an SDK client to the upstream and completes the MCP handshake within timeoutMs. The
  * address is checked again here, not only when the URL was saved: DNS may have changed since.
  */
@@ -157,7 +222,7 @@ export interface ProbeResult {
   message: string;
 }
 
-/** POST /v1/mcp/upstreams/:id/test: a fresh connection (never the pooled one), initialize, then tools/list. */
+/** POST /v1/mcp/upstreams/:id/test: a fresh connection (never a session's), initialize, then tools/list. */
 export async function probeUpstream(target: UpstreamTarget, options: OpenOptions): Promise<ProbeResult> {
   const statuses: number[] = [];
   let failed: number | undefined;

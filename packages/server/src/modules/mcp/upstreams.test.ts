@@ -441,7 +441,7 @@ describe('POST /v1/mcp/upstreams/:id/test', () => {
         ok: true,
         status: 200,
         latencyMs: expect.any(Number),
-        message: expect.stringMatching(/fixture-upstream 1\.0\.0; 3 tools available/),
+        message: expect.stringMatching(/fixture-upstream 1\.0\.0; 5 tools available/),
       });
     }
   });

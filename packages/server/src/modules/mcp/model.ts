@@ -1,0 +1,70 @@
+/** Who may use a gateway session: the key that opened it, on the upstream it was opened for. */
+export interface SessionOwner {
+  keyId: string;
+  upstreamId: string;
+}
+
+/** A decision of the gateway, as sent on GET /v1/mcp/:upstreamSlug streams. */
+export interface DecisionEnvelope {
+  type: 'decision';
+  decisionId: string;
+  sessionId: string;
+  upstream: string;
+  toolName: string;
+  decision: string;
+  reason: string;
+  mode: string;
+  latencyMs: number;
+  receipt: unknown;
+  approvalId?: string;
+  createdAt: string;
+}
+
+export interface FeedEvent extends SessionOwner {
+  sessionId: string;
+  envelope: DecisionEnvelope;
+}
+
+/** A stream follows one session, or (opened without a session) every call of its key on the upstream. */
+export type FeedFilter = { sessionId: string } | SessionOwner;
+
+/** Bounds on gateway sessions in one instance; each holds one upstream session (connections, state). */
+export interface SessionLimits {
+  /** Sessions of this instance in all; past it, initialize is refused. */
+  total: number;
+  /** Sessions of one API key: past it, the key's least recently used session is ended. */
+  perKey: number;
+  /** Upstream sessions open to one upstream (gateway sessions and session-less calls); past it, refused. */
+  perUpstream: number;
+  /** A session with no request and no open stream for this long is ended. */
+  idleMs: number;
+  /** Open GET streams per session. */
+  streamsPerSession: number;
+  /** Upstream messages held for a client with no open stream, oldest dropped first. */
+  backlog: number;
+}
+
+export const DEFAULT_SESSION_LIMITS: SessionLimits = {
+  total: 10_000,
+  perKey: 100,
+  perUpstream: 1000,
+  idleMs: 15 * 60_000,
+  streamsPerSession: 4,
+  backlog: 256,
+};
+
+/** Bounds on what the gateway accepts from an upstream. */
+export interface UpstreamLimits {
+  /** One JSON answer, or one SSE event, in bytes. */
+  maxMessageBytes: number;
+  /** Nesting of objects/arrays in one message (the message itself is level 1). */
+  maxDepth: number;
+  /** Requests in flight in one upstream session. */
+  maxInflight: number;
+}
+
+export const DEFAULT_UPSTREAM_LIMITS: UpstreamLimits = {
+  maxMessageBytes: 8 * 1024 * 1024,
+  maxDepth: 128,
+  maxInflight: 100,
+};

@@ -1,0 +1,238 @@
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { nestedDeeperThan } from '../../lib/json.js';
+import { isObject, type Params, RPC, type RpcId } from './jsonrpc.js';
+import type { UpstreamLimits } from './model.js';
+import {
+  type OpenOptions,
+  openTransport,
+  toUpstreamError,
+  UpstreamError,
+  type UpstreamTarget,
+} from './upstream-client.js';
+
+/** A request or notification the upstream sent on its own (sampling, roots, progress, logging…). */
+export interface UpstreamMessage {
+  jsonrpc: '2.0';
+  id?: RpcId;
+  method: string;
+  params?: Params;
+}
+
+export interface UpstreamEvents {
+  message(msg: UpstreamMessage): void;
+  /** The connection is gone (closed, failed, or broke a bound); the session cannot be used again. */
+  closed(reason: string): void;
+}
+
+interface Pending {
+  resolve: (result: Record<string, unknown>) => void;
+  reject: (err: UpstreamError) => void;
+  timer: NodeJS.Timeout;
+}
+
+/** A request sent upstream: its id there (for notifications/cancelled) and its outcome. */
+export interface Sent {
+  id: number;
+  done: Promise<Record<string, unknown>>;
+}
+
+/**
+ * One MCP session with an upstream server, owned by exactly one gateway session. JSON-RPC messages
+ * are relayed as they are, except request ids: the gateway numbers its requests itself, so a client
+ * cannot collide with or answer for anything it did not send. Everything the upstream sends is
+ * bounded (size in the transport's fetch, nesting depth here) before the gateway touches it.
+ */
+export class UpstreamSession {
+  private next = 0;
+  private readonly pending = new Map<number, Pending>();
+  private ended: string | null = null;
+  private transport!: Transport;
+
+  private constructor(
+    private readonly target: UpstreamTarget,
+    private readonly limits: UpstreamLimits,
+    private readonly events: UpstreamEvents,
+  ) {}
+
+  /**
+   * Connects and runs the client's own initialize (its capabilities, protocol version and
+   * clientInfo) upstream; returns the session and the upstream's InitializeResult.
+   */
+  static async open(
+    target: UpstreamTarget,
+    options: OpenOptions,
+    limits: UpstreamLimits,
+    initialize: Params,
+    events: UpstreamEvents,
+  ): Promise<{ session: UpstreamSession; result: Record<string, unknown> }> {
+    const session = new UpstreamSession(target, limits, events);
+    session.transport = await openTransport(target, options, limits.maxMessageBytes, (why) =>
+      session.fail(why),
+    );
+    session.transport.onmessage = (m) => session.receive(m);
+    // Stream hiccups are retried by the transport; lost requests end in their own timeout.
+    session.transport.onerror = () => {};
+    session.transport.onclose = () => session.fail('the upstream connection closed');
+    try {
+      await session.withDeadline(session.transport.start(), 'connect');
+      const result = await session.request('initialize', initialize).done;
+      const version = result.protocolVersion;
+      if (typeof version !== 'string')
+        throw new UpstreamError('invalid', 'upstream initialize result has no protocolVersion');
+      session.transport.setProtocolVersion?.(version);
+      return { session, result };
+    } catch (err) {
+      await session.close();
+      throw toUpstreamError(err);
+    }
+  }
+
+  get closedReason(): string | null {
+    return this.ended;
+  }
+
+  /** Sends a request; `done` settles with its result or an UpstreamError (kind `rpc` for a JSON-RPC error). */
+  request(method: string, params: Params | undefined, timeoutMs = this.target.timeoutMs): Sent {
+    const id = ++this.next;
+    const done = new Promise<Record<string, unknown>>((resolve, reject) => {
+      if (this.ended) return reject(new UpstreamError('unreachable', this.ended));
+      if (this.pending.size >= this.limits.maxInflight) {
+        return reject(
+          new UpstreamError(
+            'refused',
+            `more than ${this.limits.maxInflight} requests in flight in this session`,
+          ),
+        );
+      }
+      const timer = setTimeout(() => {
+        this.settle(id)?.reject(new UpstreamError('timeout', `no answer within ${timeoutMs} ms`));
+        this.cancel(id, 'timeout');
+      }, timeoutMs);
+      this.pending.set(id, { resolve, reject, timer });
+      const message = { jsonrpc: '2.0' as const, id, method, ...(params ? { params } : {}) };
+      this.transport.send(message).catch((err) => {
+        const e = toUpstreamError(err);
+        this.settle(id)?.reject(e);
+        // The POST itself failed (refused, 404 for an expired session…): the session is gone; the
+        // client learns it (404) at its next request and initializes again, as MCP prescribes.
+        if (method !== 'initialize') this.fail(`the upstream session failed: ${e.message}`);
+      });
+    });
+    return { id, done };
+  }
+
+  /** notifications/cancelled upstream for one of our requests; its outcome is left to the caller. */
+  cancel(id: number, reason: string): void {
+    this.notify('notifications/cancelled', { requestId: id, reason });
+  }
+
+  /** Abandons a request: cancelled upstream, settled here with `err`. */
+  abandon(id: number, err: UpstreamError): void {
+    const p = this.settle(id);
+    if (!p) return;
+    this.cancel(id, err.message);
+    p.reject(err);
+  }
+
+  notify(method: string, params: Params | undefined): void {
+    this.send({ jsonrpc: '2.0', method, ...(params ? { params } : {}) });
+  }
+
+  /** A client's answer to one of the upstream's own requests (sampling, elicitation, roots). */
+  respond(message: JSONRPCMessage): void {
+    this.send(message);
+  }
+
+  private send(message: JSONRPCMessage): void {
+    if (this.ended) return;
+    this.transport.send(message).catch(() => {});
+  }
+
+  private settle(id: number): Pending | undefined {
+    const p = this.pending.get(id);
+    if (!p) return undefined;
+    this.pending.delete(id);
+    clearTimeout(p.timer);
+    return p;
+  }
+
+  private receive(raw: JSONRPCMessage): void {
+    const m = raw as Record<string, unknown>;
+    const isResponse = !('method' in m);
+    if (nestedDeeperThan(m, this.limits.maxDepth)) {
+      const why = `upstream message nested deeper than ${this.limits.maxDepth} levels`;
+      if (isResponse && typeof m.id === 'number')
+        this.settle(m.id)?.reject(new UpstreamError('invalid', why));
+      else if ('id' in m)
+        this.send({ jsonrpc: '2.0', id: m.id as RpcId, error: { code: RPC.invalidRequest, message: why } });
+      return;
+    }
+    if (isResponse) {
+      if (typeof m.id !== 'number') return;
+      const p = this.settle(m.id);
+      if (!p) return;
+      if (isObject(m.error)) {
+        const e = m.error as { code?: unknown; message?: unknown; data?: unknown };
+        const code = typeof e.code === 'number' ? e.code : RPC.internal;
+        const message = typeof e.message === 'string' ? e.message : 'upstream error';
+        p.reject(
+          new UpstreamError('rpc', `upstream answered error ${code}: ${message}`, {
+            code,
+            message,
+            ...(e.data !== undefined ? { data: e.data } : {}),
+          }),
+        );
+      } else p.resolve(isObject(m.result) ? m.result : {});
+      return;
+    }
+    this.events.message(m as unknown as UpstreamMessage);
+  }
+
+  private withDeadline<T>(work: Promise<T>, what: string, max = this.target.timeoutMs): Promise<T> {
+    const ms = Math.min(max, this.target.timeoutMs);
+    let timer: NodeJS.Timeout | undefined;
+    const expired = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new UpstreamError('timeout', `${what}: no answer within ${ms} ms`)),
+        ms,
+      );
+    });
+    return Promise.race([work, expired]).finally(() => clearTimeout(timer));
+  }
+
+  /** The session broke: every pending request fails with the reason, and the owner is told. */
+  fail(reason: string): void {
+    if (this.ended) return;
+    this.ended = reason;
+    for (const id of [...this.pending.keys()])
+      this.settle(id)?.reject(new UpstreamError('unreachable', reason));
+    this.events.closed(reason);
+    void this.shutdown();
+  }
+
+  /** Ends the session upstream (Streamable HTTP: DELETE) and closes the connection. */
+  async close(): Promise<void> {
+    if (!this.ended) {
+      this.ended = 'the session ended';
+      for (const id of [...this.pending.keys()])
+        this.settle(id)?.reject(new UpstreamError('unreachable', 'the session ended'));
+    }
+    await this.shutdown();
+  }
+
+  private closing: Promise<void> | null = null;
+
+  private shutdown(): Promise<void> {
+    this.closing ??= (async () => {
+      const t = this.transport as Transport & { terminateSession?: () => Promise<void> };
+      if (!t) return;
+      t.onclose = undefined;
+      // Ending the session upstream is a courtesy: it must not hold a shutdown for long.
+      if (t.terminateSession && t.sessionId)
+        await this.withDeadline(t.terminateSession(), 'end session', 2000).catch(() => {});
+      await t.close().catch(() => {});
+    })();
+    return this.closing;
+  }
+}
