@@ -3,6 +3,7 @@ import { createServer } from 'node:net';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { freshDatabase, JWT_SECRET, type TestDatabase } from '../test/helpers.js';
 import { loadConfig } from './config.js';
+import { signUserToken } from './lib/jwt.js';
 
 const closed: string[] = [];
 
@@ -23,6 +24,7 @@ vi.mock('./storage/db.js', async (importOriginal) => {
 });
 
 const { startServer } = await import('./server.js');
+const { openStore } = await import('./storage/db.js');
 
 let database: TestDatabase | null = null;
 afterEach(async () => {
@@ -64,7 +66,36 @@ describe('startServer', () => {
       host: '127.0.0.1',
     };
     const server = await startServer(config);
+    // One decision before stopping: the shutdown checkpoint must still reach the store.
+    const token = await signUserToken(JWT_SECRET, 'stopper', 600, config);
+    const auth = { authorization: `Bearer ${token}` };
+    const org = await server.app.inject({
+      method: 'POST',
+      url: '/v1/organizations',
+      headers: auth,
+      payload: { name: 'S', slug: 'stop-org' },
+    });
+    const project = await server.app.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: auth,
+      payload: { organizationId: org.json()._id, name: 'p' },
+    });
+    const validated = await server.app.inject({
+      method: 'POST',
+      url: '/v1/tools/validate',
+      headers: { 'x-service-api-key': project.json().apiKey },
+      payload: { tool_name: 'x', arguments: {} },
+    });
+    expect(validated.statusCode).toBe(200);
     await server.stop();
     expect(closed).toEqual(['store']);
+    const store = openStore(database.url);
+    try {
+      const rows = await store.db.selectFrom('checkpoints').select('tree_size').execute();
+      expect(rows.map((r) => Number(r.tree_size))).toEqual([1]);
+    } finally {
+      await store.close();
+    }
   });
 });

@@ -29,15 +29,15 @@ export async function startServer(config: Config): Promise<RunningServer> {
     await store.close().catch(() => {});
     throw err;
   }
-  app.addHook('onClose', async () => {
-    await store.close();
-  });
+  // Not an onClose hook: Fastify runs those last-registered first, and the app's own hooks (final
+  // commits, the shutdown checkpoint) must still find the store open.
+  const closeAll = () => app.close().finally(() => store.close());
   let url: string;
   try {
     url = await app.listen({ port: config.port, host: config.host });
   } catch (err) {
     // The port is taken, the host is wrong…: close what buildApp opened (Redis, writer) and the store.
-    await app.close().catch(() => {});
+    await closeAll().catch(() => {});
     throw err;
   }
   let stopping: Promise<void> | null = null;
@@ -45,7 +45,7 @@ export async function startServer(config: Config): Promise<RunningServer> {
     app,
     url,
     stop: () => {
-      stopping ??= app.close();
+      stopping ??= closeAll();
       return stopping;
     },
   };
