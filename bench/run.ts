@@ -5,6 +5,7 @@
 import { runEconomicBench } from './economic.js';
 import { runEngineBench } from './engine.js';
 import { runGatewayBench } from './gateway.js';
+import { runStartupBench } from './startup.js';
 import { runValidateBench } from './validate.js';
 
 const durationS = Number(process.env.BENCH_DURATION ?? 10);
@@ -44,3 +45,8 @@ const e = await runEconomicBench({ durationS, port: 18500 });
 console.log(
   `${verdict(e.failed === 0 && e.spentUsd === e.expectedSpentUsd)} ledger exact: ${e.answered} pairs measured, ${e.failed} failed, spent equals the committed actuals`,
 );
+
+console.log('\n## svc serve start-up: compiled build vs TypeScript through tsx (median of 7 starts)');
+for (const [mode, f] of Object.entries(await runStartupBench(7, 18470))) {
+  console.log(`${mode}: ready in ${f.readyMs.toFixed(0)} ms, RSS ${f.rssMiB.toFixed(1)} MiB`);
+}
