@@ -87,7 +87,8 @@ export async function runStartupBench(runs = 7, port = 18470): Promise<Record<st
     for (const args of Object.values(MODES)) await startOnce(args, env, port);
     for (let i = 0; i < runs; i++) {
       for (const [mode, args] of Object.entries(MODES)) {
-        (samples[mode] ??= []).push(await startOnce(args, env, port));
+        const figures = await startOnce(args, env, port);
+        samples[mode] = [...(samples[mode] ?? []), figures];
       }
     }
     return Object.fromEntries(

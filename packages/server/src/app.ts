@@ -16,6 +16,9 @@ import { DecisionWriter } from './ledger/writer.js';
 import { type Clock, systemClock } from './lib/clock.js';
 import { createJwtVerifier, resolveJwtSecret } from './lib/jwt.js';
 import { createScopeResolver } from './lib/scope.js';
+import { countEvents, countRateLimits } from './metrics/observe.js';
+import { createMetrics } from './metrics/registry.js';
+import { registerMetrics } from './metrics/routes.js';
 import { adminRoutes } from './modules/admin/routes.js';
 import { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
@@ -91,9 +94,10 @@ export async function buildApp({
   // With SVC_REDIS_URL, events, rate limits, session counters and cache invalidations are shared.
   const scale = config.redisUrl ? await connectScaleOut(config, store, app.log) : null;
   try {
-    const events = scale?.events ?? new LocalEventBus();
+    const metrics = createMetrics();
+    const events = countEvents(scale?.events ?? new LocalEventBus(), metrics);
     const policies = new PolicyCache(createPolicyRepository(store.db));
-    const writer = new DecisionWriter(store, { log: app.log });
+    const writer = new DecisionWriter(store, { log: app.log, metrics });
     const approvals = createApprovalService({
       approvals: createApprovalRepository(store.db),
       writer,
@@ -120,7 +124,7 @@ export async function buildApp({
         clock,
       }),
       approvals,
-      rateLimiter: scale?.rateLimiter ?? new MemoryRateLimiter(),
+      rateLimiter: countRateLimits(scale?.rateLimiter ?? new MemoryRateLimiter(), metrics),
       streams: new EventHub(events),
       redis: scale?.link ?? null,
       signing,
@@ -132,11 +136,15 @@ export async function buildApp({
         intervalMs: config.checkpointIntervalMs,
         log: app.log,
       }),
+      metrics,
     };
+    metrics.trackStreams('sse', () => ctx.streams.clients('sse').length);
+    metrics.trackStreams('ws', () => ctx.streams.clients('ws').length);
 
     registerErrorHandling(app);
     registerAuth(app, { config, keys, jwt });
     registerRateLimits(app, { limiter: ctx.rateLimiter, clock });
+    registerMetrics(app, metrics);
     await scale?.wire(app, { keys, policies });
     app.addHook('onReady', async () => ctx.checkpoints.start());
     app.addHook('onClose', async () => {

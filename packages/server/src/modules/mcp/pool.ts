@@ -1,5 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { ResultSchema, type ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
+import type { Metrics } from '../../metrics/model.js';
 import type { Params } from './jsonrpc.js';
 import {
   type OpenOptions,
@@ -38,7 +39,10 @@ export class UpstreamPool {
   private readonly entries = new Map<string, Entry>();
   private closed = false;
 
-  constructor(private readonly options: OpenOptions) {}
+  constructor(
+    private readonly options: OpenOptions,
+    private readonly metrics?: Pick<Metrics, 'upstreamCall'>,
+  ) {}
 
   /** Sends one request upstream and returns its result as received. Throws UpstreamError. */
   async request(
@@ -49,21 +53,24 @@ export class UpstreamPool {
     const entry = this.acquire(target);
     entry.inflight++;
     const aborter = new AbortController();
+    const started = Date.now();
     try {
-      const started = Date.now();
       const onTimeout = () =>
         aborter.abort(new UpstreamError('timeout', `no answer within ${target.timeoutMs} ms`));
       const client = await withTimeout(entry.ready, target.timeoutMs, onTimeout);
       const left = Math.max(1, target.timeoutMs - (Date.now() - started));
       // Our own timer decides (the SDK's is set later so it never fires first); aborting also sends
       // notifications/cancelled upstream.
-      return await withTimeout(
+      const result = await withTimeout(
         client.request({ method, params }, ResultSchema, { signal: aborter.signal, timeout: left + 1000 }),
         left,
         onTimeout,
       );
+      this.metrics?.upstreamCall(method, 'ok', (Date.now() - started) / 1000);
+      return result;
     } catch (err) {
       const e = aborter.signal.aborted ? (aborter.signal.reason as UpstreamError) : toUpstreamError(err);
+      this.metrics?.upstreamCall(method, e.kind, (Date.now() - started) / 1000);
       if (e.kind !== 'rpc') this.retire(target.id, entry);
       throw e;
     } finally {

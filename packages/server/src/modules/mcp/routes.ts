@@ -27,9 +27,10 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
   const directory = new UpstreamDirectory(repo);
   const open = { allowPrivate: ctx.config.mcpAllowPrivateUpstreams };
   const http = createHttpFetch(open);
-  const pool = new UpstreamPool({ ...open, fetch: http.fetch });
+  const pool = new UpstreamPool({ ...open, fetch: http.fetch }, ctx.metrics);
   const sessions = new McpSessions();
   const streams = new EventStreams();
+  ctx.metrics.trackStreams('mcp_sse', () => streams.size);
   const tools = createToolService({
     db: ctx.store.db,
     tools: createToolRepository(ctx.store.db),
