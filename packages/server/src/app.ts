@@ -42,6 +42,7 @@ import { toolRoutes } from './modules/tools/routes.js';
 import { validationRoutes } from './modules/validation/routes.js';
 import { registerAuth } from './plugins/auth.js';
 import { registerErrorHandling } from './plugins/errors.js';
+import { registerOpenApi } from './plugins/openapi.js';
 import { MemoryRateLimiter, registerRateLimits } from './plugins/rate-limit.js';
 import { connectScaleOut } from './scale/index.js';
 import { openSigningKeys } from './signing/open.js';
@@ -143,6 +144,7 @@ export async function buildApp({
 
     registerErrorHandling(app);
     registerAuth(app, { config, keys, jwt });
+    await registerOpenApi(app, config);
     registerRateLimits(app, { limiter: ctx.rateLimiter, clock });
     registerMetrics(app, metrics);
     await scale?.wire(app, { keys, policies });
