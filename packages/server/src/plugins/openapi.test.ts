@@ -1,5 +1,5 @@
 import { Validator } from '@seriousme/openapi-schema-validator';
-import type { RouteOptions } from 'fastify';
+import type { FastifyServerOptions, RouteOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createTestApp, type TestApp } from '../../test/helpers.js';
 
@@ -7,7 +7,7 @@ import { createTestApp, type TestApp } from '../../test/helpers.js';
 const registered = vi.hoisted(() => [] as RouteOptions[]);
 vi.mock('fastify', async (importOriginal) => {
   const mod = await importOriginal<typeof import('fastify')>();
-  const withRouteLog = ((opts: Parameters<typeof mod.default>[0]) => {
+  const withRouteLog = ((opts?: FastifyServerOptions) => {
     const app = mod.default(opts);
     app.addHook('onRoute', (route) => {
       registered.push(route);
@@ -26,6 +26,7 @@ interface Schema {
   enum?: string[];
 }
 interface Document {
+  [key: string]: unknown;
   openapi: string;
   paths: Record<string, Record<string, Operation>>;
   components: { securitySchemes: Record<string, Record<string, string>> };
@@ -55,7 +56,7 @@ const operation = (method: string, url: string) => doc.paths[openApiPath(url)]?.
 describe('GET /openapi.json', () => {
   it('is a valid OpenAPI 3.1 document', async () => {
     expect(doc.openapi).toBe('3.1.0');
-    const result = await new Validator().validate(structuredClone(doc) as object);
+    const result = await new Validator().validate(structuredClone(doc));
     expect(result.errors ?? []).toEqual([]);
     expect(result.valid).toBe(true);
   });
