@@ -19,6 +19,8 @@ function processMetrics(): Registry {
 }
 
 export function createMetrics(): Metrics {
+  // Process CPU is counted from the first collection on: start it with the app, not at the first scrape.
+  const proc = processMetrics();
   const registry = new Registry();
   const registers = [registry];
   const decisions = new Counter({
@@ -98,8 +100,7 @@ export function createMetrics(): Metrics {
     trackStreams: (kind, count) => void streamCounts.set(kind, count),
     async render() {
       const own = await registry.metrics();
-      const proc = await processMetrics().metrics();
-      return { contentType: registry.contentType, body: `${proc}\n${own}` };
+      return { contentType: registry.contentType, body: `${await proc.metrics()}\n${own}` };
     },
   };
 }
