@@ -112,9 +112,11 @@ describe('GET /metrics', () => {
     expect(moved('svc_decisions_total{decision="allow",mode="deterministic"}')).toBe(2);
     expect(moved('svc_decisions_total{decision="deny",mode="deterministic"}')).toBe(1);
     expect(moved('svc_decisions_total{decision="require_approval",mode="deterministic"}')).toBe(1);
-    expect(moved('svc_validate_duration_seconds_count{status="200"}')).toBe(4);
-    expect(moved('svc_validate_duration_seconds_count{status="429"}')).toBe(1);
-    expect(moved('svc_validate_duration_seconds_bucket{le="+Inf",status="200"}')).toBe(4);
+    expect(moved('svc_validate_duration_seconds_count{route="/v1/tools/validate",status="200"}')).toBe(4);
+    expect(moved('svc_validate_duration_seconds_count{route="/v1/tools/validate",status="429"}')).toBe(1);
+    expect(
+      moved('svc_validate_duration_seconds_bucket{le="+Inf",route="/v1/tools/validate",status="200"}'),
+    ).toBe(4);
     expect(moved('svc_decision_commit_batch_size_sum')).toBeGreaterThanOrEqual(4);
     expect(moved('svc_decision_commit_duration_seconds_count')).toBeGreaterThanOrEqual(1);
     expect(moved('svc_approvals_total{state="requested"}')).toBe(1);

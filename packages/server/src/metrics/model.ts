@@ -5,8 +5,8 @@
 export interface Metrics {
   /** A decision recorded (validate, client-logged, MCP gateway). */
   decision(decision: string, mode: string): void;
-  /** Time to answer POST /v1/tools/validate, by HTTP status. */
-  validateLatency(seconds: number, status: number): void;
+  /** Time to answer a validation route (POST /v1/tools/validate, /v1/validate), by HTTP status. */
+  validateLatency(route: string, status: number, seconds: number): void;
   /** One group-commit transaction of the decision log. */
   commitBatch(size: number, seconds: number): void;
   /** A request refused by a rate limit; `limit` names the limit (validate, decisions…). */

@@ -31,8 +31,8 @@ export function createMetrics(): Metrics {
   });
   const validate = new Histogram({
     name: 'svc_validate_duration_seconds',
-    help: 'Time to answer POST /v1/tools/validate, by HTTP status',
-    labelNames: ['status'] as const,
+    help: 'Time to answer a validation route (/v1/tools/validate, /v1/validate), by route and HTTP status',
+    labelNames: ['route', 'status'] as const,
     buckets: LATENCY,
     registers,
   });
@@ -86,7 +86,7 @@ export function createMetrics(): Metrics {
 
   return {
     decision: (decision, mode) => decisions.inc({ decision, mode }),
-    validateLatency: (seconds, status) => validate.observe({ status: String(status) }, seconds),
+    validateLatency: (route, status, seconds) => validate.observe({ route, status: String(status) }, seconds),
     commitBatch(size, seconds) {
       batchSize.observe(size);
       commitTime.observe(seconds);

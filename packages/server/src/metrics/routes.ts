@@ -1,7 +1,8 @@
 import type { FastifyInstance } from 'fastify';
 import type { Metrics } from './model.js';
 
-const VALIDATE_ROUTE = '/v1/tools/validate';
+/** The validation routes whose latency is measured. */
+const VALIDATE_ROUTES = new Set(['/v1/tools/validate', '/v1/validate']);
 
 /**
  * GET /metrics (Prometheus text format) behind the operator admin token, and the validate latency
@@ -9,8 +10,9 @@ const VALIDATE_ROUTE = '/v1/tools/validate';
  */
 export function registerMetrics(app: FastifyInstance, metrics: Metrics): void {
   app.addHook('onResponse', async (req, reply) => {
-    if (req.routeOptions.url === VALIDATE_ROUTE)
-      metrics.validateLatency(reply.elapsedTime / 1000, reply.statusCode);
+    const route = req.routeOptions.url;
+    if (route && VALIDATE_ROUTES.has(route))
+      metrics.validateLatency(route, reply.statusCode, reply.elapsedTime / 1000);
   });
 
   app.get(

@@ -132,6 +132,9 @@ describe('the interactive reference', () => {
     }
     const init = await t.inject({ method: 'GET', url: '/docs/static/swagger-initializer.js' });
     expect(init.statusCode).toBe(200);
+    const link = await t.inject({ method: 'GET', url: '/docs/errors/signing_key_missing' });
+    expect(link.statusCode).toBe(302);
+    expect(link.headers.location).toBe('/docs/');
     const spec = await t.inject({ method: 'GET', url: '/docs/json' });
     expect(spec.json().openapi).toBe('3.1.0');
   });

@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
+import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifySchema, RouteOptions } from 'fastify';
 import type { Config } from '../config.js';
 import { type ErrorCode, STATUS_BY_CODE } from '../lib/errors.js';
@@ -182,6 +183,19 @@ export async function registerOpenApi(app: FastifyInstance, config: Config): Pro
     docs.addHook('onRoute', (route) => {
       route.config = { ...route.config, auth: 'none' };
     });
-    await docs.register(swaggerUi, { routePrefix: docsPath(config) });
+    const prefix = docsPath(config);
+    await docs.register(swaggerUi, { routePrefix: prefix });
+    // Error documentation links (`doc_url` of envelope B) land on the reference, which lists every
+    // operation's error codes.
+    docs.get(
+      `${prefix}/errors/:code`,
+      {
+        schema: {
+          hide: true,
+          params: Type.Object({ code: Type.String({ pattern: '^[a-z0-9_]{1,64}$' }) }),
+        },
+      },
+      async (_req, reply) => reply.redirect(`${prefix}/`, 302),
+    );
   });
 }
