@@ -48,5 +48,7 @@ console.log(
 
 console.log('\n## svc serve start-up: compiled build vs TypeScript through tsx (median of 7 starts)');
 for (const [mode, f] of Object.entries(await runStartupBench(7, 18470))) {
-  console.log(`${mode}: ready in ${f.readyMs.toFixed(0)} ms, RSS ${f.rssMiB.toFixed(1)} MiB`);
+  console.log(
+    `${mode}: ready in ${f.readyMs.toFixed(0)} ms, CPU ${f.cpuMs.toFixed(0)} ms, RSS ${f.rssMiB.toFixed(1)} MiB`,
+  );
 }
