@@ -2,7 +2,7 @@
  * npm run bench — every benchmark in one run, each printing its command, figures and verdict.
  * BENCH_DURATION (seconds per measured phase, default 10) and BENCH_RATE (default 5000) tune it;
  * BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test; `none` skips) the PostgreSQL phase;
- * BENCH_ONLY (comma list of engine, validate, postgres, gateway, economic) runs a subset.
+ * BENCH_ONLY (comma list of engine, validate, postgres, gateway, economic, startup) runs a subset.
  * BENCH_GATEWAY_CALLS (calls per path of the gateway bench, default 3000) tunes the gateway phase.
  */
 
@@ -11,6 +11,7 @@ import { runEconomicBench } from './economic.js';
 import { runEngineBench } from './engine.js';
 import { runGatewayBench } from './gateway.js';
 import { runPostgresBench } from './postgres.js';
+import { runStartupBench } from './startup.js';
 import { runValidateBench } from './validate.js';
 
 const durationS = Number(process.env.BENCH_DURATION ?? 10);
@@ -71,4 +72,13 @@ if (runs('economic')) {
   console.log(
     `${verdict(e.failed === 0 && e.spentUsd === e.expectedSpentUsd)} ledger exact: ${e.answered} pairs measured, ${e.failed} failed, spent equals the committed actuals`,
   );
+}
+
+if (runs('startup')) {
+  console.log('\n## svc serve start-up: compiled build vs TypeScript through tsx (median of 7 starts)');
+  for (const [mode, f] of Object.entries(await runStartupBench(7, 18470))) {
+    console.log(
+      `${mode}: ready in ${f.readyMs.toFixed(0)} ms, CPU ${f.cpuMs.toFixed(0)} ms, RSS ${f.rssMiB.toFixed(1)} MiB`,
+    );
+  }
 }

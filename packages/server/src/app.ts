@@ -16,6 +16,9 @@ import { DecisionWriter } from './ledger/writer.js';
 import { type Clock, systemClock } from './lib/clock.js';
 import { createJwtVerifier, resolveJwtSecret } from './lib/jwt.js';
 import { createScopeResolver } from './lib/scope.js';
+import { countEvents, countRateLimits } from './metrics/observe.js';
+import { createMetrics } from './metrics/registry.js';
+import { registerMetrics } from './metrics/routes.js';
 import { adminRoutes } from './modules/admin/routes.js';
 import { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
@@ -44,6 +47,7 @@ import {
   MAX_PARAM_LENGTH,
   registerErrorHandling,
 } from './plugins/errors.js';
+import { registerOpenApi } from './plugins/openapi.js';
 import { MemoryRateLimiter, registerRateLimits } from './plugins/rate-limit.js';
 import { connectScaleOut } from './scale/index.js';
 import { openSigningKeys } from './signing/open.js';
@@ -99,9 +103,10 @@ export async function buildApp({
   // With SVC_REDIS_URL, events, rate limits, session counters and cache invalidations are shared.
   const scale = config.redisUrl ? await connectScaleOut(config, store, app.log) : null;
   try {
-    const events = scale?.events ?? new LocalEventBus();
+    const metrics = createMetrics();
+    const events = countEvents(scale?.events ?? new LocalEventBus(), metrics);
     const policies = new PolicyCache(createPolicyRepository(store.db));
-    const writer = new DecisionWriter(store, { log: app.log, thread: config.writerThread });
+    const writer = new DecisionWriter(store, { log: app.log, thread: config.writerThread, metrics });
     const approvals = createApprovalService({
       approvals: createApprovalRepository(store.db),
       writer,
@@ -128,7 +133,7 @@ export async function buildApp({
         clock,
       }),
       approvals,
-      rateLimiter: scale?.rateLimiter ?? new MemoryRateLimiter(),
+      rateLimiter: countRateLimits(scale?.rateLimiter ?? new MemoryRateLimiter(), metrics),
       streams: new EventHub(events),
       redis: scale?.link ?? null,
       signing,
@@ -140,11 +145,16 @@ export async function buildApp({
         intervalMs: config.checkpointIntervalMs,
         log: app.log,
       }),
+      metrics,
     };
+    metrics.trackStreams('sse', () => ctx.streams.clients('sse').length);
+    metrics.trackStreams('ws', () => ctx.streams.clients('ws').length);
 
     registerErrorHandling(app);
     registerAuth(app, { config, keys, jwt });
+    await registerOpenApi(app, config);
     registerRateLimits(app, { limiter: ctx.rateLimiter, clock });
+    registerMetrics(app, metrics);
     await scale?.wire(app, { keys, policies });
     app.addHook('onReady', async () => ctx.checkpoints.start());
     app.addHook('onClose', async () => {

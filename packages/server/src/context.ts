@@ -7,6 +7,7 @@ import type { Checkpointer } from './ledger/checkpoints.js';
 import type { DecisionWriter } from './ledger/writer.js';
 import type { Clock } from './lib/clock.js';
 import type { ScopeResolver } from './lib/scope.js';
+import type { Metrics } from './metrics/model.js';
 import type { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
 import type { ApprovalService } from './modules/approvals/service.js';
 import type { PolicyCache } from './modules/policies/cache.js';
@@ -38,4 +39,6 @@ export interface AppContext {
   signing: SigningKeySet;
   /** Signed checkpoints of every organization's receipt chain. */
   checkpoints: Checkpointer;
+  /** Prometheus metrics; call sites use its narrow methods. */
+  metrics: Metrics;
 }

@@ -156,7 +156,15 @@ export const sseRoutes: FastifyPluginAsyncTypebox<{
       exposeHeadRoute: false,
       // Reviewer keys (a chat bot relaying people's clicks) watch for what they are asked to decide.
       config: { auth: 'any', queryApiKey: true, plainUnauthorized: true, scopes: STREAM_SCOPES },
-      schema: { querystring: StreamQuery },
+      schema: {
+        querystring: StreamQuery,
+        response: {
+          200: {
+            description: 'Server-Sent Events: one event per service event, heartbeat comments',
+            content: { 'text/event-stream': { schema: Type.String() } },
+          },
+        },
+      },
     },
     async (req, reply) => {
       const access = await streamAccess(ctx, jwt, req, req.query.organizationId);

@@ -117,6 +117,12 @@ export async function wsRoutes(
     method: 'GET',
     url: '/ws',
     config: { auth: 'none' },
+    schema: {
+      summary: 'Service events over WebSocket',
+      description:
+        'Authenticates with a user token in `?token=`; without a valid one the upgrade answers 401.',
+      response: { 101: { description: 'Switching Protocols: one JSON frame per service event' } },
+    },
     onRequest: async (req) => {
       const token = tokenOf(req);
       if (!token) throw new AppError('unauthorized', 'A user token is required: connect to /ws?token=<JWT>');

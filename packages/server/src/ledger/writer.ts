@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { uuidv7 } from '../lib/ids.js';
+import type { Metrics } from '../metrics/model.js';
 import type { Store } from '../storage/db.js';
 import type { BatchStore, OrgBatch, Receipt, WriteItem } from './model.js';
 import { PostgresBatchStore } from './store-postgres.js';
@@ -22,6 +23,7 @@ export interface DecisionWriterOptions {
    */
   thread?: boolean;
   log?: FastifyBaseLogger;
+  metrics?: Pick<Metrics, 'commitBatch'>;
 }
 
 /**
@@ -123,7 +125,9 @@ export class DecisionWriter {
     }
     // Organizations in a fixed order: heads are locked in that order (no deadlock between processes).
     const groups = [...byOrg.values()].sort((a, b) => (a.organizationId < b.organizationId ? -1 : 1));
+    const started = performance.now();
     const receipts = await this.batches.commit(groups);
+    this.options.metrics?.commitBatch(batch.length, (performance.now() - started) / 1000);
     return batch.map((p) => receipts.get(p.receiptId)!);
   }
 

@@ -1,11 +1,26 @@
+import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../context.js';
 import { sendError } from '../../plugins/errors.js';
 
 export const healthRoutes: FastifyPluginAsync<{ ctx: AppContext }> = async (app, { ctx }) => {
-  app.get('/healthz', { config: { auth: 'none' } }, async () => ({ status: 'ok' }));
+  app.get(
+    '/healthz',
+    {
+      config: { auth: 'none' },
+      schema: {
+        summary: 'The process serves',
+        response: { 200: Type.Object({ status: Type.Literal('ok') }) },
+      },
+    },
+    async () => ({ status: 'ok' }),
+  );
 
-  app.get('/readyz', { config: { auth: 'none' } }, async (req, reply) => {
+  const ReadySchema = {
+    summary: 'The store (and Redis, when configured) answer',
+    response: { 200: Type.Object({ status: Type.Literal('ready') }) },
+  };
+  app.get('/readyz', { config: { auth: 'none' }, schema: ReadySchema }, async (req, reply) => {
     try {
       await ctx.store.ping();
     } catch (err) {

@@ -29,6 +29,7 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
   const http = createHttpFetch(open);
   const sessions = new McpSessions();
   const streams = new EventStreams();
+  ctx.metrics.trackStreams('mcp_sse', () => streams.size);
   const tools = createToolService({
     db: ctx.store.db,
     tools: createToolRepository(ctx.store.db),
@@ -64,7 +65,12 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
   const gateway = createGateway({
     enforcement: ctx.enforcement,
     sessions,
-    open: { ...open, fetch: http.fetch, request: http.request },
+    open: {
+      ...open,
+      fetch: http.fetch,
+      request: http.request,
+      observe: (m, o, s) => ctx.metrics.upstreamCall(m, o, s),
+    },
     limits: DEFAULT_UPSTREAM_LIMITS,
     clock: ctx.clock,
     log: ctx.log,

@@ -75,6 +75,8 @@ export interface OpenOptions {
   request?: RawRequest;
   /** Open the standalone GET stream after initialization (false for one-request sessions). */
   standaloneStream?: boolean;
+  /** Told the outcome (`ok` or the failure kind) and duration of every request sent upstream. */
+  observe?: (method: string, outcome: string, seconds: number) => void;
 }
 
 /**

@@ -48,6 +48,7 @@ export class UpstreamSession {
   private readonly pending = new Map<number, Pending>();
   private ended: string | null = null;
   private transport!: Transport;
+  private observe: OpenOptions['observe'];
 
   private constructor(
     private readonly target: UpstreamTarget,
@@ -67,6 +68,7 @@ export class UpstreamSession {
     events: UpstreamEvents,
   ): Promise<{ session: UpstreamSession; result: Record<string, unknown> }> {
     const session = new UpstreamSession(target, limits, events);
+    session.observe = options.observe;
     session.transport = await openTransport(target, options, limits.maxMessageBytes, (why) =>
       session.fail(why),
     );
@@ -119,6 +121,14 @@ export class UpstreamSession {
         if (method !== 'initialize') this.fail(`the upstream session failed: ${e.message}`);
       });
     });
+    if (this.observe) {
+      const started = performance.now();
+      const seconds = () => (performance.now() - started) / 1000;
+      done.then(
+        () => this.observe?.(method, 'ok', seconds()),
+        (err) => this.observe?.(method, toUpstreamError(err).kind, seconds()),
+      );
+    }
     return { id, done };
   }
 

@@ -199,7 +199,16 @@ export const receiptRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     },
   );
 
-  app.get('/v1/receipts/export', { schema: { querystring: ExportQuery } }, async (req, reply) => {
+  const ExportSchema = {
+    querystring: ExportQuery,
+    response: {
+      200: {
+        description: 'One receipt per line (NDJSON), in chain order; headers X-Chain-Length and X-Next-After',
+        content: { 'application/x-ndjson': { schema: { type: 'string' } } },
+      },
+    },
+  };
+  app.get('/v1/receipts/export', { schema: ExportSchema }, async (req, reply) => {
     const scope = await ctx.scope(req);
     const after = intParam('after', req.query.after, 0, Number.MAX_SAFE_INTEGER - 1);
     const limit = intParam('limit', req.query.limit, 1, 100_000);
