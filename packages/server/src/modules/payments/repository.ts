@@ -158,11 +158,7 @@ export function createGatewayRepository(base: Db) {
         .where('organization_id', '=', org)
         .where('payer', '=', entityId)
         .where('kind', '=', 'commit')
-        .where(
-          'created_at',
-          '>',
-          [...since].sort()[0]!,
-        )
+        .where('created_at', '>', [...since].sort()[0]!)
         .execute();
       return since.map((s) =>
         rows.filter((r) => r.created_at > s).reduce((sum, r) => sum + Number(r.amount_micros), 0),
