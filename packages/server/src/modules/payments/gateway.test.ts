@@ -4,6 +4,7 @@ import {
   asUser,
   createTenant,
   createTestApp,
+  freshDatabase,
   keyHeader,
   type Tenant,
   type TestApp,
@@ -500,6 +501,73 @@ describe('Idempotency-Key', () => {
       expect(later.statusCode).toBe(201);
     } finally {
       offset = 0;
+    }
+  });
+});
+
+describe('two instances on one database', () => {
+  it('let exactly one of parallel consumes of one capsule through', async () => {
+    const database = await freshDatabase();
+    const one = await createTestApp({}, { database });
+    const two = await createTestApp({}, { database });
+    try {
+      const x = await createTenant(one);
+      const headers = keyHeader(x.apiKey);
+      expect(
+        (await one.inject({ method: 'PUT', url: '/v1/gateway/packs/p', headers, payload: PACK })).statusCode,
+      ).toBe(201);
+      const p = (
+        await one.inject({ method: 'POST', url: '/v1/gateway/payees', headers, payload: { details: PAYEE } })
+      ).json();
+      await one.inject({
+        method: 'POST',
+        url: `/v1/gateway/payees/${p.id}/lift-quarantine`,
+        headers: asUser(x),
+      });
+      const minted = await one.inject({
+        method: 'POST',
+        url: '/v1/gateway/capsules',
+        headers,
+        payload: {
+          entity_id: 'e',
+          agent_id: 'a',
+          pack_id: 'p',
+          rails: ['ach'],
+          beneficiary: { payee_id: p.id },
+          amount_ceiling: { currency: 'USD', amount: '10' },
+          ttl_seconds: 60,
+        },
+      });
+      expect(minted.statusCode).toBe(201);
+      const body = {
+        capsule: minted.json().capsule,
+        amount: '10',
+        currency: 'USD',
+        rail: 'ach',
+        beneficiary: PAYEE,
+      };
+      const answers = await Promise.all(
+        Array.from({ length: 6 }, (_, i) =>
+          (i % 2 === 0 ? one : two).inject({
+            method: 'POST',
+            url: '/v1/gateway/capsules/consume',
+            headers,
+            payload: body,
+          }),
+        ),
+      );
+      expect(answers.map((r) => r.statusCode).sort()).toEqual([200, 409, 409, 409, 409, 409]);
+      const entries = await one.store.db
+        .selectFrom('spend_ledger')
+        .select('id')
+        .where('organization_id', '=', x.orgId)
+        .where('kind', '=', 'commit')
+        .execute();
+      expect(entries).toHaveLength(1);
+    } finally {
+      await two.close();
+      await one.close();
+      await database.drop();
     }
   });
 });
