@@ -279,7 +279,9 @@ describe('capsules', () => {
       'invalid_request',
     );
     const gated = await pack(a, { ...PACK, approval_threshold_usd: '100' });
-    expectB(await mint(a, gated), 501, 'not_implemented');
+    expectB(await mint(a, gated), 403, 'approvals_unavailable');
+    const dual = await pack(a, { ...PACK, dual_control_threshold_usd: '100' });
+    expectB(await mint(a, dual), 501, 'not_implemented');
     expectB(await mint(b, packId), 404, 'policy_pack_not_found');
   });
 

@@ -155,6 +155,27 @@ export const gatewayError = {
   packNotFound: make(404, 'invalid_request', 'policy_pack_not_found'),
   packHashMismatch: make(409, 'conflict', 'policy_pack_hash_mismatch'),
   notImplemented: make(501, 'api_error', 'not_implemented'),
+  approvalRequired: (approvalId: string, payloadHash: string, message: string) =>
+    new GatewayError(409, {
+      type: 'conflict',
+      code: 'approval_required',
+      message,
+      hint: `poll GET /v1/approvals/${approvalId} and mint again with approval_ref once it is approved`,
+      extra: { approval_id: approvalId, payload_hash: payloadHash },
+    }),
+  approvalPayloadMismatch: (payloadHash: string, message: string) =>
+    new GatewayError(409, {
+      type: 'conflict',
+      code: 'approval_payload_mismatch',
+      message,
+      param: 'approval_ref',
+      extra: { payload_hash: payloadHash },
+    }),
+  approvalDenied: make(403, 'authorization_error', 'approval_denied'),
+  approvalExpired: make(409, 'conflict', 'approval_expired'),
+  approvalConsumed: make(409, 'conflict', 'approval_already_consumed'),
+  approvalNotFound: make(404, 'invalid_request', 'approval_not_found'),
+  approvalsUnavailable: make(403, 'authorization_error', 'approvals_unavailable'),
   forbidden: make(403, 'authorization_error', 'authorization_error'),
   unavailable: make(503, 'api_error', 'service_unavailable'),
 };

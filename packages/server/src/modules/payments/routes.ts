@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { CAPSULE_PAYLOAD_SCHEMA } from '@svc/capsules';
 import type { AppContext } from '../../context.js';
 import { createEconomicConfigRepository, createSpendLedger } from '../budgets/repository.js';
+import { createOrganizationRepository } from '../organizations/repository.js';
 import { registerEnvelopeB } from './errors.js';
 import { registerIdempotency } from './idempotency.js';
 import { createGatewayRepository } from './repository.js';
@@ -17,11 +18,16 @@ export const GATEWAY_BODY_LIMIT = 512 * 1024;
  */
 export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const repo = createGatewayRepository(ctx.store.db);
+  const organizations = createOrganizationRepository(ctx.store.db);
   const service = createPaymentService({
     repo,
     ledger: createSpendLedger(ctx.store),
     configs: createEconomicConfigRepository(ctx.store.db),
     writer: ctx.writer,
+    approvals: ctx.approvals,
+    store: ctx.store.db,
+    transaction: (fn) => ctx.store.db.transaction().execute(fn),
+    tierOf: async (id) => (await organizations.get(id))?.tier ?? 'free',
     signing: ctx.signing,
     clock: ctx.clock,
     issuer: ctx.config.baseUrl,

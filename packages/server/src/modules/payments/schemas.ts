@@ -81,6 +81,7 @@ export const MintBody = Type.Object(
     ttl_seconds: Type.Integer({ minimum: 1, maximum: 30 * 86_400 }),
     invoice_hash: Type.Optional(Hash),
     workflow_id: Type.Optional(Id),
+    approval_ref: Type.Optional(Id),
   },
   { additionalProperties: false },
 );

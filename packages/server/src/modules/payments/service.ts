@@ -11,11 +11,16 @@ import {
 } from '@svc/capsules';
 import { windowStart } from '@svc/policy-engine';
 import { hashJson } from '../../ledger/canonical.js';
+import { argumentHash } from '../../ledger/receipt.js';
 import type { DecisionWriter } from '../../ledger/writer.js';
 import type { Clock } from '../../lib/clock.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { SigningKeySet } from '../../signing/keyset.js';
+import type { Db } from '../../storage/db.js';
+import { approvalsAllowed, statusAt } from '../approvals/model.js';
+import { createApprovalRepository } from '../approvals/repository.js';
+import type { ApprovalService } from '../approvals/service.js';
 import { loadEffective } from '../budgets/config.js';
 import type { EconomicConfigRepository, SpendLedger } from '../budgets/repository.js';
 import {
@@ -41,7 +46,14 @@ export interface PaymentServiceDeps {
   ledger: SpendLedger;
   configs: EconomicConfigRepository;
   writer: Pick<DecisionWriter, 'write'>;
+  /** Opens the approvals a mint above the pack's threshold needs, in the common approvals queue. */
+  approvals: Pick<ApprovalService, 'open'>;
+  /** Runs `fn` in one transaction of the store (the approval's use and the capsule's insert). */
+  transaction<T>(fn: (db: Db) => Promise<T>): Promise<T>;
+  tierOf: (organizationId: string) => Promise<string>;
   signing: Pick<SigningKeySet, 'signNaming' | 'published'>;
+  /** The store's handle, for reading approvals. */
+  store: Db;
   clock: Clock;
   issuer: string;
   log: { error(obj: object, msg: string): void };
@@ -65,7 +77,12 @@ export interface MintInput {
   ttl_seconds: number;
   invoice_hash?: string;
   workflow_id?: string;
+  /** The approved approval this mint is made under. */
+  approval_ref?: string;
 }
+
+/** Tool name of the approvals a mint opens. */
+export const CAPSULE_APPROVAL_TOOL = 'gateway.capsule';
 
 export interface ConsumeInput {
   capsule: string;
@@ -218,6 +235,62 @@ export function createPaymentService(deps: PaymentServiceDeps) {
     return { payload: p, amountMicros, ceilingMicros };
   }
 
+  /**
+   * The approval a mint needs: without approval_ref one is opened (409 approval_required); with one,
+   * it must be approved, unused and bound to this very payload. Answers the approval's id.
+   */
+  async function checkApproval(
+    scope: Caller,
+    ref: string | undefined,
+    approvalPayload: Record<string, unknown>,
+    payloadHash: string,
+  ): Promise<string> {
+    const tier =
+      scope.principal.kind === 'apiKey' ? scope.principal.tier : await deps.tierOf(scope.organizationId);
+    if (!approvalsAllowed(tier)) {
+      throw gatewayError.approvalsUnavailable(
+        `this capsule needs a person's approval, and approvals need the Team plan or above (plan: ${tier})`,
+        'amount_ceiling.amount',
+      );
+    }
+    if (ref === undefined) {
+      const opened = await deps.approvals.open(scope, {
+        decisionId: null,
+        toolName: CAPSULE_APPROVAL_TOOL,
+        arguments: approvalPayload,
+        requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
+      });
+      throw gatewayError.approvalRequired(
+        opened.id,
+        payloadHash,
+        "the ceiling is at or above the pack's approval_threshold_usd: a person must approve this capsule",
+      );
+    }
+    const approvals = createApprovalRepository(deps.store);
+    const row = await approvals.get(scope.organizationId, ref);
+    if (!row) throw gatewayError.approvalNotFound(`approval ${ref} not found`, 'approval_ref');
+    if (row.tool_name !== CAPSULE_APPROVAL_TOOL || row.argument_hash !== payloadHash) {
+      throw gatewayError.approvalPayloadMismatch(
+        row.tool_name === CAPSULE_APPROVAL_TOOL ? row.argument_hash : payloadHash,
+        `approval ${ref} was raised for a different capsule request`,
+      );
+    }
+    const status = statusAt(row, now());
+    if (status === 'pending') {
+      throw gatewayError.approvalRequired(ref, payloadHash, `approval ${ref} is still pending`);
+    }
+    if (status === 'denied')
+      throw gatewayError.approvalDenied(`approval ${ref} was denied by ${row.resolved_by}`, 'approval_ref');
+    if (status === 'expired')
+      throw gatewayError.approvalExpired(`approval ${ref} expired at ${row.expires_at}`, 'approval_ref');
+    if (row.used_at !== null)
+      throw gatewayError.approvalConsumed(
+        `approval ${ref} was already used at ${row.used_at}`,
+        'approval_ref',
+      );
+    return ref;
+  }
+
   return {
     async putPack(scope: Caller, packId: string, input: PackInput): Promise<PackAnswer> {
       const content = packContent(input);
@@ -281,26 +354,39 @@ export function createPaymentService(deps: PaymentServiceDeps) {
       if (outside !== undefined) {
         throw gatewayError.rail(`rail ${outside} is not allowed by policy pack ${input.pack_id}`, 'rails');
       }
-      // Approvals under packs are not offered yet: never mint what a person would have to approve.
-      for (const [name, threshold] of [
-        ['approval_threshold_usd', pack.approval_threshold_usd],
-        ['dual_control_threshold_usd', pack.dual_control_threshold_usd],
-      ] as const) {
-        if (
-          threshold !== null &&
-          ceilingMicros >= moneyMicros({ currency: 'USD', amount: threshold }, name)
-        ) {
-          throw gatewayError.notImplemented(
-            `the ceiling is at or above the pack's ${name}; minting under an approval is not available yet`,
-            'amount_ceiling.amount',
-          );
-        }
+      const threshold = (name: 'approval_threshold_usd' | 'dual_control_threshold_usd') =>
+        pack[name] !== null && ceilingMicros >= moneyMicros({ currency: 'USD', amount: pack[name]! }, name);
+      // Dual control (two distinct approvers) is not offered yet: never mint what it would cover.
+      if (threshold('dual_control_threshold_usd')) {
+        throw gatewayError.notImplemented(
+          "the ceiling is at or above the pack's dual_control_threshold_usd; dual control is not available yet",
+          'amount_ceiling.amount',
+        );
       }
+      const needsApproval = threshold('approval_threshold_usd') || input.approval_ref !== undefined;
       const payee =
         'payee_id' in input.beneficiary
           ? await payeeOf(scope, input.beneficiary.payee_id)
           : (await registerPayee(scope, input.beneficiary.details, 'beneficiary.details')).row;
       if (Number(payee.held) === 1) throw gatewayError.held(`payee ${payee.id} is held`, 'beneficiary');
+      // What a person approves: every member of the capsule that says how much, to whom, how and under what.
+      const approvalPayload = {
+        entity_id: input.entity_id,
+        agent_id: input.agent_id,
+        pack_id: packRow.pack_id,
+        pack_version: Number(packRow.version),
+        policy_sha256: packRow.sha256,
+        rail_allowlist: rails,
+        beneficiary: payee.beneficiary_hash,
+        payee: JSON.parse(payee.details),
+        amount_ceiling: input.amount_ceiling,
+        invoice_hash: input.invoice_hash ?? null,
+        workflow_id: input.workflow_id ?? null,
+      };
+      const payloadHash = argumentHash(approvalPayload);
+      const approvalRef = needsApproval
+        ? await checkApproval(scope, input.approval_ref, approvalPayload, payloadHash)
+        : null;
       const issued = clock.now();
       const ttl = Math.min(input.ttl_seconds, pack.max_ttl_seconds);
       const payload: CapsulePayload = {
@@ -321,6 +407,7 @@ export function createPaymentService(deps: PaymentServiceDeps) {
         nonce: randomBytes(24).toString('base64url'),
         ...(input.invoice_hash !== undefined ? { invoice_hash: input.invoice_hash } : {}),
         ...(input.workflow_id !== undefined ? { workflow_id: input.workflow_id } : {}),
+        ...(approvalRef !== null ? { approval_ref: approvalRef } : {}),
       };
       let signingInput = '';
       const signed = await deps.signing.signNaming((kid) => {
@@ -344,7 +431,22 @@ export function createPaymentService(deps: PaymentServiceDeps) {
         created_at: payload.issued_at,
         updated_at: payload.issued_at,
       };
-      await repo.insertCapsule(row);
+      if (approvalRef === null) {
+        await repo.insertCapsule(row);
+        return capsuleAnswer(row);
+      }
+      // The approval is used exactly when the capsule exists: both commit or neither does.
+      await deps.transaction(async (db) => {
+        const used = await createApprovalRepository(db).use(
+          scope.organizationId,
+          approvalRef,
+          { toolName: CAPSULE_APPROVAL_TOOL, argumentHash: payloadHash },
+          payload.issued_at,
+        );
+        if (!used)
+          throw gatewayError.approvalConsumed(`approval ${approvalRef} was already used`, 'approval_ref');
+        await createGatewayRepository(db).insertCapsule(row);
+      });
       return capsuleAnswer(row);
     },
 
