@@ -31,6 +31,7 @@ import { healthRoutes } from './modules/health/routes.js';
 import { mcpRoutes } from './modules/mcp/routes.js';
 import { createOrganizationRepository } from './modules/organizations/repository.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
+import { paymentRoutes } from './modules/payments/routes.js';
 import { PolicyCache } from './modules/policies/cache.js';
 import { createPolicyRepository } from './modules/policies/repository.js';
 import { policyRoutes } from './modules/policies/routes.js';
@@ -184,6 +185,7 @@ export async function buildApp({
     await app.register(eventRoutes, { ctx, jwt, ...(streams ? { streams } : {}) });
     await app.register(mcpRoutes, { ctx });
     await app.register(budgetRoutes, { ctx });
+    await app.register(paymentRoutes, { ctx, prefix: '/v1/gateway' });
     return { app, ctx };
   } catch (err) {
     // Nothing else owns the Redis connections yet: close them, or the process would hang on them.

@@ -10,6 +10,7 @@ import * as m0007 from './migrations/0007_decision_log_indexes.js';
 import * as m0008 from './migrations/0008_spend_ledger.js';
 import * as m0012 from './migrations/0012_checkpoints.js';
 import * as m0013 from './migrations/0013_policy_versions.js';
+import * as m0015 from './migrations/0015_gateway.js';
 
 /**
  * Migrations are listed in code (not read from a folder) so they run the same under tsx, a bundle
@@ -26,6 +27,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0008_spend_ledger': m0008,
   '0012_checkpoints': m0012,
   '0013_policy_versions': m0013,
+  '0015_gateway': m0015,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -1,0 +1,102 @@
+import type { FastifyError, FastifyInstance } from 'fastify';
+import { type EnvelopeBError, sendEnvelopeB } from '../../lib/envelope-b.js';
+import { AppError } from '../../lib/errors.js';
+import { SigningKeyMissingError } from '../../signing/model.js';
+import { GatewayError } from './model.js';
+
+/** Routes whose body is a capsule consume: their validation failures are capsule_payload_invalid. */
+const CAPSULE_BODY_ROUTES = new Set(['/v1/gateway/capsules/consume']);
+
+const TYPE_BY_STATUS = (status: number): EnvelopeBError['type'] =>
+  status === 401
+    ? 'authentication_error'
+    : status === 403
+      ? 'authorization_error'
+      : status === 409
+        ? 'conflict'
+        : status >= 500
+          ? 'api_error'
+          : 'invalid_request';
+
+/** `body/amount_ceiling/amount` → `amount_ceiling.amount`: the member a validation failure names. */
+function paramOf(err: FastifyError): string | null {
+  const first = err.validation?.[0];
+  if (!first) return null;
+  const missing =
+    (first.params as { missingProperty?: string; additionalProperty?: string } | undefined) ?? {};
+  const path = [
+    ...first.instancePath.split('/').filter(Boolean),
+    ...(missing.missingProperty ? [missing.missingProperty] : []),
+    ...(missing.additionalProperty ? [missing.additionalProperty] : []),
+  ];
+  return path.length > 0 ? path.join('.') : (err.validationContext ?? null);
+}
+
+/** Every non-2xx answer under the gateway's prefix in envelope B. */
+export function registerEnvelopeB(app: FastifyInstance, docsUrl: string): void {
+  app.setErrorHandler((err: FastifyError | AppError | GatewayError, req, reply) => {
+    const send = (status: number, e: EnvelopeBError) => sendEnvelopeB(req, reply, docsUrl, status, e);
+    if (err instanceof GatewayError) return send(err.status, err.body);
+    if (err instanceof SigningKeyMissingError) {
+      return send(503, {
+        type: 'api_error',
+        code: 'signing_key_missing',
+        message: 'No Ed25519 signing key is available',
+      });
+    }
+    if (err instanceof AppError) {
+      if (err.headers) reply.headers(err.headers);
+      const code = err.code === 'validation_failed' ? 'invalid_request' : err.code;
+      return send(err.status, { type: TYPE_BY_STATUS(err.status), code, message: err.message });
+    }
+    if (err.validation) {
+      const first = err.validation[0];
+      const message = `${paramOf(err) ?? 'request'} ${first?.message ?? 'is invalid'}`;
+      const code =
+        err.validationContext === 'body' && CAPSULE_BODY_ROUTES.has(req.routeOptions.url ?? '')
+          ? 'capsule_payload_invalid'
+          : 'invalid_request';
+      return send(400, { type: 'invalid_request', code, message, param: paramOf(err) });
+    }
+    switch (err.code) {
+      case 'FST_ERR_CTP_BODY_TOO_LARGE':
+        return send(413, {
+          type: 'invalid_request',
+          code: 'payload_too_large',
+          message: 'Request body is larger than 512 KB',
+        });
+      case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+        return send(415, {
+          type: 'invalid_request',
+          code: 'unsupported_media_type',
+          message: 'Content-Type must be application/json',
+        });
+      case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+        return send(400, {
+          type: 'invalid_request',
+          code: 'invalid_json',
+          message: `Request body is not valid JSON: ${err.message}`,
+        });
+    }
+    const status = err.statusCode ?? 500;
+    if (status >= 400 && status < 500) {
+      return send(status, { type: 'invalid_request', code: 'invalid_request', message: err.message });
+    }
+    req.log.error({ err }, 'unhandled error');
+    return send(500, {
+      type: 'api_error',
+      code: 'internal_server_error',
+      message: `Internal error (request ${req.id})`,
+      hint: 'quote request_id when reporting it',
+    });
+  });
+
+  app.setNotFoundHandler((req, reply) =>
+    sendEnvelopeB(req, reply, docsUrl, 404, {
+      type: 'invalid_request',
+      code: 'route_not_found',
+      message: `Route ${req.method} ${req.url.split('?')[0]} not found`,
+    }),
+  );
+}

@@ -1,0 +1,575 @@
+import { beneficiaryHash, CAPSULE_PAYLOAD_SCHEMA, capsuleSigningInput, compactCapsule } from '@svc/capsules';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  asUser,
+  createTenant,
+  createTestApp,
+  freshDatabase,
+  keyHeader,
+  type Tenant,
+  type TestApp,
+} from '../../../test/helpers.js';
+import { createGatewayRepository } from './repository.js';
+
+let t: TestApp;
+let a: Tenant;
+let b: Tenant;
+let offset = 0;
+const clock = { now: () => new Date(Date.now() + offset) };
+
+const PAYEE = { name: '  ACME   Supplies ', account_number: 'de89 3704-0044 0532 0130 00', country: 'de' };
+const PACK = {
+  entity_caps: { usd_24h: '1000.00', usd_7d: '5000', usd_30d: null },
+  allowed_rails: ['ach', 'usdc'],
+  quarantine_seconds: 3600,
+  max_ttl_seconds: 600,
+  conditions: [{ name: 'not_huge', expression: 'payment.amount <= 900.0' }],
+};
+
+beforeAll(async () => {
+  t = await createTestApp({}, { clock });
+  a = await createTenant(t);
+  b = await createTenant(t);
+});
+afterAll(async () => {
+  await t.close();
+});
+
+const key = (x: Tenant) => keyHeader(x.apiKey);
+const inject = (
+  method: 'GET' | 'POST' | 'PUT',
+  url: string,
+  headers: Record<string, string>,
+  payload?: unknown,
+) => t.inject({ method, url, headers, ...(payload !== undefined ? { payload: payload as object } : {}) });
+
+/** The envelope-B error of an answer, checked for its status and code. */
+function expectB(res: { statusCode: number; json(): unknown; body: string }, status: number, code: string) {
+  const err = (res.json() as { error?: Record<string, unknown> }).error;
+  if (res.statusCode !== status || err?.['code'] !== code) {
+    throw new Error(`expected ${status} ${code}, got ${res.statusCode} ${res.body}`);
+  }
+  expect(err['doc_url']).toBe(`${t.config.docsUrl}/errors/${code}`);
+  expect(typeof err['request_id']).toBe('string');
+  expect(typeof err['type']).toBe('string');
+  return err;
+}
+
+let packSeq = 0;
+async function pack(x: Tenant, body: object = PACK) {
+  const id = `pack-${++packSeq}`;
+  const res = await inject('PUT', `/v1/gateway/packs/${id}`, key(x), body);
+  expect(res.statusCode).toBe(201);
+  return id;
+}
+
+async function payee(x: Tenant, details: object, lift = true) {
+  const res = await inject('POST', '/v1/gateway/payees', key(x), { details });
+  expect([200, 201]).toContain(res.statusCode);
+  const p = res.json();
+  if (lift)
+    expect((await inject('POST', `/v1/gateway/payees/${p.id}/lift-quarantine`, asUser(x))).statusCode).toBe(
+      200,
+    );
+  return p as { id: string; beneficiary_hash: string };
+}
+
+let entitySeq = 0;
+async function mint(x: Tenant, packId: string, over: Record<string, unknown> = {}) {
+  const res = await inject('POST', '/v1/gateway/capsules', key(x), {
+    entity_id: `entity-${++entitySeq}`,
+    agent_id: 'agent-1',
+    pack_id: packId,
+    rails: ['ach'],
+    beneficiary: { details: PAYEE },
+    amount_ceiling: { currency: 'USD', amount: '500.00' },
+    ttl_seconds: 300,
+    ...over,
+  });
+  return res;
+}
+
+const consume = (x: Tenant, capsule: string, over: Record<string, unknown> = {}) =>
+  inject('POST', '/v1/gateway/capsules/consume', key(x), {
+    capsule,
+    amount: '120.50',
+    currency: 'USD',
+    rail: 'ach',
+    beneficiary: PAYEE,
+    ...over,
+  });
+
+describe('gateway envelope B', () => {
+  it('answers unknown routes, bad JSON, oversized bodies and bad fields in envelope B', async () => {
+    expectB(await inject('GET', '/v1/gateway/nothing-here', key(a)), 404, 'route_not_found');
+    const bad = await t.inject({
+      method: 'POST',
+      url: '/v1/gateway/capsules',
+      headers: { ...key(a), 'content-type': 'application/json' },
+      payload: '{"entity_id":',
+    });
+    expectB(bad, 400, 'invalid_json');
+    const big = await t.inject({
+      method: 'POST',
+      url: '/v1/gateway/payees',
+      headers: { ...key(a), 'content-type': 'application/json' },
+      payload: JSON.stringify({ details: { name: 'x'.repeat(600 * 1024) } }),
+    });
+    expectB(big, 413, 'payload_too_large');
+    const missing = expectB(
+      await inject('POST', '/v1/gateway/capsules', key(a), { agent_id: 'x' }),
+      400,
+      'invalid_request',
+    );
+    expect(missing['param']).toBeTruthy();
+    const capsuleBody = expectB(
+      await inject('POST', '/v1/gateway/capsules/consume', key(a), { capsule: 'x', amount: 1 }),
+      400,
+      'capsule_payload_invalid',
+    );
+    expect(capsuleBody['param']).toBeTruthy();
+    expectB(await inject('GET', '/v1/gateway/packs/p1', {}), 401, 'unauthorized');
+  });
+
+  it('publishes the capsule payload schema without authentication', async () => {
+    const res = await inject('GET', '/v1/gateway/schemas/capsule.json', {});
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual(JSON.parse(JSON.stringify(CAPSULE_PAYLOAD_SCHEMA)));
+  });
+});
+
+describe('policy packs', () => {
+  it('versions each PUT, hashes the canonical content, and reads any version', async () => {
+    const first = await inject('PUT', '/v1/gateway/packs/ops', key(a), PACK);
+    expect(first.statusCode).toBe(201);
+    expect(first.json()).toMatchObject({ pack_id: 'ops', version: 1, allowed_rails: ['ach', 'usdc'] });
+    expect(first.json().sha256).toMatch(/^sha256:[0-9a-f]{64}$/);
+    // The same content in another order hashes the same.
+    const again = await inject('PUT', '/v1/gateway/packs/ops', key(a), {
+      ...PACK,
+      allowed_rails: ['usdc', 'ach'],
+    });
+    expect(again.json()).toMatchObject({ version: 2, sha256: first.json().sha256 });
+    const changed = await inject('PUT', '/v1/gateway/packs/ops', key(a), { ...PACK, max_ttl_seconds: 60 });
+    expect(changed.json().version).toBe(3);
+    expect(changed.json().sha256).not.toBe(first.json().sha256);
+    expect((await inject('GET', '/v1/gateway/packs/ops', key(a))).json().version).toBe(3);
+    expect((await inject('GET', '/v1/gateway/packs/ops?version=1', key(a))).json().max_ttl_seconds).toBe(600);
+    expectB(await inject('GET', '/v1/gateway/packs/ops?version=9', key(a)), 404, 'policy_pack_not_found');
+    expectB(await inject('GET', '/v1/gateway/packs/nope', key(a)), 404, 'policy_pack_not_found');
+  });
+
+  it('compiles CEL conditions when saved: a bad expression answers 400 with its param', async () => {
+    const bad = await inject('PUT', '/v1/gateway/packs/bad', key(a), {
+      ...PACK,
+      conditions: [{ name: 'x', expression: 'payment.amount <= ' }],
+    });
+    expect(expectB(bad, 400, 'invalid_request')['param']).toBe('conditions.0.expression');
+    const unknown = await inject('PUT', '/v1/gateway/packs/bad', key(a), {
+      ...PACK,
+      conditions: [{ name: 'x', expression: 'payment.colour == "red"' }],
+    });
+    expect(expectB(unknown, 400, 'invalid_request')['param']).toBe('conditions.0.expression');
+    const notBool = await inject('PUT', '/v1/gateway/packs/bad', key(a), {
+      ...PACK,
+      conditions: [{ name: 'x', expression: 'payment.amount + 1.0' }],
+    });
+    expectB(notBool, 400, 'invalid_request');
+    expectB(await inject('GET', '/v1/gateway/packs/bad', key(a)), 404, 'policy_pack_not_found');
+  });
+
+  it('keeps packs per organization', async () => {
+    await inject('PUT', '/v1/gateway/packs/mine', key(a), PACK);
+    expectB(await inject('GET', '/v1/gateway/packs/mine', key(b)), 404, 'policy_pack_not_found');
+    expectB(await inject('GET', '/v1/gateway/packs/mine', asUser(b)), 404, 'policy_pack_not_found');
+    expect((await inject('GET', '/v1/gateway/packs/mine', asUser(a))).statusCode).toBe(200);
+  });
+});
+
+describe('payees', () => {
+  it('registers a payee under the hash @svc/capsules computes, once', async () => {
+    const first = await inject('POST', '/v1/gateway/payees', key(a), {
+      details: { name: 'Zed Ltd', wallet_address: '0xABCDEF' },
+    });
+    expect(first.statusCode).toBe(201);
+    expect(first.json().beneficiary_hash).toBe(
+      await beneficiaryHash({ name: 'zed  ltd', wallet_address: '0xabcdef' }),
+    );
+    expect(first.json().details).toEqual({ name: 'zed ltd', wallet_address: '0xabcdef' });
+    const same = await inject('POST', '/v1/gateway/payees', key(a), {
+      details: { name: 'ZED LTD ', wallet_address: '0xabcdef' },
+    });
+    expect(same.statusCode).toBe(200);
+    expect(same.json().id).toBe(first.json().id);
+    expectB(
+      await inject('POST', '/v1/gateway/payees', key(a), { details: { name: 'No account' } }),
+      400,
+      'invalid_request',
+    );
+  });
+
+  it('holds by anyone, releases and lifts quarantine by a person only, per organization', async () => {
+    const p = await payee(a, { name: 'Hold Me', account_number: '1' }, false);
+    expect((await inject('POST', `/v1/gateway/payees/${p.id}/hold`, key(a))).json().held).toBe(true);
+    expectB(await inject('POST', `/v1/gateway/payees/${p.id}/release`, key(a)), 403, 'authorization_error');
+    expectB(
+      await inject('POST', `/v1/gateway/payees/${p.id}/lift-quarantine`, key(a)),
+      403,
+      'authorization_error',
+    );
+    expect((await inject('POST', `/v1/gateway/payees/${p.id}/release`, asUser(a))).json().held).toBe(false);
+    const lifted = await inject('POST', `/v1/gateway/payees/${p.id}/lift-quarantine`, asUser(a));
+    expect(lifted.json().quarantine.lifted_by).toBe(a.userId);
+    for (const path of ['', '/hold', '/release', '/lift-quarantine']) {
+      const method = path === '' ? 'GET' : 'POST';
+      expectB(
+        await inject(
+          method,
+          `/v1/gateway/payees/${p.id}${path}`,
+          path === '' || path === '/hold' ? key(b) : asUser(b),
+        ),
+        404,
+        'beneficiary_not_found',
+      );
+    }
+  });
+});
+
+describe('capsules', () => {
+  it('mints a signed capsule that verifies, reads it and keeps it per organization', async () => {
+    const packId = await pack(a);
+    const res = await mint(a, packId, { ttl_seconds: 99_999 });
+    expect(res.statusCode).toBe(201);
+    const c = res.json();
+    expect(c.status).toBe('active');
+    expect(c.capsule.split('.')).toHaveLength(3);
+    expect(c.payload).toMatchObject({
+      version: 'svc.capsule/1',
+      organization_id: a.orgId,
+      pack_id: packId,
+      pack_version: 1,
+      rail_allowlist: ['ach'],
+      beneficiary: await beneficiaryHash(PAYEE),
+    });
+    // ttl_seconds is capped by the pack's max_ttl_seconds.
+    expect(Date.parse(c.payload.expires_at) - Date.parse(c.payload.issued_at)).toBe(600_000);
+    expect((await inject('GET', `/v1/gateway/capsules/${c.id}`, key(a))).json().capsule).toBe(c.capsule);
+    expectB(await inject('GET', `/v1/gateway/capsules/${c.id}`, key(b)), 404, 'capsule_not_found');
+    expectB(await inject('POST', `/v1/gateway/capsules/${c.id}/revoke`, key(b)), 404, 'capsule_not_found');
+    expectB(await consume(b, c.capsule), 400, 'capsule_payload_invalid');
+  });
+
+  it('refuses to mint outside the pack', async () => {
+    const packId = await pack(a);
+    expectB(await mint(a, 'missing-pack'), 404, 'policy_pack_not_found');
+    expectB(await mint(a, packId, { pack_version: 7 }), 404, 'policy_pack_not_found');
+    expectB(await mint(a, packId, { rails: ['wire'] }), 403, 'rail_not_in_allowlist');
+    expectB(
+      await mint(a, packId, { amount_ceiling: { currency: 'USD', amount: '1.005' } }),
+      400,
+      'invalid_amount_precision',
+    );
+    expect(
+      (await mint(a, packId, { rails: ['usdc'], amount_ceiling: { currency: 'USDC', amount: '1.005' } }))
+        .statusCode,
+    ).toBe(201);
+    expectB(
+      await mint(a, packId, { amount_ceiling: { currency: 'EUR', amount: '1' } }),
+      400,
+      'invalid_request',
+    );
+    const gated = await pack(a, { ...PACK, approval_threshold_usd: '100' });
+    expectB(await mint(a, gated), 403, 'approvals_unavailable');
+    const dual = await pack(a, { ...PACK, dual_control_threshold_usd: '100' });
+    expectB(await mint(a, dual), 501, 'not_implemented');
+    expectB(await mint(b, packId), 404, 'policy_pack_not_found');
+  });
+
+  it('consumes once: posts the spend to the ledger and chains a receipt', async () => {
+    const packId = await pack(a);
+    await payee(a, PAYEE);
+    const c = (await mint(a, packId)).json();
+    const res = await consume(a, c.capsule);
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toMatchObject({ status: 'consumed', consumption: { amount: '120.50', rail: 'ach' } });
+    expect(res.json().receipt_id).toBeTruthy();
+    const entries = await t.store.db
+      .selectFrom('spend_ledger')
+      .selectAll()
+      .where('organization_id', '=', a.orgId)
+      .where('action_id', '=', `capsule:${c.id}`)
+      .execute();
+    expect(entries.map((e) => [e.kind, Number(e.amount_micros), e.payer])).toEqual([
+      ['commit', 120_500_000, c.payload.entity_id],
+    ]);
+    const receipt = await t.store.db
+      .selectFrom('receipts')
+      .selectAll()
+      .where('organization_id', '=', a.orgId)
+      .where('receipt_id', '=', res.json().receipt_id)
+      .executeTakeFirst();
+    expect(receipt).toBeTruthy();
+    expectB(await consume(a, c.capsule), 409, 'capsule_consumed');
+    expectB(await inject('POST', `/v1/gateway/capsules/${c.id}/revoke`, key(a)), 409, 'capsule_consumed');
+  });
+
+  it('lets exactly one of parallel consumes of one capsule through', async () => {
+    const packId = await pack(a);
+    await payee(a, PAYEE);
+    const c = (await mint(a, packId)).json();
+    const answers = await Promise.all(Array.from({ length: 8 }, () => consume(a, c.capsule)));
+    expect(answers.filter((r) => r.statusCode === 200)).toHaveLength(1);
+    for (const r of answers.filter((x) => x.statusCode !== 200)) expectB(r, 409, 'capsule_consumed');
+    const entries = await t.store.db
+      .selectFrom('spend_ledger')
+      .select('id')
+      .where('organization_id', '=', a.orgId)
+      .where('action_id', '=', `capsule:${c.id}`)
+      .execute();
+    expect(entries).toHaveLength(1);
+  });
+
+  it('answers each drift with its code and changes nothing', async () => {
+    const packId = await pack(a);
+    await payee(a, PAYEE);
+    const c = (await mint(a, packId, { rails: ['ach', 'usdc'] })).json();
+    expectB(await consume(a, c.capsule, { rail: 'wire' }), 403, 'rail_not_in_allowlist');
+    expectB(
+      await consume(a, c.capsule, { beneficiary: { ...PAYEE, account_number: 'DE00' } }),
+      403,
+      'beneficiary_hash_mismatch',
+    );
+    expectB(await consume(a, c.capsule, { amount: '500.01' }), 403, 'amount_exceeds_capsule_ceiling');
+    expectB(await consume(a, c.capsule, { amount: '1.001' }), 400, 'invalid_amount_precision');
+    expectB(await consume(a, c.capsule, { currency: 'USDC' }), 400, 'invalid_request');
+    const parts = c.capsule.split('.');
+    const flipped = `${parts[0]}.${parts[1]}.${parts[2].startsWith('A') ? `B${parts[2].slice(1)}` : `A${parts[2].slice(1)}`}`;
+    expectB(await consume(a, flipped), 403, 'capsule_signature_invalid');
+    const header = Buffer.from(
+      JSON.stringify({ alg: 'EdDSA', kid: 'nobody', typ: 'svc.capsule+jws' }),
+    ).toString('base64url');
+    expectB(await consume(a, `${header}.${parts[1]}.${parts[2]}`), 403, 'capsule_kid_unknown');
+    expectB(await consume(a, 'not-a-capsule'), 400, 'capsule_payload_invalid');
+    // Still consumable after every refusal.
+    expect((await consume(a, c.capsule)).statusCode).toBe(200);
+  });
+
+  it('refuses an expired capsule (past the skew) and a revoked one', async () => {
+    const packId = await pack(a);
+    await payee(a, PAYEE);
+    const c = (await mint(a, packId, { ttl_seconds: 60 })).json();
+    offset = 60_000 + 31_000;
+    try {
+      expectB(await consume(a, c.capsule), 403, 'capsule_expired');
+    } finally {
+      offset = 0;
+    }
+    const r = (await mint(a, packId)).json();
+    expect((await inject('POST', `/v1/gateway/capsules/${r.id}/revoke`, key(a))).json().status).toBe(
+      'revoked',
+    );
+    expectB(await consume(a, r.capsule), 409, 'capsule_revoked');
+  });
+
+  it('refuses held and quarantined payees until a person acts or the window ends', async () => {
+    const packId = await pack(a);
+    const details = { name: 'Fresh Payee', account_number: '777' };
+    const c = (await mint(a, packId, { beneficiary: { details } })).json();
+    const q = expectB(
+      await consume(a, c.capsule, { beneficiary: details }),
+      403,
+      'beneficiary_quarantine_active',
+    );
+    expect(q['hint']).toContain('lift-quarantine');
+    offset = 3_600_000 + 1000; // the pack's quarantine window (3600 s) is over
+    try {
+      const late = (await mint(a, packId, { beneficiary: { details } })).json();
+      const payeeId = late.payee_id;
+      await inject('POST', `/v1/gateway/payees/${payeeId}/hold`, key(a));
+      expectB(await consume(a, late.capsule, { beneficiary: details }), 403, 'beneficiary_held');
+      await inject('POST', `/v1/gateway/payees/${payeeId}/release`, asUser(a));
+      expect((await consume(a, late.capsule, { beneficiary: details })).statusCode).toBe(200);
+    } finally {
+      offset = 0;
+    }
+    expectB(await mint(a, packId, { beneficiary: { payee_id: 'nope' } }), 404, 'beneficiary_not_found');
+  });
+
+  it('holds the entity caps over the shared spend ledger', async () => {
+    const packId = await pack(a, { ...PACK, entity_caps: { usd_24h: '200' }, conditions: [] });
+    await payee(a, PAYEE);
+    const entity = 'entity-capped';
+    const first = (await mint(a, packId, { entity_id: entity })).json();
+    expect((await consume(a, first.capsule, { amount: '150' })).statusCode).toBe(200);
+    const second = (await mint(a, packId, { entity_id: entity })).json();
+    expectB(await consume(a, second.capsule, { amount: '50.01' }), 403, 'amount_exceeds_entity_cap');
+    expect((await consume(a, second.capsule, { amount: '50' })).statusCode).toBe(200);
+    // Another organization's entity of the same name has its own ledger.
+    const otherPack = await pack(b, { ...PACK, entity_caps: { usd_24h: '200' }, conditions: [] });
+    await payee(b, PAYEE);
+    const other = (await mint(b, otherPack, { entity_id: entity })).json();
+    expect((await consume(b, other.capsule, { amount: '200' })).statusCode).toBe(200);
+  });
+
+  it('refuses a capsule whose pack changed, and evaluates CEL conditions that never allow on error', async () => {
+    const packId = await pack(a);
+    await payee(a, PAYEE);
+    const c = (await mint(a, packId)).json();
+    await inject('PUT', `/v1/gateway/packs/${packId}`, key(a), { ...PACK, max_ttl_seconds: 30 });
+    expectB(await consume(a, c.capsule), 409, 'policy_pack_hash_mismatch');
+
+    const strict = await pack(a, {
+      ...PACK,
+      conditions: [{ name: 'small', expression: 'payment.amount < 100.0' }],
+    });
+    const s = (await mint(a, strict)).json();
+    expectB(await consume(a, s.capsule), 403, 'policy_condition_failed');
+    expect((await consume(a, s.capsule, { amount: '99.99' })).statusCode).toBe(200);
+
+    const broken = await pack(a, {
+      ...PACK,
+      conditions: [{ name: 'div', expression: 'int(payment.rail) > 0' }],
+    });
+    const e = (await mint(a, broken)).json();
+    expectB(await consume(a, e.capsule), 500, 'policy_eval_error');
+    expect((await inject('GET', `/v1/gateway/capsules/${e.id}`, key(a))).json().status).toBe('active');
+  });
+
+  it('answers capsule_replayed for a second capsule carrying a claimed nonce', async () => {
+    const packId = await pack(a);
+    await payee(a, PAYEE);
+    const c = (await mint(a, packId)).json();
+    expect((await consume(a, c.capsule)).statusCode).toBe(200);
+    // A second capsule with the same entity and nonce (as a minting fault or a forger would make it).
+    const payload = { ...c.payload, capsule_id: `${c.id}-twin` };
+    let input = '';
+    const sig = await t.ctx.signing.signNaming((kid) => {
+      input = capsuleSigningInput(payload, kid);
+      return new TextEncoder().encode(input);
+    });
+    const twin = compactCapsule(input, sig.signature);
+    const stored = (await createGatewayRepository(t.store.db).capsule(a.orgId, c.id))!;
+    await createGatewayRepository(t.store.db).insertCapsule({
+      ...stored,
+      id: payload.capsule_id,
+      payload: JSON.stringify(payload),
+      capsule: twin,
+      status: 'active',
+      consumption: null,
+      receipt_id: null,
+    });
+    expectB(await consume(a, twin), 409, 'capsule_replayed');
+  });
+});
+
+describe('Idempotency-Key', () => {
+  it('replays the first answer for the same body and refuses a different one', async () => {
+    const packId = await pack(a);
+    const headers = { ...key(a), 'idempotency-key': 'mint-1' };
+    const body = {
+      entity_id: 'idem-entity',
+      agent_id: 'agent-1',
+      pack_id: packId,
+      rails: ['ach'],
+      beneficiary: { details: PAYEE },
+      amount_ceiling: { currency: 'USD', amount: '10' },
+      ttl_seconds: 60,
+    };
+    const first = await inject('POST', '/v1/gateway/capsules', headers, body);
+    expect(first.statusCode).toBe(201);
+    const again = await inject('POST', '/v1/gateway/capsules', headers, { ...body });
+    expect(again.statusCode).toBe(201);
+    expect(again.json().id).toBe(first.json().id);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expectB(
+      await inject('POST', '/v1/gateway/capsules', headers, { ...body, ttl_seconds: 61 }),
+      400,
+      'idempotency_key_reused_with_different_payload',
+    );
+    // Keys belong to an organization: another one may use the same key.
+    const otherPack = await pack(b);
+    const other = await inject(
+      'POST',
+      '/v1/gateway/capsules',
+      { ...key(b), 'idempotency-key': 'mint-1' },
+      { ...body, pack_id: otherPack },
+    );
+    expect(other.statusCode).toBe(201);
+    expect(other.json().id).not.toBe(first.json().id);
+    // After 24 hours the key is free again.
+    offset = 24 * 3600 * 1000 + 1000;
+    try {
+      const later = await inject('POST', '/v1/gateway/capsules', headers, { ...body, ttl_seconds: 61 });
+      expect(later.statusCode).toBe(201);
+    } finally {
+      offset = 0;
+    }
+  });
+});
+
+describe('two instances on one database', () => {
+  it('let exactly one of parallel consumes of one capsule through', async () => {
+    const database = await freshDatabase();
+    const one = await createTestApp({}, { database });
+    const two = await createTestApp({}, { database });
+    try {
+      const x = await createTenant(one);
+      const headers = keyHeader(x.apiKey);
+      expect(
+        (await one.inject({ method: 'PUT', url: '/v1/gateway/packs/p', headers, payload: PACK })).statusCode,
+      ).toBe(201);
+      const p = (
+        await one.inject({ method: 'POST', url: '/v1/gateway/payees', headers, payload: { details: PAYEE } })
+      ).json();
+      await one.inject({
+        method: 'POST',
+        url: `/v1/gateway/payees/${p.id}/lift-quarantine`,
+        headers: asUser(x),
+      });
+      const minted = await one.inject({
+        method: 'POST',
+        url: '/v1/gateway/capsules',
+        headers,
+        payload: {
+          entity_id: 'e',
+          agent_id: 'a',
+          pack_id: 'p',
+          rails: ['ach'],
+          beneficiary: { payee_id: p.id },
+          amount_ceiling: { currency: 'USD', amount: '10' },
+          ttl_seconds: 60,
+        },
+      });
+      expect(minted.statusCode).toBe(201);
+      const body = {
+        capsule: minted.json().capsule,
+        amount: '10',
+        currency: 'USD',
+        rail: 'ach',
+        beneficiary: PAYEE,
+      };
+      const answers = await Promise.all(
+        Array.from({ length: 6 }, (_, i) =>
+          (i % 2 === 0 ? one : two).inject({
+            method: 'POST',
+            url: '/v1/gateway/capsules/consume',
+            headers,
+            payload: body,
+          }),
+        ),
+      );
+      expect(answers.map((r) => r.statusCode).sort()).toEqual([200, 409, 409, 409, 409, 409]);
+      const entries = await one.store.db
+        .selectFrom('spend_ledger')
+        .select('id')
+        .where('organization_id', '=', x.orgId)
+        .where('kind', '=', 'commit')
+        .execute();
+      expect(entries).toHaveLength(1);
+    } finally {
+      await two.close();
+      await one.close();
+      await database.drop();
+    }
+  });
+});

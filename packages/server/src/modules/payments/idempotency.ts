@@ -1,0 +1,85 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { hashJson } from '../../ledger/canonical.js';
+import type { Clock } from '../../lib/clock.js';
+import type { ScopeResolver } from '../../lib/scope.js';
+import { gatewayError } from './model.js';
+import type { GatewayRepository } from './repository.js';
+
+/** How long an Idempotency-Key and its answer are kept. */
+export const IDEMPOTENCY_RETENTION_MS = 24 * 3600 * 1000;
+const KEY_RE = /^[\x21-\x7e]{1,255}$/;
+
+const held = new WeakMap<FastifyRequest, { org: string; key: string }>();
+
+/**
+ * Idempotency-Key on the gateway's POSTs: the first request with a key runs and its answer is kept;
+ * the same key with the same method, path and canonical body replays that answer; with anything else
+ * it answers 400. A server error frees the key so that the request can be sent again.
+ */
+export function registerIdempotency(
+  app: FastifyInstance,
+  deps: { repo: GatewayRepository; scope: ScopeResolver; clock: Clock },
+): void {
+  app.addHook('preHandler', async (req, reply) => {
+    if (req.method !== 'POST') return;
+    const key = req.headers['idempotency-key'];
+    if (key === undefined) return;
+    if (typeof key !== 'string' || !KEY_RE.test(key)) {
+      throw gatewayError.invalidRequest(
+        'Idempotency-Key must be 1-255 printable ASCII characters',
+        'Idempotency-Key',
+      );
+    }
+    const { organizationId: org } = await deps.scope(req);
+    const hash = hashJson({ method: req.method, path: req.url, body: req.body ?? null });
+    const now = deps.clock.now();
+    for (let attempt = 0; attempt < 2; attempt++) {
+      if (await deps.repo.takeKey(org, key, hash, now.toISOString())) {
+        held.set(req, { org, key });
+        return;
+      }
+      const existing = await deps.repo.key(org, key);
+      if (!existing) continue;
+      if (Date.parse(existing.created_at) + IDEMPOTENCY_RETENTION_MS <= now.getTime()) {
+        await deps.repo.dropKey(
+          org,
+          key,
+          new Date(now.getTime() - IDEMPOTENCY_RETENTION_MS + 1).toISOString(),
+        );
+        continue;
+      }
+      if (existing.request_hash !== hash) {
+        throw gatewayError.idempotencyReused(
+          'this Idempotency-Key was used with a different request',
+          'Idempotency-Key',
+          'use a new key for a new request',
+        );
+      }
+      if (existing.status_code === null || existing.response === null) {
+        throw gatewayError.idempotencyInProgress(
+          'a request with this Idempotency-Key is still running',
+          'Idempotency-Key',
+          'retry after it has answered',
+        );
+      }
+      return reply
+        .code(Number(existing.status_code))
+        .type('application/json')
+        .header('idempotent-replayed', 'true')
+        .send(existing.response);
+    }
+    throw gatewayError.idempotencyInProgress('the Idempotency-Key could not be taken', 'Idempotency-Key');
+  });
+
+  app.addHook('onSend', async (req, reply, payload) => {
+    const owner = held.get(req);
+    if (!owner) return payload;
+    held.delete(req);
+    if (reply.statusCode >= 500 || typeof payload !== 'string') {
+      await deps.repo.dropKey(owner.org, owner.key);
+    } else {
+      await deps.repo.completeKey(owner.org, owner.key, reply.statusCode, payload);
+    }
+    return payload;
+  });
+}

@@ -1,0 +1,43 @@
+import { precisionProblem } from '@svc/capsules';
+import { gatewayError } from './model.js';
+
+/** Currencies the gateway accepts; both count 1:1 in USD on the spend ledger (USDC is a USD stablecoin). */
+export const GATEWAY_CURRENCIES = ['USD', 'USDC'] as const;
+
+const DECIMAL = /^(0|[1-9]\d{0,14})(\.\d{1,6})?$/;
+/** Largest amount accepted, as the economic API does (1,000,000,000 USD). */
+const MAX_MICROS = 1_000_000_000_000_000n;
+
+/** Exact micro-units of a decimal string (never through a binary float). */
+export function toMicros(amount: string, param: string): number {
+  if (!DECIMAL.test(amount)) {
+    throw gatewayError.invalidRequest(`${param} must be a decimal string such as "12.50"`, param);
+  }
+  const [whole, frac = ''] = amount.split('.');
+  const micros = BigInt(whole!) * 1_000_000n + BigInt(frac.padEnd(6, '0'));
+  if (micros > MAX_MICROS) throw gatewayError.invalidRequest(`${param} is above 1000000000`, param);
+  return Number(micros);
+}
+
+/** Checks currency and precision of a money value; answers its micro-units. */
+export function moneyMicros(money: { currency: string; amount: string }, param: string): number {
+  if (!(GATEWAY_CURRENCIES as readonly string[]).includes(money.currency)) {
+    throw gatewayError.invalidRequest(
+      `${param}.currency must be one of ${GATEWAY_CURRENCIES.join(', ')}`,
+      `${param}.currency`,
+    );
+  }
+  // Too many decimals is its own catalog code, checked before the general form.
+  const problem = /^\d+(\.\d+)?$/.test(money.amount) ? precisionProblem(money) : null;
+  if (problem) throw gatewayError.precision(problem, `${param}.amount`);
+  return toMicros(money.amount, `${param}.amount`);
+}
+
+/** Decimal string of micro-units, without trailing zeros ("12.5", "3"). */
+export function fromMicros(micros: number): string {
+  const whole = Math.floor(micros / 1_000_000);
+  const frac = String(micros % 1_000_000)
+    .padStart(6, '0')
+    .replace(/0+$/, '');
+  return frac ? `${whole}.${frac}` : String(whole);
+}

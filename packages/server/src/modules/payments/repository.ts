@@ -1,0 +1,215 @@
+import type { Kysely } from 'kysely';
+import type { Db } from '../../storage/db.js';
+import type { CapsuleStatus, GatewayTables } from './model.js';
+
+type G = Kysely<GatewayTables>;
+export type PackRow = GatewayTables['gateway_packs'];
+export type PayeeRow = GatewayTables['gateway_payees'];
+export type CapsuleRow = GatewayTables['gateway_capsules'];
+
+const view = (db: Db): G => db.withTables<GatewayTables>() as unknown as G;
+
+/** The gateway's tables; every method takes the organization (no unscoped read). */
+export function createGatewayRepository(base: Db) {
+  const db = view(base);
+  return {
+    async latestPack(org: string, packId: string): Promise<PackRow | undefined> {
+      return db
+        .selectFrom('gateway_packs')
+        .selectAll()
+        .where('organization_id', '=', org)
+        .where('pack_id', '=', packId)
+        .orderBy('version', 'desc')
+        .limit(1)
+        .executeTakeFirst();
+    },
+
+    async pack(org: string, packId: string, version: number): Promise<PackRow | undefined> {
+      return db
+        .selectFrom('gateway_packs')
+        .selectAll()
+        .where('organization_id', '=', org)
+        .where('pack_id', '=', packId)
+        .where('version', '=', version)
+        .executeTakeFirst();
+    },
+
+    /** Inserts the next version; false when another writer took that version first. */
+    async insertPack(row: PackRow): Promise<boolean> {
+      const r = await db
+        .insertInto('gateway_packs')
+        .values(row)
+        .onConflict((oc) => oc.columns(['organization_id', 'pack_id', 'version']).doNothing())
+        .executeTakeFirst();
+      return Number(r.numInsertedOrUpdatedRows ?? 0) === 1;
+    },
+
+    async payee(org: string, id: string): Promise<PayeeRow | undefined> {
+      return db
+        .selectFrom('gateway_payees')
+        .selectAll()
+        .where('organization_id', '=', org)
+        .where('id', '=', id)
+        .executeTakeFirst();
+    },
+
+    async payeeByHash(org: string, hash: string): Promise<PayeeRow | undefined> {
+      return db
+        .selectFrom('gateway_payees')
+        .selectAll()
+        .where('organization_id', '=', org)
+        .where('beneficiary_hash', '=', hash)
+        .executeTakeFirst();
+    },
+
+    /** Registers a payee, or answers the one already registered with the same hash. */
+    async registerPayee(row: PayeeRow): Promise<{ row: PayeeRow; created: boolean }> {
+      const r = await db
+        .insertInto('gateway_payees')
+        .values(row)
+        .onConflict((oc) => oc.columns(['organization_id', 'beneficiary_hash']).doNothing())
+        .executeTakeFirst();
+      if (Number(r.numInsertedOrUpdatedRows ?? 0) === 1) return { row, created: true };
+      const existing = await this.payeeByHash(row.organization_id, row.beneficiary_hash);
+      if (!existing) throw new Error('payee vanished while registering');
+      return { row: existing, created: false };
+    },
+
+    async updatePayee(
+      org: string,
+      id: string,
+      set: Partial<Pick<PayeeRow, 'held' | 'quarantine_lifted_at' | 'quarantine_lifted_by'>>,
+      now: string,
+    ): Promise<PayeeRow | undefined> {
+      await db
+        .updateTable('gateway_payees')
+        .set({ ...set, updated_at: now })
+        .where('organization_id', '=', org)
+        .where('id', '=', id)
+        .execute();
+      return this.payee(org, id);
+    },
+
+    async insertCapsule(row: CapsuleRow): Promise<void> {
+      await db.insertInto('gateway_capsules').values(row).execute();
+    },
+
+    async capsule(org: string, id: string): Promise<CapsuleRow | undefined> {
+      return db
+        .selectFrom('gateway_capsules')
+        .selectAll()
+        .where('organization_id', '=', org)
+        .where('id', '=', id)
+        .executeTakeFirst();
+    },
+
+    /** Moves an active capsule to `status`; false when it was no longer active. */
+    async settleCapsule(
+      org: string,
+      id: string,
+      status: Exclude<CapsuleStatus, 'active'>,
+      consumption: string | null,
+      now: string,
+    ): Promise<boolean> {
+      const r = await db
+        .updateTable('gateway_capsules')
+        .set({ status, consumption, updated_at: now })
+        .where('organization_id', '=', org)
+        .where('id', '=', id)
+        .where('status', '=', 'active')
+        .executeTakeFirst();
+      return Number(r.numUpdatedRows) === 1;
+    },
+
+    async setCapsuleReceipt(org: string, id: string, receiptId: string): Promise<void> {
+      await db
+        .updateTable('gateway_capsules')
+        .set({ receipt_id: receiptId })
+        .where('organization_id', '=', org)
+        .where('id', '=', id)
+        .execute();
+    },
+
+    async nonceClaim(org: string, entityId: string, nonce: string) {
+      return db
+        .selectFrom('gateway_nonces')
+        .selectAll()
+        .where('organization_id', '=', org)
+        .where('entity_id', '=', entityId)
+        .where('nonce', '=', nonce)
+        .executeTakeFirst();
+    },
+
+    /** Claims a nonce for the entity; false when it was already claimed. */
+    async claimNonce(org: string, entityId: string, nonce: string, capsuleId: string, now: string) {
+      const r = await db
+        .insertInto('gateway_nonces')
+        .values({ organization_id: org, entity_id: entityId, nonce, capsule_id: capsuleId, claimed_at: now })
+        .onConflict((oc) => oc.columns(['organization_id', 'entity_id', 'nonce']).doNothing())
+        .executeTakeFirst();
+      return Number(r.numInsertedOrUpdatedRows ?? 0) === 1;
+    },
+
+    /** Micro-dollars the entity spent (ledger commits with it as payer) since each instant. */
+    async entitySpentSince(org: string, entityId: string, since: readonly string[]): Promise<number[]> {
+      const rows = await base
+        .selectFrom('spend_ledger')
+        .select(['amount_micros', 'created_at'])
+        .where('organization_id', '=', org)
+        .where('payer', '=', entityId)
+        .where('kind', '=', 'commit')
+        .where('created_at', '>', [...since].sort()[0]!)
+        .execute();
+      return since.map((s) =>
+        rows.filter((r) => r.created_at > s).reduce((sum, r) => sum + Number(r.amount_micros), 0),
+      );
+    },
+
+    /** Takes an Idempotency-Key (answer pending); false when the organization already holds it. */
+    async takeKey(org: string, key: string, requestHash: string, now: string): Promise<boolean> {
+      const r = await db
+        .insertInto('gateway_idempotency')
+        .values({
+          organization_id: org,
+          idempotency_key: key,
+          request_hash: requestHash,
+          status_code: null,
+          response: null,
+          created_at: now,
+        })
+        .onConflict((oc) => oc.columns(['organization_id', 'idempotency_key']).doNothing())
+        .executeTakeFirst();
+      return Number(r.numInsertedOrUpdatedRows ?? 0) === 1;
+    },
+
+    async key(org: string, key: string) {
+      return db
+        .selectFrom('gateway_idempotency')
+        .selectAll()
+        .where('organization_id', '=', org)
+        .where('idempotency_key', '=', key)
+        .executeTakeFirst();
+    },
+
+    async completeKey(org: string, key: string, status: number, response: string): Promise<void> {
+      await db
+        .updateTable('gateway_idempotency')
+        .set({ status_code: status, response })
+        .where('organization_id', '=', org)
+        .where('idempotency_key', '=', key)
+        .execute();
+    },
+
+    /** Frees a key: its request failed on the server's side, or (with `before`) it is past retention. */
+    async dropKey(org: string, key: string, before?: string): Promise<void> {
+      let q = db
+        .deleteFrom('gateway_idempotency')
+        .where('organization_id', '=', org)
+        .where('idempotency_key', '=', key);
+      if (before !== undefined) q = q.where('created_at', '<', before);
+      await q.execute();
+    },
+  };
+}
+
+export type GatewayRepository = ReturnType<typeof createGatewayRepository>;

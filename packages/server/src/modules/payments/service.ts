@@ -1,0 +1,602 @@
+import { randomBytes } from 'node:crypto';
+import {
+  type BeneficiaryDetails,
+  beneficiaryHash,
+  CAPSULE_VERSION,
+  type CapsulePayload,
+  capsuleSigningInput,
+  compactCapsule,
+  normalizeBeneficiary,
+  verifyCapsule,
+} from '@svc/capsules';
+import { windowStart } from '@svc/policy-engine';
+import { hashJson } from '../../ledger/canonical.js';
+import { argumentHash } from '../../ledger/receipt.js';
+import type { DecisionWriter } from '../../ledger/writer.js';
+import type { Clock } from '../../lib/clock.js';
+import { uuidv7 } from '../../lib/ids.js';
+import type { OrgScope } from '../../lib/scope.js';
+import type { SigningKeySet } from '../../signing/keyset.js';
+import type { Db } from '../../storage/db.js';
+import { approvalsAllowed, statusAt } from '../approvals/model.js';
+import { createApprovalRepository } from '../approvals/repository.js';
+import type { ApprovalService } from '../approvals/service.js';
+import { loadEffective } from '../budgets/config.js';
+import type { EconomicConfigRepository, SpendLedger } from '../budgets/repository.js';
+import {
+  type CapsuleAnswer,
+  type Consumption,
+  gatewayError,
+  type PackAnswer,
+  type PackContent,
+  type PayeeAnswer,
+} from './model.js';
+import { fromMicros, moneyMicros } from './money.js';
+import { evaluateConditions, type PackInput, packContent, packJson, packSha256 } from './packs.js';
+import {
+  type CapsuleRow,
+  createGatewayRepository,
+  type GatewayRepository,
+  type PackRow,
+  type PayeeRow,
+} from './repository.js';
+
+export interface PaymentServiceDeps {
+  repo: GatewayRepository;
+  ledger: SpendLedger;
+  configs: EconomicConfigRepository;
+  writer: Pick<DecisionWriter, 'write'>;
+  /** Opens the approvals a mint above the pack's threshold needs, in the common approvals queue. */
+  approvals: Pick<ApprovalService, 'open'>;
+  /** Runs `fn` in one transaction of the store (the approval's use and the capsule's insert). */
+  transaction<T>(fn: (db: Db) => Promise<T>): Promise<T>;
+  tierOf: (organizationId: string) => Promise<string>;
+  signing: Pick<SigningKeySet, 'signNaming' | 'published'>;
+  /** The store's handle, for reading approvals. */
+  store: Db;
+  clock: Clock;
+  issuer: string;
+  log: { error(obj: object, msg: string): void };
+}
+
+type Caller = Pick<OrgScope, 'organizationId' | 'projectId' | 'principal'>;
+
+/** Ledger category and tool name under which consumed payments count in budgets. */
+export const GATEWAY_CATEGORY = 'gateway';
+const GATEWAY_TOOL = 'gateway.consume';
+const DAY = 86_400_000;
+
+export interface MintInput {
+  entity_id: string;
+  agent_id: string;
+  pack_id: string;
+  pack_version?: number;
+  rails: string[];
+  beneficiary: { payee_id: string } | { details: BeneficiaryDetails };
+  amount_ceiling: { currency: string; amount: string };
+  ttl_seconds: number;
+  invoice_hash?: string;
+  workflow_id?: string;
+  /** The approved approval this mint is made under. */
+  approval_ref?: string;
+}
+
+/** Tool name of the approvals a mint opens. */
+export const CAPSULE_APPROVAL_TOOL = 'gateway.capsule';
+
+export interface ConsumeInput {
+  capsule: string;
+  amount: string;
+  currency: string;
+  rail: string;
+  beneficiary: BeneficiaryDetails;
+  invoice_hash?: string;
+}
+
+const packAnswer = (row: PackRow): PackAnswer => ({
+  pack_id: row.pack_id,
+  version: Number(row.version),
+  sha256: row.sha256,
+  created_at: row.created_at,
+  ...(JSON.parse(row.content) as PackContent),
+});
+
+const payeeAnswer = (row: PayeeRow): PayeeAnswer => ({
+  id: row.id,
+  beneficiary_hash: row.beneficiary_hash,
+  details: JSON.parse(row.details),
+  held: Number(row.held) === 1,
+  quarantine: { lifted_at: row.quarantine_lifted_at, lifted_by: row.quarantine_lifted_by },
+  created_at: row.created_at,
+  updated_at: row.updated_at,
+});
+
+const capsuleAnswer = (row: CapsuleRow): CapsuleAnswer => ({
+  id: row.id,
+  capsule: row.capsule,
+  status: row.status,
+  payee_id: row.payee_id,
+  payload: JSON.parse(row.payload),
+  consumption: row.consumption ? (JSON.parse(row.consumption) as Consumption) : null,
+  receipt_id: row.receipt_id,
+  created_at: row.created_at,
+  updated_at: row.updated_at,
+});
+
+/** Normalizes and hashes runtime details the way @svc/capsules does; bad details are the caller's. */
+async function hashDetails(details: BeneficiaryDetails, param: string) {
+  try {
+    return { normalized: normalizeBeneficiary(details), hash: await beneficiaryHash(details) };
+  } catch (err) {
+    throw gatewayError.invalidRequest(`${param}: ${(err as Error).message}`, param);
+  }
+}
+
+/** Whether first-time quarantine still applies to a payee under a pack's window. */
+function inQuarantine(payee: PayeeRow, pack: PackContent, now: number): boolean {
+  if (payee.quarantine_lifted_at !== null) return false;
+  return Date.parse(payee.created_at) + pack.quarantine_seconds * 1000 > now;
+}
+
+/**
+ * Policy packs, payees and spend capsules. A consume runs under the organization's spend-ledger
+ * lock: the nonce claim, the capsule's move to `consumed` and the ledger commit are one transaction,
+ * so of concurrent consumes (on any number of processes) exactly one succeeds.
+ */
+export function createPaymentService(deps: PaymentServiceDeps) {
+  const { repo, ledger, clock } = deps;
+  const now = () => clock.now().toISOString();
+
+  async function packFor(org: string, packId: string, version?: number): Promise<PackRow> {
+    const row =
+      version === undefined ? await repo.latestPack(org, packId) : await repo.pack(org, packId, version);
+    if (!row) {
+      throw gatewayError.packNotFound(
+        version === undefined
+          ? `policy pack ${packId} not found`
+          : `policy pack ${packId} version ${version} not found`,
+        version === undefined ? 'pack_id' : 'pack_version',
+      );
+    }
+    return row;
+  }
+
+  async function registerPayee(scope: Caller, details: BeneficiaryDetails, param: string) {
+    const { normalized, hash } = await hashDetails(details, param);
+    const at = now();
+    return repo.registerPayee({
+      organization_id: scope.organizationId,
+      id: uuidv7(),
+      beneficiary_hash: hash,
+      details: JSON.stringify(normalized),
+      held: 0,
+      quarantine_lifted_at: null,
+      quarantine_lifted_by: null,
+      created_at: at,
+      updated_at: at,
+    });
+  }
+
+  async function payeeOf(scope: Caller, id: string): Promise<PayeeRow> {
+    const row = await repo.payee(scope.organizationId, id);
+    if (!row) throw gatewayError.payeeNotFound(`payee ${id} not found`, 'payee_id');
+    return row;
+  }
+
+  const personOf = (scope: Caller, what: string): string => {
+    if (scope.principal.kind !== 'user')
+      throw gatewayError.forbidden(`${what} takes a person (user token), not an API key`);
+    return scope.principal.userId;
+  };
+
+  /** Everything a consume checks before it takes the lock: signature, body, rail, payee hash, amount. */
+  async function precheck(scope: Caller, input: ConsumeInput) {
+    const check = await verifyCapsule(input.capsule, await deps.signing.published(), { now: clock.now() });
+    if (!check.ok) {
+      const map = {
+        capsule_payload_invalid: gatewayError.payloadInvalid,
+        capsule_kid_unknown: gatewayError.kidUnknown,
+        capsule_signature_invalid: gatewayError.signature,
+        capsule_expired: gatewayError.expired,
+      } as const;
+      throw map[check.code](check.message, check.param);
+    }
+    const p = check.payload;
+    if (p.organization_id !== scope.organizationId || p.issuer !== deps.issuer) {
+      throw gatewayError.payloadInvalid('the capsule was not issued to this organization', 'organization_id');
+    }
+    const amountMicros = moneyMicros({ currency: input.currency, amount: input.amount }, 'payment');
+    if (input.currency !== p.amount_ceiling.currency) {
+      throw gatewayError.invalidRequest(
+        `currency must be the capsule's (${p.amount_ceiling.currency})`,
+        'currency',
+      );
+    }
+    if (!p.rail_allowlist.includes(input.rail)) {
+      throw gatewayError.rail(`rail ${input.rail} is not in the capsule's rail_allowlist`, 'rail');
+    }
+    const { hash } = await hashDetails(input.beneficiary, 'beneficiary');
+    if (hash !== p.beneficiary) {
+      throw gatewayError.hashMismatch(
+        "the beneficiary details do not hash to the capsule's beneficiary",
+        'beneficiary',
+      );
+    }
+    const ceilingMicros = moneyMicros(p.amount_ceiling, 'amount_ceiling');
+    if (amountMicros > ceilingMicros) {
+      throw gatewayError.overCeiling(
+        `amount ${input.amount} is above the capsule's ceiling ${p.amount_ceiling.amount} ${p.amount_ceiling.currency}`,
+        'amount',
+      );
+    }
+    if (p.invoice_hash !== undefined && input.invoice_hash !== p.invoice_hash) {
+      throw gatewayError.invalidRequest('invoice_hash must be the one the capsule binds', 'invoice_hash');
+    }
+    return { payload: p, amountMicros, ceilingMicros };
+  }
+
+  /**
+   * The approval a mint needs: without approval_ref one is opened (409 approval_required); with one,
+   * it must be approved, unused and bound to this very payload. Answers the approval's id.
+   */
+  async function checkApproval(
+    scope: Caller,
+    ref: string | undefined,
+    approvalPayload: Record<string, unknown>,
+    payloadHash: string,
+  ): Promise<string> {
+    const tier =
+      scope.principal.kind === 'apiKey' ? scope.principal.tier : await deps.tierOf(scope.organizationId);
+    if (!approvalsAllowed(tier)) {
+      throw gatewayError.approvalsUnavailable(
+        `this capsule needs a person's approval, and approvals need the Team plan or above (plan: ${tier})`,
+        'amount_ceiling.amount',
+      );
+    }
+    if (ref === undefined) {
+      const opened = await deps.approvals.open(scope, {
+        decisionId: null,
+        toolName: CAPSULE_APPROVAL_TOOL,
+        arguments: approvalPayload,
+        requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
+      });
+      throw gatewayError.approvalRequired(
+        opened.id,
+        payloadHash,
+        "the ceiling is at or above the pack's approval_threshold_usd: a person must approve this capsule",
+      );
+    }
+    const approvals = createApprovalRepository(deps.store);
+    const row = await approvals.get(scope.organizationId, ref);
+    if (!row) throw gatewayError.approvalNotFound(`approval ${ref} not found`, 'approval_ref');
+    if (row.tool_name !== CAPSULE_APPROVAL_TOOL || row.argument_hash !== payloadHash) {
+      throw gatewayError.approvalPayloadMismatch(
+        row.tool_name === CAPSULE_APPROVAL_TOOL ? row.argument_hash : payloadHash,
+        `approval ${ref} was raised for a different capsule request`,
+      );
+    }
+    const status = statusAt(row, now());
+    if (status === 'pending') {
+      throw gatewayError.approvalRequired(ref, payloadHash, `approval ${ref} is still pending`);
+    }
+    if (status === 'denied')
+      throw gatewayError.approvalDenied(`approval ${ref} was denied by ${row.resolved_by}`, 'approval_ref');
+    if (status === 'expired')
+      throw gatewayError.approvalExpired(`approval ${ref} expired at ${row.expires_at}`, 'approval_ref');
+    if (row.used_at !== null)
+      throw gatewayError.approvalConsumed(
+        `approval ${ref} was already used at ${row.used_at}`,
+        'approval_ref',
+      );
+    return ref;
+  }
+
+  return {
+    async putPack(scope: Caller, packId: string, input: PackInput): Promise<PackAnswer> {
+      const content = packContent(input);
+      // Versions are immutable; a concurrent save of the same pack retries on the next number.
+      for (let attempt = 0; attempt < 5; attempt++) {
+        const latest = await repo.latestPack(scope.organizationId, packId);
+        const row: PackRow = {
+          organization_id: scope.organizationId,
+          pack_id: packId,
+          version: latest ? Number(latest.version) + 1 : 1,
+          content: packJson(content),
+          sha256: packSha256(content),
+          created_at: now(),
+        };
+        if (await repo.insertPack(row)) return packAnswer(row);
+      }
+      throw gatewayError.unavailable('the pack is being saved concurrently; send the request again');
+    },
+
+    async getPack(scope: Caller, packId: string, version?: number): Promise<PackAnswer> {
+      return packAnswer(await packFor(scope.organizationId, packId, version));
+    },
+
+    async registerPayee(scope: Caller, details: BeneficiaryDetails) {
+      const { row, created } = await registerPayee(scope, details, 'details');
+      return { payee: payeeAnswer(row), created };
+    },
+
+    async getPayee(scope: Caller, id: string): Promise<PayeeAnswer> {
+      return payeeAnswer(await payeeOf(scope, id));
+    },
+
+    async holdPayee(scope: Caller, id: string, held: boolean): Promise<PayeeAnswer> {
+      await payeeOf(scope, id);
+      // Anyone may stop payments to a payee; only a person may let them flow again.
+      if (!held) personOf(scope, 'releasing a held payee');
+      return payeeAnswer((await repo.updatePayee(scope.organizationId, id, { held: held ? 1 : 0 }, now()))!);
+    },
+
+    async liftQuarantine(scope: Caller, id: string): Promise<PayeeAnswer> {
+      const person = personOf(scope, 'lifting a payee quarantine');
+      const payee = await payeeOf(scope, id);
+      if (payee.quarantine_lifted_at !== null) return payeeAnswer(payee);
+      const at = now();
+      return payeeAnswer(
+        (await repo.updatePayee(
+          scope.organizationId,
+          id,
+          { quarantine_lifted_at: at, quarantine_lifted_by: person },
+          at,
+        ))!,
+      );
+    },
+
+    async mint(scope: Caller, input: MintInput): Promise<CapsuleAnswer> {
+      const packRow = await packFor(scope.organizationId, input.pack_id, input.pack_version);
+      const pack = JSON.parse(packRow.content) as PackContent;
+      const ceilingMicros = moneyMicros(input.amount_ceiling, 'amount_ceiling');
+      const rails = [...new Set(input.rails)].sort();
+      const outside = rails.find((r) => !pack.allowed_rails.includes(r));
+      if (outside !== undefined) {
+        throw gatewayError.rail(`rail ${outside} is not allowed by policy pack ${input.pack_id}`, 'rails');
+      }
+      const threshold = (name: 'approval_threshold_usd' | 'dual_control_threshold_usd') =>
+        pack[name] !== null && ceilingMicros >= moneyMicros({ currency: 'USD', amount: pack[name]! }, name);
+      // Dual control (two distinct approvers) is not offered yet: never mint what it would cover.
+      if (threshold('dual_control_threshold_usd')) {
+        throw gatewayError.notImplemented(
+          "the ceiling is at or above the pack's dual_control_threshold_usd; dual control is not available yet",
+          'amount_ceiling.amount',
+        );
+      }
+      const needsApproval = threshold('approval_threshold_usd') || input.approval_ref !== undefined;
+      const payee =
+        'payee_id' in input.beneficiary
+          ? await payeeOf(scope, input.beneficiary.payee_id)
+          : (await registerPayee(scope, input.beneficiary.details, 'beneficiary.details')).row;
+      if (Number(payee.held) === 1) throw gatewayError.held(`payee ${payee.id} is held`, 'beneficiary');
+      // What a person approves: every member of the capsule that says how much, to whom, how and under what.
+      const approvalPayload = {
+        entity_id: input.entity_id,
+        agent_id: input.agent_id,
+        pack_id: packRow.pack_id,
+        pack_version: Number(packRow.version),
+        policy_sha256: packRow.sha256,
+        rail_allowlist: rails,
+        beneficiary: payee.beneficiary_hash,
+        payee: JSON.parse(payee.details),
+        amount_ceiling: input.amount_ceiling,
+        invoice_hash: input.invoice_hash ?? null,
+        workflow_id: input.workflow_id ?? null,
+      };
+      const payloadHash = argumentHash(approvalPayload);
+      const approvalRef = needsApproval
+        ? await checkApproval(scope, input.approval_ref, approvalPayload, payloadHash)
+        : null;
+      const issued = clock.now();
+      const ttl = Math.min(input.ttl_seconds, pack.max_ttl_seconds);
+      const payload: CapsulePayload = {
+        version: CAPSULE_VERSION,
+        capsule_id: uuidv7(),
+        issuer: deps.issuer,
+        organization_id: scope.organizationId,
+        entity_id: input.entity_id,
+        agent_id: input.agent_id,
+        rail_allowlist: rails,
+        beneficiary: payee.beneficiary_hash,
+        amount_ceiling: { currency: input.amount_ceiling.currency, amount: input.amount_ceiling.amount },
+        pack_id: packRow.pack_id,
+        pack_version: Number(packRow.version),
+        policy_sha256: packRow.sha256,
+        issued_at: issued.toISOString(),
+        expires_at: new Date(issued.getTime() + ttl * 1000).toISOString(),
+        nonce: randomBytes(24).toString('base64url'),
+        ...(input.invoice_hash !== undefined ? { invoice_hash: input.invoice_hash } : {}),
+        ...(input.workflow_id !== undefined ? { workflow_id: input.workflow_id } : {}),
+        ...(approvalRef !== null ? { approval_ref: approvalRef } : {}),
+      };
+      let signingInput = '';
+      const signed = await deps.signing.signNaming((kid) => {
+        signingInput = capsuleSigningInput(payload, kid);
+        return new TextEncoder().encode(signingInput);
+      });
+      const row: CapsuleRow = {
+        organization_id: scope.organizationId,
+        id: payload.capsule_id,
+        project_id: scope.projectId,
+        entity_id: payload.entity_id,
+        agent_id: payload.agent_id,
+        payee_id: payee.id,
+        nonce: payload.nonce,
+        payload: JSON.stringify(payload),
+        capsule: compactCapsule(signingInput, signed.signature),
+        status: 'active',
+        expires_at: payload.expires_at,
+        consumption: null,
+        receipt_id: null,
+        created_at: payload.issued_at,
+        updated_at: payload.issued_at,
+      };
+      if (approvalRef === null) {
+        await repo.insertCapsule(row);
+        return capsuleAnswer(row);
+      }
+      // The approval is used exactly when the capsule exists: both commit or neither does.
+      await deps.transaction(async (db) => {
+        const used = await createApprovalRepository(db).use(
+          scope.organizationId,
+          approvalRef,
+          { toolName: CAPSULE_APPROVAL_TOOL, argumentHash: payloadHash },
+          payload.issued_at,
+        );
+        if (!used)
+          throw gatewayError.approvalConsumed(`approval ${approvalRef} was already used`, 'approval_ref');
+        await createGatewayRepository(db).insertCapsule(row);
+      });
+      return capsuleAnswer(row);
+    },
+
+    async getCapsule(scope: Caller, id: string): Promise<CapsuleAnswer> {
+      const row = await repo.capsule(scope.organizationId, id);
+      if (!row) throw gatewayError.capsuleNotFound(`capsule ${id} not found`, 'id');
+      return capsuleAnswer(row);
+    },
+
+    async revoke(scope: Caller, id: string): Promise<CapsuleAnswer> {
+      const row = await repo.capsule(scope.organizationId, id);
+      if (!row) throw gatewayError.capsuleNotFound(`capsule ${id} not found`, 'id');
+      if (row.status === 'consumed') throw gatewayError.consumed(`capsule ${id} was already consumed`, 'id');
+      // Revoking twice is harmless: the second answers the revoked capsule.
+      await repo.settleCapsule(scope.organizationId, id, 'revoked', null, now());
+      const after = (await repo.capsule(scope.organizationId, id))!;
+      if (after.status === 'consumed')
+        throw gatewayError.consumed(`capsule ${id} was already consumed`, 'id');
+      return capsuleAnswer(after);
+    },
+
+    async consume(scope: Caller, input: ConsumeInput): Promise<CapsuleAnswer> {
+      const { payload: p, amountMicros, ceilingMicros } = await precheck(scope, input);
+      const { effective: config } = await loadEffective(deps.configs, scope);
+      const org = scope.organizationId;
+      const consumed = await ledger.locked(org, now, async (tx) => {
+        const r = createGatewayRepository(tx.db);
+        const row = await r.capsule(org, p.capsule_id);
+        if (!row) throw gatewayError.payloadInvalid(`capsule ${p.capsule_id} is not known`, 'capsule_id');
+        if (row.status === 'consumed') throw gatewayError.consumed(`capsule ${row.id} was already consumed`);
+        if (row.status === 'revoked') throw gatewayError.revoked(`capsule ${row.id} was revoked`);
+        const claim = await r.nonceClaim(org, p.entity_id, p.nonce);
+        if (claim) throw gatewayError.replayed(`nonce already claimed for entity ${p.entity_id}`, 'nonce');
+        const latest = await r.latestPack(org, p.pack_id);
+        if (!latest) throw gatewayError.packNotFound(`policy pack ${p.pack_id} not found`, 'pack_id');
+        if (latest.sha256 !== p.policy_sha256) {
+          throw gatewayError.packHashMismatch(
+            `policy pack ${p.pack_id} changed (now version ${latest.version}, ${latest.sha256}) since the capsule was minted`,
+            'policy_sha256',
+          );
+        }
+        const pack = JSON.parse(latest.content) as PackContent;
+        const payee = await r.payee(org, row.payee_id);
+        if (!payee) throw gatewayError.payeeNotFound(`payee ${row.payee_id} not found`, 'beneficiary');
+        if (Number(payee.held) === 1) throw gatewayError.held(`payee ${payee.id} is held`, 'beneficiary');
+        if (inQuarantine(payee, pack, Date.parse(tx.now))) {
+          throw gatewayError.quarantine(
+            `payee ${payee.id} is a first-time payee in quarantine until a person lifts it or the window ends`,
+            'beneficiary',
+            `POST /v1/gateway/payees/${payee.id}/lift-quarantine with a user token`,
+          );
+        }
+        evaluateConditions(pack.conditions, {
+          amount: amountMicros / 1e6,
+          currency: input.currency,
+          rail: input.rail,
+          entity_id: p.entity_id,
+          agent_id: p.agent_id,
+          beneficiary: p.beneficiary,
+          invoice_hash: input.invoice_hash ?? '',
+          ceiling_amount: ceilingMicros / 1e6,
+        });
+        const at = Date.parse(tx.now);
+        const windows = [
+          ['usd_24h', DAY],
+          ['usd_7d', 7 * DAY],
+          ['usd_30d', 30 * DAY],
+        ] as const;
+        const spent = await r.entitySpentSince(
+          org,
+          p.entity_id,
+          windows.map(([, ms]) => new Date(at - ms).toISOString()),
+        );
+        windows.forEach(([name, _ms], i) => {
+          const cap = pack.entity_caps[name];
+          if (cap === null) return;
+          const capMicros = moneyMicros({ currency: 'USD', amount: cap }, name);
+          if (spent[i]! + amountMicros > capMicros) {
+            throw gatewayError.overEntityCap(
+              `entity ${p.entity_id} has spent ${fromMicros(spent[i]!)} USD of its ${cap} USD cap (${name}); ${input.amount} more would exceed it`,
+              'amount',
+            );
+          }
+        });
+        // The one step that spends: nonce, status and ledger entry commit together or not at all.
+        if (!(await r.claimNonce(org, p.entity_id, p.nonce, p.capsule_id, tx.now))) {
+          throw gatewayError.replayed(`nonce already claimed for entity ${p.entity_id}`, 'nonce');
+        }
+        const [entry] = await tx.append([
+          {
+            kind: 'commit',
+            project_id: row.project_id,
+            action_id: `capsule:${p.capsule_id}`,
+            session_id: `capsule:${p.capsule_id}`,
+            agent_id: p.agent_id,
+            category: GATEWAY_CATEGORY,
+            payer: p.entity_id,
+            tool_name: GATEWAY_TOOL,
+            amount_micros: amountMicros,
+            decision: 'economic_committed',
+            agent_window: windowStart(config?.agentWindow ?? 'day', tx.now),
+            category_window: windowStart(config?.categoryWindow ?? 'day', tx.now),
+          },
+        ]);
+        const consumption: Consumption = {
+          amount: input.amount,
+          currency: input.currency,
+          rail: input.rail,
+          invoice_hash: input.invoice_hash ?? null,
+          consumed_at: tx.now,
+          ledger_entry_id: entry!.id,
+        };
+        if (!(await r.settleCapsule(org, row.id, 'consumed', JSON.stringify(consumption), tx.now))) {
+          throw gatewayError.consumed(`capsule ${row.id} was already consumed`);
+        }
+        return { row: (await r.capsule(org, row.id))!, consumption, pack: latest };
+      });
+      try {
+        const receipt = await deps.writer.write({
+          receipt: {
+            organization_id: org,
+            project_id: consumed.row.project_id,
+            decision_id: consumed.consumption.ledger_entry_id,
+            decision: 'allow',
+            mode: null,
+            tool_name: GATEWAY_TOOL,
+            argument_hash: hashJson({ capsule_id: p.capsule_id, ...consumed.consumption }),
+            policy_version: Number(consumed.pack.version),
+            policy_hash: consumed.pack.sha256,
+            reason: `capsule_consumed: ${input.amount} ${input.currency} over ${input.rail}`,
+            timestamp: consumed.consumption.consumed_at,
+            source: 'gateway',
+            action_id: `capsule:${p.capsule_id}`,
+            amount_micros: amountMicros,
+            payer: p.entity_id,
+          },
+        });
+        await repo.setCapsuleReceipt(org, p.capsule_id, receipt.receipt_id);
+        return capsuleAnswer({ ...consumed.row, receipt_id: receipt.receipt_id });
+      } catch (err) {
+        deps.log.error(
+          { err, capsuleId: p.capsule_id },
+          'capsule consumed but its receipt could not be written',
+        );
+        throw gatewayError.unavailable(
+          'the capsule is consumed and its spend recorded, but its receipt could not be written',
+        );
+      }
+    },
+  };
+}
+
+export type PaymentService = ReturnType<typeof createPaymentService>;
