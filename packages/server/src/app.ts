@@ -105,6 +105,8 @@ export async function buildApp({
     const policies = new PolicyCache(createPolicyRepository(store.db));
     const writer = new DecisionWriter(store, { log: app.log, thread: config.writerThread });
     const judge = createJudge({ settings: config.llm, now: () => clock.now().getTime() });
+    // A policy change drops that policy's verdicts at once (new versions never hit old ones anyway).
+    policies.onChange((org, tool) => judge.forget(org, tool));
     const approvals = createApprovalService({
       approvals: createApprovalRepository(store.db),
       writer,

@@ -132,11 +132,17 @@ describe.each(PROVIDERS)('the %s adapter', (provider) => {
       cached: false,
     });
     expect(server.seen).toHaveLength(2);
+    // forget() drops a policy's verdicts at once (what a policy update does).
+    judge.forget('org-1', 'send_email');
+    expect(await judge.judge(request(provider, { to: 'a@example.com', cc: [1, 2] }))).toMatchObject({
+      cached: false,
+    });
+    expect(server.seen).toHaveLength(3);
     // Failures are never cached.
     server.script = () => ({ status: 500 });
     await judge.judge(request(provider, { other: true }));
     await judge.judge(request(provider, { other: true }));
-    expect(server.seen).toHaveLength(4);
+    expect(server.seen).toHaveLength(5);
   });
 
   it('passes arguments that try to instruct the judge as delimited data only', async () => {
