@@ -1,5 +1,6 @@
 import { compilePolicy, evaluate, type PolicyDefinition } from '@svc/policy-engine';
 import type { ProviderName } from '../llm-judge/model.js';
+import { namePattern } from './compile.js';
 import { describePolicy } from './describe.js';
 import type { ToolInfo, TurnResult } from './model.js';
 import { NUM, numberOf } from './numbers.js';
@@ -26,24 +27,13 @@ export interface ChatAnswer {
   answered: boolean;
 }
 
-const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-
-function nameRe(name: string): RegExp {
-  const words = name
-    .split(/[\s_.-]+/)
-    .filter(Boolean)
-    .map(escapeRegex)
-    .join(String.raw`[\s_-]?`);
-  return new RegExp(String.raw`(?<![\w.@])(?:${escapeRegex(name)}|${words})(?:e?s)?(?![\w@])`, 'i');
-}
-
 /** The call a question describes: values after argument names ("amount 5000", "to bob@x.com"). */
 function callFrom(message: string, tool: ToolInfo): Record<string, unknown> | null {
   const args: Record<string, unknown> = {};
-  let text = message.replace(nameRe(tool.name), ' ');
+  let text = message.replace(namePattern(tool.name), ' ');
   for (const arg of [...tool.arguments].sort((a, b) => b.name.length - a.name.length)) {
     const m = new RegExp(
-      String.raw`${nameRe(arg.name).source}\s*(?:=|:|of|is|as)?\s*("[^"]*"|'[^']*'|[^\s,;?]+)`,
+      String.raw`${namePattern(arg.name).source}\s*(?:=|:|of|is|as)?\s*("[^"]*"|'[^']*'|[^\s,;?]+)`,
       'i',
     ).exec(text);
     if (!m) continue;
@@ -73,7 +63,7 @@ function callFrom(message: string, tool: ToolInfo): Record<string, unknown> | nu
  * describes a tool's policy, and dry-runs the engine on a call the question describes.
  */
 export function answerQuestion(message: string, ctx: ChatContext): ChatAnswer {
-  const named = ctx.tools.filter((t) => nameRe(t.name).test(message));
+  const named = ctx.tools.filter((t) => namePattern(t.name).test(message));
   const tool = named[0] ?? ctx.tools.find((t) => t.name === ctx.fallbackTool) ?? null;
   if (!tool || (named.length === 0 && /\b(?:tools|policies|everything|all)\b/i.test(message))) {
     if (ctx.tools.length === 0) {

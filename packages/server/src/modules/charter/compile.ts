@@ -22,7 +22,7 @@ import {
 const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 /** The ways a registered name may be written: send_payment, send payment, send-payment, sendPayment. */
-function namePattern(name: string): RegExp {
+export function namePattern(name: string): RegExp {
   const words = name
     .replace(/([a-z0-9])([A-Z])/g, '$1 $2')
     .split(/[\s_.-]+/)

@@ -306,7 +306,7 @@ export function createCharterService(deps: CharterServiceDeps) {
       const now = clock.now().toISOString();
       const turns = [
         ...JSON.parse(conversation.turns),
-        { role: 'user', text: input.message, at: now },
+        { role: 'user', text: input.message, surface: input.surface, at: now },
         { role: 'assistant', text: result.reply, at: now },
       ];
       await repo.saveConversation({
@@ -385,7 +385,19 @@ export function createCharterService(deps: CharterServiceDeps) {
         if (!(await repo.resolve(scope.organizationId, id, 'approved', by, now, null))) {
           throw new AppError('invalid_status', `Verification ${id} was resolved meanwhile`);
         }
-        const result = await deps.registry.upsert(actor, v.tools);
+        let result: Awaited<ReturnType<typeof deps.registry.upsert>>;
+        try {
+          result = await deps.registry.upsert(actor, v.tools);
+        } catch (err) {
+          // Not registered means not approved: the verification goes back to pending.
+          await db
+            .updateTable('charter_verifications')
+            .set({ status: 'pending', resolved_by: null, resolved_at: null })
+            .where('organization_id', '=', scope.organizationId)
+            .where('id', '=', id)
+            .execute();
+          throw err;
+        }
         const applied = result.generated.map((g) => ({ toolName: g.toolName, version: 1 }));
         await db
           .updateTable('charter_verifications')
