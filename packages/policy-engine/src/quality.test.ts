@@ -112,13 +112,12 @@ describe('scorePolicy', () => {
 
   it('scores llm policies', () => {
     const empty = scorePolicy({ mode: 'llm', llmConfig: { description: '  ' } });
-    expect(empty.issues).toEqual([
-      'The llm policy has an empty description, so it states no rule.',
-      'LLM policy evaluation is not available (no model is configured), so every call is denied.',
-    ]);
-    expect(empty.score).toBe(40);
+    expect(empty.issues).toEqual(['The llm policy has an empty description, so it states no rule.']);
+    expect(empty).toMatchObject({ valid: false, score: 40 });
     expect(scorePolicy({ mode: 'llm' }).issues[0]).toContain('empty description');
-    expect(scorePolicy({ mode: 'llm', llmConfig: { description: 'refunds under $50 only' } }).score).toBe(80);
+    expect(scorePolicy({ mode: 'llm' }).valid).toBe(false);
+    const stated = scorePolicy({ mode: 'llm', llmConfig: { description: 'refunds under $50 only' } });
+    expect(stated).toEqual({ valid: true, score: 100, issues: [] });
   });
 
   it('reports softer problems with smaller penalties', () => {

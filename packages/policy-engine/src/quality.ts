@@ -13,7 +13,6 @@ export const PENALTY = {
   contradiction: 40,
   constrainsNothing: 50,
   emptyLlmDescription: 40,
-  llmUnavailable: 20,
   typeConflict: 20,
   warning: 15,
   notice: 5,
@@ -304,12 +303,13 @@ export function scorePolicy(
 
   if (def.mode === 'llm') {
     if (!def.llmConfig?.description?.trim()) {
-      out.add('The llm policy has an empty description, so it states no rule.', PENALTY.emptyLlmDescription);
+      // A policy that states no rule cannot be judged: it is invalid, not merely weak.
+      out.add(
+        'The llm policy has an empty description, so it states no rule.',
+        PENALTY.emptyLlmDescription,
+        true,
+      );
     }
-    out.add(
-      'LLM policy evaluation is not available (no model is configured), so every call is denied.',
-      PENALTY.llmUnavailable,
-    );
     if (constraints.length > 0) out.add('Constraints are ignored in llm mode.', PENALTY.notice);
   } else {
     if (isSet(def.llmConfig)) out.add('llmConfig is ignored in deterministic mode.', PENALTY.notice);

@@ -26,8 +26,10 @@ import { createApprovalRepository } from './modules/approvals/repository.js';
 import { approvalRoutes } from './modules/approvals/routes.js';
 import { createApprovalService } from './modules/approvals/service.js';
 import { budgetRoutes } from './modules/budgets/routes.js';
+import { charterRoutes } from './modules/charter/routes.js';
 import { decisionRoutes } from './modules/decisions/routes.js';
 import { healthRoutes } from './modules/health/routes.js';
+import { createJudge } from './modules/llm-judge/judge.js';
 import { mcpRoutes } from './modules/mcp/routes.js';
 import { createOrganizationRepository } from './modules/organizations/repository.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
@@ -108,6 +110,9 @@ export async function buildApp({
     const events = countEvents(scale?.events ?? new LocalEventBus(), metrics);
     const policies = new PolicyCache(createPolicyRepository(store.db));
     const writer = new DecisionWriter(store, { log: app.log, thread: config.writerThread, metrics });
+    const judge = createJudge({ settings: config.llm, now: () => clock.now().getTime() });
+    // A policy change drops that policy's verdicts at once (new versions never hit old ones anyway).
+    policies.onChange((org, tool) => judge.forget(org, tool));
     const approvals = createApprovalService({
       approvals: createApprovalRepository(store.db),
       writer,
@@ -128,11 +133,16 @@ export async function buildApp({
       writer,
       enforcement: createEnforcement({
         policies,
-        steps: enforcementSteps({ approvals, sessions: scale?.sessions ?? new MemorySessionCounters(store) }),
+        steps: enforcementSteps({
+          approvals,
+          sessions: scale?.sessions ?? new MemorySessionCounters(store),
+          judge,
+        }),
         writer,
         events,
         clock,
       }),
+      judge,
       approvals,
       rateLimiter: countRateLimits(scale?.rateLimiter ?? new MemoryRateLimiter(), metrics),
       streams: new EventHub(events),
@@ -186,6 +196,7 @@ export async function buildApp({
     await app.register(mcpRoutes, { ctx });
     await app.register(budgetRoutes, { ctx });
     await app.register(paymentRoutes, { ctx, prefix: '/v1/gateway' });
+    await app.register(charterRoutes, { ctx });
     return { app, ctx };
   } catch (err) {
     // Nothing else owns the Redis connections yet: close them, or the process would hang on them.

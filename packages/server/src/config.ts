@@ -1,4 +1,6 @@
 import { parseTtl } from './lib/duration.js';
+import { loadLlmSettings } from './modules/llm-judge/config.js';
+import type { LlmSettings } from './modules/llm-judge/model.js';
 
 export interface Config {
   port: number;
@@ -30,6 +32,8 @@ export interface Config {
    * two-core machine shared with other work it measured slower, see docs/benchmarks.md).
    */
   writerThread: boolean;
+  /** Model providers for llm-mode policies and the policy assistant (SVC_LLM_*). */
+  llm: LlmSettings;
 }
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/svc.db';
@@ -101,5 +105,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     signingKeyOverlapSeconds: duration('SVC_SIGNING_KEY_OVERLAP', env.SVC_SIGNING_KEY_OVERLAP, 30 * 86400),
     checkpointIntervalMs: duration('SVC_CHECKPOINT_INTERVAL', env.SVC_CHECKPOINT_INTERVAL, 5) * 1000,
     writerThread: flag('SVC_WRITER_THREAD', env.SVC_WRITER_THREAD),
+    llm: loadLlmSettings(env),
   };
 }

@@ -10,6 +10,7 @@ import type { ScopeResolver } from './lib/scope.js';
 import type { Metrics } from './metrics/model.js';
 import type { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
 import type { ApprovalService } from './modules/approvals/service.js';
+import type { PolicyJudge } from './modules/llm-judge/judge.js';
 import type { PolicyCache } from './modules/policies/cache.js';
 import type { RateLimiter } from './plugins/rate-limit.js';
 import type { RedisLink } from './scale/redis.js';
@@ -31,6 +32,8 @@ export interface AppContext {
   writer: DecisionWriter;
   /** The one path of every enforced call (validate, MCP tools/call, client-reported decisions). */
   enforcement: Enforcement;
+  /** Judges llm-mode policies; also tells the dry run which provider would judge. */
+  judge: PolicyJudge;
   approvals: ApprovalService;
   rateLimiter: RateLimiter;
   /** The Redis connections when SVC_REDIS_URL is set (scale-out), else null. */

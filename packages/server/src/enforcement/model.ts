@@ -1,6 +1,7 @@
 import type { Evaluation, FailedConstraint } from '@svc/policy-engine';
 import type { Receipt, ReceiptSummary } from '../ledger/model.js';
 import type { KeyPrincipal } from '../modules/api-keys/authenticator.js';
+import type { JudgeBinding } from '../modules/llm-judge/model.js';
 import type { LoadedPolicy } from '../modules/policies/cache.js';
 
 export type DecisionValue = 'allow' | 'deny' | 'require_approval';
@@ -39,6 +40,10 @@ export interface Verdict {
   evaluation: Evaluation;
   /** The approval the decision binds in its receipt: the one it opens, or the one it used. */
   approvalId: string | null;
+  /** llm mode: the policy exception the judge found to apply. */
+  matchedException?: string | null;
+  /** llm mode: the provider, model and exchange hashes the receipt binds. */
+  judge?: Partial<JudgeBinding> | null;
 }
 
 /** What a step took for a call, made final once the decision is durable or given back if not. */

@@ -60,7 +60,12 @@ function setup(
   };
   const pipeline = createEnforcement({
     policies: { get: async () => policy },
-    steps: enforcementSteps({ approvals: { use, open } as never, sessions: { reserve } }),
+    steps: enforcementSteps({
+      approvals: { use, open } as never,
+      sessions: { reserve },
+      // Deterministic policies never reach the judge.
+      judge: { judge: async () => expect.unreachable('the judge is not asked for deterministic policies') },
+    }),
     writer,
     events: new LocalEventBus(),
     clock: { now: () => new Date('2026-01-01T00:00:00.000Z') },

@@ -1,4 +1,4 @@
-import type { WriteItem } from '../ledger/model.js';
+import type { ReceiptFields, WriteItem } from '../ledger/model.js';
 import { argumentHash } from '../ledger/receipt.js';
 import type { LoadedPolicy } from '../modules/policies/cache.js';
 import type { CallScope, EnforceRequest, SessionWrite, ToolCall, Verdict } from './model.js';
@@ -20,6 +20,17 @@ export interface RecordInput {
   session: SessionWrite | undefined;
   bindings: EnforceRequest['bindings'];
   resultHash: string | undefined;
+}
+
+/** The judge's binding as receipt fields; absent parts are left out. */
+function judgeFields(j: Verdict['judge']): Partial<ReceiptFields> {
+  if (!j) return {};
+  return {
+    ...(j.provider ? { judge_provider: j.provider } : {}),
+    ...(j.model ? { judge_model: j.model } : {}),
+    ...(j.promptHash ? { judge_prompt_hash: j.promptHash } : {}),
+    ...(j.answerHash ? { judge_answer_hash: j.answerHash } : {}),
+  };
 }
 
 /** The durable write of one decision: its receipt fields, its row and its session counters. */
@@ -49,6 +60,7 @@ export function writeItemOf(r: RecordInput): WriteItem {
       ...(verdict.approvalId ? { approval_id: verdict.approvalId } : {}),
       ...r.bindings,
       ...(r.resultHash ? { result_hash: r.resultHash } : {}),
+      ...judgeFields(verdict.judge),
     },
     decision: {
       id: r.decisionId,
@@ -61,7 +73,7 @@ export function writeItemOf(r: RecordInput): WriteItem {
       mode: verdict.mode,
       reason: verdict.reason,
       failed_argument: verdict.failedArgument,
-      matched_exception: null,
+      matched_exception: verdict.matchedException ?? null,
       validations: verdict.failedConstraints.length > 0 ? JSON.stringify(verdict.failedConstraints) : null,
       latency_ms: r.latencyMs,
       source: r.source,

@@ -38,6 +38,11 @@ export interface ReceiptFields {
   action_id?: string;
   amount_micros?: number;
   payer?: string;
+  /** llm mode: the provider and model that judged, and hashes of the prompt sent and answer received. */
+  judge_provider?: string;
+  judge_model?: string;
+  judge_prompt_hash?: string;
+  judge_answer_hash?: string;
 }
 
 export type ReceiptInput = ReceiptFields & { receipt_id: string };

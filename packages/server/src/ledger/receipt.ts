@@ -29,6 +29,10 @@ const OPTIONAL_KEYS = [
   'action_id',
   'amount_micros',
   'payer',
+  'judge_provider',
+  'judge_model',
+  'judge_prompt_hash',
+  'judge_answer_hash',
 ] as const;
 
 export function emptyChainHead(): ChainHead {
@@ -135,7 +139,7 @@ export function fieldProblems(r: Record<string, unknown>): string[] {
   if (r['policy_hash'] !== undefined && r['policy_hash'] !== null && !isTaggedHash(r['policy_hash'])) {
     problems.push('policy_hash is neither null nor sha256:<64 hex>');
   }
-  for (const key of ['result_hash', 'approval_hash']) {
+  for (const key of ['result_hash', 'approval_hash', 'judge_prompt_hash', 'judge_answer_hash']) {
     if (r[key] !== undefined && r[key] !== null && !isTaggedHash(r[key])) {
       problems.push(`${key} is not sha256:<64 hex>`);
     }

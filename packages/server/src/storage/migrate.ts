@@ -8,6 +8,7 @@ import * as m0005 from './migrations/0005_approval_requester.js';
 import * as m0006 from './migrations/0006_key_scopes.js';
 import * as m0007 from './migrations/0007_decision_log_indexes.js';
 import * as m0008 from './migrations/0008_spend_ledger.js';
+import * as m0009 from './migrations/0009_charter.js';
 import * as m0012 from './migrations/0012_checkpoints.js';
 import * as m0013 from './migrations/0013_policy_versions.js';
 import * as m0015 from './migrations/0015_gateway.js';
@@ -25,6 +26,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0006_key_scopes': m0006,
   '0007_decision_log_indexes': m0007,
   '0008_spend_ledger': m0008,
+  '0009_charter': m0009,
   '0012_checkpoints': m0012,
   '0013_policy_versions': m0013,
   '0015_gateway': m0015,

@@ -305,6 +305,40 @@ export interface SpendActionsTable {
   created_at: string;
 }
 
+export interface CharterConversationsTable {
+  id: string;
+  organization_id: string;
+  project_id: string | null;
+  last_tool: string | null;
+  /** JSON array of {role, text, at}. */
+  turns: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface CharterVerificationsTable {
+  id: string;
+  organization_id: string;
+  project_id: string | null;
+  conversation_id: string | null;
+  /** policy_change or tool_registration. */
+  kind: string;
+  /** pending, approved or rejected. */
+  status: string;
+  summary: string;
+  /** JSON array of PolicyChange. */
+  changes: string;
+  /** JSON array of ToolRegistration. */
+  tools: string;
+  link_hash: string;
+  requested_by: string;
+  /** JSON array of {toolName, version} written on approval. */
+  applied: string | null;
+  resolved_by: string | null;
+  resolved_at: string | null;
+  created_at: string;
+}
+
 export interface Database {
   organizations: OrganizationsTable;
   memberships: MembershipsTable;
@@ -327,4 +361,6 @@ export interface Database {
   spend_ledger: SpendLedgerTable;
   spend_balances: SpendBalancesTable;
   spend_actions: SpendActionsTable;
+  charter_conversations: CharterConversationsTable;
+  charter_verifications: CharterVerificationsTable;
 }

@@ -2,7 +2,14 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../../../test/helpers.js';
+import {
+  asUser,
+  createTenant,
+  createTestApp,
+  keyHeader,
+  type Tenant,
+  type TestApp,
+} from '../../../test/helpers.js';
 import { rawRpc } from '../../../test/mcp-helpers.js';
 
 let t: TestApp;
@@ -62,17 +69,35 @@ describe('POST /v1/mcp/charter', () => {
     expect(JSON.stringify(turn.mode)).toMatch(/auto.*chat.*compile/);
   });
 
-  it('registers tools as POST /v1/tools/register does and lists them', async () => {
+  it('registers tools only after a person approves the verification, then lists them', async () => {
     const tenant = await createTenant(t);
     const client = await charterClient(tenant);
-    const registered = await client.callTool({ name: 'svc_register_tools', arguments: { tools: TOOLS } });
-    expect(registered.isError).toBeFalsy();
-    expect(registered.structuredContent).toMatchObject({
+    const proposed = await client.callTool({ name: 'svc_register_tools', arguments: { tools: TOOLS } });
+    expect(proposed.isError).toBeFalsy();
+    const sc = proposed.structuredContent as {
+      verification: { required: boolean; id: string; linkUrl: string };
+    };
+    expect(sc).toMatchObject({
       success: true,
-      registered_tools: ['send_email', 'get_weather'],
-      message: expect.stringMatching(/Registered 2 tools/),
-      verification: { required: false },
+      registered_tools: [],
+      pending_tools: ['send_email', 'get_weather'],
+      verification: { required: true, status: 'pending' },
     });
+    expect(sc.verification.linkUrl.startsWith(`${t.config.baseUrl}/charter/verify/`)).toBe(true);
+    // Nothing is live before approval.
+    const before = await t.inject({ method: 'GET', url: '/v1/tools', headers: keyHeader(tenant.apiKey) });
+    expect(before.json().data).toEqual([]);
+    const approved = await t.inject({
+      method: 'POST',
+      url: `/v1/charter/verifications/${sc.verification.id}/approve`,
+      headers: asUser(tenant),
+    });
+    expect(approved.statusCode).toBe(200);
+    expect(approved.json()).toMatchObject({
+      status: 'approved',
+      applied: [{ toolName: 'send_email' }, { toolName: 'get_weather' }],
+    });
+
     const viaRest = await t.inject({
       method: 'GET',
       url: '/v1/tools/send_email',
@@ -127,17 +152,57 @@ describe('POST /v1/mcp/charter', () => {
     expect(tools.json().data).toEqual([]);
   });
 
-  it('says the policy assistant is unavailable instead of inventing an answer', async () => {
-    const client = await charterClient(await createTenant(t));
-    for (const name of ['svc_charter_turn', 'svc_charter_chat', 'svc_charter_compile']) {
-      const res = await client.callTool({
-        name,
-        arguments: { message: 'block payments over 100 USD', mode: 'compile' },
-      });
-      expect(res.isError).toBe(true);
-      expect((res.content as { text: string }[])[0]!.text).toMatch(/not available in this version/);
-      expect(res.structuredContent).toBeUndefined();
-    }
+  it('compiles and chats through the charter tools, with verification on policy changes', async () => {
+    const tenant = await createTenant(t);
+    const client = await charterClient(tenant);
+    const reg = await client.callTool({ name: 'svc_register_tools', arguments: { tools: TOOLS } });
+    const regId = (reg.structuredContent as { verification: { id: string } }).verification.id;
+    await t.inject({
+      method: 'POST',
+      url: `/v1/charter/verifications/${regId}/approve`,
+      headers: asUser(tenant),
+    });
+
+    const compiled = await client.callTool({
+      name: 'svc_charter_compile',
+      arguments: { message: 'send_email priority must be low' },
+    });
+    expect(compiled.isError).toBeFalsy();
+    const result = compiled.structuredContent as {
+      conversationId: string;
+      verification: { required: boolean; linkUrl: string };
+      changes: { toolName: string; proposed: { constraints: unknown[] } }[];
+    };
+    expect(result.verification).toMatchObject({ required: true });
+    expect(result.changes[0]!.toolName).toBe('send_email');
+    expect((compiled.content as { text: string }[])[0]!.text).toContain(result.verification.linkUrl);
+
+    const chat = await client.callTool({
+      name: 'svc_charter_chat',
+      arguments: { message: 'What is the policy of send_email?', conversationId: result.conversationId },
+    });
+    expect(chat.structuredContent).toMatchObject({ mode: 'chat', verification: { required: false } });
+
+    const turn = await client.callTool({
+      name: 'svc_charter_turn',
+      arguments: { message: 'Block send_email priority high', mode: 'compile' },
+    });
+    expect(turn.structuredContent, JSON.stringify(turn.structuredContent)).toMatchObject({
+      mode: 'compile',
+      verification: { required: true },
+    });
+
+    const refused = await client.callTool({
+      name: 'svc_charter_compile',
+      arguments: { message: 'make it safe' },
+    });
+    expect(refused.structuredContent).toMatchObject({ verification: { required: false }, changes: [] });
+    const bad = await client.callTool({
+      name: 'svc_charter_turn',
+      arguments: { message: 'x', mode: 'shout' },
+    });
+    expect(bad.isError).toBe(true);
+
     const unknown = await client.callTool({ name: 'svc_nope', arguments: {} }).then(
       () => null,
       (e: unknown) => e,

@@ -3,6 +3,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { ToolArgument } from '@svc/policy-engine';
 import { AppError } from '../../lib/errors.js';
 import type { OrgScope } from '../../lib/scope.js';
+import type { CharterService } from '../charter/service.js';
 import { dropNulls } from '../policies/model.js';
 import { GATEWAY_VERSION } from './gateway.js';
 import {
@@ -51,7 +52,7 @@ const RegisterArgs = Type.Object(
 );
 const checkRegister = TypeCompiler.Compile(RegisterArgs);
 
-const Message = { message: Text };
+const Message = { message: Text, conversationId: Opt(Type.String({ format: 'uuid' })) };
 const Empty = Type.Object({}, { additionalProperties: false });
 
 /** The native tools, as tools/list shows them; TypeBox schemas are plain JSON Schema once serialised. */
@@ -87,15 +88,12 @@ export const CHARTER_TOOLS = [
   {
     name: 'svc_register_tools',
     description:
-      'Register tool definitions (as POST /v1/tools/register): each tool has a name, a description and ' +
-      'parameters (or arguments) of {name, type, required}. New tools without a policy get a starter policy.',
+      'Propose tool definitions (as POST /v1/tools/register): each tool has a name, a description and ' +
+      'parameters (or arguments) of {name, type, required}. They are registered, with starter policies for new tools, ' +
+      'once a person approves at structuredContent.verification.linkUrl.',
     inputSchema: RegisterArgs,
   },
 ];
-
-const ASSISTANT_UNAVAILABLE =
-  'The policy assistant (Charter) is not available in this version of the service. Nothing was drafted or changed; ' +
-  'write policies with POST /v1/policies.';
 
 export interface RegisteredTool {
   name: string;
@@ -107,12 +105,11 @@ export interface RegisteredTool {
 
 export interface CharterDeps {
   listTools: (organizationId: string) => Promise<RegisteredTool[]>;
-  /** The tools service's upsert and its message, i.e. what POST /v1/tools/register does. */
-  register: (
-    scope: OrgScope,
-    tools: { name: string; description?: string; arguments: ToolArgument[] }[],
-  ) => Promise<{ names: string[]; message: string }>;
+  /** The policy assistant: turns, and tool registrations held for verification. */
+  assistant: Pick<CharterService, 'turn' | 'proposeTools'>;
 }
+
+const MODES = new Set(['auto', 'chat', 'compile']);
 
 const toolError = (text: string) => ({ content: [{ type: 'text', text }], isError: true });
 
@@ -152,17 +149,55 @@ export function createCharter(deps: CharterDeps) {
       });
     }
     try {
-      const { names, message } = await deps.register(scope, tools);
-      // Registration is live at once, as through the REST endpoint: there is no review link to follow.
+      const { verification } = await deps.assistant.proposeTools(scope, tools);
+      const names = tools.map((t) => t.name);
+      // Like every change proposed here, registration waits for a person: nothing is live yet.
+      const link = verification.required ? verification.linkUrl : '';
+      const message = `${names.length} tool${names.length === 1 ? '' : 's'} (${names.join(', ')}) waiting for verification: nothing is registered until a person approves at ${link}`;
       return {
         content: [{ type: 'text', text: message }],
         structuredContent: {
           success: true,
-          registered_tools: names,
+          registered_tools: [],
+          pending_tools: names,
           message,
-          verification: { required: false },
+          verification,
         },
       };
+    } catch (err) {
+      if (err instanceof AppError && err.status < 500) return toolError(err.message);
+      throw err;
+    }
+  }
+
+  async function charterTurn(scope: OrgScope, name: string, args: Record<string, unknown>) {
+    const message = args.message;
+    if (typeof message !== 'string' || message.trim() === '' || message.length > 20_000) {
+      return toolError('Invalid arguments: message must be a non-empty string of at most 20000 characters');
+    }
+    const mode =
+      name === 'svc_charter_chat'
+        ? 'chat'
+        : name === 'svc_charter_compile'
+          ? 'compile'
+          : (args.mode ?? 'auto');
+    if (typeof mode !== 'string' || !MODES.has(mode))
+      return toolError('Invalid arguments: mode must be auto, chat or compile');
+    const conversationId = args.conversationId;
+    if (conversationId !== undefined && typeof conversationId !== 'string') {
+      return toolError('Invalid arguments: conversationId must be a string');
+    }
+    try {
+      const result = await deps.assistant.turn(scope, {
+        message,
+        mode: mode as 'auto' | 'chat' | 'compile',
+        surface: 'mcp',
+        conversationId,
+      });
+      const link = result.verification.required
+        ? `\n\nReview and approve: ${result.verification.linkUrl}`
+        : '';
+      return { content: [{ type: 'text', text: `${result.reply}${link}` }], structuredContent: result };
     } catch (err) {
       if (err instanceof AppError && err.status < 500) return toolError(err.message);
       throw err;
@@ -179,7 +214,8 @@ export function createCharter(deps: CharterDeps) {
             capabilities: { tools: {} },
             serverInfo: { name: 'svc-charter', version: GATEWAY_VERSION },
             instructions:
-              'Native tools of the policy service: list and register tools. The policy assistant is not available in this version.',
+              'Native tools of the policy service: ask the policy assistant about tools and policies (svc_charter_chat), ' +
+              'have it draft policy changes (svc_charter_compile) and register tools; every change waits for a person to approve it at verification.linkUrl.',
           });
         case 'ping':
           return rpcResult(req.id, {});
@@ -198,7 +234,7 @@ export function createCharter(deps: CharterDeps) {
             case 'svc_charter_turn':
             case 'svc_charter_chat':
             case 'svc_charter_compile':
-              return rpcResult(req.id, toolError(ASSISTANT_UNAVAILABLE));
+              return rpcResult(req.id, await charterTurn(scope, p.name, p.arguments ?? {}));
             case 'svc_list_tools':
               return rpcResult(req.id, await listTools(scope));
             case 'svc_register_tools':

@@ -1,8 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { AppContext } from '../../context.js';
-import { createPolicyRepository } from '../policies/repository.js';
-import { createToolRepository } from '../tools/repository.js';
-import { createToolService, registerMessage } from '../tools/service.js';
+import { charterServiceFor } from '../charter/routes.js';
 import { createCharter } from './charter.js';
 import { charterRoutes } from './charter-routes.js';
 import { UpstreamDirectory } from './directory.js';
@@ -30,14 +28,6 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
   const sessions = new McpSessions();
   const streams = new EventStreams();
   ctx.metrics.trackStreams('mcp_sse', () => streams.size);
-  const tools = createToolService({
-    db: ctx.store.db,
-    tools: createToolRepository(ctx.store.db),
-    policies: createPolicyRepository(ctx.store.db),
-    cache: ctx.policies,
-    events: ctx.events,
-    clock: ctx.clock,
-  });
 
   app.addHook('preClose', async () => {
     // Event streams never go idle by themselves; end them so the server can close.
@@ -79,10 +69,7 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
 
   const charter = createCharter({
     listTools: (org) => repo.listTools(org),
-    register: async (scope, input) => {
-      const result = await tools.upsert(scope, input);
-      return { names: result.tools.map((t) => t.name), message: registerMessage(result) };
-    },
+    assistant: charterServiceFor(ctx),
   });
   await app.register(charterRoutes, { ctx, charter });
 };

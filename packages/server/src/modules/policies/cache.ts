@@ -50,6 +50,7 @@ export class PolicyCache {
   /** Bumped on every invalidation so a load that raced with a write is not cached. */
   private generation = 0;
   onInvalidate: ((organizationId: string, toolName: string | null) => void) | null = null;
+  private readonly listeners: ((organizationId: string, toolName: string | null) => void)[] = [];
 
   constructor(private readonly policies: PolicyRepository) {}
 
@@ -80,7 +81,13 @@ export class PolicyCache {
       const prefix = `${organizationId}\u0000`;
       for (const key of this.entries.keys()) if (key.startsWith(prefix)) this.entries.delete(key);
     }
+    for (const listener of this.listeners) listener(organizationId, toolName);
     if (broadcast) this.onInvalidate?.(organizationId, toolName);
+  }
+
+  /** Caches derived from policies (the LLM verdict cache) follow every invalidation, local or remote. */
+  onChange(listener: (organizationId: string, toolName: string | null) => void): void {
+    this.listeners.push(listener);
   }
 
   /** Drops every entry, locally only (scale-out: after invalidations may have been missed). */

@@ -31,6 +31,7 @@ export const policyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
     cache: ctx.policies,
     events: ctx.events,
     clock: ctx.clock,
+    judge: ctx.judge,
   });
 
   // The spec's "?" means optional or null: null-valued fields are treated as absent before validation.

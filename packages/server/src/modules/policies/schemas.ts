@@ -94,6 +94,13 @@ export const QualitySchema = Type.Object({
   valid: Type.Boolean(),
   score: Type.Number(),
   issues: Type.Array(Type.String()),
+  judge: Type.Optional(
+    Type.Object({
+      provider: Nullable(Type.String()),
+      model: Nullable(Type.String()),
+      configured: Type.Boolean(),
+    }),
+  ),
 });
 
 export const PolicySchema = Type.Object({

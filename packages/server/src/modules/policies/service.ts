@@ -11,6 +11,7 @@ import { AppError, invalid, notFound } from '../../lib/errors.js';
 import type { OrgScope } from '../../lib/scope.js';
 import { isUniqueViolation } from '../../storage/errors.js';
 import type { Database } from '../../storage/schema.js';
+import type { Judge } from '../llm-judge/model.js';
 import type { ToolRepository } from '../tools/repository.js';
 import { type Tool, toTool } from '../tools/service.js';
 import type { PolicyCache } from './cache.js';
@@ -34,7 +35,14 @@ export interface PolicyServiceDeps {
   cache: Pick<PolicyCache, 'invalidate'>;
   events: EventBus;
   clock: Clock;
+  /** Which model provider would judge an llm policy, for the quality report. */
+  judge: Pick<Judge, 'route'>;
 }
+
+/** A quality report; llm policies also say which provider would judge them and whether it is configured. */
+export type PolicyQuality = QualityReport & {
+  judge?: { provider: string | null; model: string | null; configured: boolean };
+};
 
 export const policyNotFound = (toolName: string) => notFound(`Policy for tool "${toolName}"`);
 
@@ -46,14 +54,28 @@ function assertWritable(toolName: string, def: PolicyDefinition): void {
   }
 }
 
-export function createPolicyService({ db, policies, tools, cache, events, clock }: PolicyServiceDeps) {
+export function createPolicyService({ db, policies, tools, cache, events, clock, judge }: PolicyServiceDeps) {
   async function registeredTool(scope: OrgScope, toolName: string): Promise<Tool | null> {
     const row = await tools.get(scope.organizationId, toolName);
     return row ? toTool(row) : null;
   }
 
-  async function quality(scope: OrgScope, toolName: string, def: PolicyDefinition): Promise<QualityReport> {
-    return scorePolicy(def, await registeredTool(scope, toolName));
+  async function quality(scope: OrgScope, toolName: string, def: PolicyDefinition): Promise<PolicyQuality> {
+    const report = scorePolicy(def, await registeredTool(scope, toolName));
+    if (def.mode !== 'llm') return report;
+    const route = judge.route(def.llmConfig?.preferredModel ?? null);
+    const issues = [...report.issues];
+    const preferred = def.llmConfig?.preferredModel;
+    if (!route.configured) {
+      issues.push(
+        'No model provider is configured, so every call under this policy is denied (fail closed).',
+      );
+    } else if (preferred && route.provider !== preferred) {
+      issues.push(
+        `The preferred provider "${preferred}" is not configured; "${route.provider}" would judge instead.`,
+      );
+    }
+    return { ...report, issues, judge: route };
   }
 
   /** Runs after the write committed: other readers must never see the old policy after the answer. */
@@ -75,7 +97,7 @@ export function createPolicyService({ db, policies, tools, cache, events, clock 
     async create(
       scope: OrgScope,
       input: PolicyInput & { toolName: string },
-    ): Promise<Policy & { quality: QualityReport }> {
+    ): Promise<Policy & { quality: PolicyQuality }> {
       const def = toDefinition(input);
       assertWritable(input.toolName, def);
       const row = newPolicyRow(scope, input.toolName, def, clock.now().toISOString());
@@ -98,7 +120,7 @@ export function createPolicyService({ db, policies, tools, cache, events, clock 
       scope: OrgScope,
       toolName: string,
       input: PolicyInput,
-    ): Promise<Policy & { quality: QualityReport }> {
+    ): Promise<Policy & { quality: PolicyQuality }> {
       const def = toDefinition(input);
       assertWritable(toolName, def);
       const patch = {
@@ -153,7 +175,7 @@ export function createPolicyService({ db, policies, tools, cache, events, clock 
     },
 
     /** Dry run: nothing is read from or written to the policy; hard problems are reported as issues. */
-    async validate(scope: OrgScope, toolName: string, input: PolicyInput): Promise<QualityReport> {
+    async validate(scope: OrgScope, toolName: string, input: PolicyInput): Promise<PolicyQuality> {
       return quality(scope, toolName, toDefinition(input));
     },
   };

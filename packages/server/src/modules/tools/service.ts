@@ -59,7 +59,7 @@ function duplicates(names: string[]): string[] {
 const quoted = (names: string[]) => names.map((n) => `"${n}"`).join(', ');
 
 /** Refuses the whole request before anything is written: a duplicate makes "which one wins" ambiguous. */
-function assertNoDuplicates(input: ToolInput[]): void {
+export function assertNoDuplicates(input: ToolInput[]): void {
   const problems: string[] = [];
   const tools = duplicates(input.map((t) => t.name));
   if (tools.length > 0) problems.push(`duplicate tool names: ${quoted(tools)}`);

@@ -1,0 +1,355 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  asUser,
+  createTenant,
+  createTestApp,
+  expectError,
+  keyHeader,
+  type Tenant,
+  type TestApp,
+} from '../../../test/helpers.js';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await createTestApp();
+});
+afterAll(async () => t.close());
+
+const PAYMENT_TOOL = {
+  name: 'send_payment',
+  description: 'Pays a recipient',
+  parameters: [
+    { name: 'amount', type: 'number', required: true },
+    { name: 'currency', type: 'string' },
+    { name: 'recipient', type: 'string' },
+  ],
+};
+
+async function tenantWithTool(): Promise<Tenant> {
+  const tenant = await createTenant(t);
+  const res = await t.inject({
+    method: 'POST',
+    url: '/v1/tools/register',
+    headers: keyHeader(tenant.apiKey),
+    payload: { tools: [PAYMENT_TOOL] },
+  });
+  expect(res.statusCode).toBe(200);
+  return tenant;
+}
+
+const turn = (tenant: Tenant, payload: Record<string, unknown>) =>
+  t.inject({ method: 'POST', url: '/v1/charter/turn', headers: keyHeader(tenant.apiKey), payload });
+
+const validate = (tenant: Tenant, args: Record<string, unknown>) =>
+  t.inject({
+    method: 'POST',
+    url: '/v1/tools/validate',
+    headers: keyHeader(tenant.apiKey),
+    payload: { tool_name: 'send_payment', arguments: args },
+  });
+
+const policyOf = async (tenant: Tenant) =>
+  (
+    await t.inject({ method: 'GET', url: '/v1/policies/send_payment', headers: keyHeader(tenant.apiKey) })
+  ).json();
+
+describe('POST /v1/charter/turn (compile)', () => {
+  it('proposes a verified change that is not live until a person approves it', async () => {
+    const tenant = await tenantWithTool();
+    const before = await policyOf(tenant);
+    const res = await turn(tenant, {
+      message: 'Block send_payment over $1,000 and ask a person for amounts above $500',
+      mode: 'compile',
+      surface: 'api',
+    });
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
+    expect(body).toMatchObject({
+      mode: 'compile',
+      notUnderstood: [],
+      verification: { required: true, status: 'pending' },
+      changes: [
+        {
+          toolName: 'send_payment',
+          current: { version: before.version },
+          quality: { valid: true },
+          proposed: {
+            mode: 'deterministic',
+            constraints: expect.arrayContaining([
+              expect.objectContaining({ argumentName: 'amount', maximum: 1000 }),
+              expect.objectContaining({ argumentName: 'amount', maximum: 500, action: 'require_approval' }),
+            ]),
+          },
+        },
+      ],
+    });
+    const examples = body.changes[0].analysis.examples as {
+      arguments: { amount: number };
+      decision: string;
+    }[];
+    expect(examples.some((e) => e.decision === 'allow')).toBe(true);
+    expect(examples.some((e) => e.decision === 'deny' && e.arguments.amount === 1001)).toBe(true);
+    expect(body.verification.linkUrl).toMatch(
+      new RegExp(`^${t.config.baseUrl}/charter/verify/${body.verification.id}\\?token=`),
+    );
+
+    // Nothing is live: the old policy still answers.
+    expect((await validate(tenant, { amount: 5000 })).json().decision).toBe('allow');
+    expect((await policyOf(tenant)).version).toBe(before.version);
+
+    // The review link answers a readable page; a wrong secret is a missing page.
+    const page = await t.inject({
+      method: 'GET',
+      url: body.verification.linkUrl.slice(t.config.baseUrl.length),
+    });
+    expect(page.statusCode).toBe(200);
+    expect(page.headers['content-type']).toContain('text/html');
+    expect(page.body).toContain('send_payment');
+    expect(page.body).toContain('is at most 1000');
+    expect(page.body).toContain('is at most 500 (otherwise a person approves the call)');
+    const wrong = await t.inject({
+      method: 'GET',
+      url: `/charter/verify/${body.verification.id}?token=nope`,
+    });
+    expectError(wrong, 404, 'not_found');
+
+    // The API key that proposed cannot approve; a member's user token can.
+    const byKey = await t.inject({
+      method: 'POST',
+      url: `/v1/charter/verifications/${body.verification.id}/approve`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expectError(byKey, 403, 'authorization_error');
+    const read = await t.inject({
+      method: 'GET',
+      url: `/v1/charter/verifications/${body.verification.id}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(read.json()).toMatchObject({ status: 'pending', kind: 'policy_change' });
+
+    const approved = await t.inject({
+      method: 'POST',
+      url: `/v1/charter/verifications/${body.verification.id}/approve`,
+      headers: asUser(tenant),
+    });
+    expect(approved.statusCode).toBe(200);
+    expect(approved.json()).toMatchObject({
+      status: 'approved',
+      resolvedBy: tenant.userId,
+      applied: [{ toolName: 'send_payment', version: before.version + 1 }],
+    });
+    expect((await policyOf(tenant)).version).toBe(before.version + 1);
+    expect((await validate(tenant, { amount: 5000 })).json().decision).toBe('deny');
+    const again = await t.inject({
+      method: 'POST',
+      url: `/v1/charter/verifications/${body.verification.id}/approve`,
+      headers: asUser(tenant),
+    });
+    expectError(again, 400, 'invalid_status');
+  });
+
+  it('rejection changes nothing', async () => {
+    const tenant = await tenantWithTool();
+    const before = await policyOf(tenant);
+    const body = (
+      await turn(tenant, { message: 'send_payment currency must be USD or EUR', mode: 'compile' })
+    ).json();
+    const rejected = await t.inject({
+      method: 'POST',
+      url: `/v1/charter/verifications/${body.verification.id}/reject`,
+      headers: asUser(tenant),
+    });
+    expect(rejected.json()).toMatchObject({ status: 'rejected' });
+    expect(await policyOf(tenant)).toEqual(before);
+    const approve = await t.inject({
+      method: 'POST',
+      url: `/v1/charter/verifications/${body.verification.id}/approve`,
+      headers: asUser(tenant),
+    });
+    expectError(approve, 400, 'invalid_status');
+  });
+
+  it('refuses to apply a proposal whose policy changed since', async () => {
+    const tenant = await tenantWithTool();
+    const body = (
+      await turn(tenant, { message: 'Limit send_payment amount to 100', mode: 'compile' })
+    ).json();
+    const put = await t.inject({
+      method: 'PUT',
+      url: '/v1/policies/send_payment',
+      headers: keyHeader(tenant.apiKey),
+      payload: { constraints: [{ argumentName: 'amount', maximum: 5 }] },
+    });
+    expect(put.statusCode).toBe(200);
+    const approve = await t.inject({
+      method: 'POST',
+      url: `/v1/charter/verifications/${body.verification.id}/approve`,
+      headers: asUser(tenant),
+    });
+    expectError(approve, 409, 'conflict');
+    expect((await policyOf(tenant)).constraints).toEqual([
+      { argumentName: 'amount', enabled: true, maximum: 5 },
+    ]);
+  });
+
+  it('says what it could not understand and offers nothing for it', async () => {
+    const tenant = await tenantWithTool();
+    const res = await turn(tenant, {
+      message: 'Make send_payment safe. Limit the fee of send_payment to $5',
+      mode: 'compile',
+    });
+    expect(res.json()).toMatchObject({ verification: { required: false }, changes: [] });
+    expect(res.json().notUnderstood).toHaveLength(2);
+    expect(res.json().notUnderstood[1].why).toContain('"fee" is not an argument');
+  });
+
+  it('reads the names of a policy whose tool was never registered', async () => {
+    const tenant = await createTenant(t);
+    await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(tenant.apiKey),
+      payload: { toolName: 'transfer_funds', constraints: [{ argumentName: 'amount', maximum: 500 }] },
+    });
+    const res = await turn(tenant, {
+      message: 'Ask a person for transfer_funds above $100',
+      mode: 'compile',
+    });
+    expect(res.json()).toMatchObject({
+      notUnderstood: [],
+      changes: [{ toolName: 'transfer_funds', current: { version: 1 } }],
+      verification: { required: true },
+    });
+  });
+
+  it('continues a conversation: a follow-up names no tool', async () => {
+    const tenant = await tenantWithTool();
+    const first = (await turn(tenant, { message: 'What is the policy of send_payment?' })).json();
+    expect(first.mode).toBe('chat');
+    const second = await turn(tenant, {
+      message: 'Block amounts over 300',
+      conversationId: first.conversationId,
+    });
+    expect(second.json()).toMatchObject({
+      conversationId: first.conversationId,
+      mode: 'compile',
+      changes: [{ toolName: 'send_payment' }],
+    });
+  });
+});
+
+describe('POST /v1/charter/turn (chat)', () => {
+  it('dry-runs the engine on the call a question describes', async () => {
+    const tenant = await tenantWithTool();
+    await t.inject({
+      method: 'PUT',
+      url: '/v1/policies/send_payment',
+      headers: keyHeader(tenant.apiKey),
+      payload: { constraints: [{ argumentName: 'amount', maximum: 100 }] },
+    });
+    const res = await turn(tenant, {
+      message: 'Would send_payment with amount 250 be allowed?',
+      mode: 'auto',
+    });
+    expect(res.json()).toMatchObject({
+      mode: 'chat',
+      verification: { required: false },
+      dryRuns: [{ toolName: 'send_payment', arguments: { amount: 250 }, decision: 'deny' }],
+    });
+    expect(res.json().reply).toContain('denied');
+    const money = await turn(tenant, { message: 'can I send_payment $50?', mode: 'chat' });
+    expect(money.json().dryRuns[0]).toMatchObject({ arguments: { amount: 50 }, decision: 'allow' });
+    const list = await turn(tenant, { message: 'Which tools do I have?' });
+    expect(list.json().reply).toContain('send_payment');
+  });
+});
+
+describe('charter errors and tenancy', () => {
+  it('answers the documented errors', async () => {
+    const tenant = await tenantWithTool();
+    expectError(await turn(tenant, {}), 400, 'validation_failed');
+    expectError(await turn(tenant, { message: 'x', mode: 'shout' }), 400, 'validation_failed');
+    expectError(
+      await turn(tenant, { message: 'x', conversationId: '01900000-0000-7000-8000-000000000000' }),
+      404,
+      'not_found',
+    );
+    const anon = await t.inject({ method: 'POST', url: '/v1/charter/turn', payload: { message: 'hi' } });
+    expectError(anon, 401, 'unauthorized');
+    const bad = await t.inject({
+      method: 'GET',
+      url: '/v1/charter/verifications/not-a-uuid',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expectError(bad, 400, 'validation_failed');
+  });
+
+  it("never shows or resolves another organization's verification or conversation", async () => {
+    const a = await tenantWithTool();
+    const b = await tenantWithTool();
+    const body = (await turn(a, { message: 'Limit send_payment amount to 100', mode: 'compile' })).json();
+    const id = body.verification.id;
+    expectError(
+      await t.inject({ method: 'GET', url: `/v1/charter/verifications/${id}`, headers: keyHeader(b.apiKey) }),
+      404,
+      'not_found',
+    );
+    expectError(
+      await t.inject({ method: 'POST', url: `/v1/charter/verifications/${id}/approve`, headers: asUser(b) }),
+      404,
+      'not_found',
+    );
+    expectError(
+      await t.inject({ method: 'POST', url: `/v1/charter/verifications/${id}/reject`, headers: asUser(b) }),
+      404,
+      'not_found',
+    );
+    expectError(await turn(b, { message: 'hello', conversationId: body.conversationId }), 404, 'not_found');
+    const list = await t.inject({
+      method: 'GET',
+      url: '/v1/charter/verifications',
+      headers: keyHeader(b.apiKey),
+    });
+    expect(list.json().data).toEqual([]);
+    expect((await policyOf(a)).version).toBe(1);
+  });
+});
+
+describe('POST /v1/charter/stream', () => {
+  it('streams progress events, then the result', async () => {
+    const tenant = await tenantWithTool();
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/charter/stream',
+      headers: keyHeader(tenant.apiKey),
+      payload: { message: 'Block send_payment over 900', mode: 'compile', surface: 'api' },
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers['content-type']).toContain('text/event-stream');
+    const events = res.body
+      .trim()
+      .split('\n\n')
+      .map((chunk) => {
+        const [event, data] = chunk.split('\n');
+        return { event: event!.slice('event: '.length), data: JSON.parse(data!.slice('data: '.length)) };
+      });
+    expect(events.map((e) => e.event)).toEqual(['progress', 'progress', 'progress', 'progress', 'result']);
+    expect(events.map((e) => e.data.stage).slice(0, 4)).toEqual([
+      'received',
+      'compiling',
+      'analysing',
+      'verification',
+    ]);
+    expect(events.at(-1)!.data).toMatchObject({
+      verification: { required: true },
+      changes: [{ toolName: 'send_payment' }],
+    });
+    const missing = await t.inject({
+      method: 'POST',
+      url: '/v1/charter/stream',
+      headers: keyHeader(tenant.apiKey),
+      payload: { message: 'x', conversationId: '01900000-0000-7000-8000-000000000000' },
+    });
+    expectError(missing, 404, 'not_found');
+  });
+});

@@ -1,0 +1,543 @@
+import type { Constraint, ConstraintAction, ToolArgument } from '@svc/policy-engine';
+import type { CompiledRule, CompileResult, NotUnderstood, ToolInfo } from './model.js';
+import { countOf, isMoney, numberOf } from './numbers.js';
+import {
+  AFFIX,
+  APPROVAL,
+  BOUNDS,
+  type BoundKind,
+  CALLS,
+  DOMAIN,
+  DOMAIN_WORDS,
+  EXPLICIT_REGEX,
+  ITEMS_UNIT,
+  LENGTH_UNIT,
+  NEGATIVE,
+  POSITIVE,
+  REQUIRED,
+  SESSION,
+  TOTAL,
+} from './phrases.js';
+
+const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** The ways a registered name may be written: send_payment, send payment, send-payment, sendPayment. */
+export function namePattern(name: string): RegExp {
+  const words = name
+    .replace(/([a-z0-9])([A-Z])/g, '$1 $2')
+    .split(/[\s_.-]+/)
+    .filter(Boolean)
+    .map(escapeRegex);
+  const exact = escapeRegex(name);
+  return new RegExp(
+    String.raw`(?<![\w.@])(?:${exact}|${words.join(String.raw`[\s_-]?`)})(?:e?s)?(?![\w@]|\.\w)`,
+    'i',
+  );
+}
+
+function mentioned<T extends { name: string }>(items: readonly T[], text: string): T[] {
+  // Longer names first so "payment_id" is not taken for "payment".
+  const sorted = [...items].sort((a, b) => b.name.length - a.name.length);
+  const found: T[] = [];
+  let rest = text;
+  for (const item of sorted) {
+    const re = namePattern(item.name);
+    if (re.test(rest)) {
+      found.push(item);
+      rest = rest.replace(re, ' ');
+    }
+  }
+  return found;
+}
+
+/** Sentences, then parts joined by "and" / "also" where the next part starts a new rule. */
+export function splitClauses(message: string, keywords: string[]): string[] {
+  const starters = [
+    'block',
+    'deny',
+    'reject',
+    'require',
+    'ask',
+    'limit',
+    'only',
+    'never',
+    'allow',
+    'forbid',
+    'prevent',
+    'disallow',
+    'cap',
+    'at most',
+    'at least',
+    'no more than',
+    'escalate',
+    'make',
+    'each',
+    'every',
+    ...keywords,
+  ].map(escapeRegex);
+  const joiner = new RegExp(
+    String.raw`\s*(?:,\s*|;\s*)?\b(?:and also|and|also|but|then)\s+(?=(?:${starters.join('|')})\b)`,
+    'i',
+  );
+  return message
+    .replace(/[\u2018\u2019]/g, "'")
+    .replace(/[\u201c\u201d]/g, '"')
+    .split(/(?<=[.!?;])\s+|\n+|;\s*/)
+    .flatMap((s) => s.split(joiner))
+    .map((s) =>
+      s
+        .trim()
+        .replace(/[.!?;,]+$/, '')
+        .trim(),
+    )
+    .filter((s) => s.length > 0);
+}
+
+type Polarity = { action: ConstraintAction; restricted: boolean } | null;
+
+/** Whether the clause describes calls to stop, to send to a person, or the allowed ones (null: cannot tell). */
+function polarityOf(clause: string, inherent: boolean): Polarity {
+  if (APPROVAL.test(clause)) return { action: 'require_approval', restricted: true };
+  if (NEGATIVE.test(clause)) return { action: 'deny', restricted: true };
+  if (inherent || POSITIVE.test(clause)) return { action: 'deny', restricted: false };
+  return null;
+}
+
+interface Bound {
+  kind: BoundKind;
+  values: number[];
+  inherent: boolean;
+  text: string;
+}
+
+function findBound(clause: string): Bound | null {
+  for (const b of BOUNDS) {
+    const m = b.re.exec(clause);
+    if (!m) continue;
+    const values =
+      b.kind === 'between' ? [numberOf(m[1]!, m[2]), numberOf(m[3]!, m[4])] : [numberOf(m[1]!, m[2])];
+    return { kind: b.kind, values, inherent: b.inherent, text: m[0] };
+  }
+  return null;
+}
+
+type Field = 'minimum' | 'maximum' | 'greaterThan' | 'lessThan';
+
+/** The allowed-range fields a bound sets, given whether it describes the allowed or the stopped calls. */
+function boundFields(b: Bound, restricted: boolean): Partial<Record<Field, number>> | string {
+  const [x, y] = b.values as [number, number?];
+  if (b.kind === 'between') {
+    if (restricted)
+      return 'a range to stop in the middle cannot be written as one rule; say "under X" or "over Y"';
+    return x <= y! ? { minimum: x, maximum: y! } : { minimum: y!, maximum: x };
+  }
+  const allowed: Record<BoundKind, Field> = {
+    le: 'maximum',
+    lt: 'lessThan',
+    ge: 'minimum',
+    gt: 'greaterThan',
+    between: 'minimum',
+  };
+  const stopped: Record<BoundKind, Field> = {
+    gt: 'maximum',
+    ge: 'lessThan',
+    lt: 'minimum',
+    le: 'greaterThan',
+    between: 'minimum',
+  };
+  return { [(restricted ? stopped : allowed)[b.kind]]: x };
+}
+
+const FIELD_WORDS: Record<Field, string> = {
+  minimum: 'at least',
+  maximum: 'at most',
+  greaterThan: 'more than',
+  lessThan: 'less than',
+};
+
+function describeBounds(fields: Partial<Record<Field, number>>): string {
+  return (Object.entries(fields) as [Field, number][])
+    .map(([f, v]) => `${FIELD_WORDS[f]} ${v}`)
+    .join(' and ');
+}
+
+function sampleFor(fields: Partial<Record<Field, number>>): { allowed: number; denied: number } {
+  const { minimum, maximum, greaterThan, lessThan } = fields;
+  if (maximum !== undefined)
+    return { allowed: minimum ?? Math.min(maximum, Math.max(0, maximum / 2)), denied: maximum + 1 };
+  if (lessThan !== undefined) return { allowed: lessThan - 1, denied: lessThan };
+  if (minimum !== undefined) return { allowed: minimum, denied: minimum - 1 };
+  return { allowed: greaterThan! + 1, denied: greaterThan! };
+}
+
+interface Ctx {
+  tool: ToolInfo;
+  clause: string;
+  /** The clause without the tool's name, where arguments are looked for. */
+  body: string;
+}
+
+type Outcome = { rule: Omit<CompiledRule, 'toolName' | 'text'> } | { why: string } | null;
+
+const argNames = (args: ToolArgument[]) => args.map((a) => `"${a.name}"`).join(', ');
+
+/** Words that say how, not what: they never name an argument. */
+const STOP = new Set(
+  (
+    'a an the of for to from on in at by with when whenever if any all each every per it its them this that these those ' +
+    'block blocks blocking deny denies reject rejects forbid prevent stop disallow refuse ban never allow allows allowed ' +
+    "only limit limited cap capped must should be is are was can cannot may might not no do does dont don't will would " +
+    'need needs require requires required ask person human someone review approval approve escalate instead please ' +
+    'than more less over under above below between and or but also then call calls payment payments amount amounts ' +
+    'value values sum transfer transfers transaction transactions charge charges money spend spending exceed exceeds ' +
+    'exceeding up most least maximum minimum max min equal greater lower higher larger smaller fewer times once twice ' +
+    'dollars dollar usd eur euros gbp pounds bucks k thousand million billion make sure always any ' +
+    'total totals cumulative cumulatively combined altogether aggregate overall session sessions conversation run'
+  ).split(' '),
+);
+
+/** A word the clause uses for its subject that is no registered argument ("the fee"), or null. */
+function unknownSubject(body: string): string | null {
+  const words = body
+    .replace(/[$€£¥]?\d[\d,.]*\w*/g, ' ')
+    .toLowerCase()
+    .match(/[a-z][a-z'_-]*/g);
+  return words?.find((w) => w.length >= 3 && !STOP.has(w)) ?? null;
+}
+
+/** The argument a clause is about: the one it names, else the only one of the wanted type. */
+function pickArgument(ctx: Ctx, types: string[], hint: string): ToolArgument | { why: string } {
+  const named = mentioned(ctx.tool.arguments, ctx.body);
+  const typed = named.filter((a) => types.includes(a.type));
+  if (typed.length === 1) return typed[0]!;
+  if (typed.length > 1) {
+    return { why: `it names several arguments (${argNames(typed)}); write one rule per argument` };
+  }
+  if (named.length > 0) {
+    return {
+      why: `argument "${named[0]!.name}" of "${ctx.tool.name}" is a ${named[0]!.type}, and this rule needs ${hint}`,
+    };
+  }
+  const candidates = ctx.tool.arguments.filter((a) => types.includes(a.type));
+  const other = unknownSubject(ctx.body);
+  if (other) {
+    return { why: `"${other}" is not an argument of "${ctx.tool.name}" (${argNames(ctx.tool.arguments)})` };
+  }
+  if (candidates.length === 1) return candidates[0]!;
+  if (candidates.length === 0) return { why: `tool "${ctx.tool.name}" has no ${hint} argument` };
+  return {
+    why: `it does not say which argument of "${ctx.tool.name}" it is about (${argNames(candidates)})`,
+  };
+}
+
+function sessionRule(ctx: Ctx): Outcome {
+  if (!SESSION.test(ctx.clause)) return null;
+  const total = TOTAL.test(ctx.clause);
+  if (total || (isMoney(ctx.clause) && !/\b(?:calls?|times?|requests?|uses?)\b/i.test(ctx.clause))) {
+    const bound = findBound(ctx.clause);
+    if (!bound || bound.kind === 'between')
+      return { why: 'a session total needs an upper limit, such as "at most $5,000 in total per session"' };
+    const polarity = polarityOf(ctx.clause, bound.inherent);
+    if (!polarity) return { why: 'it does not say whether totals like this are allowed or stopped' };
+    if (polarity.action === 'require_approval')
+      return { why: 'session totals can only be enforced by blocking, not by asking a person' };
+    // "stop when the total goes over X" and "total at most X" both cap the total at X.
+    if (
+      polarity.restricted
+        ? bound.kind !== 'gt' && bound.kind !== 'ge'
+        : bound.kind !== 'le' && bound.kind !== 'lt'
+    ) {
+      return { why: 'a session total needs an upper limit' };
+    }
+    const arg = pickArgument(ctx, ['number'], 'a number');
+    if ('why' in arg) return arg;
+    const maxValue = bound.values[0]!;
+    return {
+      rule: {
+        summary: `the total of "${arg.name}" over a session is at most ${maxValue}`,
+        cumulative: { argumentName: arg.name, maxValue },
+      },
+    };
+  }
+  const m = CALLS.exec(ctx.clause.replace(SESSION, ' '));
+  const n = m ? countOf(m[1]!) : null;
+  if (n === null) return { why: 'it mentions a session but no number of calls' };
+  const polarity = polarityOf(ctx.clause, true);
+  if (polarity?.action === 'require_approval')
+    return { why: 'calls per session can only be limited by blocking, not by asking a person' };
+  const bound = findBound(ctx.clause);
+  // "block after 5 calls", "no more than 5 calls", "5 times per session": at most n; "fewer than n": n-1.
+  const max = bound?.kind === 'lt' && !polarity?.restricted ? n - 1 : n;
+  if (max < 1) return { why: 'a session limit below one call would block every call' };
+  return { rule: { summary: `at most ${max} call${max === 1 ? '' : 's'} per session`, maxCalls: max } };
+}
+
+function lengthRule(ctx: Ctx): Outcome {
+  const isLength = LENGTH_UNIT.test(ctx.clause);
+  const isItems = !isLength && ITEMS_UNIT.test(ctx.clause);
+  if (!isLength && !isItems) return null;
+  const bound = findBound(ctx.clause);
+  if (!bound) return null;
+  const polarity = polarityOf(ctx.clause, bound.inherent);
+  if (!polarity) return { why: 'it does not say whether such values are allowed or stopped' };
+  const arg = pickArgument(ctx, isLength ? ['string'] : ['array'], isLength ? 'a string' : 'an array');
+  if ('why' in arg) return isItems ? null : arg;
+  const fields = boundFields(bound, polarity.restricted);
+  if (typeof fields === 'string') return { why: fields };
+  const [lo, hi] = isLength ? (['minLength', 'maxLength'] as const) : (['minItems', 'maxItems'] as const);
+  const c: Constraint = { argumentName: arg.name, enabled: true };
+  if (fields.maximum !== undefined) c[hi] = fields.maximum;
+  if (fields.lessThan !== undefined) c[hi] = Math.ceil(fields.lessThan) - 1;
+  if (fields.minimum !== undefined) c[lo] = fields.minimum;
+  if (fields.greaterThan !== undefined) c[lo] = Math.floor(fields.greaterThan) + 1;
+  if (polarity.action === 'require_approval') c.action = 'require_approval';
+  const unit = isLength ? 'characters' : 'items';
+  const parts = [
+    c[lo] !== undefined ? `at least ${c[lo]}` : null,
+    c[hi] !== undefined ? `at most ${c[hi]}` : null,
+  ].filter(Boolean);
+  return {
+    rule: {
+      summary: `"${arg.name}" has ${parts.join(' and ')} ${unit}${c.action ? ', else a person approves' : ''}`,
+      constraint: c,
+    },
+  };
+}
+
+function numericRule(ctx: Ctx): Outcome {
+  const bound = findBound(ctx.clause);
+  if (!bound) return null;
+  const polarity = polarityOf(ctx.clause.replace(bound.text, ' '), bound.inherent);
+  if (!polarity) {
+    return { why: 'it does not say whether such calls are allowed, blocked or sent to a person' };
+  }
+  const arg = pickArgument(ctx, ['number'], 'a number');
+  if ('why' in arg) return arg;
+  const fields = boundFields(bound, polarity.restricted);
+  if (typeof fields === 'string') return { why: fields };
+  const c: Constraint = { argumentName: arg.name, enabled: true, ...fields };
+  if (polarity.action === 'require_approval') c.action = 'require_approval';
+  const s = sampleFor(fields);
+  return {
+    rule: {
+      summary:
+        polarity.action === 'require_approval'
+          ? `"${arg.name}" must be ${describeBounds(fields)}, else a person approves the call`
+          : `"${arg.name}" must be ${describeBounds(fields)}`,
+      constraint: c,
+      samples: { argumentName: arg.name, allowed: s.allowed, denied: s.denied },
+    },
+  };
+}
+
+function patternRule(ctx: Ctx): Outcome {
+  const explicit = EXPLICIT_REGEX.exec(ctx.clause);
+  const affix = explicit ? null : AFFIX.exec(ctx.clause);
+  const domain = explicit || affix || !DOMAIN_WORDS.test(ctx.clause) ? null : DOMAIN.exec(ctx.clause);
+  if (!explicit && !affix && !domain) return null;
+  const polarity =
+    polarityOf(ctx.clause, false) ??
+    (domain
+      ? { action: 'deny' as const, restricted: /\bto\b/i.test(ctx.clause) && /\bno\b/i.test(ctx.clause) }
+      : null);
+  if (!polarity) return { why: 'it does not say whether matching values are allowed or stopped' };
+  const arg = pickArgument(ctx, ['string'], 'a string');
+  if ('why' in arg) return arg;
+  let regex: string;
+  let words: string;
+  let sample: { allowed?: unknown; denied?: unknown } = {};
+  if (explicit) {
+    regex = (explicit[1] ?? explicit[2])!;
+    words = `match ${regex}`;
+  } else if (affix) {
+    const verb = (affix[1] ?? affix[3])!.toLowerCase();
+    const value = (affix[2] ?? affix[4])!;
+    if (/^(?:start|begin)/.test(verb)) {
+      regex = `^${escapeRegex(value)}`;
+      words = `start with "${value}"`;
+      sample = { allowed: `${value}example`, denied: `example${value === 'x' ? 'y' : 'x'}` };
+    } else if (/^end/.test(verb)) {
+      regex = `${escapeRegex(value)}$`;
+      words = `end with "${value}"`;
+      sample = { allowed: `example${value}`, denied: `${value}example-` };
+    } else {
+      regex = escapeRegex(value);
+      words = `contain "${value}"`;
+      sample = { allowed: `a ${value} b`, denied: 'example' };
+    }
+  } else {
+    const d = domain![1]!.toLowerCase();
+    regex = `@${escapeRegex(d)}$`;
+    words = `be an address at ${d}`;
+    sample = { allowed: `someone@${d}`, denied: 'someone@elsewhere.example' };
+  }
+  const c: Constraint = { argumentName: arg.name, enabled: true };
+  if (polarity.restricted && polarity.action === 'deny') {
+    c.notRegex = regex;
+    sample = { allowed: sample.denied, denied: sample.allowed };
+    return {
+      rule: {
+        summary: `"${arg.name}" must not ${words}`,
+        constraint: c,
+        samples: { argumentName: arg.name, ...sample },
+      },
+    };
+  }
+  if (polarity.action === 'require_approval') {
+    return {
+      why: 'asking a person for values that match a pattern cannot be written as a rule; say which values are allowed',
+    };
+  }
+  c.regex = regex;
+  return {
+    rule: {
+      summary: `"${arg.name}" must ${words}`,
+      constraint: c,
+      samples: { argumentName: arg.name, ...sample },
+    },
+  };
+}
+
+const FILLER =
+  /^(?:(?:must|should|has to|have to|can|may|could|will|only|always|never|not|be|is|are|one|of|either|in|limited|restricted|to|allowed|permitted|set|equal|exactly|the|values?|value|:|=|any|other|than|allow|accept|use|block|deny|reject|forbid|disallow|prevent|stop|don't|do|dont|a|an|with|where|whose|when|if|for|that|which)\b\s*|[:=]\s*)+/i;
+
+function enumRule(ctx: Ctx): Outcome {
+  const args = mentioned(ctx.tool.arguments, ctx.body).filter((a) => a.type === 'string');
+  if (args.length !== 1) return null;
+  const arg = args[0]!;
+  const polarity = polarityOf(ctx.clause, false);
+  if (!polarity) return null;
+  const at = namePattern(arg.name).exec(ctx.body);
+  if (!at) return null;
+  const after = ctx.body
+    .slice(at.index + at[0].length)
+    .trimStart()
+    .replace(FILLER, '');
+  const before = ctx.body
+    .slice(0, at.index)
+    .replace(
+      /^(?:(?:only|allow|accept|block|deny|reject|never allow|forbid|disallow|don't allow|do not allow)\s+)+/i,
+      '',
+    );
+  const source = after.trim() !== '' ? after : before;
+  const values = source
+    .split(/\s*(?:,|\bor\b|\band\b|\/|\|)\s*/i)
+    .map((v) =>
+      v
+        .trim()
+        .replace(/^["'`]|["'`]$/g, '')
+        .replace(/\s+only$/i, ''),
+    )
+    .filter((v) => v !== '' && !/^(?:either|etc|only)$/i.test(v));
+  if (values.length === 0 || values.length > 50 || values.some((v) => !/^[\w.+\-@:#]{1,100}$/.test(v)))
+    return null;
+  // Values the tool declares are written as declared ("usd" → "USD").
+  const declared = arg.enum ?? [];
+  const written = values.map((v) => declared.find((d) => d.toLowerCase() === v.toLowerCase()) ?? v);
+  if (polarity.action === 'require_approval') {
+    return {
+      why: 'asking a person for some values cannot be written as one rule; say which values are allowed',
+    };
+  }
+  const list = written.map((v) => `"${v}"`).join(', ');
+  if (polarity.restricted) {
+    return {
+      rule: {
+        summary: `"${arg.name}" must not be ${list}`,
+        constraint: { argumentName: arg.name, enabled: true, notEnum: written },
+        samples: { argumentName: arg.name, denied: written[0], allowed: `not-${written[0]}` },
+      },
+    };
+  }
+  return {
+    rule: {
+      summary: `"${arg.name}" must be one of ${list}`,
+      constraint: { argumentName: arg.name, enabled: true, enum: written },
+      samples: { argumentName: arg.name, allowed: written[0], denied: `not-${written[0]}` },
+    },
+  };
+}
+
+function requiredRule(ctx: Ctx): Outcome {
+  if (!REQUIRED.test(ctx.clause)) return null;
+  const args = mentioned(ctx.tool.arguments, ctx.body);
+  if (args.length === 0)
+    return { why: `it does not name an argument of "${ctx.tool.name}" (${argNames(ctx.tool.arguments)})` };
+  if (args.length > 1) return { why: 'write one required argument per sentence' };
+  const arg = args[0]!;
+  return {
+    rule: {
+      summary: `"${arg.name}" is required`,
+      constraint: { argumentName: arg.name, enabled: true, required: true },
+      samples: { argumentName: arg.name, denied: undefined },
+    },
+  };
+}
+
+/** Each clause becomes at most one rule; the first reading that applies wins, in this order. */
+const READINGS = [sessionRule, lengthRule, numericRule, patternRule, requiredRule, enumRule];
+
+function compileClause(tool: ToolInfo, clause: string): Outcome {
+  const body = clause.replace(namePattern(tool.name), ' ');
+  const ctx = { tool, clause, body };
+  for (const read of READINGS) {
+    const out = read(ctx);
+    if (out) return out;
+  }
+  if (APPROVAL.test(clause) || NEGATIVE.test(clause)) {
+    return {
+      why: 'it does not say which calls: give a limit, a list of values, a pattern or a required argument',
+    };
+  }
+  return null;
+}
+
+/**
+ * Turns the common English phrasings of tool-call rules into rules on registered tools and their
+ * arguments, without a model. Whatever it cannot read is returned in `notUnderstood` with the reason,
+ * never guessed. `fallbackTool` is the tool the conversation was about.
+ */
+export function compileMessage(
+  message: string,
+  tools: readonly ToolInfo[],
+  fallbackTool: string | null,
+): CompileResult {
+  const keywords = [...new Set(tools.flatMap((t) => t.arguments.map((a) => a.name)))];
+  const clauses = splitClauses(message, keywords);
+  const rules: CompiledRule[] = [];
+  const notUnderstood: NotUnderstood[] = [];
+  const messageTools = mentioned(tools, message);
+  let current: ToolInfo | null =
+    messageTools[0] ?? tools.find((t) => t.name === fallbackTool) ?? (tools.length === 1 ? tools[0]! : null);
+  for (const clause of clauses) {
+    const named = mentioned(tools, clause);
+    if (named.length > 1) {
+      notUnderstood.push({
+        text: clause,
+        why: `it names several tools (${named.map((t) => `"${t.name}"`).join(', ')}); write one sentence per tool`,
+      });
+      continue;
+    }
+    if (named.length === 1) current = named[0]!;
+    if (!current) {
+      notUnderstood.push({
+        text: clause,
+        why:
+          tools.length === 0
+            ? 'no tools are registered yet; register them first'
+            : `it does not name a registered tool (${tools.map((t) => `"${t.name}"`).join(', ')})`,
+      });
+      continue;
+    }
+    const out = compileClause(current, clause);
+    if (out && 'rule' in out) rules.push({ toolName: current.name, text: clause, ...out.rule });
+    else
+      notUnderstood.push({
+        text: clause,
+        why:
+          out?.why ??
+          'it is not a rule I can read (a limit, allowed values, a pattern, a required argument, calls per session or a session total)',
+      });
+  }
+  return { rules, notUnderstood };
+}

@@ -1,0 +1,89 @@
+import { NUM } from './numbers.js';
+
+/** How a bound is written: ≤, <, ≥, >, or a range. */
+export type BoundKind = 'le' | 'lt' | 'ge' | 'gt' | 'between';
+
+/**
+ * Bound phrases, most specific first ("no more than" before "more than"). `inherent` phrases state a
+ * limit by themselves ("at most $5"); the others need a verb to say whether the range is allowed or not.
+ */
+export const BOUNDS: { re: RegExp; kind: BoundKind; inherent: boolean }[] = [
+  { re: new RegExp(String.raw`\bbetween\s+${NUM}\s+and\s+${NUM}`, 'i'), kind: 'between', inherent: true },
+  { re: new RegExp(String.raw`\bfrom\s+${NUM}\s+to\s+${NUM}`, 'i'), kind: 'between', inherent: true },
+  {
+    re: new RegExp(
+      String.raw`(?:\bat most|\bno more than|\bnot more than|\bup to|\bmaximum(?: of)?|\bmax(?:imum)?(?: of)?|\bno greater than|\bnot greater than|\bnot (?:to )?exceed(?:ing)?|\b(?:must|may|should|can|could|will) ?not exceed|\bcan't exceed|\bcannot exceed|\bnever exceed|\bcap(?:ped)?(?:\s+[\w$]+){0,4}?\s+at|\blimit(?:ed)?(?:\s+[\w$]+){0,4}?\s+to|\bno higher than|\bno larger than|<=|≤|=<)\s*${NUM}`,
+      'i',
+    ),
+    kind: 'le',
+    inherent: true,
+  },
+  {
+    re: new RegExp(String.raw`${NUM}\s+(?:or less|or fewer|or lower|or below|at most|max(?:imum)?)\b`, 'i'),
+    kind: 'le',
+    inherent: true,
+  },
+  {
+    re: new RegExp(
+      String.raw`(?:\bat least|\bno less than|\bnot less than|\bno fewer than|\bminimum(?: of)?|\bmin(?:imum)?(?: of)?|\bno lower than|>=|≥|=>)\s*${NUM}`,
+      'i',
+    ),
+    kind: 'ge',
+    inherent: true,
+  },
+  {
+    re: new RegExp(String.raw`${NUM}\s+(?:or more|or greater|or higher|or above|at least|minimum)\b`, 'i'),
+    kind: 'ge',
+    inherent: true,
+  },
+  {
+    re: new RegExp(
+      String.raw`(?:\bunder|\bless than|\bbelow|\blower than|\bfewer than|\bsmaller than|\bbeneath|<)\s*${NUM}`,
+      'i',
+    ),
+    kind: 'lt',
+    inherent: false,
+  },
+  {
+    re: new RegExp(
+      String.raw`(?:\bover|\bmore than|\babove|\bgreater than|\bexceeds?|\bexceeding|\bin excess of|\bhigher than|\blarger than|\bbigger than|>)\s*${NUM}`,
+      'i',
+    ),
+    kind: 'gt',
+    inherent: false,
+  },
+];
+
+/** "Ask a person" and its many forms: the described calls go to a human instead of being blocked. */
+export const APPROVAL =
+  /\b(?:ask (?:a |the |an? )?(?:person|human|someone|somebody|me|us|manager|admin|administrator|reviewer|supervisor|owner)|(?:require|requires|required|need|needs|needing|get|getting|with) (?:an? |the )?(?:human |manual |explicit |prior )?(?:approval|review|sign-?off|confirmation)|(?:human|manual) (?:approval|review|sign-?off)|escalate|escalation|approval (?:is )?(?:required|needed)|check with (?:a |the )?(?:person|human|someone|manager|me|us)|(?:have|let) (?:a |the )?(?:person|human|someone|manager) (?:approve|review|check|decide)|(?:must|should|to) be (?:approved|reviewed)|hold for (?:approval|review))\b/i;
+
+/** Words saying the described calls are not allowed. */
+export const NEGATIVE =
+  /\b(?:block|blocks|blocked|deny|denied|denies|reject|rejected|rejects|forbid|forbidden|forbids|prohibit|prohibited|prevent|stop|disallow|disallowed|refuse|refused|never allow|don't allow|do not allow|dont allow|not allowed|not permitted|must never|should never|never|ban|banned|must not be|may not be|cannot be|can't be|should not be|shouldn't be)\b/i;
+
+/** Words saying the described calls are the allowed ones. */
+export const POSITIVE =
+  /\b(?:must|should|only|allow|allowed|permit|permitted|limit|limited|restrict|restricted|can|may|has to|have to|needs? to|keep|always|require|requires|required|cap|capped|at most|at least)\b/i;
+
+export const SESSION =
+  /\b(?:per|a|each|every|in (?:a|one|each)|within (?:a|one)) (?:session|conversation|run)\b/i;
+export const CALLS =
+  /\b(\d+|once|twice|thrice|one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|fifty|hundred)(?:\s+(?:calls?|times?|requests?|uses?|invocations?|runs?))?\b/i;
+export const TOTAL =
+  /\b(?:total|totals|cumulative|cumulatively|combined|altogether|in aggregate|aggregate|sum|overall|all together)\b/i;
+export const REQUIRED =
+  /\b(?:(?:is|are) (?:always )?(?:required|mandatory)|require|requires|must (?:always )?(?:be (?:provided|present|given|set|included|filled(?: in)?|specified|supplied)|include|have|contain an?)|always (?:include|provide|set|pass|send|give)|mandatory|never (?:be )?(?:empty|missing|omitted)|cannot be (?:omitted|missing))\b/i;
+export const LENGTH_UNIT = /\b(?:characters?|chars?|letters?)\b/i;
+export const ITEMS_UNIT = /\b(?:items?|entries|elements?|recipients|addresses|values|attachments|files)\b/i;
+
+/** A domain as people write it in "only to @example.com addresses" or "emails to example.com". */
+export const DOMAIN = /(?:^|[\s"'`(])@?((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24})\b/i;
+export const DOMAIN_WORDS =
+  /\b(?:domain|domains|address|addresses|email|emails|e-mail|mail|recipients?|@)|@/i;
+
+/** An explicit pattern: /…/ or `…` after "match" or "pattern". */
+export const EXPLICIT_REGEX =
+  /\b(?:match|matches|matching|pattern|regex|regexp)\b[^/`]*(?:\/(.+)\/|`([^`]+)`)/i;
+export const AFFIX =
+  /\b(start|starts|starting|begin|begins|beginning|end|ends|ending|contain|contains|containing)\s+with\s+["'`]?([^"'`\s,;]+)["'`]?|\b(contain|contains|containing|include|includes)\s+["'`]([^"'`]+)["'`]/i;

@@ -1,0 +1,56 @@
+import { type LlmSettings, PROVIDERS, type ProviderName, type ProviderSettings } from './model.js';
+
+const DEFAULT_MODELS: Record<ProviderName, string> = {
+  openai: 'gpt-4o-mini',
+  anthropic: 'claude-3-5-haiku-latest',
+  google: 'gemini-2.0-flash',
+};
+
+function nonEmpty(value: string | undefined): string | null {
+  return value !== undefined && value.trim() !== '' ? value.trim() : null;
+}
+
+function positiveInt(name: string, value: string | undefined, fallback: number): number {
+  const v = nonEmpty(value);
+  if (v === null) return fallback;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got "${value}"`);
+  return n;
+}
+
+/**
+ * A provider counts as configured when it has an API key or a base URL: an OpenAI-compatible server
+ * (vLLM, Ollama, LiteLLM) often needs no key.
+ */
+function provider(env: NodeJS.ProcessEnv, name: ProviderName): ProviderSettings | null {
+  const prefix = `SVC_LLM_${name.toUpperCase()}`;
+  const apiKey = nonEmpty(env[`${prefix}_API_KEY`]);
+  const baseUrl = nonEmpty(env[`${prefix}_BASE_URL`]);
+  if (apiKey === null && baseUrl === null) return null;
+  if (baseUrl !== null && !/^https?:\/\//.test(baseUrl)) {
+    throw new Error(`${prefix}_BASE_URL must be an http(s) URL, got "${baseUrl}"`);
+  }
+  return {
+    apiKey,
+    baseUrl: baseUrl?.replace(/\/+$/, '') ?? null,
+    model: nonEmpty(env[`${prefix}_MODEL`]) ?? DEFAULT_MODELS[name],
+  };
+}
+
+export function loadLlmSettings(env: NodeJS.ProcessEnv): LlmSettings {
+  const providers = Object.fromEntries(
+    PROVIDERS.map((p) => [p, provider(env, p)]),
+  ) as LlmSettings['providers'];
+  const named = nonEmpty(env.SVC_LLM_DEFAULT_PROVIDER)?.toLowerCase() ?? null;
+  if (named !== null && !(PROVIDERS as readonly string[]).includes(named)) {
+    throw new Error(`SVC_LLM_DEFAULT_PROVIDER must be one of ${PROVIDERS.join(', ')}, got "${named}"`);
+  }
+  return {
+    providers,
+    defaultProvider: (named as ProviderName | null) ?? PROVIDERS.find((p) => providers[p] !== null) ?? null,
+    timeoutMs: positiveInt('SVC_LLM_TIMEOUT_MS', env.SVC_LLM_TIMEOUT_MS, 10_000),
+    maxConcurrency: positiveInt('SVC_LLM_MAX_CONCURRENCY', env.SVC_LLM_MAX_CONCURRENCY, 8),
+    cacheTtlMs: positiveInt('SVC_LLM_CACHE_TTL_MS', env.SVC_LLM_CACHE_TTL_MS, 300_000),
+    cacheSize: positiveInt('SVC_LLM_CACHE_SIZE', env.SVC_LLM_CACHE_SIZE, 10_000),
+  };
+}

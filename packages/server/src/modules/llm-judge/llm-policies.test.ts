@@ -1,0 +1,240 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../../../test/helpers.js';
+import { type FakeModelServer, fakeLlmEnv, startFakeModelServer } from '../../../test/llm-providers.js';
+import { verifyReceipts } from '../../ledger/verify.js';
+import { loadLlmSettings } from './config.js';
+
+let server: FakeModelServer;
+let t: TestApp;
+let a: Tenant;
+let b: Tenant;
+
+const ALLOW = {
+  decision: 'allow',
+  reason: 'Internal recipient.',
+  failedArgument: null,
+  matchedException: null,
+};
+const DENY = {
+  decision: 'deny',
+  reason: 'External recipient.',
+  failedArgument: 'to',
+  matchedException: null,
+};
+const LLM_POLICY = {
+  toolName: 'send_email',
+  mode: 'llm',
+  llmConfig: {
+    description: 'Emails may only go to recipients at example.com.',
+    exceptions: ['The recipient is the security team'],
+    preferredModel: 'anthropic',
+  },
+};
+
+beforeAll(async () => {
+  server = await startFakeModelServer(() => ({ object: ALLOW }));
+  t = await createTestApp({ llm: loadLlmSettings(fakeLlmEnv(server.url, { SVC_LLM_TIMEOUT_MS: '500' })) });
+  a = await createTenant(t);
+  b = await createTenant(t);
+  for (const tenant of [a, b]) {
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(tenant.apiKey),
+      payload: LLM_POLICY,
+    });
+    expect(res.statusCode).toBe(201);
+  }
+});
+afterAll(async () => {
+  await t.close();
+  await server.close();
+});
+beforeEach(() => {
+  server.seen.length = 0;
+});
+
+const validate = (tenant: Tenant, args: Record<string, unknown>) =>
+  t.inject({
+    method: 'POST',
+    url: '/v1/tools/validate',
+    headers: keyHeader(tenant.apiKey),
+    payload: { tool_name: 'send_email', arguments: args },
+  });
+
+async function decision(tenant: Tenant, id: string) {
+  const res = await t.inject({
+    method: 'GET',
+    url: `/v1/decisions/${id}`,
+    headers: keyHeader(tenant.apiKey),
+  });
+  expect(res.statusCode).toBe(200);
+  return res.json();
+}
+
+async function receipt(tenant: Tenant, id: string) {
+  const res = await t.inject({
+    method: 'GET',
+    url: `/v1/decisions/${id}/receipt`,
+    headers: keyHeader(tenant.apiKey),
+  });
+  expect(res.statusCode).toBe(200);
+  return res.json();
+}
+
+describe('llm policies on POST /v1/tools/validate', () => {
+  it('allows through the preferred provider and binds the judge into the receipt', async () => {
+    server.script = () => ({ object: ALLOW });
+    const res = await validate(a, { to: 'ann@example.com' });
+    expect(res.json()).toMatchObject({ decision: 'allow', metadata: { mode: 'llm' } });
+    expect(server.seen.map((s) => s.provider)).toEqual(['anthropic']);
+    const id = res.json().metadata.decision_id;
+    expect(await decision(a, id)).toMatchObject({
+      mode: 'llm',
+      decision: 'allow',
+      failedArgument: null,
+      matchedException: null,
+      validations: null,
+    });
+    const r = await receipt(a, id);
+    expect(r).toMatchObject({ mode: 'llm', judge_provider: 'anthropic', judge_model: 'claude-test' });
+    expect(r.judge_prompt_hash).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(r.judge_answer_hash).toMatch(/^sha256:[0-9a-f]{64}$/);
+  });
+
+  it('denies with the failed argument and the judge reason in validations', async () => {
+    server.script = () => ({ object: DENY });
+    const res = await validate(a, { to: 'mallory@evil.test' });
+    expect(res.json()).toMatchObject({
+      decision: 'deny',
+      failed_constraints: [{ parameter: 'to', constraint_type: 'llm', actual: 'mallory@evil.test' }],
+    });
+    expect(res.json().reason).toContain('External recipient.');
+    const d = await decision(a, res.json().metadata.decision_id);
+    expect(d).toMatchObject({ failedArgument: 'to', matchedException: null });
+    expect(d.validations[0]).toMatchObject({ parameter: 'to', constraint_type: 'llm' });
+  });
+
+  it('records a matched exception as an allow', async () => {
+    server.script = () => ({
+      object: { ...ALLOW, reason: 'Security team.', matchedException: 'The recipient is the security team' },
+    });
+    const res = await validate(a, { to: 'security@partner.test' });
+    expect(res.json().decision).toBe('allow');
+    const d = await decision(a, res.json().metadata.decision_id);
+    expect(d.matchedException).toBe('The recipient is the security team');
+  });
+
+  it('fails closed on provider errors, timeouts and malformed answers, and records them', async () => {
+    const cases = [
+      { reply: { status: 429 }, says: /rate-limited/ },
+      { reply: { status: 500 }, says: /HTTP 500/ },
+      { reply: { stallMs: 3_000 }, says: /within 500 ms/ },
+      { reply: { text: 'allow' }, says: /not the required JSON object/ },
+    ];
+    for (const [i, c] of cases.entries()) {
+      server.script = () => c.reply;
+      const res = await validate(a, { to: `x${i}@example.com` });
+      expect(res.statusCode).toBe(200);
+      expect(res.json()).toMatchObject({
+        decision: 'deny',
+        failed_constraints: [{ constraint_type: 'llm_unavailable' }],
+      });
+      expect(res.json().reason).toMatch(c.says);
+      const r = await receipt(a, res.json().metadata.decision_id);
+      expect(r).toMatchObject({ decision: 'deny', judge_provider: 'anthropic' });
+    }
+  });
+
+  it('answers a repeated call from the cache, and asks again after the policy is updated', async () => {
+    server.script = () => ({ object: ALLOW });
+    await validate(a, { to: 'cache@example.com' });
+    await validate(a, { to: 'cache@example.com' });
+    expect(server.seen).toHaveLength(1);
+    const put = await t.inject({
+      method: 'PUT',
+      url: '/v1/policies/send_email',
+      headers: keyHeader(a.apiKey),
+      payload: {
+        mode: 'llm',
+        llmConfig: { ...LLM_POLICY.llmConfig, description: 'Only example.com, never on Sundays.' },
+      },
+    });
+    expect(put.statusCode).toBe(200);
+    server.script = () => ({ object: DENY });
+    const res = await validate(a, { to: 'cache@example.com' });
+    expect(res.json().decision).toBe('deny');
+    expect(server.seen).toHaveLength(2);
+    expect(server.seen[1]!.system).toContain('never on Sundays');
+  });
+
+  it("never answers one organization's call from another's verdict", async () => {
+    server.script = () => ({ object: ALLOW });
+    await validate(a, { to: 'shared@example.com' });
+    server.script = () => ({ object: DENY });
+    const res = await validate(b, { to: 'shared@example.com' });
+    expect(res.json().decision).toBe('deny');
+    expect(server.seen).toHaveLength(2);
+  });
+
+  it('keeps the receipt chain verifiable with judge bindings', async () => {
+    const res = await t.inject({ method: 'GET', url: '/v1/receipts/export', headers: keyHeader(a.apiKey) });
+    expect(res.statusCode).toBe(200);
+    const lines = res.body.trim().split('\n');
+    expect(lines.some((l) => JSON.parse(l).judge_provider)).toBe(true);
+    const report = await verifyReceipts(lines);
+    expect(report.errors).toEqual([]);
+    expect(report.ok).toBe(true);
+  });
+});
+
+describe('quality and dry run of llm policies', () => {
+  it('says which provider would judge and whether it is configured', async () => {
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/policies/send_email/validate',
+      headers: keyHeader(a.apiKey),
+      payload: { mode: 'llm', llmConfig: { description: 'Only example.com', preferredModel: 'google' } },
+    });
+    expect(res.json()).toMatchObject({
+      valid: true,
+      judge: { provider: 'google', model: 'gemini-test', configured: true },
+    });
+  });
+
+  it('reports an empty description as invalid', async () => {
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/policies/send_email/validate',
+      headers: keyHeader(a.apiKey),
+      payload: { mode: 'llm', llmConfig: { description: '   ' } },
+    });
+    expect(res.json()).toMatchObject({ valid: false, judge: { provider: 'openai', configured: true } });
+    expect(res.json().issues.join(' ')).toContain('empty description');
+  });
+
+  it('without a configured provider, says so and every call is denied', async () => {
+    const bare = await createTestApp();
+    try {
+      const tenant = await createTenant(bare);
+      const created = await bare.inject({
+        method: 'POST',
+        url: '/v1/policies',
+        headers: keyHeader(tenant.apiKey),
+        payload: LLM_POLICY,
+      });
+      expect(created.json().quality).toMatchObject({ judge: { provider: null, configured: false } });
+      expect(created.json().quality.issues.join(' ')).toMatch(/No model provider is configured/);
+      const res = await bare.inject({
+        method: 'POST',
+        url: '/v1/tools/validate',
+        headers: keyHeader(tenant.apiKey),
+        payload: { tool_name: 'send_email', arguments: { to: 'a@example.com' } },
+      });
+      expect(res.json()).toMatchObject({ decision: 'deny' });
+      expect(res.json().reason).toMatch(/preferred provider "anthropic" is not configured/);
+    } finally {
+      await bare.close();
+    }
+  });
+});
