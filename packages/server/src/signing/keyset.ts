@@ -77,6 +77,12 @@ export async function readOperatorKey(file: string): Promise<KeyObject> {
   return key;
 }
 
+/** A retired key only ever verifies: its private half is dropped, so a leaked key set cannot sign with it. */
+function retire(k: SigningKeyRecord, at: string): SigningKeyRecord {
+  const { d: _private, ...rest } = k;
+  return { ...rest, retiredAt: at };
+}
+
 function publicX(key: KeyObject): string {
   const jwk = createPublicKey(key).export({ format: 'jwk' }) as { x: string };
   return jwk.x;
@@ -160,7 +166,7 @@ export class SigningKeySet {
       const kid = await thumbprint(x);
       const keys = doc.keys
         .filter((k) => k.kid !== kid)
-        .map((k) => (k.retiredAt === null ? { ...k, retiredAt: this.now() } : k));
+        .map((k) => (k.retiredAt === null ? retire(k, this.now()) : k));
       return {
         version: 1,
         keys: [{ kid, x, source: 'file', createdAt: this.now(), retiredAt: null }, ...keys],
@@ -175,7 +181,7 @@ export class SigningKeySet {
     const jwk = privateKey.export({ format: 'jwk' }) as { x: string; d: string };
     const kid = await thumbprint(jwk.x);
     const now = this.now();
-    const keys = doc.keys.map((k) => (k.retiredAt === null ? { ...k, retiredAt: now } : k));
+    const keys = doc.keys.map((k) => (k.retiredAt === null ? retire(k, now) : k));
     return {
       version: 1,
       keys: [{ kid, x: jwk.x, d: jwk.d, source: 'generated', createdAt: now, retiredAt: null }, ...keys],

@@ -28,7 +28,7 @@ beforeAll(async () => {
     const res = await t.inject({
       method: 'PUT',
       url: '/v1/gateway/packs/big',
-      headers: keyHeader(x.apiKey),
+      headers: asUser(x),
       payload: PACK,
     });
     expect(res.statusCode).toBe(201);

@@ -58,7 +58,7 @@ function expectB(res: { statusCode: number; json(): unknown; body: string }, sta
 let packSeq = 0;
 async function pack(x: Tenant, body: object = PACK) {
   const id = `pack-${++packSeq}`;
-  const res = await inject('PUT', `/v1/gateway/packs/${id}`, key(x), body);
+  const res = await inject('PUT', `/v1/gateway/packs/${id}`, asUser(x), body);
   expect(res.statusCode).toBe(201);
   return id;
 }
@@ -140,17 +140,17 @@ describe('gateway envelope B', () => {
 
 describe('policy packs', () => {
   it('versions each PUT, hashes the canonical content, and reads any version', async () => {
-    const first = await inject('PUT', '/v1/gateway/packs/ops', key(a), PACK);
+    const first = await inject('PUT', '/v1/gateway/packs/ops', asUser(a), PACK);
     expect(first.statusCode).toBe(201);
     expect(first.json()).toMatchObject({ pack_id: 'ops', version: 1, allowed_rails: ['ach', 'usdc'] });
     expect(first.json().sha256).toMatch(/^sha256:[0-9a-f]{64}$/);
     // The same content in another order hashes the same.
-    const again = await inject('PUT', '/v1/gateway/packs/ops', key(a), {
+    const again = await inject('PUT', '/v1/gateway/packs/ops', asUser(a), {
       ...PACK,
       allowed_rails: ['usdc', 'ach'],
     });
     expect(again.json()).toMatchObject({ version: 2, sha256: first.json().sha256 });
-    const changed = await inject('PUT', '/v1/gateway/packs/ops', key(a), { ...PACK, max_ttl_seconds: 60 });
+    const changed = await inject('PUT', '/v1/gateway/packs/ops', asUser(a), { ...PACK, max_ttl_seconds: 60 });
     expect(changed.json().version).toBe(3);
     expect(changed.json().sha256).not.toBe(first.json().sha256);
     expect((await inject('GET', '/v1/gateway/packs/ops', key(a))).json().version).toBe(3);
@@ -160,17 +160,17 @@ describe('policy packs', () => {
   });
 
   it('compiles CEL conditions when saved: a bad expression answers 400 with its param', async () => {
-    const bad = await inject('PUT', '/v1/gateway/packs/bad', key(a), {
+    const bad = await inject('PUT', '/v1/gateway/packs/bad', asUser(a), {
       ...PACK,
       conditions: [{ name: 'x', expression: 'payment.amount <= ' }],
     });
     expect(expectB(bad, 400, 'invalid_request')['param']).toBe('conditions.0.expression');
-    const unknown = await inject('PUT', '/v1/gateway/packs/bad', key(a), {
+    const unknown = await inject('PUT', '/v1/gateway/packs/bad', asUser(a), {
       ...PACK,
       conditions: [{ name: 'x', expression: 'payment.colour == "red"' }],
     });
     expect(expectB(unknown, 400, 'invalid_request')['param']).toBe('conditions.0.expression');
-    const notBool = await inject('PUT', '/v1/gateway/packs/bad', key(a), {
+    const notBool = await inject('PUT', '/v1/gateway/packs/bad', asUser(a), {
       ...PACK,
       conditions: [{ name: 'x', expression: 'payment.amount + 1.0' }],
     });
@@ -179,10 +179,15 @@ describe('policy packs', () => {
   });
 
   it('keeps packs per organization', async () => {
-    await inject('PUT', '/v1/gateway/packs/mine', key(a), PACK);
+    await inject('PUT', '/v1/gateway/packs/mine', asUser(a), PACK);
     expectB(await inject('GET', '/v1/gateway/packs/mine', key(b)), 404, 'policy_pack_not_found');
     expectB(await inject('GET', '/v1/gateway/packs/mine', asUser(b)), 404, 'policy_pack_not_found');
     expect((await inject('GET', '/v1/gateway/packs/mine', asUser(a))).statusCode).toBe(200);
+  });
+
+  it('refuses a pack written with an API key: the agents a pack governs cannot loosen it', async () => {
+    expectB(await inject('PUT', '/v1/gateway/packs/loose', key(a), PACK), 403, 'authorization_error');
+    expectB(await inject('GET', '/v1/gateway/packs/loose', key(a)), 404, 'policy_pack_not_found');
   });
 });
 
@@ -282,6 +287,9 @@ describe('capsules', () => {
     expectB(await mint(a, gated), 403, 'approvals_unavailable');
     const dual = await pack(a, { ...PACK, dual_control_threshold_usd: '100' });
     expectB(await mint(a, dual), 501, 'not_implemented');
+    const invoiced = await pack(a, { ...PACK, invoice_required: true });
+    expectB(await mint(a, invoiced), 400, 'invoice_hash_missing');
+    expect((await mint(a, invoiced, { invoice_hash: `sha256:${'e'.repeat(64)}` })).statusCode).toBe(201);
     expectB(await mint(b, packId), 404, 'policy_pack_not_found');
   });
 
@@ -415,7 +423,7 @@ describe('capsules', () => {
     const packId = await pack(a);
     await payee(a, PAYEE);
     const c = (await mint(a, packId)).json();
-    await inject('PUT', `/v1/gateway/packs/${packId}`, key(a), { ...PACK, max_ttl_seconds: 30 });
+    await inject('PUT', `/v1/gateway/packs/${packId}`, asUser(a), { ...PACK, max_ttl_seconds: 30 });
     expectB(await consume(a, c.capsule), 409, 'policy_pack_hash_mismatch');
 
     const strict = await pack(a, {
@@ -516,7 +524,8 @@ describe('two instances on one database', () => {
       const x = await createTenant(one);
       const headers = keyHeader(x.apiKey);
       expect(
-        (await one.inject({ method: 'PUT', url: '/v1/gateway/packs/p', headers, payload: PACK })).statusCode,
+        (await one.inject({ method: 'PUT', url: '/v1/gateway/packs/p', headers: asUser(x), payload: PACK }))
+          .statusCode,
       ).toBe(201);
       const p = (
         await one.inject({ method: 'POST', url: '/v1/gateway/payees', headers, payload: { details: PAYEE } })

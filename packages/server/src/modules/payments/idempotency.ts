@@ -6,7 +6,9 @@ import { gatewayError } from './model.js';
 import type { GatewayRepository } from './repository.js';
 
 /** How long an Idempotency-Key and its answer are kept. */
-export const IDEMPOTENCY_RETENTION_MS = 24 * 3600 * 1000;
+export /** How long an unanswered claim holds its key before it counts as abandoned. */
+const STALE_CLAIM_MS = 60_000;
+const IDEMPOTENCY_RETENTION_MS = 24 * 3600 * 1000;
 const KEY_RE = /^[\x21-\x7e]{1,255}$/;
 
 const held = new WeakMap<FastifyRequest, { org: string; key: string }>();
@@ -56,6 +58,11 @@ export function registerIdempotency(
         );
       }
       if (existing.status_code === null || existing.response === null) {
+        // A claim that never got its answer (the process died mid-request) frees the key after a minute.
+        if (Date.parse(existing.created_at) + STALE_CLAIM_MS <= now.getTime()) {
+          await deps.repo.dropKey(org, key, new Date(now.getTime() - STALE_CLAIM_MS + 1).toISOString());
+          continue;
+        }
         throw gatewayError.idempotencyInProgress(
           'a request with this Idempotency-Key is still running',
           'Idempotency-Key',

@@ -155,6 +155,7 @@ export const gatewayError = {
   packNotFound: make(404, 'invalid_request', 'policy_pack_not_found'),
   packHashMismatch: make(409, 'conflict', 'policy_pack_hash_mismatch'),
   notImplemented: make(501, 'api_error', 'not_implemented'),
+  invoiceMissing: make(400, 'invalid_request', 'invoice_hash_missing'),
   approvalRequired: (approvalId: string, payloadHash: string, message: string) =>
     new GatewayError(409, {
       type: 'conflict',

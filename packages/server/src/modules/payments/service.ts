@@ -293,6 +293,8 @@ export function createPaymentService(deps: PaymentServiceDeps) {
 
   return {
     async putPack(scope: Caller, packId: string, input: PackInput): Promise<PackAnswer> {
+      // A pack governs the agents that mint under it: only a person may write one, never their keys.
+      personOf(scope, 'writing a policy pack');
       const content = packContent(input);
       // Versions are immutable; a concurrent save of the same pack retries on the next number.
       for (let attempt = 0; attempt < 5; attempt++) {
@@ -349,6 +351,12 @@ export function createPaymentService(deps: PaymentServiceDeps) {
       const packRow = await packFor(scope.organizationId, input.pack_id, input.pack_version);
       const pack = JSON.parse(packRow.content) as PackContent;
       const ceilingMicros = moneyMicros(input.amount_ceiling, 'amount_ceiling');
+      if (pack.invoice_required && input.invoice_hash === undefined) {
+        throw gatewayError.invoiceMissing(
+          `policy pack ${input.pack_id} requires an invoice: mint with invoice_hash`,
+          'invoice_hash',
+        );
+      }
       const rails = [...new Set(input.rails)].sort();
       const outside = rails.find((r) => !pack.allowed_rails.includes(r));
       if (outside !== undefined) {
