@@ -61,7 +61,7 @@ function setup(
   const pipeline = createEnforcement({
     policies: { get: async () => policy },
     steps: enforcementSteps({ approvals: { use, open } as never, sessions: { reserve } }),
-    writer,
+    writer: { ...writer, writeAll: async () => [] },
     events: new LocalEventBus(),
     clock: { now: () => new Date('2026-01-01T00:00:00.000Z') },
   });
