@@ -2,7 +2,7 @@
  * npm run bench — every benchmark in one run, each printing its command, figures and verdict.
  * BENCH_DURATION (seconds per measured phase, default 10) and BENCH_RATE (default 5000) tune it;
  * BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test; `none` skips) the PostgreSQL phase;
- * BENCH_ONLY (comma list of engine, validate, postgres, gateway, economic) runs a subset.
+ * BENCH_ONLY (comma list of engine, validate, postgres, gateway, economic, sdk) runs a subset.
  */
 
 import { diskCommitLatency } from './disk.js';
@@ -10,6 +10,7 @@ import { runEconomicBench } from './economic.js';
 import { runEngineBench } from './engine.js';
 import { runGatewayBench } from './gateway.js';
 import { runPostgresBench } from './postgres.js';
+import { runSdkBench } from './sdk.js';
 import { runValidateBench } from './validate.js';
 
 const durationS = Number(process.env.BENCH_DURATION ?? 10);
@@ -85,3 +86,15 @@ if (runs('economic')) {
     `${verdict(e.failed === 0 && e.spentUsd === e.expectedSpentUsd)} ledger exact: ${e.answered} pairs measured, ${e.failed} failed, spent equals the committed actuals`,
   );
 }
+
+if (runs('sdk')) {
+  console.log(
+    '\n## SDK: local validate (cached policy, one core) vs a server round trip (node --conditions=@svc/source --import tsx bench/sdk.ts)',
+  );
+  const sdk = await runSdkBench({ rounds: 5, callsPerRound: 200_000, port: 18520 });
+  console.log(
+    `${verdict(sdk.localPerSec >= 500_000)} local validate ${Math.round(sdk.localPerSec).toLocaleString('en-US')} calls/s, p99 ${sdk.localP99Us.toFixed(2)} µs (goal >= 500,000/s)`,
+  );
+}
+// An SDK client still holds the local decisions its log has not sent: the bench ends here.
+process.exit(0);

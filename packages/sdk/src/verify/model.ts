@@ -1,0 +1,33 @@
+export interface VerifyError {
+  /** 1-based position in the input (NDJSON line, blank lines included). */
+  line: number;
+  sequence: number | null;
+  receipt_id: string | null;
+  problem: string;
+  /** For hash mismatches: what the verifier computed / what the receipt says. */
+  expected?: string;
+  actual?: string;
+}
+
+export interface VerifyReport {
+  ok: boolean;
+  /** Receipts examined. */
+  count: number;
+  /** receipt_hash of the last receipt read, null if none. */
+  lastHash: string | null;
+  /** Recomputed Merkle root after the last receipt, null when roots could not be checked. */
+  merkleRoot: string | null;
+  /** The first 20 problems in input order; errors[0] is the first break. */
+  errors: VerifyError[];
+  warnings: string[];
+}
+
+/** The chain head just before the first receipt of an export that starts mid-chain. */
+export interface ChainStart {
+  /** Sequence of the first receipt (= receipts before it). */
+  sequence: number;
+  /** receipt_hash of the receipt before it. */
+  lastHash: string;
+  /** Merkle frontier after the receipts before it (`sha256:<hex>` per perfect subtree, largest first). */
+  frontier: string[];
+}
