@@ -40,12 +40,18 @@ beforeAll(async () => {
 });
 afterAll(async () => t.close());
 
+/** The server verifier's report, limited to the fields the SDK reports (it adds checkpoint heads). */
+async function serverReport(input: string[]) {
+  const { heads: _heads, organizationId: _org, ...rest } = await verifyReceipts(input);
+  return rest;
+}
+
 describe('verifyReceiptChain (WebCrypto)', () => {
   it('accepts an exported chain and agrees with the server verifier', async () => {
     expect(lines).toHaveLength(13);
     const report = await verifyReceiptChain(lines.join('\n'));
     expect(report).toMatchObject({ ok: true, count: 13, errors: [] });
-    expect(report).toEqual(await verifyReceipts(lines));
+    expect(report).toEqual(await serverReport(lines));
     expect(report.merkleRoot).toBe(JSON.parse(lines[12]!).merkle_root);
   });
 
@@ -71,14 +77,14 @@ describe('verifyReceiptChain (WebCrypto)', () => {
     const report = await verifyReceiptChain(bad);
     expect(report.ok).toBe(false);
     expect(report.errors[0]!.line).toBe(6);
-    expect(report).toEqual(await verifyReceipts(bad));
+    expect(report).toEqual(await serverReport(bad));
   });
 
   it('reports a removed receipt and garbage lines', async () => {
     const bad = [...lines.slice(0, 4), ...lines.slice(5), 'not json'];
     const report = await verifyReceiptChain(bad);
     expect(report.ok).toBe(false);
-    expect(report).toEqual(await verifyReceipts(bad));
+    expect(report).toEqual(await serverReport(bad));
   });
 });
 
