@@ -1,11 +1,14 @@
 import { createHash } from 'node:crypto';
 import {
+  type Checkpoint,
   leafHash,
   MerkleFrontier,
   nodeHash,
   tag,
+  verifyCheckpointSignature,
   verifyInclusion,
   verifyReceiptChain,
+  verifyReceiptInclusion,
 } from '@svc/sdk/verify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { merkleTreeHash } from '../../server/src/ledger/merkle.js';
@@ -85,6 +88,54 @@ describe('verifyReceiptChain (WebCrypto)', () => {
     const report = await verifyReceiptChain(bad);
     expect(report.ok).toBe(false);
     expect(report).toEqual(await serverReport(bad));
+  });
+});
+
+describe('checkpoints and inclusion (docs/receipts.md)', () => {
+  const get = async (url: string) =>
+    (await t.inject({ method: 'GET', url, headers: keyHeader(tenant.apiKey) })).json();
+
+  it('verifies a checkpoint signature against the published key set, and a receipt inclusion in it', async () => {
+    const signed = await t.inject({
+      method: 'POST',
+      url: '/v1/receipts/checkpoints',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect([200, 201]).toContain(signed.statusCode);
+    const checkpoint = signed.json() as Checkpoint;
+    const keys = (await t.inject({ method: 'GET', url: '/.well-known/svc-keys.json' })).json();
+    expect(await verifyCheckpointSignature(checkpoint, keys)).toEqual({ ok: true });
+    expect(checkpoint.root_hash).toBe(JSON.parse(lines[checkpoint.tree_size - 1]!).merkle_root);
+
+    for (const sequence of [0, 5, checkpoint.tree_size - 1]) {
+      const receipt = JSON.parse(lines[sequence]!);
+      const proof = await get(
+        `/v1/receipts/proofs/inclusion?sequence=${sequence}&tree_size=${checkpoint.tree_size}`,
+      );
+      expect(await verifyReceiptInclusion(receipt, proof, checkpoint, keys)).toEqual({ ok: true });
+      const altered = { ...receipt, reason: 'something else' };
+      expect((await verifyReceiptInclusion(altered, proof, checkpoint, keys)).ok).toBe(false);
+    }
+    const proof = await get(`/v1/receipts/proofs/inclusion?sequence=2&tree_size=${checkpoint.tree_size}`);
+    const other = JSON.parse(lines[3]!);
+    expect(await verifyReceiptInclusion(other, { ...proof, sequence: 3 }, checkpoint, keys)).toMatchObject({
+      ok: false,
+    });
+
+    // A forged checkpoint, a key that is not in the set, a tampered signature: refused.
+    expect(await verifyCheckpointSignature({ ...checkpoint, tree_size: 2 }, keys)).toMatchObject({
+      ok: false,
+    });
+    expect(await verifyCheckpointSignature({ ...checkpoint, kid: 'unknown' }, keys)).toMatchObject({
+      ok: false,
+      reason: 'key unknown is not in the key set',
+    });
+    const sig = checkpoint.signature;
+    const flipped = `${sig.slice(0, 10)}${sig[10] === 'A' ? 'B' : 'A'}${sig.slice(11)}`;
+    expect(await verifyCheckpointSignature({ ...checkpoint, signature: flipped }, keys)).toMatchObject({
+      ok: false,
+    });
+    expect(await verifyCheckpointSignature(checkpoint, { keys: [] })).toMatchObject({ ok: false });
   });
 });
 

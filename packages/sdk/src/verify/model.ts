@@ -31,3 +31,36 @@ export interface ChainStart {
   /** Merkle frontier after the receipts before it (`sha256:<hex>` per perfect subtree, largest first). */
   frontier: string[];
 }
+
+/** A signed tree head of one organization's chain (`svc.checkpoint/1`, docs/receipts.md). */
+export interface Checkpoint {
+  schema: string;
+  origin: string;
+  organization_id: string;
+  tree_size: number;
+  root_hash: string;
+  last_receipt_hash: string;
+  timestamp: string;
+  kid: string;
+  signature: string;
+}
+
+/** One key of the published key set (JWKS). */
+export interface PublicJwk {
+  kty: string;
+  crv?: string;
+  x?: string;
+  kid?: string;
+  alg?: string;
+  use?: string;
+}
+
+/** GET /v1/receipts/proofs/inclusion. */
+export interface InclusionProof {
+  sequence: number;
+  tree_size: number;
+  leaf_hash?: string;
+  audit_path: string[];
+}
+
+export type CheckResult = { ok: true } | { ok: false; reason: string };
