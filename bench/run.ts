@@ -2,7 +2,7 @@
  * npm run bench — every benchmark in one run, each printing its command, figures and verdict.
  * BENCH_DURATION (seconds per measured phase, default 10) and BENCH_RATE (default 5000) tune it;
  * BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test; `none` skips) the PostgreSQL phase;
- * BENCH_ONLY (comma list of engine, validate, postgres, gateway, economic, startup) runs a subset.
+ * BENCH_ONLY (comma list of engine, validate, postgres, gateway, economic, startup, sdk) runs a subset.
  * BENCH_GATEWAY_CALLS (calls per path of the gateway bench, default 3000) tunes the gateway phase.
  */
 
@@ -11,6 +11,7 @@ import { runEconomicBench } from './economic.js';
 import { runEngineBench } from './engine.js';
 import { runGatewayBench } from './gateway.js';
 import { runPostgresBench } from './postgres.js';
+import { runSdkBench } from './sdk.js';
 import { runStartupBench } from './startup.js';
 import { runValidateBench } from './validate.js';
 
@@ -82,3 +83,15 @@ if (runs('startup')) {
     );
   }
 }
+
+if (runs('sdk')) {
+  console.log(
+    '\n## SDK: local validate (cached policy, one core) vs a server round trip (node --conditions=@svc/source --import tsx bench/sdk.ts)',
+  );
+  const sdk = await runSdkBench({ rounds: 5, callsPerRound: 200_000, port: 18520 });
+  console.log(
+    `${verdict(sdk.localPerSec >= 500_000)} local validate ${Math.round(sdk.localPerSec).toLocaleString('en-US')} calls/s, p99 ${sdk.localP99Us.toFixed(2)} µs (goal >= 500,000/s)`,
+  );
+}
+// An SDK client still holds the local decisions its log has not sent: the bench ends here.
+process.exit(0);

@@ -115,6 +115,13 @@ export interface EnforceRequest<T = never> {
   bindings?: { client_id?: string; connection_id?: string; upstream_id?: string };
 }
 
+/** One decision an SDK took locally, for recordReported. */
+export interface ReportedCall {
+  call: ToolCall;
+  reported: NonNullable<EnforceRequest['reported']>;
+  latencyMs: number;
+}
+
 export interface Enforced<T = never> {
   decision: DecisionValue;
   reason: string;

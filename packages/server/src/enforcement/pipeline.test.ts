@@ -66,7 +66,7 @@ function setup(
       // Deterministic policies never reach the judge.
       judge: { judge: async () => expect.unreachable('the judge is not asked for deterministic policies') },
     }),
-    writer,
+    writer: { ...writer, writeAll: async () => [] },
     events: new LocalEventBus(),
     clock: { now: () => new Date('2026-01-01T00:00:00.000Z') },
   });

@@ -4,7 +4,17 @@ import { receiptSummary } from '../ledger/receipt.js';
 import { type Clock, roundMs } from '../lib/clock.js';
 import { uuidv7 } from '../lib/ids.js';
 import type { PolicyCache } from '../modules/policies/cache.js';
-import type { Enforced, EnforceRequest, Execution, Hold, SessionWrite, Step, Verdict } from './model.js';
+import type {
+  CallScope,
+  Enforced,
+  EnforceRequest,
+  Execution,
+  Hold,
+  ReportedCall,
+  SessionWrite,
+  Step,
+  Verdict,
+} from './model.js';
 import { writeItemOf } from './record.js';
 import { NOT_EVALUATED, uncheckedVerdict } from './steps/constraints.js';
 
@@ -23,7 +33,10 @@ export interface EnforcementDeps {
   policies: Pick<PolicyCache, 'get'>;
   /** The checks, in order. */
   steps: readonly Step[];
-  writer: { write(item: WriteItem): Promise<Receipt> };
+  writer: {
+    write(item: WriteItem): Promise<Receipt>;
+    writeAll(items: readonly WriteItem[]): Promise<Receipt[]>;
+  };
   events: Pick<EventBus, 'publish'>;
   clock: Clock;
 }
@@ -63,15 +76,7 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
       let holds: Hold[] = [];
       let session: SessionWrite | undefined;
       if (req.reported) {
-        verdict = {
-          decision: req.reported.decision,
-          reason: req.reported.reason,
-          failedConstraints: [],
-          failedArgument: null,
-          mode: 'deterministic',
-          evaluation: NOT_EVALUATED,
-          approvalId: null,
-        };
+        verdict = reportedVerdict(req.reported);
       } else {
         const active = policy?.isActive ? policy : null;
         const input = { scope, call, policy: active, sessionId: sessionIdOf(call.context) };
@@ -161,7 +166,71 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
         ...(execution ? { execution } : {}),
       };
     },
+
+    /**
+     * Records decisions an SDK took locally (POST /v1/decisions with a batch) in one transaction,
+     * all or none, each bound to its tool's current policy; answers their ids in order.
+     */
+    async recordReported(scope: CallScope, reports: readonly ReportedCall[]): Promise<string[]> {
+      const names = [...new Set(reports.map((r) => r.call.toolName))];
+      const loaded = await Promise.all(names.map((n) => policies.get(scope.organizationId, n)));
+      const policyOf = new Map(names.map((n, i) => [n, loaded[i] ?? null]));
+      const now = clock.now().toISOString();
+      const recorded = reports.map((r) => ({
+        ...r,
+        decisionId: uuidv7(),
+        verdict: reportedVerdict(r.reported),
+      }));
+      // Built before anything is queued: arguments that cannot be canonicalized throw here.
+      const items = recorded.map((r) =>
+        writeItemOf({
+          decisionId: r.decisionId,
+          now,
+          scope,
+          call: r.call,
+          verdict: r.verdict,
+          policy: policyOf.get(r.call.toolName) ?? null,
+          source: 'client',
+          latencyMs: r.latencyMs,
+          session: undefined,
+          bindings: undefined,
+          resultHash: undefined,
+        }),
+      );
+      try {
+        await writer.writeAll(items);
+      } catch (err) {
+        throw new UnrecordedError(err, false);
+      }
+      for (const r of recorded) {
+        events.publish({
+          organizationId: scope.organizationId,
+          type: 'decision.created',
+          data: {
+            decisionId: r.decisionId,
+            toolName: r.call.toolName,
+            decision: r.verdict.decision,
+            mode: r.verdict.mode,
+            latencyMs: r.latencyMs,
+            projectId: scope.projectId,
+          },
+        });
+      }
+      return recorded.map((r) => r.decisionId);
+    },
   };
 }
 
 export type Enforcement = ReturnType<typeof createEnforcement>;
+
+function reportedVerdict(reported: NonNullable<EnforceRequest['reported']>): Verdict {
+  return {
+    decision: reported.decision,
+    reason: reported.reason,
+    failedConstraints: [],
+    failedArgument: null,
+    mode: 'deterministic',
+    evaluation: NOT_EVALUATED,
+    approvalId: null,
+  };
+}

@@ -107,6 +107,25 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
     expect((await verifyReceipts(chain)).ok).toBe(true);
   });
 
+  it('commits writeAll all or nothing: a bad item fails its whole group, never its other neighbours', async () => {
+    const { orgId } = await createTenant(t);
+    const writer = new DecisionWriter(t.store, { maxBatch: 2 });
+    const alone = writer.write(item(orgId, 1));
+    const bad = { ...item(orgId, 3), receipt: { ...item(orgId, 3).receipt, argument_hash: 'not-a-hash' } };
+    // maxBatch 2 would cut the group after its first item; the batch is extended to keep it whole.
+    const grouped = writer.writeAll([item(orgId, 2), bad, item(orgId, 4)]);
+    const after = writer.write(item(orgId, 5));
+    await expect(grouped).rejects.toThrow();
+    expect((await alone).sequence).toBe(0);
+    expect((await after).sequence).toBe(1);
+    const okGroup = await writer.writeAll([item(orgId, 6), item(orgId, 7)]);
+    expect(okGroup.map((r) => r.sequence)).toEqual([2, 3]);
+    await writer.close();
+    const chain = await chainOf(orgId);
+    expect(chain.map((p) => JSON.parse(p).tool_name)).toEqual(['tool-1', 'tool-5', 'tool-6', 'tool-7']);
+    expect((await verifyReceipts(chain)).ok).toBe(true);
+  });
+
   it('refuses writes after close', async () => {
     const writer = new DecisionWriter(t.store, { thread });
     await writer.close();

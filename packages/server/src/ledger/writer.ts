@@ -9,6 +9,8 @@ import { ThreadBatchStore } from './store-thread.js';
 
 interface Pending {
   item: WriteItem;
+  /** Items written together by writeAll share this: one transaction, all or nothing. */
+  group: object | undefined;
   receiptId: string;
   resolve: (r: Receipt) => void;
   reject: (e: unknown) => void;
@@ -59,14 +61,37 @@ export class DecisionWriter {
   write(item: WriteItem): Promise<Receipt> {
     if (this.closed) return Promise.reject(new Error('decision writer is closed'));
     return new Promise<Receipt>((resolve, reject) => {
-      this.queue.push({ item, receiptId: uuidv7(), resolve, reject });
-      if (this.queue.length === 1 && !this.flushing) {
-        this.idle = new Promise((r) => {
-          this.markIdle = r;
-        });
-      }
-      this.schedule();
+      this.enqueue(item, undefined, resolve, reject);
     });
+  }
+
+  /**
+   * Commits the items in one transaction, or none of them: a batch never splits them, and if their
+   * transaction fails they are retried together and fail together.
+   */
+  writeAll(items: readonly WriteItem[]): Promise<Receipt[]> {
+    if (this.closed) return Promise.reject(new Error('decision writer is closed'));
+    const group = {};
+    return Promise.all(
+      items.map(
+        (item) => new Promise<Receipt>((resolve, reject) => this.enqueue(item, group, resolve, reject)),
+      ),
+    );
+  }
+
+  private enqueue(
+    item: WriteItem,
+    group: object | undefined,
+    resolve: (r: Receipt) => void,
+    reject: (e: unknown) => void,
+  ): void {
+    this.queue.push({ item, group, receiptId: uuidv7(), resolve, reject });
+    if (this.queue.length === 1 && !this.flushing) {
+      this.idle = new Promise((r) => {
+        this.markIdle = r;
+      });
+    }
+    this.schedule();
   }
 
   private schedule(): void {
@@ -84,23 +109,19 @@ export class DecisionWriter {
     this.flushing = true;
     try {
       while (this.queue.length > 0) {
-        const batch = this.queue.splice(0, this.maxBatch);
+        const batch = this.takeBatch();
         try {
           const receipts = await this.commit(batch);
           for (const [i, p] of batch.entries()) p.resolve(receipts[i]!);
         } catch (err) {
-          if (batch.length === 1) {
-            this.options.log?.error({ err }, 'decision failed to commit');
-            batch[0]!.reject(err);
-            continue;
-          }
-          // One bad item must not fail its neighbours: retry each alone.
-          for (const p of batch) {
+          // One bad item must not fail its neighbours: retry each alone (a writeAll group as a whole).
+          for (const unit of units(batch)) {
             try {
-              p.resolve((await this.commit([p]))[0]!);
+              const receipts = unit.length === batch.length ? Promise.reject(err) : this.commit(unit);
+              for (const [i, r] of (await receipts).entries()) unit[i]!.resolve(r);
             } catch (itemErr) {
               this.options.log?.error({ err: itemErr }, 'decision failed to commit');
-              p.reject(itemErr);
+              for (const p of unit) p.reject(itemErr);
             }
           }
         }
@@ -110,6 +131,14 @@ export class DecisionWriter {
       this.markIdle?.();
       this.markIdle = null;
     }
+  }
+
+  /** Up to maxBatch items, extended so that a writeAll group is never split. */
+  private takeBatch(): Pending[] {
+    let end = Math.min(this.maxBatch, this.queue.length);
+    const last = this.queue[end - 1]?.group;
+    while (last !== undefined && end < this.queue.length && this.queue[end]!.group === last) end++;
+    return this.queue.splice(0, end);
   }
 
   private async commit(batch: Pending[]): Promise<Receipt[]> {
@@ -141,4 +170,15 @@ export class DecisionWriter {
     await this.drain();
     await this.batches.close?.();
   }
+}
+
+/** Splits a batch into retry units: one item alone, or a whole writeAll group. */
+function units(batch: Pending[]): Pending[][] {
+  const out: Pending[][] = [];
+  for (const p of batch) {
+    const prev = out[out.length - 1];
+    if (p.group !== undefined && prev?.[0]?.group === p.group) prev.push(p);
+    else out.push([p]);
+  }
+  return out;
 }

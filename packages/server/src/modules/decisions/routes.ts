@@ -1,10 +1,11 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { AppContext } from '../../context.js';
 import { callScopeOf } from '../../enforcement/model.js';
 import { UnrecordedError } from '../../enforcement/pipeline.js';
 import { roundMs } from '../../lib/clock.js';
-import { AppError } from '../../lib/errors.js';
+import { AppError, invalid } from '../../lib/errors.js';
 import { assertJsonDepth, recordError } from '../../lib/json.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { createReceiptRepository } from '../receipts/repository.js';
@@ -16,11 +17,30 @@ import {
   ListQuery,
   ListResponse,
   LogBody,
+  LogRequest,
   LogResponse,
+  MAX_LOG_BATCH,
   StatsQuery,
   StatsResponse,
 } from './schemas.js';
 import { createDecisionService } from './service.js';
+
+const checkLogBody = TypeCompiler.Compile(LogBody);
+
+/**
+ * The body is one decision or an array of them; a union's own error says only "Expected union
+ * value", so each decision is checked here to name the offending field (`body/3/decision ...`).
+ */
+function assertLogRequest(body: unknown): void {
+  const batch = Array.isArray(body);
+  if (batch && (body.length === 0 || body.length > MAX_LOG_BATCH)) {
+    throw invalid(`body must hold 1 to ${MAX_LOG_BATCH} decisions (got ${body.length})`);
+  }
+  for (const [i, item] of (batch ? body : [body]).entries()) {
+    const first = checkLogBody.Errors(item).First();
+    if (first) throw invalid(`body${batch ? `/${i}` : ''}${first.path} ${first.message}`);
+  }
+}
 
 export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const service = createDecisionService({
@@ -72,35 +92,45 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
     '/v1/decisions',
     {
       config: { auth: 'apiKey', rateLimit: 'decisions' },
-      schema: { body: LogBody, response: { 201: LogResponse } },
+      schema: { body: LogRequest, response: { 201: LogResponse } },
       // After the rate limit (counted by its hook), before body validation.
       preValidation: async (req) => {
         const key = req.principal as KeyPrincipal;
         if (!key.projectId) {
           throw new AppError('missing_project', 'This API key is not scoped to a project; use a project key');
         }
+        assertLogRequest(req.body);
       },
     },
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;
-      const scope = callScopeOf(key);
-      assertJsonDepth({ arguments: req.body.arguments, context: req.body.context });
-      let id: string;
+      const batch = Array.isArray(req.body);
+      const bodies = Array.isArray(req.body) ? req.body : [req.body];
+      for (const [i, body] of bodies.entries()) {
+        const at = batch ? `${i}/` : '';
+        assertJsonDepth({ [`${at}arguments`]: body.arguments, [`${at}context`]: body.context });
+      }
+      const inputs = bodies.map((body) => ({
+        toolName: body.tool_name,
+        arguments: body.arguments,
+        context: body.context ?? {},
+        decision: body.decision,
+        reason: body.reason,
+        latencyMs: roundMs(body.latency_ms),
+      }));
+      let ids: string[];
       try {
-        ({ id } = await service.log(scope, {
-          toolName: req.body.tool_name,
-          arguments: req.body.arguments,
-          context: req.body.context ?? {},
-          decision: req.body.decision,
-          reason: req.body.reason,
-          latencyMs: roundMs(req.body.latency_ms),
-        }));
+        ids = batch
+          ? await service.logMany(callScopeOf(key), inputs)
+          : [(await service.log(callScopeOf(key), inputs[0]!)).id];
       } catch (err) {
         const cause = err instanceof UnrecordedError ? err.cause : err;
         req.log.error({ err: cause }, 'client decision could not be recorded');
         throw recordError(cause, 'The decision could not be recorded durably; retry');
       }
-      return reply.code(201).send({ success: true as const, id });
+      return reply
+        .code(201)
+        .send(batch ? { success: true as const, ids } : { success: true as const, id: ids[0]! });
     },
   );
 };

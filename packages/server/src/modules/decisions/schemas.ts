@@ -81,4 +81,16 @@ export const LogBody = Type.Object({
   context: Type.Optional(JsonObject),
 });
 
-export const LogResponse = Type.Object({ success: Type.Literal(true), id: Type.String() });
+/** Most client decisions POST /v1/decisions takes in one request (one hit against its rate limit). */
+export const MAX_LOG_BATCH = 500;
+
+/** One decision, or a batch recorded all or nothing. */
+export const LogRequest = Type.Union([
+  LogBody,
+  Type.Array(LogBody, { minItems: 1, maxItems: MAX_LOG_BATCH }),
+]);
+
+export const LogResponse = Type.Union([
+  Type.Object({ success: Type.Literal(true), id: Type.String() }),
+  Type.Object({ success: Type.Literal(true), ids: Type.Array(Type.String()) }),
+]);

@@ -53,7 +53,7 @@ export interface ClientDecision {
 export interface DecisionServiceDeps {
   decisions: DecisionRepository;
   receipts: ReceiptRepository;
-  enforcement: Pick<Enforcement, 'enforce'>;
+  enforcement: Pick<Enforcement, 'enforce' | 'recordReported'>;
   clock: Clock;
 }
 
@@ -154,14 +154,28 @@ export function createDecisionService({ decisions, receipts, enforcement, clock 
         source: 'client',
         reported: {
           decision: input.decision,
-          reason:
-            input.reason ?? (input.decision === 'allow' ? 'Allowed by the client' : 'Denied by the client'),
+          reason: input.reason ?? defaultReason(input.decision),
         },
         latencyMs: input.latencyMs,
       });
       return { id: done.decisionId };
     },
+
+    /** Records client decisions in one transaction, all or none; ids in input order. */
+    async logMany(scope: CallScope, inputs: readonly ClientDecision[]): Promise<string[]> {
+      return enforcement.recordReported(
+        scope,
+        inputs.map((input) => ({
+          call: { toolName: input.toolName, arguments: input.arguments, context: input.context },
+          reported: { decision: input.decision, reason: input.reason ?? defaultReason(input.decision) },
+          latencyMs: input.latencyMs,
+        })),
+      );
+    },
   };
 }
 
 export type DecisionService = ReturnType<typeof createDecisionService>;
+
+const defaultReason = (decision: 'allow' | 'deny') =>
+  decision === 'allow' ? 'Allowed by the client' : 'Denied by the client';

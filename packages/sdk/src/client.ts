@@ -1,0 +1,313 @@
+import { evaluate } from '@svc/policy-engine';
+import {
+  ApprovalDeniedError,
+  ApprovalTimeoutError,
+  DeniedError,
+  ServiceUnavailableError,
+  SvcError,
+} from './errors.js';
+import { apiError, createHttp, type Http, isRetryable, retryDelay, sleep } from './http.js';
+import { DecisionLog } from './log.js';
+import type {
+  Approval,
+  ApprovalWaitOptions,
+  CallContext,
+  Client,
+  ClientOptions,
+  FailedConstraint,
+  ToolArgs,
+  ValidationResult,
+  WrapOptions,
+} from './model.js';
+import { type CachedPolicy, PolicyCache } from './policies.js';
+import { EventStream } from './stream.js';
+
+// The server's reasons, word for word, so a local answer reads exactly as the server's would.
+const ALLOWED = 'Allowed: every constraint is satisfied';
+const noPolicy = (tool: string) => `No policy for tool "${tool}"; allowed without checks`;
+const inactive = (tool: string) => `Policy for tool "${tool}" is inactive; allowed without checks`;
+
+const NO_FAILURES: readonly FailedConstraint[] = Object.freeze([]);
+const MAX_REASON = 2000;
+
+interface ValidateAnswer {
+  decision: ValidationResult['decision'];
+  reason?: string;
+  failed_constraints?: FailedConstraint[];
+  approval_id?: string;
+  metadata?: { decision_id?: string };
+}
+
+const isPlainObject = (v: unknown): v is ToolArgs => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+export function createClient(options: ClientOptions): Client {
+  if (!options?.apiKey || !options.baseUrl) throw new SvcError('createClient needs apiKey and baseUrl');
+  const onError = options.onError ?? (() => {});
+  const fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+  const http: Http = createHttp({
+    baseUrl: options.baseUrl,
+    apiKey: options.apiKey,
+    fetch: fetchImpl,
+    timeoutMs: options.requestTimeoutMs ?? 10_000,
+  });
+  const localValidation = options.localValidation ?? true;
+  const onUnavailable = options.onUnavailable ?? 'deny';
+  const maxRetries = options.maxRetries ?? 2;
+  const maxRetryDelayMs = options.maxRetryDelayMs ?? 5000;
+  const approvalDefaults = options.approvals ?? {};
+  const cache = new PolicyCache(http, options.maxStalenessMs ?? 30_000);
+  const log = new DecisionLog(http, {
+    batchSize: options.log?.batchSize ?? 500,
+    flushIntervalMs: options.log?.flushIntervalMs ?? 1000,
+    onError,
+  });
+  const waiters = new Map<string, Set<() => void>>();
+  let closed = false;
+
+  const refresh = (tool: string) => {
+    cache.load(tool).catch(onError);
+  };
+  const stream =
+    localValidation && (options.live ?? true)
+      ? new EventStream(http, {
+          onConnect: () => {
+            for (const tool of cache.connected()) refresh(tool);
+            options.onStreamChange?.(true);
+          },
+          onDisconnect: () => {
+            cache.disconnected();
+            options.onStreamChange?.(false);
+          },
+          onEvent: (type, data) => {
+            const d = data as { toolName?: unknown; approvalId?: unknown };
+            if (type.startsWith('policy.') && typeof d.toolName === 'string') {
+              if (cache.changed(d.toolName)) refresh(d.toolName);
+            } else if (typeof d.approvalId === 'string') {
+              for (const wake of waiters.get(d.approvalId) ?? []) wake();
+            }
+          },
+          onError,
+        })
+      : null;
+  stream?.start();
+
+  /** Records a decision taken here in the background log; its body is fixed now. */
+  function logLocal(
+    tool: string,
+    args: ToolArgs,
+    context: CallContext | undefined,
+    r: ValidationResult,
+    started: number,
+  ) {
+    log.add(
+      JSON.stringify({
+        tool_name: tool,
+        arguments: args,
+        decision: r.decision,
+        reason: r.reason.length > MAX_REASON ? r.reason.slice(0, MAX_REASON) : r.reason,
+        mode: 'deterministic',
+        latency_ms: Math.max(0, performance.now() - started),
+        source: 'client',
+        ...(context !== undefined ? { context } : {}),
+      }),
+    );
+  }
+
+  /** A local answer from a fresh cached policy, or null when only the server may decide. */
+  function decideLocally(
+    policy: CachedPolicy,
+    tool: string,
+    args: ToolArgs,
+    context: CallContext | undefined,
+  ): ValidationResult | null {
+    switch (policy.kind) {
+      case 'none':
+        return { decision: 'allow', reason: noPolicy(tool), failedConstraints: NO_FAILURES, source: 'local' };
+      case 'inactive':
+        return { decision: 'allow', reason: inactive(tool), failedConstraints: NO_FAILURES, source: 'local' };
+      case 'server':
+        return null;
+      case 'local': {
+        const e = evaluate(policy.compiled, args);
+        if (e.decision === 'allow') {
+          return { decision: 'allow', reason: ALLOWED, failedConstraints: NO_FAILURES, source: 'local' };
+        }
+        // Approvals live on the server: escalations, and calls presenting an approval, go there.
+        if (e.decision === 'require_approval' || context?.approval_id !== undefined) return null;
+        return {
+          decision: 'deny',
+          reason: e.reason!,
+          failedConstraints: e.failedConstraints,
+          source: 'local',
+        };
+      }
+    }
+  }
+
+  async function viaServer(
+    tool: string,
+    args: ToolArgs,
+    context: CallContext | undefined,
+  ): Promise<ValidationResult> {
+    const body = JSON.stringify({ tool_name: tool, arguments: args, ...(context ? { context } : {}) });
+    let lastError: unknown;
+    for (let attempt = 0; attempt <= maxRetries; attempt++) {
+      let wait: number;
+      try {
+        const res = await http.request('POST', '/v1/tools/validate', body);
+        if (res.status === 200) {
+          const a = res.body as ValidateAnswer;
+          return {
+            decision: a.decision,
+            reason: a.reason ?? '',
+            failedConstraints: a.failed_constraints ?? NO_FAILURES,
+            ...(a.approval_id ? { approvalId: a.approval_id } : {}),
+            ...(a.metadata?.decision_id ? { decisionId: a.metadata.decision_id } : {}),
+            source: 'server',
+          };
+        }
+        const err = apiError(res);
+        if (!isRetryable(res.status)) throw err;
+        lastError = err;
+        wait = retryDelay(attempt, res.headers, maxRetryDelayMs);
+        if (wait > maxRetryDelayMs) break;
+      } catch (err) {
+        if (err instanceof SvcError) throw err;
+        lastError = err;
+        wait = retryDelay(attempt, null, maxRetryDelayMs);
+      }
+      if (attempt < maxRetries) await sleep(wait);
+    }
+    throw new ServiceUnavailableError(
+      `the service could not decide: ${(lastError as Error)?.message ?? lastError}`,
+      {
+        cause: lastError,
+      },
+    );
+  }
+
+  async function slowPath(tool: string, args: ToolArgs, context: CallContext | undefined, started: number) {
+    if (localValidation && isPlainObject(args)) {
+      const policy = await cache.load(tool).catch(() => null);
+      const local = policy && decideLocally(policy, tool, args, context);
+      if (local) {
+        logLocal(tool, args, context, local, started);
+        return local;
+      }
+    }
+    try {
+      return await viaServer(tool, args, context);
+    } catch (err) {
+      if (!(err instanceof ServiceUnavailableError) || onUnavailable === 'throw') throw err;
+      onError(err);
+      // No fresh policy and no service: the configured failure behaviour, recorded like any local decision.
+      const result: ValidationResult = {
+        decision: onUnavailable === 'allow' ? 'allow' : 'deny',
+        reason: `The service is unreachable and no fresh policy is cached: ${onUnavailable === 'allow' ? 'allowed (fail open)' : 'denied (fail closed)'}`,
+        failedConstraints: NO_FAILURES,
+        source: 'local',
+      };
+      if (isPlainObject(args)) logLocal(tool, args, context, result, started);
+      return result;
+    }
+  }
+
+  async function validate(tool: string, args: ToolArgs, context?: CallContext): Promise<ValidationResult> {
+    if (closed) throw new SvcError('the client is closed');
+    const started = performance.now();
+    if (localValidation) {
+      const policy = cache.fresh(tool);
+      if (policy !== undefined && isPlainObject(args)) {
+        const local = decideLocally(policy, tool, args, context);
+        if (local !== null) {
+          logLocal(tool, args, context, local, started);
+          return local;
+        }
+      }
+    }
+    return slowPath(tool, args, context, started);
+  }
+
+  async function waitForApproval(approvalId: string, opts: ApprovalWaitOptions = {}): Promise<Approval> {
+    const interval = opts.pollIntervalMs ?? approvalDefaults.pollIntervalMs ?? 2000;
+    const timeout = opts.timeoutMs ?? approvalDefaults.timeoutMs ?? 300_000;
+    const deadline = Date.now() + timeout;
+    const path = `/v1/approvals/${encodeURIComponent(approvalId)}`;
+    for (;;) {
+      opts.signal?.throwIfAborted();
+      try {
+        const res = await http.request('GET', path, undefined, opts.signal);
+        if (res.status !== 200 && !isRetryable(res.status)) throw apiError(res);
+        if (res.status === 200) {
+          const a = res.body as Approval;
+          if (a.status === 'approved') return a;
+          if (a.status === 'denied') throw new ApprovalDeniedError(approvalId, a.resolvedBy ?? null);
+          if (a.status === 'expired') throw new ApprovalTimeoutError(approvalId, true);
+        }
+      } catch (err) {
+        if (err instanceof SvcError || opts.signal?.aborted) throw err;
+        onError(err as Error); // a network blip: keep waiting until the deadline
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) throw new ApprovalTimeoutError(approvalId, false);
+      await wakeOrSleep(approvalId, Math.min(interval, left), opts.signal);
+    }
+  }
+
+  /** Sleeps, or wakes early when the event stream announces the approval's resolution. */
+  function wakeOrSleep(approvalId: string, ms: number, signal?: AbortSignal): Promise<void> {
+    const stop = new AbortController();
+    const wake = () => stop.abort();
+    const set = waiters.get(approvalId) ?? new Set();
+    waiters.set(approvalId, set);
+    set.add(wake);
+    signal?.addEventListener('abort', wake, { once: true });
+    return sleep(ms, stop.signal).finally(() => {
+      set.delete(wake);
+      if (set.size === 0) waiters.delete(approvalId);
+      signal?.removeEventListener('abort', wake);
+    });
+  }
+
+  async function enforce(
+    tool: string,
+    args: ToolArgs,
+    context?: CallContext,
+    approval?: ApprovalWaitOptions,
+  ): Promise<ValidationResult> {
+    let r = await validate(tool, args, context);
+    if (r.decision === 'require_approval') {
+      if (!r.approvalId) throw new DeniedError(tool, r.reason, r.failedConstraints, r.decisionId);
+      await waitForApproval(r.approvalId, approval);
+      r = await validate(tool, args, { ...context, approval_id: r.approvalId });
+    }
+    if (r.decision === 'allow') return r;
+    throw new DeniedError(tool, r.reason, r.failedConstraints, r.decisionId);
+  }
+
+  return {
+    validate,
+    enforce,
+    waitForApproval,
+    wrap<A extends unknown[], R>(
+      tool: string,
+      fn: (...params: A) => R | Promise<R>,
+      wrapOptions: WrapOptions<A> = {},
+    ) {
+      return async (...params: A): Promise<R> => {
+        const args = wrapOptions.args ? wrapOptions.args(...params) : ((params[0] ?? {}) as ToolArgs);
+        const ctx =
+          typeof wrapOptions.context === 'function' ? wrapOptions.context(...params) : wrapOptions.context;
+        await enforce(tool, args, ctx, wrapOptions.approval);
+        return fn(...params);
+      };
+    },
+    flush: () => log.flush(),
+    async close() {
+      if (closed) return;
+      closed = true;
+      await stream?.stop();
+      await log.close(options.closeTimeoutMs ?? 30_000);
+    },
+  };
+}

@@ -1,0 +1,84 @@
+import type { FailedConstraint } from './model.js';
+
+/** Base of every error the SDK throws. */
+export class SvcError extends Error {
+  override name = 'SvcError';
+}
+
+/** The policy denied the call (or the service could not be reached and the client fails closed). */
+export class DeniedError extends SvcError {
+  override name = 'DeniedError';
+  constructor(
+    readonly toolName: string,
+    readonly reason: string,
+    readonly failedConstraints: readonly FailedConstraint[],
+    readonly decisionId?: string,
+  ) {
+    super(`Tool call "${toolName}" denied: ${reason}`);
+  }
+}
+
+/** No answer from a person within the wait, or the approval expired on the server (`expired`). */
+export class ApprovalTimeoutError extends SvcError {
+  override name = 'ApprovalTimeoutError';
+  constructor(
+    readonly approvalId: string,
+    readonly expired: boolean,
+  ) {
+    super(
+      expired
+        ? `Approval ${approvalId} expired before anyone resolved it`
+        : `Approval ${approvalId} was not resolved in time`,
+    );
+  }
+}
+
+export class ApprovalDeniedError extends SvcError {
+  override name = 'ApprovalDeniedError';
+  constructor(
+    readonly approvalId: string,
+    readonly resolvedBy: string | null,
+  ) {
+    super(`Approval ${approvalId} was denied${resolvedBy ? ` by ${resolvedBy}` : ''}`);
+  }
+}
+
+/** The service answered with an error envelope that retrying will not fix (400, 401, 403, 404...). */
+export class ApiError extends SvcError {
+  override name = 'ApiError';
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(`${status} ${code}: ${message}`);
+  }
+}
+
+/** The service could not be reached (or kept answering 429/503) and `onUnavailable` is `throw`. */
+export class ServiceUnavailableError extends SvcError {
+  override name = 'ServiceUnavailableError';
+}
+
+/** close() could not hand every local decision to the server in time; `pending` holds them. */
+export class FlushError extends SvcError {
+  override name = 'FlushError';
+  constructor(
+    message: string,
+    /** The decisions not yet recorded, as POST /v1/decisions bodies (JSON strings). */
+    readonly pending: string[],
+  ) {
+    super(message);
+  }
+}
+
+/** The server refused a logged decision as invalid (it can never be recorded); reported, then dropped. */
+export class LogRejectedError extends SvcError {
+  override name = 'LogRejectedError';
+  constructor(
+    readonly body: string,
+    override readonly cause: ApiError,
+  ) {
+    super(`A local decision was refused by the server: ${cause.message}`);
+  }
+}

@@ -1,0 +1,93 @@
+import { ApiError } from './errors.js';
+
+export interface HttpOptions {
+  baseUrl: string;
+  apiKey: string;
+  fetch: typeof fetch;
+  timeoutMs: number;
+}
+
+export interface HttpResponse {
+  status: number;
+  headers: Headers;
+  body: unknown;
+}
+
+/** Statuses worth retrying: the server asked to slow down, or could not answer now. */
+export const isRetryable = (status: number) =>
+  status === 429 || status === 502 || status === 503 || status === 504;
+
+/**
+ * Milliseconds to wait before attempt `attempt + 1`: the server's Retry-After (seconds or an HTTP
+ * date) when it sent one, else exponential backoff from 250 ms with jitter, capped at `cap`.
+ */
+export function retryDelay(attempt: number, headers: Headers | null, cap: number, now = Date.now()): number {
+  const after = headers?.get('retry-after');
+  if (after) {
+    const seconds = Number(after);
+    if (Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
+    const date = Date.parse(after);
+    if (!Number.isNaN(date)) return Math.max(0, date - now);
+  }
+  const base = Math.min(cap, 250 * 2 ** attempt);
+  return base / 2 + Math.random() * (base / 2);
+}
+
+export const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+
+/** One JSON request to the service; network failures and timeouts reject, HTTP errors do not. */
+export function createHttp(opts: HttpOptions) {
+  const base = opts.baseUrl.replace(/\/+$/, '');
+  return {
+    async request(method: string, path: string, body?: string, signal?: AbortSignal): Promise<HttpResponse> {
+      const timeout = AbortSignal.timeout(opts.timeoutMs);
+      const res = await opts.fetch(`${base}${path}`, {
+        method,
+        headers: {
+          'x-service-api-key': opts.apiKey,
+          accept: 'application/json',
+          ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+        },
+        ...(body !== undefined ? { body } : {}),
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      });
+      const text = await res.text();
+      let parsed: unknown = null;
+      if (text !== '') {
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          parsed = text;
+        }
+      }
+      return { status: res.status, headers: res.headers, body: parsed };
+    },
+
+    /** `baseUrl` + path, for the event stream. */
+    url: (path: string) => `${base}${path}`,
+    apiKey: opts.apiKey,
+    fetch: opts.fetch,
+  };
+}
+
+export type Http = ReturnType<typeof createHttp>;
+
+/** The error envelope of a non-2xx answer as an ApiError. */
+export function apiError(res: HttpResponse): ApiError {
+  const err = (res.body as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+  return new ApiError(
+    res.status,
+    typeof err?.code === 'string' ? err.code : `http_${res.status}`,
+    typeof err?.message === 'string' ? err.message : String(res.body ?? ''),
+  );
+}

@@ -1,0 +1,114 @@
+import type { FailedConstraint } from '@svc/policy-engine';
+
+export type { FailedConstraint } from '@svc/policy-engine';
+
+export type DecisionValue = 'allow' | 'deny' | 'require_approval';
+
+/** The answer to one tool call. */
+export interface ValidationResult {
+  decision: DecisionValue;
+  reason: string;
+  failedConstraints: readonly FailedConstraint[];
+  /** With `require_approval`: the approval a person must resolve. */
+  approvalId?: string;
+  /** Set by the server; local decisions get theirs when the background log records them. */
+  decisionId?: string;
+  /** `local`: decided in this process from a cached policy (or failing closed/open on an outage). */
+  source: 'local' | 'server';
+}
+
+/** What validate does when the service cannot be reached and no fresh policy is cached. */
+export type UnavailableBehaviour = 'deny' | 'throw' | 'allow';
+
+export interface ApprovalWaitOptions {
+  /** Default 2000 ms. */
+  pollIntervalMs?: number;
+  /** Default 300000 ms (5 minutes). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface ClientOptions {
+  apiKey: string;
+  /** e.g. `https://svc.example.com` (no `/v1`). */
+  baseUrl: string;
+  /** Decide locally from cached deterministic policies (default true). */
+  localValidation?: boolean;
+  /** Keep an event stream open so policy changes reach the cache at once (default true). */
+  live?: boolean;
+  /**
+   * A cached policy not confirmed by a connected event stream is used for at most this long after
+   * it was fetched (or the stream was last connected); default 30000 ms.
+   */
+  maxStalenessMs?: number;
+  /** Default `deny`: fail closed. */
+  onUnavailable?: UnavailableBehaviour;
+  /** Per HTTP request; default 10000 ms. */
+  requestTimeoutMs?: number;
+  /** Retries of a validation on 429/503/network errors (default 2). */
+  maxRetries?: number;
+  /** A Retry-After longer than this is not waited for by validate (default 5000 ms). */
+  maxRetryDelayMs?: number;
+  /** Background decision log. */
+  log?: {
+    /** Decisions per request (1-500, default 500). */
+    batchSize?: number;
+    /** Longest a decision waits before its batch is sent (default 1000 ms). */
+    flushIntervalMs?: number;
+  };
+  /** close() gives up flushing after this long and throws FlushError (default 30000 ms). */
+  closeTimeoutMs?: number;
+  approvals?: Omit<ApprovalWaitOptions, 'signal'>;
+  /** Called when the event stream connects (true) or drops (false). */
+  onStreamChange?: (connected: boolean) => void;
+  /** Errors of background work (event stream, decision log); default: ignored. */
+  onError?: (error: Error) => void;
+  /** A fetch implementation (default: the global one). */
+  fetch?: typeof fetch;
+}
+
+export interface Approval {
+  id: string;
+  status: 'pending' | 'approved' | 'denied' | 'expired';
+  toolName: string;
+  decisionId?: string | null;
+  resolvedBy?: string;
+  resolvedAt?: string;
+  expiresAt?: string;
+  createdAt?: string;
+}
+
+export type ToolArgs = Record<string, unknown>;
+export type CallContext = Record<string, unknown>;
+
+export interface WrapOptions<A extends unknown[]> {
+  /** Maps the wrapped function's parameters to the tool arguments (default: the first parameter). */
+  args?: (...params: A) => ToolArgs;
+  /** Context sent with each call (session_id, agent_id, ...), or a function of the parameters. */
+  context?: CallContext | ((...params: A) => CallContext);
+  approval?: Omit<ApprovalWaitOptions, 'signal'>;
+}
+
+export interface Client {
+  validate(toolName: string, args: ToolArgs, context?: CallContext): Promise<ValidationResult>;
+  /**
+   * Validates and resolves with the allowing result: throws DeniedError on deny, waits for a person
+   * on require_approval (then validates again with the approval). Adapters are built on it.
+   */
+  enforce(
+    toolName: string,
+    args: ToolArgs,
+    context?: CallContext,
+    approval?: ApprovalWaitOptions,
+  ): Promise<ValidationResult>;
+  wrap<A extends unknown[], R>(
+    toolName: string,
+    fn: (...params: A) => R | Promise<R>,
+    options?: WrapOptions<A>,
+  ): (...params: A) => Promise<R>;
+  waitForApproval(approvalId: string, options?: ApprovalWaitOptions): Promise<Approval>;
+  /** Sends every local decision logged so far; resolves when the server has recorded them. */
+  flush(): Promise<void>;
+  /** Stops the event stream and flushes the log; no local decision is dropped. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,125 @@
+import { type CompiledPolicy, compilePolicy, type PolicyDefinition } from '@svc/policy-engine';
+import { apiError, type Http } from './http.js';
+
+/**
+ * What the client knows of one tool's policy. `server` marks a policy only the server can decide
+ * (LLM mode, session limits, a definition this engine version refuses): calls go to the server.
+ */
+export type CachedPolicy =
+  | { kind: 'none' }
+  | { kind: 'inactive'; version: number }
+  | { kind: 'local'; version: number; compiled: CompiledPolicy }
+  | { kind: 'server'; version: number };
+
+interface Entry {
+  policy: CachedPolicy;
+  /** When the policy was last known current: fetched, or confirmed by a live stream until it dropped. */
+  verifiedAt: number;
+  /** The stream connection it was fetched under (live updates reach it), or -1. */
+  epoch: number;
+}
+
+interface PolicyBody {
+  mode: PolicyDefinition['mode'];
+  isActive: boolean;
+  version: number;
+  constraints?: PolicyDefinition['constraints'];
+  sessionConstraints?: PolicyDefinition['sessionConstraints'];
+  llmConfig?: PolicyDefinition['llmConfig'];
+}
+
+function toCached(body: PolicyBody): CachedPolicy {
+  if (!body.isActive) return { kind: 'inactive', version: body.version };
+  const sc = body.sessionConstraints;
+  const sessionLimits = !!sc && (sc.maxCalls !== undefined || (sc.cumulativeLimits?.length ?? 0) > 0);
+  if (body.mode !== 'deterministic' || sessionLimits) return { kind: 'server', version: body.version };
+  try {
+    const compiled = compilePolicy({
+      mode: body.mode,
+      constraints: body.constraints ?? [],
+      sessionConstraints: body.sessionConstraints ?? null,
+      llmConfig: body.llmConfig ?? null,
+    });
+    return { kind: 'local', version: body.version, compiled };
+  } catch {
+    // A definition this engine cannot compile (a newer server's constraint): let the server decide.
+    return { kind: 'server', version: body.version };
+  }
+}
+
+/**
+ * Cached policies, each usable only while fresh: confirmed by the connected event stream it was
+ * fetched under, or else at most `maxStalenessMs` old.
+ */
+export class PolicyCache {
+  private readonly entries = new Map<string, Entry>();
+  private readonly inflight = new Map<string, Promise<CachedPolicy | null>>();
+  /** Bumped per tool by every policy event, so a fetch that raced an event is not cached. */
+  private readonly generations = new Map<string, number>();
+  /** Current stream connection, and whether it is up. */
+  epoch = 0;
+  live = false;
+
+  constructor(
+    private readonly http: Http,
+    private readonly maxStalenessMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** The cached policy if it is fresh, else undefined. The hot path: no allocation. */
+  fresh(toolName: string): CachedPolicy | undefined {
+    const e = this.entries.get(toolName);
+    if (e === undefined) return undefined;
+    if (this.live && e.epoch === this.epoch) return e.policy;
+    return this.now() - e.verifiedAt <= this.maxStalenessMs ? e.policy : undefined;
+  }
+
+  /** Fetches the tool's policy (one request per tool at a time); null when it could not be fetched. */
+  load(toolName: string): Promise<CachedPolicy | null> {
+    let p = this.inflight.get(toolName);
+    if (p === undefined) {
+      p = this.fetch(toolName).finally(() => this.inflight.delete(toolName));
+      this.inflight.set(toolName, p);
+    }
+    return p;
+  }
+
+  private async fetch(toolName: string): Promise<CachedPolicy | null> {
+    const generation = this.generations.get(toolName) ?? 0;
+    const epoch = this.live ? this.epoch : -1;
+    const verifiedAt = this.now();
+    const res = await this.http.request('GET', `/v1/policies/${encodeURIComponent(toolName)}`);
+    let policy: CachedPolicy;
+    if (res.status === 200) policy = toCached(res.body as PolicyBody);
+    else if (res.status === 404) policy = { kind: 'none' };
+    else throw apiError(res);
+    // An event for this tool arrived meanwhile: this answer may predate it, so it is used once, not kept.
+    if ((this.generations.get(toolName) ?? 0) === generation) {
+      this.entries.set(toolName, { policy, verifiedAt, epoch: this.live ? epoch : -1 });
+    }
+    return policy;
+  }
+
+  /** A policy event: forget the tool's entry; known tools are fetched again in the background. */
+  changed(toolName: string): boolean {
+    this.generations.set(toolName, (this.generations.get(toolName) ?? 0) + 1);
+    return this.entries.delete(toolName);
+  }
+
+  /** The stream connected: events missed while it was down are not replayed, so start over. */
+  connected(): string[] {
+    this.epoch++;
+    this.live = true;
+    const known = [...this.entries.keys()];
+    this.entries.clear();
+    return known;
+  }
+
+  /** The stream dropped: entries it kept current count as verified until now. */
+  disconnected(): void {
+    if (!this.live) return;
+    this.live = false;
+    const now = this.now();
+    for (const e of this.entries.values()) if (e.epoch === this.epoch) e.verifiedAt = now;
+  }
+}

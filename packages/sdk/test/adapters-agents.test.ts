@@ -1,0 +1,109 @@
+import { tool as lcTool } from '@langchain/core/tools';
+import { tool as agentsTool, RunContext } from '@openai/agents';
+import { type Client, DeniedError } from '@svc/sdk';
+import { guardLangChainTool } from '@svc/sdk/langchain';
+import { guardFunctionTool } from '@svc/sdk/openai-agents';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { resolveApproval, setTier } from '../../server/test/approvals.js';
+import { asUser, type Tenant, type TestApp } from '../../server/test/helpers.js';
+import { connectedClient, createTenant, putPolicy, startServer } from './live.js';
+
+let t: TestApp;
+let tenant: Tenant;
+let client: Client;
+beforeAll(async () => {
+  let baseUrl: string;
+  ({ t, baseUrl } = await startServer());
+  tenant = await createTenant(t);
+  await setTier(t, tenant, 'team');
+  await putPolicy(t, tenant, 'pay', {
+    mode: 'deterministic',
+    constraints: [
+      { argumentName: 'amount', maximum: 100 },
+      { argumentName: 'amount', maximum: 50, action: 'require_approval' },
+    ],
+  });
+  client = await connectedClient(baseUrl, tenant, { approvals: { pollIntervalMs: 50 } });
+});
+afterAll(async () => {
+  await client.close();
+  await t.close();
+});
+
+async function approveWhenAsked(): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const list = await t.inject({ method: 'GET', url: '/v1/approvals/pending', headers: asUser(tenant) });
+    const id = list.json().data[0]?.id;
+    if (id) {
+      await resolveApproval(t, tenant, id, 'approve');
+      return;
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error('no approval was requested');
+}
+
+describe('OpenAI Agents SDK function tools', () => {
+  const paid: number[] = [];
+  const pay = agentsTool({
+    name: 'pay',
+    description: 'Pays an amount',
+    parameters: z.object({ amount: z.number() }),
+    execute: async ({ amount }) => {
+      paid.push(amount);
+      return `paid ${amount}`;
+    },
+  });
+
+  it('invokes allowed calls, tells the model about denied ones without running them, waits for approvals', async () => {
+    const guarded = guardFunctionTool(client, pay);
+    expect(guarded.name).toBe('pay');
+    expect(guarded.parameters).toEqual(pay.parameters);
+    const ctx = new RunContext();
+    expect(await guarded.invoke(ctx, JSON.stringify({ amount: 10 }))).toBe('paid 10');
+    const denied = await guarded.invoke(ctx, JSON.stringify({ amount: 1000 }));
+    expect(denied).toBe(
+      'Tool call "pay" denied: amount: must be at most 100 (got 1000); amount: must be at most 50 (got 1000)',
+    );
+    expect(paid).toEqual([10]);
+    const approved = approveWhenAsked();
+    expect(await guarded.invoke(ctx, JSON.stringify({ amount: 70 }))).toBe('paid 70');
+    await approved;
+    expect(paid).toEqual([10, 70]);
+  });
+
+  it('throws DeniedError with throwOnDeny', async () => {
+    await expect(
+      guardFunctionTool(client, pay, { throwOnDeny: true }).invoke(
+        new RunContext(),
+        JSON.stringify({ amount: 1000 }),
+      ),
+    ).rejects.toBeInstanceOf(DeniedError);
+    expect(paid).not.toContain(1000);
+  });
+});
+
+describe('LangChain.js tools', () => {
+  it('runs allowed calls, throws DeniedError on denied ones, waits for approvals', async () => {
+    const paid: number[] = [];
+    const pay = lcTool(
+      async ({ amount }: { amount: number }) => {
+        paid.push(amount);
+        return `paid ${amount}`;
+      },
+      { name: 'pay', description: 'Pays an amount', schema: z.object({ amount: z.number() }) },
+    );
+    const guarded = guardLangChainTool(client, pay);
+    expect(guarded.name).toBe('pay');
+    expect(guarded).toBeInstanceOf(pay.constructor);
+    expect(await guarded.invoke({ amount: 10 })).toBe('paid 10');
+    await expect(guarded.invoke({ amount: 1000 })).rejects.toBeInstanceOf(DeniedError);
+    const approved = approveWhenAsked();
+    expect(await guarded.invoke({ amount: 80 })).toBe('paid 80');
+    await approved;
+    expect(paid).toEqual([10, 80]);
+    // The unguarded tool is unchanged.
+    expect(await pay.invoke({ amount: 1000 })).toBe('paid 1000');
+  });
+});

@@ -1,0 +1,167 @@
+import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { type Client, DeniedError } from '@svc/sdk';
+import { guardTool, guardTools } from '@svc/sdk/ai';
+import { guardMcpClient } from '@svc/sdk/mcp';
+import { generateText, stepCountIs, tool } from 'ai';
+import { MockLanguageModelV3 } from 'ai/test';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { resolveApproval, setTier } from '../../server/test/approvals.js';
+import { asUser, type Tenant, type TestApp } from '../../server/test/helpers.js';
+import { type McpUpstream, startMcpUpstream } from '../../server/test/mcp-upstream.js';
+import { connectedClient, createTenant, putPolicy, startServer } from './live.js';
+
+let t: TestApp;
+let baseUrl: string;
+let tenant: Tenant;
+let client: Client;
+beforeAll(async () => {
+  ({ t, baseUrl } = await startServer());
+  tenant = await createTenant(t);
+  await setTier(t, tenant, 'team');
+  await putPolicy(t, tenant, 'pay', {
+    mode: 'deterministic',
+    constraints: [
+      { argumentName: 'amount', maximum: 100 },
+      { argumentName: 'amount', maximum: 50, action: 'require_approval' },
+    ],
+  });
+  client = await connectedClient(baseUrl, tenant, { approvals: { pollIntervalMs: 50 } });
+});
+afterAll(async () => {
+  await client.close();
+  await t.close();
+});
+
+/** Approves the first pending approval of the tenant as soon as it appears. */
+async function approveWhenAsked(): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const list = await t.inject({ method: 'GET', url: '/v1/approvals/pending', headers: asUser(tenant) });
+    const id = list.json().data[0]?.id;
+    if (id) {
+      await resolveApproval(t, tenant, id, 'approve');
+      return;
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error('no approval was requested');
+}
+
+describe('Vercel AI SDK tool()', () => {
+  const paid: number[] = [];
+  const pay = tool({
+    description: 'Pays an amount',
+    inputSchema: z.object({ amount: z.number() }),
+    execute: async ({ amount }) => {
+      paid.push(amount);
+      return { paid: amount };
+    },
+  });
+
+  /** A model that asks for one `pay` call, then answers with text. */
+  const modelCalling = (amount: number) => {
+    let step = 0;
+    return new MockLanguageModelV3({
+      doGenerate: async () => {
+        step++;
+        const usage = {
+          inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+          outputTokens: { total: 1, text: 1, reasoning: 0 },
+        };
+        if (step === 1) {
+          return {
+            content: [
+              {
+                type: 'tool-call',
+                toolCallId: `call-${amount}`,
+                toolName: 'pay',
+                input: JSON.stringify({ amount }),
+              },
+            ],
+            finishReason: { unified: 'tool-calls', raw: 'tool_calls' },
+            usage,
+            warnings: [],
+          };
+        }
+        return {
+          content: [{ type: 'text', text: 'done' }],
+          finishReason: { unified: 'stop', raw: 'stop' },
+          usage,
+          warnings: [],
+        };
+      },
+    });
+  };
+
+  it('runs an allowed call through generateText', async () => {
+    const result = await generateText({
+      model: modelCalling(20),
+      tools: guardTools(client, { pay }),
+      prompt: 'pay 20',
+      stopWhen: stepCountIs(3),
+    });
+    const toolResults = result.steps.flatMap((s) => s.toolResults);
+    expect(toolResults.map((r) => r.output)).toEqual([{ paid: 20 }]);
+    expect(paid).toContain(20);
+  });
+
+  it('reports a denied call to the model as a tool error and never executes it', async () => {
+    const result = await generateText({
+      model: modelCalling(500),
+      tools: { pay: guardTool(client, 'pay', pay) },
+      prompt: 'pay 500',
+      stopWhen: stepCountIs(3),
+    });
+    const errors = result.steps.flatMap((s) => s.content).filter((c) => c.type === 'tool-error');
+    expect(errors).toHaveLength(1);
+    expect((errors[0] as { error: unknown }).error).toBeInstanceOf(DeniedError);
+    expect(paid).not.toContain(500);
+  });
+
+  it('waits for a person, then executes', async () => {
+    const approved = approveWhenAsked();
+    const result = await generateText({
+      model: modelCalling(70),
+      tools: guardTools(client, { pay }),
+      prompt: 'pay 70',
+      stopWhen: stepCountIs(3),
+    });
+    await approved;
+    expect(result.steps.flatMap((s) => s.toolResults).map((r) => r.output)).toEqual([{ paid: 70 }]);
+  });
+});
+
+describe('MCP client callTool', () => {
+  let upstream: McpUpstream;
+  let mcp: McpClient;
+  beforeAll(async () => {
+    upstream = await startMcpUpstream({ transport: 'streamable' });
+    mcp = new McpClient({ name: 'agent', version: '1.0.0' });
+    await mcp.connect(new StreamableHTTPClientTransport(new URL(upstream.url)));
+  });
+  afterAll(async () => {
+    await mcp.close();
+    await upstream.close();
+  });
+
+  it('forwards allowed calls, refuses denied ones before they reach the server, waits for approvals', async () => {
+    const guarded = guardMcpClient(client, mcp);
+    const ok = await guarded.callTool({ name: 'pay', arguments: { amount: 10 } });
+    expect(ok.structuredContent).toEqual({ paid: 10 });
+    expect(upstream.calls.pay).toBe(1);
+
+    await expect(guarded.callTool({ name: 'pay', arguments: { amount: 1000 } })).rejects.toBeInstanceOf(
+      DeniedError,
+    );
+    expect(upstream.calls.pay).toBe(1);
+
+    const approved = approveWhenAsked();
+    const later = await guarded.callTool({ name: 'pay', arguments: { amount: 60 } });
+    await approved;
+    expect(later.structuredContent).toEqual({ paid: 60 });
+    expect(upstream.calls.pay).toBe(2);
+    // The rest of the client is untouched.
+    expect((await guarded.listTools()).tools.map((x) => x.name)).toContain('pay');
+  });
+});
