@@ -116,15 +116,6 @@ function leafProblem(value: unknown, path: string): string | undefined {
   return undefined;
 }
 
-/** 400 validation_failed naming the first body field that nests deeper than MAX_JSON_DEPTH. */
-export function assertJsonDepth(fields: Record<string, unknown>): void {
-  for (const [name, value] of Object.entries(fields)) {
-    if (nestedDeeperThan(value, MAX_JSON_DEPTH)) {
-      throw invalid(`body/${name} is nested deeper than ${MAX_JSON_DEPTH} levels`);
-    }
-  }
-}
-
 /**
  * The error to answer when a decision could not be recorded: the client's data that cannot be
  * canonicalized is its mistake (400, do not retry); anything else is ours (503, retry).

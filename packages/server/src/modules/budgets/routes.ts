@@ -1,7 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { BUDGET_SCOPES } from '@svc/policy-engine';
 import type { AppContext } from '../../context.js';
-import { assertJsonDepth } from '../../lib/json.js';
 import { createOrganizationRepository } from '../organizations/repository.js';
 import { micros } from './config.js';
 import { createSpendReceipts } from './receipts.js';
@@ -47,7 +46,6 @@ export const budgetRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
     async (req) => {
       const b = req.body;
       const metadata = b.metadata ?? {};
-      assertJsonDepth({ metadata });
       const quoteMicros = micros('body/estimatedSpendUsd', b.estimatedSpendUsd)!;
       const scopes = b.budgetScopes ?? BUDGET_SCOPES;
       return service.authorize(await ctx.scope(req), {

@@ -6,7 +6,7 @@ import { callScopeOf } from '../../enforcement/model.js';
 import { UnrecordedError } from '../../enforcement/pipeline.js';
 import { roundMs } from '../../lib/clock.js';
 import { AppError, invalid } from '../../lib/errors.js';
-import { assertJsonDepth, recordError } from '../../lib/json.js';
+import { recordError } from '../../lib/json.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { createReceiptRepository } from '../receipts/repository.js';
 import { intParam, parseListQuery } from './query.js';
@@ -106,10 +106,6 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
       const key = req.principal as KeyPrincipal;
       const batch = Array.isArray(req.body);
       const bodies = Array.isArray(req.body) ? req.body : [req.body];
-      for (const [i, body] of bodies.entries()) {
-        const at = batch ? `${i}/` : '';
-        assertJsonDepth({ [`${at}arguments`]: body.arguments, [`${at}context`]: body.context });
-      }
       const inputs = bodies.map((body) => ({
         toolName: body.tool_name,
         arguments: body.arguments,

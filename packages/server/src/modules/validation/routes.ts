@@ -4,7 +4,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../../context.js';
 import { callScopeOf, type Enforced } from '../../enforcement/model.js';
 import { UnrecordedError } from '../../enforcement/pipeline.js';
-import { assertJsonDepth, recordError } from '../../lib/json.js';
+import { recordError } from '../../lib/json.js';
 import { FailedConstraintSchema, JsonObject } from '../../lib/schemas.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { ToolName } from '../tools/schemas.js';
@@ -45,7 +45,6 @@ const ValidateWithReceiptResponse = Type.Composite([
 export const validationRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const validate = async (req: FastifyRequest, body: Static<typeof ValidateBody>, reply: FastifyReply) => {
     const key = req.principal as KeyPrincipal;
-    assertJsonDepth({ arguments: body.arguments, context: body.context });
     let done: Enforced;
     try {
       done = await ctx.enforcement.enforce({
