@@ -53,6 +53,20 @@ if (runs('validate') || runs('postgres')) {
   }
 }
 
+if (runs('postgres') && pgUrl !== 'none') {
+  console.log(
+    '\n## POST /v1/tools/validate on PostgreSQL, one and two instances (autocannon, 32 connections)',
+  );
+  const p = await runPostgresBench({ pgUrl, durationS, port: 18500, baselineRps });
+  console.log(`${verdict(p.ratio >= 0.2)} PostgreSQL throughput ratio ${p.ratio.toFixed(2)} (goal >= 0.20)`);
+  console.log(
+    `${verdict(p.twoRps > p.oneRps)} two instances ${Math.round(p.twoRps)} req/s vs one ${Math.round(p.oneRps)} req/s (goal: more)`,
+  );
+  console.log(
+    `${verdict(p.recorded >= p.answered)} durability: ${p.answered} answered, ${p.recorded} recorded`,
+  );
+}
+
 if (runs('gateway')) {
   console.log(
     '\n## MCP gateway: tools/call echo to server-everything, through the gateway vs straight (one in flight)',
