@@ -717,3 +717,23 @@ describe('receipts', () => {
     expect(exported.body.trim().split('\n')).toHaveLength(2);
   });
 });
+
+describe('actions belong to their project', () => {
+  it("another project's key can neither replay an authorization nor commit its reservation", async () => {
+    const tenant = await tenantWithConfig(NO_THRESHOLD);
+    const second = await t.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: { authorization: `Bearer ${tenant.token}` },
+      payload: { organizationId: tenant.orgId, name: 'Other' },
+    });
+    expect(second.statusCode).toBe(201);
+    const other = { ...tenant, projectId: second.json()._id, apiKey: second.json().apiKey };
+    const a = action();
+    expect((await authorize(tenant, a)).json().decision).toBe('allow');
+    expectError(await authorize(other, a), 409, 'action_conflict');
+    expectError(await commit(other, commitOf(a, 5)), 409, 'action_conflict');
+    // The owner still commits it.
+    expect((await commit(tenant, commitOf(a, 5))).json().status).toBe('committed');
+  });
+});

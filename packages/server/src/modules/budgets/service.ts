@@ -50,6 +50,23 @@ export interface BudgetServiceDeps {
 
 type Caller = Pick<OrgScope, 'organizationId' | 'projectId' | 'principal'>;
 
+/**
+ * An action belongs to the project whose key authorized it: another project's key may neither
+ * replay its answer nor commit its reservation (a person of the organization may act on any).
+ */
+function ownAction<T extends { project_id: string | null; action_id: string }>(
+  scope: Caller,
+  row: T | undefined,
+): T | undefined {
+  if (row && scope.principal.kind === 'apiKey' && row.project_id !== scope.projectId) {
+    throw new AppError(
+      'action_conflict',
+      `Action "${row.action_id}" belongs to another project of the organization; use another actionId`,
+    );
+  }
+  return row;
+}
+
 const ZERO: ScopeUsage = { spentMicros: 0, reservedMicros: 0 };
 
 /** The stored form of a request: what idempotency compares, and what receipts hash. */
@@ -386,7 +403,7 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       const approvalsAvailable = approvalsAllowed(await tierOf(scope));
       const hash = hashJson(requestRecord(input));
       const result = await ledger.locked(scope.organizationId, now, async (tx): Promise<Fresh | Replay> => {
-        const existing = await tx.action(input.actionId);
+        const existing = ownAction(scope, await tx.action(input.actionId));
         const base = { config, authority, approvalsAvailable, existing, approved: null };
         if (!existing) {
           if (input.approvalId !== null) {
@@ -473,7 +490,7 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       const { effective: config, authority } = await loadEffective(configs, scope);
       const hash = hashJson(commitRecord(input));
       const result = await ledger.locked(scope.organizationId, now, async (tx) => {
-        const a = await tx.action(input.actionId);
+        const a = ownAction(scope, await tx.action(input.actionId));
         if (!a) throw notFound(`Authorization of action "${input.actionId}"`);
         if (a.commit_hash !== null) {
           if (a.commit_hash === hash) return { fresh: false, row: a };
