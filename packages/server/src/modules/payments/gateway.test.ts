@@ -261,6 +261,21 @@ describe('capsules', () => {
     expect((await inject('GET', `/v1/gateway/capsules/${c.id}`, key(a))).json().capsule).toBe(c.capsule);
     expectB(await inject('GET', `/v1/gateway/capsules/${c.id}`, key(b)), 404, 'capsule_not_found');
     expectB(await inject('POST', `/v1/gateway/capsules/${c.id}/revoke`, key(b)), 404, 'capsule_not_found');
+    // Another project of the same organization sees nothing either; a person of the organization does.
+    const sibling = await t.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: { authorization: `Bearer ${a.token}` },
+      payload: { organizationId: a.orgId, name: 'Sibling' },
+    });
+    const siblingKey = { 'x-service-api-key': sibling.json().apiKey as string };
+    expectB(await inject('GET', `/v1/gateway/capsules/${c.id}`, siblingKey), 404, 'capsule_not_found');
+    expectB(
+      await inject('POST', `/v1/gateway/capsules/${c.id}/revoke`, siblingKey),
+      404,
+      'capsule_not_found',
+    );
+    expect((await inject('GET', `/v1/gateway/capsules/${c.id}`, asUser(a))).statusCode).toBe(200);
     expectB(await consume(b, c.capsule), 400, 'capsule_payload_invalid');
   });
 

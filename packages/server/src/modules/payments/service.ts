@@ -183,6 +183,15 @@ export function createPaymentService(deps: PaymentServiceDeps) {
     return row;
   }
 
+  /** A capsule as its reader may see it: an API key sees its own project's capsules only. */
+  async function capsuleOf(scope: Caller, id: string): Promise<CapsuleRow> {
+    const row = await repo.capsule(scope.organizationId, id);
+    if (!row || (scope.principal.kind === 'apiKey' && row.project_id !== scope.projectId)) {
+      throw gatewayError.capsuleNotFound(`capsule ${id} not found`, 'id');
+    }
+    return row;
+  }
+
   const personOf = (scope: Caller, what: string): string => {
     if (scope.principal.kind !== 'user')
       throw gatewayError.forbidden(`${what} takes a person (user token), not an API key`);
@@ -459,14 +468,11 @@ export function createPaymentService(deps: PaymentServiceDeps) {
     },
 
     async getCapsule(scope: Caller, id: string): Promise<CapsuleAnswer> {
-      const row = await repo.capsule(scope.organizationId, id);
-      if (!row) throw gatewayError.capsuleNotFound(`capsule ${id} not found`, 'id');
-      return capsuleAnswer(row);
+      return capsuleAnswer(await capsuleOf(scope, id));
     },
 
     async revoke(scope: Caller, id: string): Promise<CapsuleAnswer> {
-      const row = await repo.capsule(scope.organizationId, id);
-      if (!row) throw gatewayError.capsuleNotFound(`capsule ${id} not found`, 'id');
+      const row = await capsuleOf(scope, id);
       if (row.status === 'consumed') throw gatewayError.consumed(`capsule ${id} was already consumed`, 'id');
       // Revoking twice is harmless: the second answers the revoked capsule.
       await repo.settleCapsule(scope.organizationId, id, 'revoked', null, now());
