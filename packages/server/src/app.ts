@@ -82,7 +82,7 @@ export async function buildApp({
     logger: logger ? { level: config.logLevel, serializers: { req: requestLogFields } } : false,
     bodyLimit: 1024 * 1024,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
-    frameworkErrors,
+    frameworkErrors: frameworkErrors(config.docsUrl),
     clientErrorHandler,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];

@@ -78,6 +78,13 @@ async function withinTime<T>(answer: Promise<T>, what: string, ms = 15_000): Pro
   }
 }
 
+/** Answers in envelope B: anything under the payment gateway's prefix, and the key set's own route (GET). */
+function speaksEnvelopeB(req: HostileRequest): boolean {
+  const path = req.url.split('?')[0]!;
+  if (path === '/.well-known/svc-keys.json') return req.method === 'GET';
+  return path === '/v1/gateway' || path.startsWith('/v1/gateway/');
+}
+
 function checkAnswer(req: HostileRequest, res: Answer): void {
   const where = `${req.method} ${req.url.slice(0, 200)} (${req.auth}) answered ${res.statusCode} ${res.body.slice(0, 300)}`;
   expect(res.statusCode, where).toBeLessThan(500);
@@ -92,6 +99,16 @@ function checkAnswer(req: HostileRequest, res: Answer): void {
   }
   expect(Object.keys(body), where).toEqual(['error']);
   const error = body.error as Record<string, unknown>;
+  if (speaksEnvelopeB(req)) {
+    // The payment gateway and its key set answer envelope B (SPEC section 7), with the catalog's extras.
+    const keys = Object.keys(error);
+    for (const k of ['type', 'code', 'message', 'param', 'doc_url', 'hint', 'request_id']) {
+      expect(keys, where).toContain(k);
+    }
+    expect(typeof error.code === 'string' && typeof error.message === 'string', where).toBe(true);
+    expect(error.request_id, where).toBe(res.headers['x-request-id']);
+    return;
+  }
   expect(Object.keys(error).sort(), where).toEqual(['code', 'message']);
   expect(typeof error.message, where).toBe('string');
   expect(STATUS_BY_CODE[error.code as keyof typeof STATUS_BY_CODE], where).toBe(res.statusCode);

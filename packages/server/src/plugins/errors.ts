@@ -2,6 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { envelopeB } from '../lib/envelope-b.js';
 import { AppError, type ErrorCode, invalid, STATUS_BY_CODE } from '../lib/errors.js';
 import { bodyJsonProblem } from '../lib/json.js';
 
@@ -53,22 +54,39 @@ function fromFastify(err: FastifyError): { code: ErrorCode; message: string } | 
 }
 
 /**
- * Fastify's `frameworkErrors`: what the router refuses before any route runs (a path that is not valid
- * percent-encoded UTF-8, a parameter over MAX_PARAM_LENGTH) answers in the envelope too.
+ * Fastify's `frameworkErrors`: errors of the router itself (a bad percent-encoding, an over-long
+ * parameter) reach no route and no plugin's handler, so they are answered here, in envelope B under
+ * the payment gateway's prefix and in envelope A everywhere else.
  */
-export function frameworkErrors(err: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
-  // No route matched, so no hook runs: the request id header is set here.
-  reply.header('x-request-id', request.id);
-  switch (err.code) {
-    case 'FST_ERR_BAD_URL':
-      sendError(reply, 'validation_failed', 'The path is not valid percent-encoded UTF-8');
+export function frameworkErrors(docsUrl: string) {
+  return (err: FastifyError, request: FastifyRequest, reply: FastifyReply): void => {
+    // No route matched, so no hook runs: the request id header is set here.
+    reply.header('x-request-id', request.id);
+    const message =
+      err.code === 'FST_ERR_BAD_URL'
+        ? 'The path is not valid percent-encoded UTF-8'
+        : err.code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? `A path parameter is longer than ${MAX_PARAM_LENGTH} characters`
+          : null;
+    if (message === null) request.log.error({ err }, 'unhandled framework error');
+    if (/^\/v1\/gateway(\/|\?|$)/.test(request.url)) {
+      const status = message === null ? 500 : 400;
+      reply
+        .code(status)
+        .type('application/json')
+        .send(
+          envelopeB(docsUrl, request.id, {
+            type: message === null ? 'api_error' : 'invalid_request',
+            code: message === null ? 'internal_server_error' : 'invalid_request',
+            message: message ?? `Internal error (request ${request.id})`,
+            param: message === null ? null : 'path',
+          }),
+        );
       return;
-    case 'FST_ERR_MAX_PARAM_LENGTH':
-      sendError(reply, 'validation_failed', `A path parameter is longer than ${MAX_PARAM_LENGTH} characters`);
-      return;
-  }
-  request.log.error({ err }, 'unhandled framework error');
-  sendError(reply, 'internal_error', `Internal error (request ${request.id})`);
+    }
+    if (message === null) sendError(reply, 'internal_error', `Internal error (request ${request.id})`);
+    else sendError(reply, 'validation_failed', message);
+  };
 }
 
 /**
