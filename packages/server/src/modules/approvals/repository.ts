@@ -45,6 +45,19 @@ export function createApprovalRepository(db: Kysely<Database>) {
         .execute();
     },
 
+    /** Approved and denied approvals, most recently resolved first. */
+    async listResolved(organizationId: string, limit: number): Promise<ApprovalRow[]> {
+      return db
+        .selectFrom('approvals')
+        .selectAll()
+        .where('organization_id', '=', organizationId)
+        .where('status', 'in', ['approved', 'denied'])
+        .orderBy('resolved_at', 'desc')
+        .orderBy('id')
+        .limit(limit)
+        .execute();
+    },
+
     /**
      * pending → approved/denied, only if still pending and unexpired and, when `r.byKeyId` is set,
      * not requested by that key; the updated row or undefined.
