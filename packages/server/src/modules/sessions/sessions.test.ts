@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ManualClock, openApproval } from '../../../test/approvals.js';
+import { ManualClock, openApproval, setTier } from '../../../test/approvals.js';
 import { bearer, createTenant, createTestApp, expectError, type TestApp } from '../../../test/helpers.js';
 import { SESSION_COOKIE } from './model.js';
 
@@ -72,7 +72,9 @@ describe('cookie sessions', () => {
     expect(orgs.statusCode).toBe(200);
     expect(orgs.json().data.map((o: { _id: string }) => o._id)).toEqual([tenant.orgId]);
 
+    await setTier(t, tenant, 'team');
     const opened = await openApproval(t, tenant, { toolName: 'pay', arguments: { amount: 5 } });
+    expect(opened.statusCode).toBe(201);
     const id = opened.json().id;
     const headers = { cookie, 'x-organization-id': tenant.orgId };
     const pending = await t.inject({ method: 'GET', url: '/v1/approvals/pending', headers });
@@ -110,7 +112,8 @@ describe('cookie sessions', () => {
   it('never reach another organization', async () => {
     const mine = await createTenant(t);
     const other = await createTenant(t);
-    await openApproval(t, other, { toolName: 'pay', arguments: { amount: 5 } });
+    await setTier(t, other, 'team');
+    expect((await openApproval(t, other, { toolName: 'pay', arguments: { amount: 5 } })).statusCode).toBe(201);
     const { cookie } = await signIn(mine.userId);
     const res = await t.inject({
       method: 'GET',
