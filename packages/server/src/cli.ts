@@ -107,7 +107,11 @@ async function loginLink(args: string[]): Promise<void> {
   const store = openStore(config.databaseUrl);
   try {
     await migrateToLatest(store);
-    const sessions = createSessionService({ db: store.db, clock: { now: () => new Date() }, baseUrl: config.baseUrl });
+    const sessions = createSessionService({
+      db: store.db,
+      clock: { now: () => new Date() },
+      baseUrl: config.baseUrl,
+    });
     const link = await sessions.createLoginLink(values.sub, ttl);
     console.log(link.url);
     console.error(`valid once, until ${link.expiresAt}`);

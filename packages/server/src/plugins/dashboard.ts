@@ -8,7 +8,16 @@ import { AppError } from '../lib/errors.js';
 export const DASHBOARD_DIR = fileURLToPath(new URL('../../../dashboard/dist', import.meta.url));
 
 /** Paths that belong to the API: never answered with the dashboard's page. */
-const API_PREFIXES = ['/v1/', '/.well-known/', '/openapi.json', '/docs', '/metrics', '/healthz', '/readyz', '/ws'];
+const API_PREFIXES = [
+  '/v1',
+  '/.well-known',
+  '/openapi.json',
+  '/docs',
+  '/metrics',
+  '/healthz',
+  '/readyz',
+  '/ws',
+];
 
 const TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
@@ -35,7 +44,10 @@ function loadAssets(dir: string): Map<string, Asset> {
       if (statSync(path).isDirectory()) walk(path);
       else {
         const url = `/${relative(dir, path).split(sep).join('/')}`;
-        assets.set(url, { body: readFileSync(path), type: TYPES[extname(name)] ?? 'application/octet-stream' });
+        assets.set(url, {
+          body: readFileSync(path),
+          type: TYPES[extname(name)] ?? 'application/octet-stream',
+        });
       }
     }
   };
@@ -44,7 +56,7 @@ function loadAssets(dir: string): Map<string, Asset> {
 }
 
 export function isApiPath(path: string): boolean {
-  return API_PREFIXES.some((p) => path === p || path.startsWith(p.endsWith('/') ? p : `${p}/`) || path.startsWith(`${p}?`));
+  return API_PREFIXES.some((p) => path === p || path.startsWith(`${p}/`));
 }
 
 /**
@@ -61,14 +73,23 @@ export async function dashboardRoutes(app: FastifyInstance, { dir }: { dir: stri
   app.log.info({ dir, files: assets.size }, 'serving the dashboard at /');
 
   const send = (reply: FastifyReply, asset: Asset, cache: string) =>
-    reply.type(asset.type).header('cache-control', cache).header('x-content-type-options', 'nosniff').send(asset.body);
+    reply
+      .type(asset.type)
+      .header('cache-control', cache)
+      .header('x-content-type-options', 'nosniff')
+      .send(asset.body);
 
   app.get('/*', { config: { auth: 'none' } }, async (req, reply) => {
     const path = req.url.split('?')[0]!;
     if (isApiPath(path)) throw new AppError('not_found', `Route GET ${path} not found`);
     const asset = assets.get(path);
     // Vite names built assets by content hash: they may be cached for good.
-    if (asset) return send(reply, asset, path.startsWith('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache');
+    if (asset)
+      return send(
+        reply,
+        asset,
+        path.startsWith('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache',
+      );
     if (extname(path) !== '') throw new AppError('not_found', `File ${path} not found`);
     return send(reply, index, 'no-cache');
   });

@@ -32,7 +32,9 @@ describe('login links', () => {
     const first = await t.inject({ method: 'GET', url: url.pathname + url.search });
     expect(first.statusCode).toBe(303);
     const setCookie = String(first.headers['set-cookie']);
-    expect(setCookie).toMatch(new RegExp(`^${SESSION_COOKIE}=[A-Za-z0-9_-]{43}; Path=/; Max-Age=43200; HttpOnly; SameSite=Lax$`));
+    expect(setCookie).toMatch(
+      new RegExp(`^${SESSION_COOKIE}=[A-Za-z0-9_-]{43}; Path=/; Max-Age=43200; HttpOnly; SameSite=Lax$`),
+    );
     const again = await t.inject({ method: 'GET', url: url.pathname + url.search });
     expect(again.statusCode).toBe(303);
     expect(again.headers.location).toBe('/?signin=invalid');
@@ -95,7 +97,9 @@ describe('cookie sessions', () => {
     });
     expectError(wrong, 403, 'csrf_failed');
     // Nothing changed by the refused calls.
-    expect((await t.inject({ method: 'GET', url: `/v1/approvals/${id}`, headers })).json().status).toBe('pending');
+    expect((await t.inject({ method: 'GET', url: `/v1/approvals/${id}`, headers })).json().status).toBe(
+      'pending',
+    );
 
     const ok = await t.inject({
       method: 'POST',
@@ -113,7 +117,9 @@ describe('cookie sessions', () => {
     const mine = await createTenant(t);
     const other = await createTenant(t);
     await setTier(t, other, 'team');
-    expect((await openApproval(t, other, { toolName: 'pay', arguments: { amount: 5 } })).statusCode).toBe(201);
+    expect((await openApproval(t, other, { toolName: 'pay', arguments: { amount: 5 } })).statusCode).toBe(
+      201,
+    );
     const { cookie } = await signIn(mine.userId);
     const res = await t.inject({
       method: 'GET',
@@ -131,15 +137,31 @@ describe('cookie sessions', () => {
 
   it('end at sign-out (which needs the CSRF token) and at expiry', async () => {
     const { cookie, csrf } = await signIn('bob');
-    expectError(await t.inject({ method: 'POST', url: '/v1/auth/logout', headers: { cookie } }), 403, 'csrf_failed');
-    const out = await t.inject({ method: 'POST', url: '/v1/auth/logout', headers: { cookie, 'x-csrf-token': csrf } });
+    expectError(
+      await t.inject({ method: 'POST', url: '/v1/auth/logout', headers: { cookie } }),
+      403,
+      'csrf_failed',
+    );
+    const out = await t.inject({
+      method: 'POST',
+      url: '/v1/auth/logout',
+      headers: { cookie, 'x-csrf-token': csrf },
+    });
     expect(out.statusCode).toBe(204);
     expect(String(out.headers['set-cookie'])).toMatch(/Max-Age=0/);
-    expectError(await t.inject({ method: 'GET', url: '/v1/organizations', headers: { cookie } }), 401, 'unauthorized');
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/organizations', headers: { cookie } }),
+      401,
+      'unauthorized',
+    );
 
     const later = await signIn('bob');
     clock.advance(12 * 3600 + 1);
-    const expired = await t.inject({ method: 'GET', url: '/v1/auth/session', headers: { cookie: later.cookie } });
+    const expired = await t.inject({
+      method: 'GET',
+      url: '/v1/auth/session',
+      headers: { cookie: later.cookie },
+    });
     expectError(expired, 401, 'unauthorized');
   });
 
