@@ -141,6 +141,8 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
                   </div>
                   <pre>{JSON.stringify(a.arguments, null, 2)}</pre>
                   <div className="meta">
+                    {a.agentId && <>Agent {a.agentId} · </>}
+                    {a.sessionId && <>Session {a.sessionId} · </>}
                     Requested {new Date(a.createdAt).toLocaleString()} · <code>{a.id}</code>
                   </div>
                   <div className="actions">

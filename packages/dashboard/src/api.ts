@@ -19,6 +19,8 @@ export interface PendingApproval {
   arguments: Record<string, unknown>;
   expiresAt: string;
   createdAt: string;
+  agentId?: string;
+  sessionId?: string;
 }
 
 export interface ResolvedApproval {

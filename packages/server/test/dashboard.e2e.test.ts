@@ -154,28 +154,35 @@ describe('the dashboard in a browser', () => {
     // Connected to the event stream: what follows arrives live, well before the fallback poll.
     await expect.poll(() => page.getByRole('status').textContent()).toBe('Live');
 
-    const escalated = await validate(main.apiKey, { amount: 50, to: 'acct-7' });
+    const escalated = await validate(
+      main.apiKey,
+      { amount: 50, to: 'acct-7' },
+      { agent_id: 'billing-bot', session_id: 's-42' },
+    );
     expect(escalated.decision).toBe('require_approval');
     const id = escalated.approval_id as string;
     const card = page.locator(`li[data-approval-id="${id}"]`);
     await card.waitFor({ timeout: 5_000 });
-    expect(await card.textContent()).toContain('acct-7');
+    expect(await card.textContent()).toMatch(/acct-7.*Agent billing-bot · Session s-42/s);
     const second = (await validate(main.apiKey, { amount: 70, to: 'acct-9' })).approval_id as string;
     await page.locator(`li[data-approval-id="${second}"]`).waitFor({ timeout: 5_000 });
     await page.screenshot({ path: join(SCREENSHOTS, 'approvals.png') });
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.screenshot({ path: join(SCREENSHOTS, 'approvals-narrow.png') });
+    await page.setViewportSize({ width: 1280, height: 800 });
 
     // A write with the cookie but without the CSRF token is refused and changes nothing.
-    const forged = await page.evaluate(async (approvalId) => {
-      const res = await fetch(`/v1/approvals/${approvalId}/resolve`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'x-organization-id': document.querySelector('select')!.value,
-        },
-        body: JSON.stringify({ action: 'approve' }),
-      });
-      return { status: res.status, body: await res.json() };
-    }, id);
+    const forged = await page.evaluate(
+      async ({ approvalId, orgId }) => {
+        const res = await fetch(`/v1/approvals/${approvalId}/resolve`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-organization-id': orgId },
+          body: JSON.stringify({ action: 'approve' }),
+        });
+        return { status: res.status, body: (await res.json()) as { error: { code: string } } };
+      },
+      { approvalId: id, orgId: main.id },
+    );
     expect(forged.status).toBe(403);
     expect(forged.body.error.code).toBe('csrf_failed');
 
@@ -188,9 +195,19 @@ describe('the dashboard in a browser', () => {
     const retried = await validate(main.apiKey, { amount: 50, to: 'acct-7' }, { approval_id: id });
     expect(retried.decision).toBe('allow');
 
-    await page.setViewportSize({ width: 390, height: 844 });
-    await page.screenshot({ path: join(SCREENSHOTS, 'approvals-narrow.png'), fullPage: true });
-    await page.setViewportSize({ width: 1280, height: 800 });
+    // Several at once: select, then deny the selection (the batch route).
+    const third = (await validate(main.apiKey, { amount: 90, to: 'acct-3' })).approval_id as string;
+    await page.locator(`li[data-approval-id="${third}"]`).waitFor({ timeout: 5_000 });
+    for (const a of [second, third])
+      await page.locator(`li[data-approval-id="${a}"]`).getByRole('checkbox').check();
+    await page.getByRole('button', { name: 'Deny selected (2)' }).click();
+    for (const a of [second, third]) {
+      await page.locator(`tr[data-approval-id="${a}"]`).waitFor({ timeout: 5_000 });
+      expect(await page.locator(`tr[data-approval-id="${a}"]`).textContent()).toMatch(
+        /denied.*alice \(you\)/,
+      );
+    }
+    expect(await page.locator('li[data-approval-id]').count()).toBe(0);
 
     // Another organization of the same person shows nothing of the first.
     await page.getByLabel('Organization').selectOption(side.id);
