@@ -17,7 +17,13 @@ import { freePort, REPO_ROOT, type StartedServer, startServerProcess } from './r
  */
 const CHROMIUM = '/usr/bin/chromium';
 const DASHBOARD_DIST = join(REPO_ROOT, 'packages', 'dashboard', 'dist');
-const SCREENSHOTS = join(REPO_ROOT, 'docs', 'screenshots');
+/**
+ * The committed screenshots are refreshed with SVC_UPDATE_SCREENSHOTS=1; otherwise they are still taken
+ * (the pages render at both widths) but kept out of the tree, which every run would otherwise change.
+ */
+const SCREENSHOTS = process.env.SVC_UPDATE_SCREENSHOTS
+  ? join(REPO_ROOT, 'docs', 'screenshots')
+  : mkdtempSync(join(tmpdir(), 'svc-screenshots-'));
 
 let db: TestDatabase;
 let server: StartedServer;
@@ -127,6 +133,7 @@ afterAll(async () => {
   await server?.stop();
   await db?.drop();
   if (profile) rmSync(profile, { recursive: true, force: true });
+  if (!process.env.SVC_UPDATE_SCREENSHOTS) rmSync(SCREENSHOTS, { recursive: true, force: true });
 });
 
 describe('the dashboard in a browser', () => {
