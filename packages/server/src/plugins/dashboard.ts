@@ -3,6 +3,7 @@ import { extname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { AppError } from '../lib/errors.js';
+import { MAX_PARAM_LENGTH } from './errors.js';
 
 /** packages/dashboard/dist, from src/plugins or dist/plugins alike. */
 export const DASHBOARD_DIR = fileURLToPath(new URL('../../../dashboard/dist', import.meta.url));
@@ -81,7 +82,17 @@ export async function dashboardRoutes(app: FastifyInstance, { dir }: { dir: stri
 
   app.get('/*', { config: { auth: 'none' } }, async (req, reply) => {
     const path = req.url.split('?')[0]!;
-    if (isApiPath(path)) throw new AppError('not_found', `Route GET ${path} not found`);
+    if (isApiPath(path)) {
+      // With this catch-all in the router, a path parameter over the router's limit lands here
+      // instead of raising the router's own error: answer as that error would.
+      if (path.split('/').some((segment) => segment.length > MAX_PARAM_LENGTH)) {
+        throw new AppError(
+          'validation_failed',
+          `A path parameter is longer than ${MAX_PARAM_LENGTH} characters`,
+        );
+      }
+      return reply.callNotFound();
+    }
     const asset = assets.get(path);
     // Vite names built assets by content hash: they may be cached for good.
     if (asset)
