@@ -40,12 +40,9 @@ describe('the dashboard', () => {
       '/v1/nope',
       '/v1',
       '/.well-known/nope',
-      '/openapi.json',
-      '/docs',
-      '/docs/x',
-      '/metrics',
       '/ws/x',
       '/healthz/x',
+      '/nope',
       '/assets/missing.js',
       '/favicon.ico',
     ]) {

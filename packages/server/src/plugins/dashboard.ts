@@ -2,22 +2,19 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { extname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { AppError } from '../lib/errors.js';
-import { MAX_PARAM_LENGTH } from './errors.js';
 
 /** packages/dashboard/dist, from src/plugins or dist/plugins alike. */
 export const DASHBOARD_DIR = fileURLToPath(new URL('../../../dashboard/dist', import.meta.url));
 
-/** Paths that belong to the API: never answered with the dashboard's page. */
-const API_PREFIXES = [
-  '/v1',
-  '/.well-known',
-  '/openapi.json',
-  '/docs',
-  '/metrics',
-  '/healthz',
-  '/readyz',
-  '/ws',
+/** The dashboard's client routes: each (and everything under it) answers the page. */
+export const CLIENT_ROUTES = [
+  '/',
+  '/approvals',
+  '/decisions',
+  '/policies',
+  '/drafts',
+  '/charter',
+  '/settings',
 ];
 
 const TYPES: Record<string, string> = {
@@ -30,6 +27,15 @@ const TYPES: Record<string, string> = {
   '.json': 'application/json',
   '.txt': 'text/plain; charset=utf-8',
 };
+
+/** Whether a route path is one the dashboard registers (its pages and built files). */
+export function isDashboardRoute(path: string): boolean {
+  return (
+    path === '/index.html' ||
+    path.startsWith('/assets/') ||
+    CLIENT_ROUTES.some((p) => path === p || path === `${p}/*`)
+  );
+}
 
 interface Asset {
   body: Buffer;
@@ -56,10 +62,6 @@ function loadAssets(dir: string): Map<string, Asset> {
   return assets;
 }
 
-export function isApiPath(path: string): boolean {
-  return API_PREFIXES.some((p) => path === p || path.startsWith(`${p}/`));
-}
-
 /**
  * Serves the single-page dashboard at `/`: its files as built, and index.html for any other GET
  * that is not an API path and names no file (client routes such as /approvals).
@@ -80,28 +82,20 @@ export async function dashboardRoutes(app: FastifyInstance, { dir }: { dir: stri
       .header('x-content-type-options', 'nosniff')
       .send(asset.body);
 
-  app.get('/*', { config: { auth: 'none' } }, async (req, reply) => {
-    const path = req.url.split('?')[0]!;
-    if (isApiPath(path)) {
-      // With this catch-all in the router, a path parameter over the router's limit lands here
-      // instead of raising the router's own error: answer as that error would.
-      if (path.split('/').some((segment) => segment.length > MAX_PARAM_LENGTH)) {
-        throw new AppError(
-          'validation_failed',
-          `A path parameter is longer than ${MAX_PARAM_LENGTH} characters`,
-        );
-      }
-      return reply.callNotFound();
-    }
-    const asset = assets.get(path);
-    // Vite names built assets by content hash: they may be cached for good.
-    if (asset)
-      return send(
-        reply,
-        asset,
-        path.startsWith('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache',
+  // Only the dashboard's own paths are routed here, never a catch-all: API paths keep their own
+  // not-found and error answers (envelopes, router limits) untouched.
+  for (const [path, asset] of assets) {
+    if (path === '/index.html') continue;
+    const cache = path.startsWith('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache';
+    app.get(path, { config: { auth: 'none' }, schema: { hide: true } }, async (_req, reply) =>
+      send(reply, asset, cache),
+    );
+  }
+  for (const page of CLIENT_ROUTES) {
+    for (const path of page === '/' ? ['/', '/index.html'] : [page, `${page}/*`]) {
+      app.get(path, { config: { auth: 'none' }, schema: { hide: true } }, async (_req, reply) =>
+        send(reply, index, 'no-cache'),
       );
-    if (extname(path) !== '') throw new AppError('not_found', `File ${path} not found`);
-    return send(reply, index, 'no-cache');
-  });
+    }
+  }
 }
