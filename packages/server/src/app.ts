@@ -40,10 +40,13 @@ import { policyRoutes } from './modules/policies/routes.js';
 import { policyDraftRoutes } from './modules/policy-drafts/routes.js';
 import { projectRoutes } from './modules/projects/routes.js';
 import { receiptRoutes } from './modules/receipts/routes.js';
+import { sessionRoutes } from './modules/sessions/routes.js';
+import { createSessionService } from './modules/sessions/service.js';
 import { signingKeyRoutes } from './modules/signing-keys/routes.js';
 import { toolRoutes } from './modules/tools/routes.js';
 import { validationRoutes } from './modules/validation/routes.js';
 import { registerAuth } from './plugins/auth.js';
+import { DASHBOARD_DIR, dashboardRoutes } from './plugins/dashboard.js';
 import {
   clientErrorHandler,
   frameworkErrors,
@@ -63,6 +66,8 @@ export interface BuildOptions {
   logger?: boolean;
   /** Event stream heartbeats and buffer limit (defaults: 15 s, 30 s, 1 MiB). */
   streams?: Partial<StreamOptions>;
+  /** The built dashboard (default packages/dashboard/dist); absent → the API only. */
+  dashboardDir?: string;
 }
 
 const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -74,6 +79,7 @@ export async function buildApp({
   clock = systemClock,
   logger = true,
   streams,
+  dashboardDir = DASHBOARD_DIR,
 }: BuildOptions): Promise<{
   app: FastifyInstance;
   ctx: AppContext;
@@ -121,6 +127,7 @@ export async function buildApp({
       log: app.log,
       tierOf: async (id) => (await organizations.get(id))?.tier ?? 'free',
     });
+    const sessions = createSessionService({ db: store.db, clock, baseUrl: config.baseUrl });
     const ctx: AppContext = {
       config,
       store,
@@ -157,12 +164,13 @@ export async function buildApp({
         log: app.log,
       }),
       metrics,
+      sessions,
     };
     metrics.trackStreams('sse', () => ctx.streams.clients('sse').length);
     metrics.trackStreams('ws', () => ctx.streams.clients('ws').length);
 
     registerErrorHandling(app);
-    registerAuth(app, { config, keys, jwt });
+    registerAuth(app, { config, keys, jwt, sessions });
     await registerOpenApi(app, config);
     registerRateLimits(app, { limiter: ctx.rateLimiter, clock });
     registerMetrics(app, metrics);
@@ -197,6 +205,8 @@ export async function buildApp({
     await app.register(budgetRoutes, { ctx });
     await app.register(paymentRoutes, { ctx, prefix: '/v1/gateway' });
     await app.register(charterRoutes, { ctx });
+    await app.register(sessionRoutes, { ctx });
+    await app.register(dashboardRoutes, { dir: dashboardDir });
     return { app, ctx };
   } catch (err) {
     // Nothing else owns the Redis connections yet: close them, or the process would hang on them.

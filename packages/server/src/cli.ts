@@ -22,6 +22,8 @@ Commands:
   serve                          run the HTTP service (migrates the store first)
   migrate                        apply pending migrations and exit
   token --sub USER [--ttl 1h]    print a user JWT signed with the server's HS256 secret
+  login-link --sub USER [--ttl 15m]
+                                 print a one-time dashboard sign-in link under SVC_BASE_URL
   receipts verify <file|url|-> [--api-key KEY] [--after N]
                  [--checkpoints <file|url> --keys <file|url>]
                                  verify an NDJSON receipt export offline (a file, stdin, or a
@@ -86,6 +88,33 @@ async function token(args: string[]): Promise<void> {
     if (store.dialect === 'postgres') await migrateToLatest(store);
     const secret = await resolveJwtSecret(config, store);
     console.log(await signUserToken(secret!, values.sub, parseTtl(values.ttl ?? '1h'), config));
+  } finally {
+    await store.close();
+  }
+}
+
+async function loginLink(args: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args,
+    options: { sub: { type: 'string' }, ttl: { type: 'string', default: '15m' } },
+  });
+  if (!values.sub) throw new Error('--sub USER is required');
+  const config = loadConfig();
+  const { openStore, migrateToLatest } = await loadStorage();
+  const { parseTtl } = await import('./lib/jwt.js');
+  const { createSessionService } = await import('./modules/sessions/service.js');
+  const ttl = parseTtl(values.ttl ?? '15m');
+  const store = openStore(config.databaseUrl);
+  try {
+    await migrateToLatest(store);
+    const sessions = createSessionService({
+      db: store.db,
+      clock: { now: () => new Date() },
+      baseUrl: config.baseUrl,
+    });
+    const link = await sessions.createLoginLink(values.sub, ttl);
+    console.log(link.url);
+    console.error(`valid once, until ${link.expiresAt}`);
   } finally {
     await store.close();
   }
@@ -284,6 +313,8 @@ export async function main(argv: string[]): Promise<void> {
       return migrate();
     case 'token':
       return token(rest);
+    case 'login-link':
+      return loginLink(rest);
     case 'receipts':
       return receipts(rest);
     case 'keys':

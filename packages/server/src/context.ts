@@ -12,6 +12,7 @@ import type { ApiKeyAuthenticator } from './modules/api-keys/authenticator.js';
 import type { ApprovalService } from './modules/approvals/service.js';
 import type { PolicyJudge } from './modules/llm-judge/judge.js';
 import type { PolicyCache } from './modules/policies/cache.js';
+import type { SessionService } from './modules/sessions/service.js';
 import type { RateLimiter } from './plugins/rate-limit.js';
 import type { RedisLink } from './scale/redis.js';
 import type { SigningKeySet } from './signing/keyset.js';
@@ -44,4 +45,6 @@ export interface AppContext {
   checkpoints: Checkpointer;
   /** Prometheus metrics; call sites use its narrow methods. */
   metrics: Metrics;
+  /** Dashboard login links and cookie sessions. */
+  sessions: SessionService;
 }

@@ -63,7 +63,12 @@ export interface TestApp {
 
 export async function createTestApp(
   overrides: Partial<Config> = {},
-  options: { clock?: Clock; database?: TestDatabase; streams?: BuildOptions['streams'] } = {},
+  options: {
+    clock?: Clock;
+    database?: TestDatabase;
+    streams?: BuildOptions['streams'];
+    dashboardDir?: string;
+  } = {},
 ): Promise<TestApp> {
   const database = options.database ?? (await freshDatabase());
   const config: Config = {
@@ -82,6 +87,7 @@ export async function createTestApp(
     logger: false,
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.streams ? { streams: options.streams } : {}),
+    ...(options.dashboardDir ? { dashboardDir: options.dashboardDir } : {}),
   });
   await app.ready();
   return {

@@ -57,11 +57,15 @@ export async function streamAccess(
     };
   }
   const token = bearerToken(request);
+  const session = principal.session;
   const organizations = createOrganizationRepository(ctx.store.db);
   return {
     organizationId: org,
     recheck: async () => {
-      if (!token || !(await tokenStillValid(jwt, token, principal.userId))) return false;
+      // A dashboard stream ends with its session (signed out or expired).
+      if (session) {
+        if ((await ctx.sessions.lookup(session.id))?.userId !== principal.userId) return false;
+      } else if (!token || !(await tokenStillValid(jwt, token, principal.userId))) return false;
       return (await organizations.roleOf(principal.userId, org)) !== null;
     },
   };

@@ -11,6 +11,7 @@ export const STATUS_BY_CODE = {
   unauthorized: 401,
   invalid_api_key: 401,
   authorization_error: 403,
+  csrf_failed: 403,
   not_found: 404,
   method_not_allowed: 405,
   slug_taken: 409,

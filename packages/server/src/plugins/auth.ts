@@ -6,10 +6,15 @@ import { type JwtVerifier, KeySourceError, TokenError } from '../lib/jwt.js';
 import type { ApiKeyAuthenticator, KeyPrincipal } from '../modules/api-keys/authenticator.js';
 import { looksLikeApiKey } from '../modules/api-keys/keys.js';
 import type { KeyScope } from '../modules/api-keys/model.js';
+import { sessionCookie } from '../modules/sessions/cookie.js';
+import { CSRF_HEADER, type SessionInfo } from '../modules/sessions/model.js';
+import type { SessionService } from '../modules/sessions/service.js';
 
 export interface UserPrincipal {
   kind: 'user';
   userId: string;
+  /** Set when the user came with a dashboard session cookie instead of a bearer token. */
+  session?: { id: string } & SessionInfo;
 }
 
 export interface AdminPrincipal {
@@ -39,12 +44,16 @@ declare module 'fastify' {
   }
 }
 
+/** Methods that change nothing: no CSRF token needed with the session cookie. */
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
 const DEFAULT_ROUTE_SCOPES: readonly KeyScope[] = ['api'];
 
 export interface AuthDeps {
   config: Config;
   keys: ApiKeyAuthenticator;
   jwt: JwtVerifier;
+  sessions: Pick<SessionService, 'lookup'>;
 }
 
 function safeEqual(a: string, b: string): boolean {
@@ -99,10 +108,28 @@ export function registerAuth(app: FastifyInstance, deps: AuthDeps): void {
         throw new AppError('unauthorized', `Invalid bearer token: ${why}`);
       }
     }
+    const cookie = sessionCookie(request);
+    if (cookie) return sessionPrincipal(request, cookie);
     throw new AppError(
       'unauthorized',
       'Authentication required: send X-Service-API-Key or Authorization: Bearer <token>',
     );
+  }
+
+  /** A dashboard session acts as its user; its writes must carry the session's CSRF token. */
+  async function sessionPrincipal(request: FastifyRequest, cookie: string): Promise<UserPrincipal> {
+    const session = await deps.sessions.lookup(cookie);
+    if (!session) throw new AppError('unauthorized', 'Your session has ended or expired: sign in again');
+    if (!SAFE_METHODS.has(request.method)) {
+      const sent = request.headers[CSRF_HEADER];
+      if (typeof sent !== 'string' || !safeEqual(sent, session.csrfToken)) {
+        throw new AppError(
+          'csrf_failed',
+          `A request made with the session cookie that changes something must send the session's CSRF token in ${CSRF_HEADER}`,
+        );
+      }
+    }
+    return { kind: 'user', userId: session.userId, session: { id: cookie, ...session } };
   }
 
   app.addHook('onRequest', async (request) => {

@@ -11,6 +11,7 @@ import * as m0008 from './migrations/0008_spend_ledger.js';
 import * as m0009 from './migrations/0009_charter.js';
 import * as m0012 from './migrations/0012_checkpoints.js';
 import * as m0013 from './migrations/0013_policy_versions.js';
+import * as m0014 from './migrations/0014_dashboard_sessions.js';
 import * as m0015 from './migrations/0015_gateway.js';
 
 /**
@@ -29,6 +30,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0009_charter': m0009,
   '0012_checkpoints': m0012,
   '0013_policy_versions': m0013,
+  '0014_dashboard_sessions': m0014,
   '0015_gateway': m0015,
 };
 

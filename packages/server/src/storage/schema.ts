@@ -339,6 +339,24 @@ export interface CharterVerificationsTable {
   created_at: string;
 }
 
+/** A one-time dashboard sign-in link; only the token's hash is kept. */
+export interface LoginLinksTable {
+  token_hash: string;
+  user_id: string;
+  created_at: string;
+  expires_at: string;
+  used_at: string | null;
+}
+
+/** A dashboard session opened by a login link; only the session id's hash is kept. */
+export interface UserSessionsTable {
+  id_hash: string;
+  user_id: string;
+  csrf_token: string;
+  created_at: string;
+  expires_at: string;
+}
+
 export interface Database {
   organizations: OrganizationsTable;
   memberships: MembershipsTable;
@@ -363,4 +381,6 @@ export interface Database {
   spend_actions: SpendActionsTable;
   charter_conversations: CharterConversationsTable;
   charter_verifications: CharterVerificationsTable;
+  login_links: LoginLinksTable;
+  user_sessions: UserSessionsTable;
 }

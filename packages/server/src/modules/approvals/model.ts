@@ -75,9 +75,22 @@ export interface PendingApproval {
   status: 'pending';
   expiresAt: string;
   createdAt: string;
+  /** From the escalated call's context, when it named them (an approval opened by hand has none). */
+  agentId?: string;
+  sessionId?: string;
 }
 
-export function toPending(row: ApprovalRow): PendingApproval {
+/** agent_id and session_id of a recorded decision's context, when they are strings. */
+function callContext(json: string | null | undefined): Pick<PendingApproval, 'agentId' | 'sessionId'> {
+  if (!json) return {};
+  const ctx = JSON.parse(json) as Record<string, unknown> | null;
+  return {
+    ...(typeof ctx?.agent_id === 'string' ? { agentId: ctx.agent_id } : {}),
+    ...(typeof ctx?.session_id === 'string' ? { sessionId: ctx.session_id } : {}),
+  };
+}
+
+export function toPending(row: ApprovalRow & { decision_context?: string | null }): PendingApproval {
   return {
     id: row.id,
     toolName: row.tool_name,
@@ -85,6 +98,7 @@ export function toPending(row: ApprovalRow): PendingApproval {
     status: 'pending',
     expiresAt: row.expires_at,
     createdAt: row.created_at,
+    ...callContext(row.decision_context),
   };
 }
 

@@ -32,16 +32,38 @@ export function createApprovalRepository(db: Kysely<Database>) {
         .executeTakeFirst();
     },
 
-    /** Pending and not expired at `now`, oldest first. */
-    async listPending(organizationId: string, now: string): Promise<ApprovalRow[]> {
+    /** Pending and not expired at `now`, oldest first, with the context of the call that escalated (if any). */
+    async listPending(
+      organizationId: string,
+      now: string,
+    ): Promise<(ApprovalRow & { decision_context: string | null })[]> {
+      return db
+        .selectFrom('approvals')
+        .leftJoin('decisions', (j) =>
+          j
+            .onRef('decisions.id', '=', 'approvals.decision_id')
+            .onRef('decisions.organization_id', '=', 'approvals.organization_id'),
+        )
+        .selectAll('approvals')
+        .select('decisions.context as decision_context')
+        .where('approvals.organization_id', '=', organizationId)
+        .where('approvals.status', '=', 'pending')
+        .where('approvals.expires_at', '>', now)
+        .orderBy('approvals.created_at')
+        .orderBy('approvals.id')
+        .execute();
+    },
+
+    /** Approved and denied approvals, most recently resolved first. */
+    async listResolved(organizationId: string, limit: number): Promise<ApprovalRow[]> {
       return db
         .selectFrom('approvals')
         .selectAll()
         .where('organization_id', '=', organizationId)
-        .where('status', '=', 'pending')
-        .where('expires_at', '>', now)
-        .orderBy('created_at')
+        .where('status', 'in', ['approved', 'denied'])
+        .orderBy('resolved_at', 'desc')
         .orderBy('id')
+        .limit(limit)
         .execute();
     },
 

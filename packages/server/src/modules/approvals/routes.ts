@@ -43,6 +43,18 @@ export const approvalRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
   );
 
   app.get(
+    '/v1/approvals/resolved',
+    {
+      config: { scopes: READ },
+      schema: {
+        querystring: Type.Object({ limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200 })) }),
+        response: { 200: Type.Object({ data: Type.Array(ApprovalSchema) }) },
+      },
+    },
+    async (req) => ({ data: await service.listResolved(await ctx.scope(req), req.query.limit ?? 50) }),
+  );
+
+  app.get(
     '/v1/approvals/:id',
     { config: { scopes: READ }, schema: { params: IdParams, response: { 200: ApprovalSchema } } },
     async (req) => service.get(await ctx.scope(req), req.params.id),

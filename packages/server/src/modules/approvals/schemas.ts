@@ -46,6 +46,9 @@ export const PendingApprovalSchema = Type.Object({
   status: Type.Literal('pending'),
   expiresAt: Type.String(),
   createdAt: Type.String(),
+  /** From the escalated call's context, when known. */
+  agentId: Type.Optional(Type.String()),
+  sessionId: Type.Optional(Type.String()),
 });
 
 export const ApprovalSchema = Type.Object({

@@ -248,6 +248,11 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       return (await approvals.listPending(scope.organizationId, now())).map(toPending);
     },
 
+    async listResolved(scope: ApprovalTenant, limit: number): Promise<Approval[]> {
+      const at = now();
+      return (await approvals.listResolved(scope.organizationId, limit)).map((r) => toApproval(r, at));
+    },
+
     async get(scope: ApprovalTenant, id: string): Promise<Approval> {
       return toApproval(await load(scope.organizationId, id), now());
     },

@@ -1,0 +1,25 @@
+/** A dashboard session as the auth plugin sees it: whose it is and the CSRF token its writes carry. */
+export interface SessionInfo {
+  userId: string;
+  csrfToken: string;
+  expiresAt: string;
+}
+
+export interface LoginLink {
+  url: string;
+  expiresAt: string;
+}
+
+/** A redeemed login link: the new session's id (the cookie value) and what it carries. */
+export interface OpenedSession extends SessionInfo {
+  sessionId: string;
+}
+
+/** Cookie name, and the header the dashboard sends the session's CSRF token in. */
+export const SESSION_COOKIE = 'svc_session';
+export const CSRF_HEADER = 'x-csrf-token';
+
+/** Fixed (not sliding) session lifetime: a stolen cookie stops working at the latest after this. */
+export const SESSION_TTL_SECONDS = 12 * 3600;
+export const LOGIN_LINK_DEFAULT_TTL_SECONDS = 15 * 60;
+export const LOGIN_LINK_MAX_TTL_SECONDS = 24 * 3600;

@@ -1,0 +1,106 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { Kysely } from 'kysely';
+import type { Clock } from '../../lib/clock.js';
+import type { Database } from '../../storage/schema.js';
+import {
+  LOGIN_LINK_MAX_TTL_SECONDS,
+  type LoginLink,
+  type OpenedSession,
+  SESSION_TTL_SECONDS,
+  type SessionInfo,
+} from './model.js';
+
+const hash = (secret: string) => createHash('sha256').update(secret).digest('hex');
+const secret = () => randomBytes(32).toString('base64url');
+/** Cookie and link secrets are 43 base64url characters; anything else is not worth a lookup. */
+const SECRET_RE = /^[A-Za-z0-9_-]{43}$/;
+
+export type SessionService = ReturnType<typeof createSessionService>;
+
+/** One-time login links and the server-side sessions they open. Secrets are stored hashed. */
+export function createSessionService(deps: { db: Kysely<Database>; clock: Clock; baseUrl: string }) {
+  const { db, clock } = deps;
+  const now = () => clock.now();
+  const later = (seconds: number) => new Date(now().getTime() + seconds * 1000).toISOString();
+
+  return {
+    async createLoginLink(userId: string, ttlSeconds: number): Promise<LoginLink> {
+      if (!userId.trim() || userId.length > 200) throw new Error('the user id must be 1 to 200 characters');
+      if (!Number.isInteger(ttlSeconds) || ttlSeconds < 1 || ttlSeconds > LOGIN_LINK_MAX_TTL_SECONDS) {
+        throw new Error(`the link TTL must be between 1s and ${LOGIN_LINK_MAX_TTL_SECONDS / 3600}h`);
+      }
+      const token = secret();
+      const expiresAt = later(ttlSeconds);
+      await db
+        .insertInto('login_links')
+        .values({
+          token_hash: hash(token),
+          user_id: userId,
+          created_at: now().toISOString(),
+          expires_at: expiresAt,
+          used_at: null,
+        })
+        .execute();
+      return { url: `${deps.baseUrl}/v1/auth/login?token=${token}`, expiresAt };
+    },
+
+    /** Spends a link (once, before it expires) and opens a session; null for an unknown, used or expired link. */
+    async redeem(token: string): Promise<OpenedSession | null> {
+      if (!SECRET_RE.test(token)) return null;
+      const at = now().toISOString();
+      const tokenHash = hash(token);
+      // The conditional update is the single-use guarantee: of two concurrent redeems one updates a row.
+      const spent = await db
+        .updateTable('login_links')
+        .set({ used_at: at })
+        .where('token_hash', '=', tokenHash)
+        .where('used_at', 'is', null)
+        .where('expires_at', '>', at)
+        .executeTakeFirst();
+      if (Number(spent.numUpdatedRows) !== 1) return null;
+      const link = await db
+        .selectFrom('login_links')
+        .select('user_id')
+        .where('token_hash', '=', tokenHash)
+        .executeTakeFirstOrThrow();
+      const sessionId = secret();
+      const opened: OpenedSession = {
+        sessionId,
+        userId: link.user_id,
+        csrfToken: secret(),
+        expiresAt: later(SESSION_TTL_SECONDS),
+      };
+      await db
+        .insertInto('user_sessions')
+        .values({
+          id_hash: hash(sessionId),
+          user_id: opened.userId,
+          csrf_token: opened.csrfToken,
+          created_at: at,
+          expires_at: opened.expiresAt,
+        })
+        .execute();
+      // Housekeeping on a rare path: expired links and sessions are useless, drop them.
+      await db.deleteFrom('login_links').where('expires_at', '<=', at).execute();
+      await db.deleteFrom('user_sessions').where('expires_at', '<=', at).execute();
+      return opened;
+    },
+
+    /** The live session behind a cookie value, or null (unknown, signed out or expired). */
+    async lookup(sessionId: string): Promise<SessionInfo | null> {
+      if (!SECRET_RE.test(sessionId)) return null;
+      const row = await db
+        .selectFrom('user_sessions')
+        .select(['user_id', 'csrf_token', 'expires_at'])
+        .where('id_hash', '=', hash(sessionId))
+        .where('expires_at', '>', now().toISOString())
+        .executeTakeFirst();
+      return row ? { userId: row.user_id, csrfToken: row.csrf_token, expiresAt: row.expires_at } : null;
+    },
+
+    async end(sessionId: string): Promise<void> {
+      if (!SECRET_RE.test(sessionId)) return;
+      await db.deleteFrom('user_sessions').where('id_hash', '=', hash(sessionId)).execute();
+    },
+  };
+}

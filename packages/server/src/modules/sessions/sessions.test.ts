@@ -1,0 +1,185 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ManualClock, openApproval, setTier } from '../../../test/approvals.js';
+import { bearer, createTenant, createTestApp, expectError, type TestApp } from '../../../test/helpers.js';
+import { SESSION_COOKIE } from './model.js';
+
+let t: TestApp;
+const clock = new ManualClock();
+
+beforeAll(async () => {
+  t = await createTestApp({}, { clock });
+});
+afterAll(async () => t?.close());
+
+/** Redeems a fresh link for `userId`; the cookie header value and the session's CSRF token. */
+async function signIn(userId: string): Promise<{ cookie: string; csrf: string }> {
+  const link = await t.ctx.sessions.createLoginLink(userId, 900);
+  const res = await t.inject({ method: 'GET', url: new URL(link.url).pathname + new URL(link.url).search });
+  expect(res.statusCode).toBe(303);
+  expect(res.headers.location).toBe('/');
+  const setCookie = String(res.headers['set-cookie']);
+  const cookie = setCookie.split(';')[0]!;
+  const session = await t.inject({ method: 'GET', url: '/v1/auth/session', headers: { cookie } });
+  expect(session.statusCode).toBe(200);
+  return { cookie, csrf: session.json().csrfToken };
+}
+
+describe('login links', () => {
+  it('open a session once, with an HttpOnly SameSite=Lax cookie', async () => {
+    const link = await t.ctx.sessions.createLoginLink('alice', 900);
+    expect(link.url).toMatch(/^http:\/\/[^/]+\/v1\/auth\/login\?token=[A-Za-z0-9_-]{43}$/);
+    const url = new URL(link.url);
+    const first = await t.inject({ method: 'GET', url: url.pathname + url.search });
+    expect(first.statusCode).toBe(303);
+    const setCookie = String(first.headers['set-cookie']);
+    expect(setCookie).toMatch(
+      new RegExp(`^${SESSION_COOKIE}=[A-Za-z0-9_-]{43}; Path=/; Max-Age=43200; HttpOnly; SameSite=Lax$`),
+    );
+    const again = await t.inject({ method: 'GET', url: url.pathname + url.search });
+    expect(again.statusCode).toBe(303);
+    expect(again.headers.location).toBe('/?signin=invalid');
+    expect(again.headers['set-cookie']).toBeUndefined();
+  });
+
+  it('expire after their TTL, and garbage tokens are refused', async () => {
+    const link = await t.ctx.sessions.createLoginLink('alice', 60);
+    clock.advance(61);
+    const url = new URL(link.url);
+    const res = await t.inject({ method: 'GET', url: url.pathname + url.search });
+    expect(res.headers.location).toBe('/?signin=invalid');
+    const bad = await t.inject({ method: 'GET', url: '/v1/auth/login?token=nope' });
+    expect(bad.headers.location).toBe('/?signin=invalid');
+    expectError(await t.inject({ method: 'GET', url: '/v1/auth/login' }), 400, 'validation_failed');
+  });
+
+  it('mark the cookie Secure when the service is reached over HTTPS', async () => {
+    const s = await createTestApp({ baseUrl: 'https://svc.example' });
+    try {
+      const link = await s.ctx.sessions.createLoginLink('alice', 900);
+      expect(link.url.startsWith('https://svc.example/v1/auth/login?token=')).toBe(true);
+      const url = new URL(link.url);
+      const res = await s.inject({ method: 'GET', url: url.pathname + url.search });
+      expect(String(res.headers['set-cookie'])).toMatch(/; Secure$/);
+    } finally {
+      await s.close();
+    }
+  });
+});
+
+describe('cookie sessions', () => {
+  it('act as the user: organizations, reads, and writes with the CSRF token', async () => {
+    const tenant = await createTenant(t);
+    const { cookie, csrf } = await signIn(tenant.userId);
+    const orgs = await t.inject({ method: 'GET', url: '/v1/organizations', headers: { cookie } });
+    expect(orgs.statusCode).toBe(200);
+    expect(orgs.json().data.map((o: { _id: string }) => o._id)).toEqual([tenant.orgId]);
+
+    await setTier(t, tenant, 'team');
+    const opened = await openApproval(t, tenant, { toolName: 'pay', arguments: { amount: 5 } });
+    expect(opened.statusCode).toBe(201);
+    const id = opened.json().id;
+    const headers = { cookie, 'x-organization-id': tenant.orgId };
+    const pending = await t.inject({ method: 'GET', url: '/v1/approvals/pending', headers });
+    expect(pending.json().data.map((a: { id: string }) => a.id)).toContain(id);
+
+    const refused = await t.inject({
+      method: 'POST',
+      url: `/v1/approvals/${id}/resolve`,
+      headers,
+      payload: { action: 'approve' },
+    });
+    expectError(refused, 403, 'csrf_failed');
+    const wrong = await t.inject({
+      method: 'POST',
+      url: `/v1/approvals/${id}/resolve`,
+      headers: { ...headers, 'x-csrf-token': `${csrf.slice(0, -1)}x` },
+      payload: { action: 'approve' },
+    });
+    expectError(wrong, 403, 'csrf_failed');
+    // Nothing changed by the refused calls.
+    expect((await t.inject({ method: 'GET', url: `/v1/approvals/${id}`, headers })).json().status).toBe(
+      'pending',
+    );
+
+    const ok = await t.inject({
+      method: 'POST',
+      url: `/v1/approvals/${id}/resolve`,
+      headers: { ...headers, 'x-csrf-token': csrf },
+      payload: { action: 'approve' },
+    });
+    expect(ok.statusCode).toBe(200);
+    expect(ok.json().resolvedBy).toBe(tenant.userId);
+    const history = await t.inject({ method: 'GET', url: '/v1/approvals/resolved', headers });
+    expect(history.json().data[0]).toMatchObject({ id, status: 'approved', resolvedBy: tenant.userId });
+  });
+
+  it('never reach another organization', async () => {
+    const mine = await createTenant(t);
+    const other = await createTenant(t);
+    await setTier(t, other, 'team');
+    expect((await openApproval(t, other, { toolName: 'pay', arguments: { amount: 5 } })).statusCode).toBe(
+      201,
+    );
+    const { cookie } = await signIn(mine.userId);
+    const res = await t.inject({
+      method: 'GET',
+      url: '/v1/approvals/pending',
+      headers: { cookie, 'x-organization-id': other.orgId },
+    });
+    expectError(res, 403, 'authorization_error');
+    const history = await t.inject({
+      method: 'GET',
+      url: '/v1/approvals/resolved',
+      headers: { cookie, 'x-organization-id': other.orgId },
+    });
+    expectError(history, 403, 'authorization_error');
+  });
+
+  it('end at sign-out (which needs the CSRF token) and at expiry', async () => {
+    const { cookie, csrf } = await signIn('bob');
+    expectError(
+      await t.inject({ method: 'POST', url: '/v1/auth/logout', headers: { cookie } }),
+      403,
+      'csrf_failed',
+    );
+    const out = await t.inject({
+      method: 'POST',
+      url: '/v1/auth/logout',
+      headers: { cookie, 'x-csrf-token': csrf },
+    });
+    expect(out.statusCode).toBe(204);
+    expect(String(out.headers['set-cookie'])).toMatch(/Max-Age=0/);
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/organizations', headers: { cookie } }),
+      401,
+      'unauthorized',
+    );
+
+    const later = await signIn('bob');
+    clock.advance(12 * 3600 + 1);
+    const expired = await t.inject({
+      method: 'GET',
+      url: '/v1/auth/session',
+      headers: { cookie: later.cookie },
+    });
+    expectError(expired, 401, 'unauthorized');
+  });
+
+  it('leave bearer tokens as they were, without CSRF', async () => {
+    const tenant = await createTenant(t);
+    const res = await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(tenant.token) });
+    expect(res.statusCode).toBe(200);
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/auth/session', headers: bearer(tenant.token) }),
+      401,
+      'unauthorized',
+    );
+    const created = await t.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: { ...bearer(tenant.token), 'x-organization-id': tenant.orgId },
+      payload: { name: 'p2', organizationId: tenant.orgId },
+    });
+    expect(created.statusCode).toBe(201);
+  });
+});
