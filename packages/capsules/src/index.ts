@@ -1,6 +1,12 @@
 export { type BeneficiaryDetails, beneficiaryHash, normalizeBeneficiary } from './beneficiary.js';
 export { base64url, canonicalJson, fromBase64url, sha256Tagged } from './canonical.js';
-export { capsuleSigningInput, compactCapsule, type VerifyCapsuleOptions, verifyCapsule } from './jws.js';
+export {
+  capsuleSigningInput,
+  compactCapsule,
+  type VerifyCapsuleOptions,
+  verifyCapsule,
+  verifyEd25519,
+} from './jws.js';
 export * from './model.js';
 export {
   CAPSULE_PAYLOAD_SCHEMA,

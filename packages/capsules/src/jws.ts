@@ -12,6 +12,26 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
 /**
+ * Whether `signature` is the Ed25519 signature of `data` under the public key `x` (a JWK's base64url
+ * `x`), through WebCrypto in any runtime. Throws when the key or signature cannot be used at all.
+ */
+export async function verifyEd25519(x: string, signature: Uint8Array, data: Uint8Array): Promise<boolean> {
+  const key = await crypto.subtle.importKey(
+    'jwk',
+    { kty: 'OKP', crv: 'Ed25519', x },
+    { name: 'Ed25519' },
+    false,
+    ['verify'],
+  );
+  return crypto.subtle.verify(
+    { name: 'Ed25519' },
+    key,
+    signature as Uint8Array<ArrayBuffer>,
+    data as Uint8Array<ArrayBuffer>,
+  );
+}
+
+/**
  * The JWS signing input of a capsule (RFC 7515: BASE64URL(header) '.' BASE64URL(payload)), with the
  * header `{alg: EdDSA, kid, typ: svc.capsule+jws}` and the payload as RFC 8785 canonical JSON.
  */
@@ -81,14 +101,7 @@ export async function verifyCapsule(
   }
   let valid = false;
   try {
-    const key = await crypto.subtle.importKey(
-      'jwk',
-      { kty: 'OKP', crv: 'Ed25519', x: jwk.x },
-      { name: 'Ed25519' },
-      false,
-      ['verify'],
-    );
-    valid = await crypto.subtle.verify({ name: 'Ed25519' }, key, signature, encoder.encode(`${h}.${p}`));
+    valid = await verifyEd25519(jwk.x, signature, encoder.encode(`${h}.${p}`));
   } catch {
     valid = false;
   }

@@ -10,17 +10,15 @@ import {
   verifyReceiptChain,
   verifyReceiptInclusion,
 } from '@svc/sdk/verify';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { merkleTreeHash } from '../../server/src/ledger/merkle.js';
-import { verifyReceipts } from '../../server/src/ledger/verify.js';
-import { keyHeader, type Tenant, type TestApp } from '../../server/test/helpers.js';
-import { createTenant, putPolicy, startServer } from './live.js';
+import { keyHeader, type Tenant, useTestApp } from '../../server/test/helpers.js';
+import { createTenant, putPolicy } from './live.js';
 
-let t: TestApp;
 let tenant: Tenant;
 let lines: string[];
+const t = useTestApp({}, { listen: true });
 beforeAll(async () => {
-  ({ t } = await startServer());
   tenant = await createTenant(t);
   await putPolicy(t, tenant, 'pay', {
     mode: 'deterministic',
@@ -41,21 +39,23 @@ beforeAll(async () => {
   });
   lines = res.body.split('\n').filter((l) => l !== '');
 });
-afterAll(async () => t.close());
-
-/** The server verifier's report, limited to the fields the SDK reports (it adds checkpoint heads). */
-async function serverReport(input: string[]) {
-  const { heads: _heads, organizationId: _org, ...rest } = await verifyReceipts(input);
-  return rest;
-}
 
 describe('verifyReceiptChain (WebCrypto)', () => {
   it('accepts an exported chain and agrees with the server verifier', async () => {
     expect(lines).toHaveLength(13);
     const report = await verifyReceiptChain(lines.join('\n'));
-    expect(report).toMatchObject({ ok: true, count: 13, errors: [] });
-    expect(report).toEqual(await serverReport(lines));
-    expect(report.merkleRoot).toBe(JSON.parse(lines[12]!).merkle_root);
+    // What the server wrote is what the verifier recomputes.
+    const last = JSON.parse(lines[12]!);
+    expect(report).toEqual({
+      ok: true,
+      count: 13,
+      lastHash: last.receipt_hash,
+      merkleRoot: last.merkle_root,
+      errors: [],
+      warnings: [],
+      heads: new Map(),
+      organizationId: tenant.orgId,
+    });
   });
 
   it('takes receipt objects and async lines too', async () => {
@@ -74,20 +74,25 @@ describe('verifyReceiptChain (WebCrypto)', () => {
       (r: Record<string, unknown>) => ({ ...r, argument_hash: `sha256:${'1'.repeat(64)}` }),
     ],
     ['a wrong sequence', (r: Record<string, unknown>) => ({ ...r, sequence: 99 })],
-  ])('reports %s exactly as the server verifier does', async (_name, tamper) => {
+  ])('reports %s at the receipt that was changed', async (_name, tamper) => {
     const bad = [...lines];
     bad[5] = JSON.stringify(tamper(JSON.parse(bad[5]!)));
     const report = await verifyReceiptChain(bad);
     expect(report.ok).toBe(false);
     expect(report.errors[0]!.line).toBe(6);
-    expect(report).toEqual(await serverReport(bad));
+    expect(report.errors[0]!.problem).toMatch(/^receipt_hash does not match the receipt content/);
+    expect(report.count).toBe(13);
   });
 
   it('reports a removed receipt and garbage lines', async () => {
     const bad = [...lines.slice(0, 4), ...lines.slice(5), 'not json'];
     const report = await verifyReceiptChain(bad);
     expect(report.ok).toBe(false);
-    expect(report).toEqual(await serverReport(bad));
+    expect(report.count).toBe(12);
+    expect(report.errors[0]).toMatchObject({ line: 5, sequence: 5 });
+    expect(report.errors[0]!.problem).toMatch(/sequence 5 where 4 was expected \(receipts missing/);
+    expect(report.errors.at(-1)).toMatchObject({ line: 13, sequence: null });
+    expect(report.errors.at(-1)!.problem).toMatch(/^not valid JSON/);
   });
 });
 
@@ -128,7 +133,8 @@ describe('checkpoints and inclusion (docs/receipts.md)', () => {
     });
     expect(await verifyCheckpointSignature({ ...checkpoint, kid: 'unknown' }, keys)).toMatchObject({
       ok: false,
-      reason: 'key unknown is not in the key set',
+      code: 'unknown_key',
+      reason: 'signed with key unknown, which the key set does not publish',
     });
     const sig = checkpoint.signature;
     const flipped = `${sig.slice(0, 10)}${sig[10] === 'A' ? 'B' : 'A'}${sig.slice(11)}`;

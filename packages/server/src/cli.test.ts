@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import { jwtVerify } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_FLAGS, SVC_BIN } from '../test/bin.js';
-import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../test/helpers.js';
+import { createTenant, keyHeader, type Tenant, useTestApp } from '../test/helpers.js';
 
 const run = promisify(execFile);
 const dir = mkdtempSync(join(tmpdir(), 'svc-cli-'));
@@ -59,7 +59,6 @@ describe('svc command', () => {
 });
 
 describe('svc receipts verify', () => {
-  let t: TestApp;
   let tenant: Tenant;
   let url: string;
   let lines: string[];
@@ -83,8 +82,8 @@ describe('svc receipts verify', () => {
       }),
     );
 
+  const t = useTestApp({}, { listen: true });
   beforeAll(async () => {
-    t = await createTestApp();
     tenant = await createTenant(t);
     for (let i = 0; i < 12; i++) {
       await t.inject({
@@ -114,10 +113,8 @@ describe('svc receipts verify', () => {
     });
     lines = res.body.split('\n').filter((l) => l !== '');
     expect(lines).toHaveLength(13);
-    const address = await t.app.listen({ port: 0, host: '127.0.0.1' });
-    url = `${address}/v1/receipts/export`;
+    url = `${t.url}/v1/receipts/export`;
   });
-  afterAll(async () => t?.close());
 
   it('accepts an intact export file', async () => {
     const r = await outcome([file('good.ndjson', lines)]);

@@ -1,12 +1,16 @@
 import { createReadStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { Readable } from 'node:stream';
-import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { parseArgs } from 'node:util';
+import {
+  type Checkpoint,
+  checkCheckpoints,
+  formatCheckpointResults,
+  formatReport,
+  linesOf,
+  type PublicJwk,
+  verifyReceiptChain,
+} from '@svc/sdk/verify';
 import { loadConfig } from './config.js';
-import type { Checkpoint, PublicJwk } from './ledger/checkpoints.js';
-import { formatReport, verifyReceipts } from './ledger/verify.js';
-import { checkCheckpoints, formatCheckpointResults } from './ledger/verify-checkpoints.js';
 
 // The server, the store and JWT signing load only for the commands that use them, so offline
 // commands (receipts verify) start quickly.
@@ -153,23 +157,6 @@ async function keys(args: string[]): Promise<void> {
 const VERIFY_USAGE =
   'usage: svc receipts verify <file|url|-> [--api-key KEY] [--after N] [--checkpoints <file|url> --keys <file|url>]';
 
-/** Splits a byte stream into lines as it arrives, so an export of any size is never held whole. */
-async function* linesOf(stream: AsyncIterable<Uint8Array | string>): AsyncGenerator<string> {
-  const decoder = new TextDecoder();
-  let buf = '';
-  for await (const chunk of stream) {
-    buf += typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true });
-    let start = 0;
-    for (let nl = buf.indexOf('\n'); nl !== -1; nl = buf.indexOf('\n', start)) {
-      yield buf.slice(start, nl);
-      start = nl + 1;
-    }
-    buf = buf.slice(start);
-  }
-  buf += decoder.decode();
-  if (buf !== '') yield buf;
-}
-
 interface ReceiptSource {
   lines: AsyncIterable<string>;
   /** Receipts the server announced for this export (X-Chain-Length minus the cursor), if known. */
@@ -196,8 +183,7 @@ async function fetchExport(target: string, apiKey: string | undefined, after: st
     Number.isSafeInteger(length) && Number.isSafeInteger(from) && !res.headers.has('x-next-after')
       ? Math.max(0, length - from)
       : null;
-  const body = Readable.fromWeb(res.body as unknown as WebReadableStream<Uint8Array>);
-  return { lines: linesOf(body), expected };
+  return { lines: linesOf(res.body as ReadableStream<Uint8Array>), expected };
 }
 
 function openSource(
@@ -281,11 +267,13 @@ async function receipts(args: string[]): Promise<void> {
     const keySet = values.keys ? ((await readJson(values.keys, apiKey)) as { keys?: PublicJwk[] }).keys : [];
     if (!Array.isArray(keySet)) throw new Error(`${values.keys} is not a key set ({"keys": [...]})`);
     const source = await openSource(target, apiKey, values.after);
-    const report = await verifyReceipts(source.lines, { treeSizes: checkpoints.map((c) => c.tree_size) });
+    const report = await verifyReceiptChain(source.lines, {
+      treeSizes: checkpoints.map((c) => c.tree_size),
+    });
     let output = formatReport(report);
     let ok = report.ok;
     if (values.checkpoints) {
-      const results = checkCheckpoints(checkpoints, keySet, report);
+      const results = await checkCheckpoints(checkpoints, keySet, report);
       ok &&= results.every((r) => r.status !== 'failed');
       output += `\n${formatCheckpointResults(results)}`;
     }

@@ -10,11 +10,11 @@
 import { appendFileSync } from 'node:fs';
 import fc from 'fast-check';
 import type { FastifyInstance, InjectOptions, RouteOptions } from 'fastify';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { STATUS_BY_CODE } from '../src/lib/errors.js';
 import { authsFor, poolsOf, type Seeded, seedTenant, snapshot } from './fuzz/fixtures.js';
 import { type Auth, type HostileRequest, type Pools, type RouteSpec, requestArb } from './fuzz/hostile.js';
-import { createTestApp, keyHeader, type TestApp } from './helpers.js';
+import { keyHeader, type TestApp, useTestApp } from './helpers.js';
 
 // The app registers its routes while it is built; this records each one with its schemas, as Fastify
 // hands them to onRoute, without changing anything else about the instance.
@@ -115,7 +115,6 @@ function checkAnswer(req: HostileRequest, res: Answer): void {
 }
 
 describe(`fuzzing every route (seed ${SEED}, ${RUNS} requests; replay with FUZZ_SEED=${SEED})`, () => {
-  let t: TestApp;
   let attacker: Seeded;
   let victim: Seeded;
   let routes: RouteSpec[];
@@ -123,9 +122,9 @@ describe(`fuzzing every route (seed ${SEED}, ${RUNS} requests; replay with FUZZ_
   let auths: Auth[];
   let victimBefore: string;
 
+  const t = useTestApp();
   beforeAll(async () => {
     console.log(`fuzz seed ${SEED} (replay: FUZZ_SEED=${SEED} FUZZ_RUNS=${RUNS})`);
-    t = await createTestApp();
     victim = await seedTenant(t, VICTIM_MARK);
     attacker = await seedTenant(t, 'attacker-data');
     pools = poolsOf(attacker, victim);
@@ -136,7 +135,6 @@ describe(`fuzzing every route (seed ${SEED}, ${RUNS} requests; replay with FUZZ_
       .map((r) => ({ method: r.method, url: r.url, schema: (r.schema ?? {}) as RouteSpec['schema'] }));
     victimBefore = await snapshot(t, victim);
   }, 120_000);
-  afterAll(async () => t?.close());
 
   it('sees every route of the API', () => {
     const keys = routes.map(routeKey);

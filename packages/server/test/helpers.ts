@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import pg from 'pg';
+import { afterAll, beforeAll } from 'vitest';
 import { type BuildOptions, buildApp } from '../src/app.js';
 import { type Config, loadConfig } from '../src/config.js';
 import type { AppContext } from '../src/context.js';
@@ -56,19 +57,30 @@ export interface TestApp {
   ctx: AppContext;
   store: Store;
   config: Config;
+  /** The database under the app; another app given it in `options.database` shares the store. */
+  database: TestDatabase;
+  /** The origin (`http://127.0.0.1:<port>`) of an app built with `listen: true`. */
+  url: string;
+  /** Stops the app, closes the store and drops the database it created; a second call does nothing. */
   close(): Promise<void>;
   inject(opts: InjectOptions): Promise<LightMyRequestResponse>;
   token(userId: string): Promise<string>;
 }
 
+export interface TestAppOptions {
+  clock?: Clock;
+  /** A database to use and leave in place (its owner drops it), e.g. another app's `database`. */
+  database?: TestDatabase;
+  streams?: BuildOptions['streams'];
+  dashboardDir?: string;
+  /** Listen on a free loopback port (for real HTTP clients); `url` is then the app's origin. */
+  listen?: boolean;
+}
+
+/** Builds an app on a fresh (or the given) database, migrated, ready for `inject`. */
 export async function createTestApp(
   overrides: Partial<Config> = {},
-  options: {
-    clock?: Clock;
-    database?: TestDatabase;
-    streams?: BuildOptions['streams'];
-    dashboardDir?: string;
-  } = {},
+  options: TestAppOptions = {},
 ): Promise<TestApp> {
   const database = options.database ?? (await freshDatabase());
   const config: Config = {
@@ -80,29 +92,127 @@ export async function createTestApp(
     ...overrides,
   };
   const store = openStore(config.databaseUrl);
-  await migrateToLatest(store);
-  const { app, ctx } = await buildApp({
-    config,
-    store,
-    logger: false,
-    ...(options.clock ? { clock: options.clock } : {}),
-    ...(options.streams ? { streams: options.streams } : {}),
-    ...(options.dashboardDir ? { dashboardDir: options.dashboardDir } : {}),
-  });
-  await app.ready();
+  const close = async () => {
+    await store.close();
+    if (!options.database) await database.drop();
+  };
+  let built: Awaited<ReturnType<typeof buildApp>>;
+  try {
+    await migrateToLatest(store);
+    built = await buildApp({
+      config,
+      store,
+      logger: false,
+      ...(options.clock ? { clock: options.clock } : {}),
+      ...(options.streams ? { streams: options.streams } : {}),
+      ...(options.dashboardDir ? { dashboardDir: options.dashboardDir } : {}),
+    });
+  } catch (err) {
+    // A configuration the app refuses must not leave the store open or the database behind.
+    await close();
+    throw err;
+  }
+  const { app, ctx } = built;
+  let closing: Promise<void> | undefined;
+  const shut = () => {
+    closing ??= app.close().then(close);
+    return closing;
+  };
+  let url: string | undefined;
+  try {
+    await app.ready();
+    if (options.listen) url = await app.listen({ port: 0, host: '127.0.0.1' });
+  } catch (err) {
+    await shut();
+    throw err;
+  }
   return {
     app,
     ctx,
     store,
     config,
+    database,
+    get url(): string {
+      if (url === undefined) throw new Error('this test app does not listen: build it with { listen: true }');
+      return url;
+    },
     inject: (opts) => app.inject(opts),
     token: (userId) => signUserToken(JWT_SECRET, userId, 3600, config),
-    async close() {
-      await app.close();
-      await store.close();
-      if (!options.database) await database.drop();
-    },
+    close: shut,
   };
+}
+
+/** A value, or a function giving it once earlier hooks have run (e.g. a fake server's address). */
+type Lazy<T> = T | (() => T);
+const resolve = <T>(value: Lazy<T>): T => (typeof value === 'function' ? (value as () => T)() : value);
+
+/**
+ * The fixture of every HTTP test: registers a `beforeAll` that builds an app on a fresh database and an
+ * `afterAll` that tears it down, in the calling scope (a file or a `describe`), and returns a handle
+ * that reads through to that app. Call it before the scope's own hooks, so they run after the app is
+ * built and before it is closed (vitest runs `afterAll` hooks in reverse order). Arguments may be
+ * functions, evaluated when the app is built, for values that earlier hooks create.
+ */
+export function useTestApp(
+  overrides: Lazy<Partial<Config>> = {},
+  options: Lazy<TestAppOptions> = {},
+): TestApp {
+  let current: TestApp | undefined;
+  beforeAll(async () => {
+    current = await createTestApp(resolve(overrides), resolve(options));
+  });
+  afterAll(async () => {
+    await current?.close();
+    current = undefined;
+  });
+  const live = (): TestApp => {
+    if (!current)
+      throw new Error('the test app exists only inside tests and hooks of the scope that uses it');
+    return current;
+  };
+  return {
+    get app() {
+      return live().app;
+    },
+    get ctx() {
+      return live().ctx;
+    },
+    get store() {
+      return live().store;
+    },
+    get config() {
+      return live().config;
+    },
+    get database() {
+      return live().database;
+    },
+    get url() {
+      return live().url;
+    },
+    close: () => live().close(),
+    inject: (opts) => live().inject(opts),
+    token: (userId) => live().token(userId),
+  };
+}
+
+/** An app of one test's own (e.g. with another configuration), torn down when `run` settles. */
+export function withTestApp<T>(overrides: Partial<Config>, run: (t: TestApp) => Promise<T>): Promise<T>;
+export function withTestApp<T>(
+  overrides: Partial<Config>,
+  options: TestAppOptions,
+  run: (t: TestApp) => Promise<T>,
+): Promise<T>;
+export async function withTestApp<T>(
+  overrides: Partial<Config>,
+  ...rest: [(t: TestApp) => Promise<T>] | [TestAppOptions, (t: TestApp) => Promise<T>]
+): Promise<T> {
+  const [options, run] = rest.length === 1 ? [{}, rest[0]] : rest;
+  const t = await createTestApp(overrides, options);
+  try {
+    return await run(t);
+  } finally {
+    await t.close();
+  }
 }
 
 export interface Tenant {

@@ -6,7 +6,12 @@ import type { TestApp } from './helpers.js';
  * What whoever controls the database could do: change one receipt and recompute the whole chain
  * (every receipt hash, link and Merkle root, and the chain head) so that it is consistent in itself.
  */
-export async function rewriteChain(t: TestApp, organizationId: string, sequence: number, reason: string) {
+export async function rewriteChain(
+  t: Pick<TestApp, 'store'>,
+  organizationId: string,
+  sequence: number,
+  reason: string,
+) {
   const rows = await t.store.db
     .selectFrom('receipts')
     .select('payload')

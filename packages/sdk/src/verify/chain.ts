@@ -1,6 +1,6 @@
 import { canonicalJson, GENESIS_HASH, hashJson, isTaggedHash, tag, untag } from './hash.js';
 import { leafHash, MerkleFrontier } from './merkle.js';
-import type { ChainStart, VerifyError, VerifyReport } from './model.js';
+import type { ChainStart, VerifyError, VerifyOptions, VerifyReport } from './model.js';
 
 export const RECEIPT_SCHEMA = 'svc.receipt/1';
 export const MAX_ERRORS = 20;
@@ -52,13 +52,15 @@ export function receiptLeafData(r: Json): string {
 /**
  * Checks an exported receipt chain (GET /v1/receipts/export): schema and hash formats, every
  * receipt_hash, the previous_receipt_hash links, sequence continuity and every merkle_root. Input:
- * NDJSON text, or lines / receipt objects (sync or async). Everything wrong is reported, not thrown.
+ * NDJSON text, or lines / receipt objects (sync or async). Everything wrong is reported, not thrown;
+ * only an invalid `options.start` throws. `options.treeSizes` asks for the recomputed root and last
+ * receipt hash at those tree sizes (`report.heads`), what a checkpoint of that size must have signed.
  */
 export async function verifyReceiptChain(
   input: string | Iterable<string | Json> | AsyncIterable<string | Json>,
-  options: { start?: ChainStart } = {},
+  options: VerifyOptions = {},
 ): Promise<VerifyReport> {
-  const v = new ChainVerifier(options.start);
+  const v = new ChainVerifier(options.start, new Set(options.treeSizes ?? []));
   let line = 0;
   const items = typeof input === 'string' ? input.split('\n') : input;
   for await (const item of items as AsyncIterable<string | Json>) {
@@ -80,8 +82,13 @@ class ChainVerifier {
   private readonly errors: VerifyError[] = [];
   private omitted = 0;
   private readonly warnings: string[] = [];
+  private readonly heads = new Map<number, { root: string; lastHash: string }>();
+  private organizationId: string | null = null;
 
-  constructor(start?: ChainStart) {
+  constructor(
+    start?: ChainStart,
+    private readonly wantedSizes: ReadonlySet<number> = new Set(),
+  ) {
     if (!start) return;
     if (!Number.isSafeInteger(start.sequence) || start.sequence < 0) {
       throw new Error(`invalid start sequence ${start.sequence}`);
@@ -169,6 +176,12 @@ class ChainVerifier {
     this.expectedSeq = seq === null ? null : seq + 1;
     this.lastHash = typeof r.receipt_hash === 'string' ? r.receipt_hash : recomputed;
     this.expectedPrev = this.lastHash;
+    if (this.organizationId === null && typeof r.organization_id === 'string') {
+      this.organizationId = r.organization_id;
+    }
+    if (this.tree && this.lastHash && this.wantedSizes.has(this.tree.size)) {
+      this.heads.set(this.tree.size, { root: tag(await this.tree.root()), lastHash: this.lastHash });
+    }
   }
 
   private async checkMerkle(
@@ -243,6 +256,8 @@ class ChainVerifier {
       merkleRoot: this.tree ? tag(await this.tree.root()) : null,
       errors: this.errors,
       warnings,
+      heads: this.heads,
+      organizationId: this.organizationId,
     };
   }
 }

@@ -1,11 +1,24 @@
+import { verifyEd25519 } from '@svc/capsules';
 import { receiptHash, receiptLeafData } from './chain.js';
 import { canonicalJson, isTaggedHash, tag, untag } from './hash.js';
-import { leafHash, verifyInclusion } from './merkle.js';
-import type { Checkpoint, CheckResult, InclusionProof, PublicJwk } from './model.js';
+import { leafHash, verifyConsistency, verifyInclusion } from './merkle.js';
+import type {
+  Checkpoint,
+  CheckResult,
+  ConsistencyProof,
+  FailureCode,
+  InclusionProof,
+  PublicJwk,
+} from './model.js';
 
 export const CHECKPOINT_SCHEMA = 'svc.checkpoint/1';
 
+export type KeySet = readonly PublicJwk[] | { keys: readonly PublicJwk[] };
+
+const fail = (code: FailureCode, reason: string): CheckResult => ({ ok: false, code, reason });
+
 function fromBase64Url(s: string): Uint8Array {
+  if (!/^[A-Za-z0-9_-]*$/.test(s)) throw new Error('the signature is not base64url');
   const b64 = s.replace(/-/g, '+').replace(/_/g, '/') + '='.repeat((4 - (s.length % 4)) % 4);
   const bin = atob(b64);
   const out = new Uint8Array(bin.length);
@@ -13,48 +26,61 @@ function fromBase64Url(s: string): Uint8Array {
   return out;
 }
 
+function keyList(keys: KeySet): readonly PublicJwk[] {
+  const list = Array.isArray(keys) ? keys : (keys as { keys?: readonly PublicJwk[] })?.keys;
+  return Array.isArray(list) ? list : [];
+}
+
+/** The members of a checkpoint, before its signature is looked at. */
+function checkpointProblem(c: Checkpoint): CheckResult | null {
+  if (c === null || typeof c !== 'object') return fail('malformed_checkpoint', 'not a checkpoint object');
+  if (c.schema !== CHECKPOINT_SCHEMA) {
+    return fail('malformed_checkpoint', `unknown checkpoint schema ${JSON.stringify(c.schema)}`);
+  }
+  if (!Number.isSafeInteger(c.tree_size) || c.tree_size < 1) {
+    return fail('malformed_checkpoint', 'tree_size is not a positive integer');
+  }
+  if (!isTaggedHash(c.root_hash) || !isTaggedHash(c.last_receipt_hash)) {
+    return fail('malformed_checkpoint', 'root_hash or last_receipt_hash is not sha256:<64 hex>');
+  }
+  if (typeof c.organization_id !== 'string' || typeof c.kid !== 'string') {
+    return fail('malformed_checkpoint', 'organization_id or kid is missing');
+  }
+  if (typeof c.signature !== 'string') return fail('malformed_checkpoint', 'signature is missing');
+  return null;
+}
+
 /**
  * A checkpoint's Ed25519 signature against a key set you trust (GET /.well-known/svc-keys.json,
  * fetched and kept independently of the chain): the signed bytes are the canonical JSON of the
- * checkpoint without `signature`, `kid` included. WebCrypto Ed25519.
+ * checkpoint without `signature`, `kid` included. A key that is not in the set (unknown, or
+ * withdrawn after its overlap) is refused, so is a key of any other type. WebCrypto Ed25519.
  */
-export async function verifyCheckpointSignature(
-  checkpoint: Checkpoint,
-  keys: readonly PublicJwk[] | { keys: readonly PublicJwk[] },
-): Promise<CheckResult> {
-  const set = Array.isArray(keys) ? keys : (keys as { keys: readonly PublicJwk[] }).keys;
-  if (checkpoint?.schema !== CHECKPOINT_SCHEMA)
-    return { ok: false, reason: `schema is not ${CHECKPOINT_SCHEMA}` };
-  if (!Number.isSafeInteger(checkpoint.tree_size) || checkpoint.tree_size < 1) {
-    return { ok: false, reason: 'tree_size is not a positive integer' };
+export async function verifyCheckpointSignature(checkpoint: Checkpoint, keys: KeySet): Promise<CheckResult> {
+  const malformed = checkpointProblem(checkpoint);
+  if (malformed) return malformed;
+  const jwk = keyList(keys).find((k) => k.kid === checkpoint.kid);
+  if (!jwk) {
+    return fail('unknown_key', `signed with key ${checkpoint.kid}, which the key set does not publish`);
   }
-  if (!isTaggedHash(checkpoint.root_hash) || !isTaggedHash(checkpoint.last_receipt_hash)) {
-    return { ok: false, reason: 'root_hash or last_receipt_hash is not sha256:<64 hex>' };
-  }
-  const jwk = set.find((k) => k.kid === checkpoint.kid);
-  if (!jwk) return { ok: false, reason: `key ${checkpoint.kid} is not in the key set` };
-  if (jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519' || typeof jwk.x !== 'string') {
-    return { ok: false, reason: `key ${checkpoint.kid} is not an Ed25519 public key` };
+  if (
+    jwk.kty !== 'OKP' ||
+    jwk.crv !== 'Ed25519' ||
+    typeof jwk.x !== 'string' ||
+    (jwk.alg !== undefined && jwk.alg !== 'EdDSA')
+  ) {
+    return fail('unusable_key', `key ${checkpoint.kid} is not an Ed25519 signing key`);
   }
   const { signature, ...signed } = checkpoint;
-  if (typeof signature !== 'string') return { ok: false, reason: 'signature is missing' };
   try {
-    const key = await crypto.subtle.importKey(
-      'jwk',
-      { kty: 'OKP', crv: 'Ed25519', x: jwk.x },
-      { name: 'Ed25519' },
-      false,
-      ['verify'],
-    );
-    const ok = await crypto.subtle.verify(
-      { name: 'Ed25519' },
-      key,
-      fromBase64Url(signature) as Uint8Array<ArrayBuffer>,
+    const ok = await verifyEd25519(
+      jwk.x,
+      fromBase64Url(signature),
       new TextEncoder().encode(canonicalJson(signed)),
     );
-    return ok ? { ok: true } : { ok: false, reason: 'the signature does not verify with the key of kid' };
+    return ok ? { ok: true } : fail('bad_signature', 'the signature does not match the checkpoint');
   } catch (err) {
-    return { ok: false, reason: `the signature cannot be checked: ${(err as Error).message}` };
+    return fail('bad_signature', `the checkpoint cannot be verified: ${(err as Error).message}`);
   }
 }
 
@@ -66,30 +92,37 @@ export async function verifyReceiptInclusion(
   receipt: Record<string, unknown>,
   proof: InclusionProof,
   checkpoint: Checkpoint,
-  keys: readonly PublicJwk[] | { keys: readonly PublicJwk[] },
+  keys: KeySet,
 ): Promise<CheckResult> {
   const signature = await verifyCheckpointSignature(checkpoint, keys);
-  if (!signature.ok) return { ok: false, reason: `checkpoint: ${signature.reason}` };
+  if (!signature.ok) return fail(signature.code, `checkpoint: ${signature.reason}`);
+  if (receipt === null || typeof receipt !== 'object') return fail('malformed_receipt', 'not a receipt');
   if (receipt.organization_id !== checkpoint.organization_id) {
-    return { ok: false, reason: 'the receipt and the checkpoint are of different organizations' };
+    return fail('organization_mismatch', 'the receipt and the checkpoint are of different organizations');
   }
   let computed: string;
   try {
     computed = await receiptHash(receipt);
   } catch (err) {
-    return { ok: false, reason: `the receipt cannot be canonicalized: ${(err as Error).message}` };
+    return fail('malformed_receipt', `the receipt cannot be canonicalized: ${(err as Error).message}`);
   }
-  if (computed !== receipt.receipt_hash)
-    return { ok: false, reason: 'receipt_hash does not match the receipt content' };
-  if (proof.sequence !== receipt.sequence) return { ok: false, reason: 'the proof is for another sequence' };
-  if (proof.tree_size !== checkpoint.tree_size)
-    return { ok: false, reason: 'the proof is for another tree size' };
+  if (computed !== receipt.receipt_hash) {
+    return fail('receipt_hash_mismatch', 'receipt_hash does not match the receipt content');
+  }
+  if (proof === null || typeof proof !== 'object' || !Array.isArray(proof.audit_path)) {
+    return fail('malformed_proof', 'the proof has no audit_path');
+  }
+  if (proof.sequence !== receipt.sequence) return fail('proof_mismatch', 'the proof is for another sequence');
+  if (proof.tree_size !== checkpoint.tree_size) {
+    return fail('proof_mismatch', 'the proof is for another tree size');
+  }
   const leaf = await leafHash(receiptLeafData(receipt));
   if (proof.leaf_hash !== undefined && proof.leaf_hash !== tag(leaf)) {
-    return { ok: false, reason: 'leaf_hash is not the hash of this receipt' };
+    return fail('leaf_mismatch', 'leaf_hash is not the hash of this receipt');
   }
-  if (!proof.audit_path.every(isTaggedHash))
-    return { ok: false, reason: 'audit_path holds a malformed hash' };
+  if (!proof.audit_path.every(isTaggedHash)) {
+    return fail('malformed_proof', 'audit_path holds a malformed hash');
+  }
   const included = await verifyInclusion(
     leaf,
     proof.sequence,
@@ -99,5 +132,67 @@ export async function verifyReceiptInclusion(
   );
   return included
     ? { ok: true }
-    : { ok: false, reason: 'the audit path does not lead to the checkpoint root' };
+    : fail('not_included', 'the audit path does not lead to the checkpoint root');
+}
+
+/**
+ * Two checkpoints of one log without the chain between them: both signatures verify, they are of
+ * the same organization and origin, and the consistency proof (GET /v1/receipts/proofs/consistency,
+ * RFC 9162 2.1.4) shows the newer tree extends the older one, i.e. nothing the older one signed was
+ * changed or removed since. Checkpoints of the same size must be identical in root and last receipt.
+ */
+export async function verifyCheckpointConsistency(
+  older: Checkpoint,
+  newer: Checkpoint,
+  proof: ConsistencyProof | readonly string[],
+  keys: KeySet,
+): Promise<CheckResult> {
+  for (const [name, c] of [
+    ['older', older],
+    ['newer', newer],
+  ] as const) {
+    const sig = await verifyCheckpointSignature(c, keys);
+    if (!sig.ok) return fail(sig.code, `${name} checkpoint: ${sig.reason}`);
+  }
+  if (older.organization_id !== newer.organization_id) {
+    return fail('organization_mismatch', 'the checkpoints are of different organizations');
+  }
+  if (older.origin !== newer.origin) return fail('origin_mismatch', 'the checkpoints are of different logs');
+  if (older.tree_size > newer.tree_size) {
+    return fail(
+      'size_order',
+      `the older checkpoint (${older.tree_size}) is larger than the newer (${newer.tree_size})`,
+    );
+  }
+  const hashes = Array.isArray(proof) ? proof : (proof as ConsistencyProof)?.proof;
+  if (!Array.isArray(hashes) || !hashes.every(isTaggedHash)) {
+    return fail('malformed_proof', 'the consistency proof is not a list of sha256:<64 hex>');
+  }
+  if (!Array.isArray(proof)) {
+    const p = proof as ConsistencyProof;
+    if (p.first !== older.tree_size || p.second !== newer.tree_size) {
+      return fail(
+        'proof_mismatch',
+        `the proof is for sizes ${p.first} to ${p.second}, not ${older.tree_size} to ${newer.tree_size}`,
+      );
+    }
+  }
+  if (older.tree_size === newer.tree_size) {
+    return older.root_hash === newer.root_hash && older.last_receipt_hash === newer.last_receipt_hash
+      ? { ok: true }
+      : fail('fork', `two different trees were signed at size ${older.tree_size}`);
+  }
+  const consistent = await verifyConsistency(
+    older.tree_size,
+    newer.tree_size,
+    untag(older.root_hash),
+    untag(newer.root_hash),
+    hashes.map(untag),
+  );
+  return consistent
+    ? { ok: true }
+    : fail(
+        'inconsistent',
+        `the tree of ${newer.tree_size} does not extend the tree of ${older.tree_size}: the history was changed between them`,
+      );
 }

@@ -90,3 +90,53 @@ export async function verifyInclusion(
   }
   return sn === 0 && r.length === root.length && r.every((b, i) => b === root[i]);
 }
+
+const equal = (a: Uint8Array, b: Uint8Array) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+/**
+ * RFC 9162 section 2.1.4.2: does `proof` show that the tree of `size1` leaves with root `root1` is
+ * a prefix of the tree of `size2` leaves with root `root2`? Proof hashes bottom-up, as
+ * GET /v1/receipts/proofs/consistency lists them.
+ */
+export async function verifyConsistency(
+  size1: number,
+  size2: number,
+  root1: Uint8Array,
+  root2: Uint8Array,
+  proof: readonly Uint8Array[],
+): Promise<boolean> {
+  if (!Number.isSafeInteger(size1) || !Number.isSafeInteger(size2) || size1 < 0 || size1 > size2) {
+    return false;
+  }
+  if (size1 === size2) return proof.length === 0 && equal(root1, root2);
+  if (size1 === 0) return proof.length === 0; // the empty tree is a prefix of every tree
+  // A first tree that is a perfect subtree is its own first proof node.
+  const path = Number.isInteger(Math.log2(size1)) ? [root1, ...proof] : [...proof];
+  if (path.length === 0) return false;
+  let fn = size1 - 1;
+  let sn = size2 - 1;
+  while (fn % 2 === 1) {
+    fn = Math.floor(fn / 2);
+    sn = Math.floor(sn / 2);
+  }
+  let fr = path[0]!;
+  let sr = path[0]!;
+  for (const c of path.slice(1)) {
+    if (sn === 0) return false;
+    if (fn % 2 === 1 || fn === sn) {
+      fr = await nodeHash(c, fr);
+      sr = await nodeHash(c, sr);
+      if (fn % 2 === 0) {
+        while (fn % 2 === 0 && fn !== 0) {
+          fn = Math.floor(fn / 2);
+          sn = Math.floor(sn / 2);
+        }
+      }
+    } else {
+      sr = await nodeHash(sr, c);
+    }
+    fn = Math.floor(fn / 2);
+    sn = Math.floor(sn / 2);
+  }
+  return sn === 0 && equal(fr, root1) && equal(sr, root2);
+}

@@ -20,6 +20,17 @@ export interface VerifyReport {
   /** The first 20 problems in input order; errors[0] is the first break. */
   errors: VerifyError[];
   warnings: string[];
+  /** For each requested tree size the chain covered: the recomputed root and that receipt's hash. */
+  heads: Map<number, { root: string; lastHash: string }>;
+  /** organization_id of the first receipt read, null when none was. */
+  organizationId: string | null;
+}
+
+export interface VerifyOptions {
+  /** Chain head just before the first receipt, for exports that start mid-chain. */
+  start?: ChainStart;
+  /** Tree sizes (of checkpoints) whose root and last receipt hash to recompute into `heads`. */
+  treeSizes?: Iterable<number>;
 }
 
 /** The chain head just before the first receipt of an export that starts mid-chain. */
@@ -63,4 +74,49 @@ export interface InclusionProof {
   audit_path: string[];
 }
 
-export type CheckResult = { ok: true } | { ok: false; reason: string };
+/** GET /v1/receipts/proofs/consistency. */
+export interface ConsistencyProof {
+  first: number;
+  second: number;
+  proof: string[];
+}
+
+/** Why a check failed, for programs; `reason` says it for people. */
+export type FailureCode =
+  | 'malformed_checkpoint'
+  | 'unknown_key'
+  | 'unusable_key'
+  | 'bad_signature'
+  | 'organization_mismatch'
+  | 'origin_mismatch'
+  | 'malformed_receipt'
+  | 'receipt_hash_mismatch'
+  | 'proof_mismatch'
+  | 'malformed_proof'
+  | 'leaf_mismatch'
+  | 'not_included'
+  | 'size_order'
+  | 'fork'
+  | 'inconsistent'
+  | 'root_mismatch'
+  | 'last_receipt_mismatch';
+
+export type CheckResult = { ok: true } | { ok: false; code: FailureCode; reason: string };
+
+/** One checkpoint checked against a key set and an exported chain (checkCheckpoints). */
+export interface CheckpointResult {
+  tree_size: number;
+  kid: string;
+  timestamp: string;
+  /** `ok`: signed by the key set and matches the chain; `unchecked`: the chain does not cover it. */
+  status: 'ok' | 'failed' | 'unchecked';
+  code?: FailureCode | 'not_covered';
+  problem?: string;
+}
+
+/** verifyExport: the chain and every checkpoint against it. */
+export interface ExportReport {
+  ok: boolean;
+  chain: VerifyReport;
+  checkpoints: CheckpointResult[];
+}

@@ -15,7 +15,7 @@ import type {
   Step,
   Verdict,
 } from './model.js';
-import { writeItemOf } from './record.js';
+import { withOutcome, writeItemOf } from './record.js';
 import { NOT_EVALUATED, uncheckedVerdict } from './steps/constraints.js';
 
 /** The decision could not be recorded durably; `ran` says whether the tool had already run. */
@@ -103,9 +103,42 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
 
       let execution: Execution<T> | undefined;
       const ran = verdict.decision === 'allow' && req.execute !== undefined;
+      const record = {
+        scope,
+        call,
+        policy,
+        source: req.source,
+        latencyMs,
+        session,
+        bindings: req.bindings,
+      };
+      let item: WriteItem | null = null;
+      let prepared: WriteItem | null = null;
       if (ran) {
+        // The tool starts first; what the record needs that does not depend on its outcome (argument
+        // hash, rows) is built while it runs, so it is off the path of the call's answer.
+        // (The request leaves on a later tick, when its socket is assigned: the preparation waits for
+        // the check phase, after that I/O.)
+        let running: Promise<Execution<T>>;
         try {
-          execution = await req.execute!();
+          running = req.execute!();
+        } catch (err) {
+          running = Promise.reject(err);
+        }
+        // Awaited below; until then a failure must not count as unhandled.
+        running.catch(() => {});
+        prepared = await new Promise<WriteItem | null>((resolve) =>
+          setImmediate(() => {
+            try {
+              resolve(writeItemOf({ ...record, verdict, decisionId: '', now: '', resultHash: undefined }));
+            } catch {
+              // Built again below, where its error is a failed record.
+              resolve(null);
+            }
+          }),
+        );
+        try {
+          execution = await running;
         } catch (err) {
           await releaseAll(holds, true);
           throw err;
@@ -113,25 +146,21 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
         if (execution.note !== undefined)
           verdict = { ...verdict, reason: `${verdict.reason}; ${execution.note}` };
       }
-
+      // Ids and times in the order decisions are recorded, as for calls that run nothing.
       const decisionId = uuidv7();
+      if (prepared && execution?.note === undefined)
+        item = withOutcome(prepared, decisionId, clock.now().toISOString(), execution?.resultHash);
+
       let receipt: Receipt;
       try {
-        receipt = await writer.write(
-          writeItemOf({
-            decisionId,
-            now: clock.now().toISOString(),
-            scope,
-            call,
-            verdict,
-            policy,
-            source: req.source,
-            latencyMs,
-            session,
-            bindings: req.bindings,
-            resultHash: execution?.resultHash,
-          }),
-        );
+        item ??= writeItemOf({
+          ...record,
+          decisionId,
+          verdict,
+          now: clock.now().toISOString(),
+          resultHash: execution?.resultHash,
+        });
+        receipt = await writer.write(item);
       } catch (err) {
         await releaseAll(holds, ran);
         throw new UnrecordedError(err, ran);

@@ -94,3 +94,27 @@ export function writeItemOf(r: RecordInput): WriteItem {
       : {}),
   };
 }
+
+/**
+ * A write item built before the tool ran (decision id, `now` and `resultHash` left out), completed
+ * with them once it ran: the same item writeItemOf builds from the same record.
+ */
+export function withOutcome(
+  item: WriteItem,
+  decisionId: string,
+  now: string,
+  resultHash: string | undefined,
+): WriteItem {
+  const { result_hash: _r, ...receipt } = item.receipt;
+  return {
+    ...item,
+    receipt: {
+      ...receipt,
+      decision_id: decisionId,
+      timestamp: now,
+      ...(resultHash ? { result_hash: resultHash } : {}),
+    },
+    decision: { ...item.decision, id: decisionId, created_at: now } as WriteItem['decision'],
+    ...(item.session ? { session: { ...item.session, updated_at: now } } : {}),
+  };
+}

@@ -1,14 +1,12 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { type Checkpoint, checkCheckpoints, verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_FLAGS, SVC_BIN } from '../../test/bin.js';
 import { ADMIN_TOKEN, freshDatabase, JWT_SECRET, type TestDatabase } from '../../test/helpers.js';
 import { signUserToken } from '../lib/jwt.js';
 import { openStore } from '../storage/db.js';
 import { migrateToLatest } from '../storage/migrate.js';
-import type { Checkpoint } from './checkpoints.js';
-import { verifyReceipts } from './verify.js';
-import { checkCheckpoints } from './verify-checkpoints.js';
 
 /** Starts `svc serve` on a free port and resolves with its address once it listens. */
 function start(databaseUrl: string): Promise<{ url: string; child: ChildProcess }> {
@@ -187,7 +185,7 @@ describe('SIGKILL under load', () => {
         chain.map((r) => r.payload),
         { treeSizes: checkpoints.map((c) => c.tree_size) },
       );
-      const results = checkCheckpoints(checkpoints, keys, report);
+      const results = await checkCheckpoints(checkpoints, keys, report);
       expect(results.filter((r) => r.status !== 'ok')).toEqual([]);
       expect(checkpoints.some((c) => c.tree_size < chain.length)).toBe(true);
       expect(checkpoints[0]!.tree_size).toBe(chain.length);

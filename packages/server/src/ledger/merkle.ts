@@ -8,16 +8,27 @@ const NODE_PREFIX = Buffer.from([0x01]);
 
 /** SHA-256(0x00 || data); strings are hashed as UTF-8. */
 export function leafHash(data: Uint8Array | string): Buffer {
-  const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
-  const buf = Buffer.allocUnsafe(bytes.length + 1);
+  // One-shot hashing: no Hash object per call, which matters at one root per receipt. U+0000 is the
+  // single byte 0x00 in UTF-8, so a string leaf is hashed without copying it into a buffer first.
+  if (typeof data === 'string') return hash('sha256', `\u0000${data}`, 'buffer');
+  const buf = Buffer.allocUnsafe(data.length + 1);
   buf[0] = LEAF_PREFIX[0]!;
-  buf.set(bytes, 1);
-  // One-shot hashing: no Hash object per call, which matters at one root per receipt.
+  buf.set(data, 1);
   return hash('sha256', buf, 'buffer');
 }
 
+// Inner nodes of SHA-256 children are always 65 bytes: one scratch buffer serves them all (hash()
+// is synchronous and keeps nothing of its input).
+const NODE_SCRATCH = Buffer.alloc(65);
+NODE_SCRATCH[0] = 0x01;
+
 /** SHA-256(0x01 || left || right). */
 export function nodeHash(left: Uint8Array, right: Uint8Array): Buffer {
+  if (left.length === 32 && right.length === 32) {
+    NODE_SCRATCH.set(left, 1);
+    NODE_SCRATCH.set(right, 33);
+    return hash('sha256', NODE_SCRATCH, 'buffer');
+  }
   const buf = Buffer.allocUnsafe(1 + left.length + right.length);
   buf[0] = NODE_PREFIX[0]!;
   buf.set(left, 1);

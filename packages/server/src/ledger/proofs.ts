@@ -13,9 +13,6 @@ function split(n: number): number {
   return k;
 }
 
-const odd = (n: number) => n % 2 === 1;
-const half = (n: number) => Math.floor(n / 2);
-
 /** MTH over leaf hashes[from, to). */
 export function subtreeHash(leaves: readonly Uint8Array[], from = 0, to = leaves.length): Buffer {
   const n = to - from;
@@ -81,77 +78,4 @@ export async function consistencyProof(hashRange: RangeHasher, m: number, n: num
 /** Splits [from, to) the way RFC 9162 does: the largest power of two below its size goes left. */
 export function splitRange(from: number, to: number): number {
   return from + split(to - from);
-}
-
-/** RFC 9162 2.1.3.2: does `path` prove leaf `index` (its leaf hash) in the tree of `size` with `root`? */
-export function verifyInclusion(
-  leaf: Uint8Array,
-  index: number,
-  size: number,
-  path: readonly Uint8Array[],
-  root: Uint8Array,
-): boolean {
-  if (!(index >= 0 && index < size)) return false;
-  let fn = index;
-  let sn = size - 1;
-  let r: Buffer = Buffer.from(leaf);
-  for (const p of path) {
-    if (sn === 0) return false;
-    if (odd(fn) || fn === sn) {
-      r = nodeHash(p, r);
-      if (!odd(fn)) {
-        do {
-          fn = half(fn);
-          sn = half(sn);
-        } while (!odd(fn) && fn !== 0);
-      }
-    } else {
-      r = nodeHash(r, p);
-    }
-    fn = half(fn);
-    sn = half(sn);
-  }
-  return sn === 0 && r.equals(root);
-}
-
-/** RFC 9162 2.1.4.2: does `proof` show the tree (size1, root1) is a prefix of (size2, root2)? */
-export function verifyConsistency(
-  size1: number,
-  size2: number,
-  root1: Uint8Array,
-  root2: Uint8Array,
-  proof: readonly Uint8Array[],
-): boolean {
-  if (size1 > size2 || size1 < 0) return false;
-  if (size1 === size2) return proof.length === 0 && Buffer.from(root1).equals(root2);
-  if (size1 === 0) return proof.length === 0; // the empty tree is a prefix of every tree
-  // A first tree that is a perfect subtree is its own first proof node (log2 is exact on powers of two).
-  const path = Number.isInteger(Math.log2(size1)) ? [root1, ...proof] : [...proof];
-  if (path.length === 0) return false;
-  let fn = size1 - 1;
-  let sn = size2 - 1;
-  while (odd(fn)) {
-    fn = half(fn);
-    sn = half(sn);
-  }
-  let fr: Buffer = Buffer.from(path[0]!);
-  let sr: Buffer = Buffer.from(path[0]!);
-  for (const c of path.slice(1)) {
-    if (sn === 0) return false;
-    if (odd(fn) || fn === sn) {
-      fr = nodeHash(c, fr);
-      sr = nodeHash(c, sr);
-      if (!odd(fn)) {
-        do {
-          fn = half(fn);
-          sn = half(sn);
-        } while (!odd(fn) && fn !== 0);
-      }
-    } else {
-      sr = nodeHash(sr, c);
-    }
-    fn = half(fn);
-    sn = half(sn);
-  }
-  return fr.equals(root1) && sr.equals(root2) && sn === 0;
 }

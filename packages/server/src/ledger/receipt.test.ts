@@ -1,9 +1,19 @@
 import { createHash } from 'node:crypto';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { canonicalJson, GENESIS_HASH, hashJson, sha256Tagged } from './canonical.js';
-import { merkleTreeHash } from './merkle.js';
+import { canonicalJson, GENESIS_HASH, hashJson, sha256Tagged, tagDigest } from './canonical.js';
+import { leafHash, merkleTreeHash } from './merkle.js';
 import type { ChainHead, Receipt, ReceiptInput } from './model.js';
-import { appendReceipts, argumentHash, emptyChainHead, receiptSummary } from './receipt.js';
+import {
+  appendReceipts,
+  argumentHash,
+  computeReceiptHash,
+  emptyChainHead,
+  receiptCanonicalJson,
+  receiptLeafData,
+  receiptPayload,
+  receiptSummary,
+} from './receipt.js';
 
 function makeItem(i: number, extra: Partial<ReceiptInput> = {}): ReceiptInput {
   return {
@@ -171,5 +181,119 @@ describe('helpers', () => {
     const a = emptyChainHead();
     a.frontier.push('x');
     expect(emptyChainHead()).toEqual({ sequence: 0, lastHash: GENESIS_HASH, frontier: [] });
+  });
+});
+
+// Strings with what JSON escapes differently: controls, quotes, backslashes, non-ASCII, astral
+// characters and lone surrogates (JSON.stringify writes those as \udXXX escapes).
+const awkwardChar = fc.oneof(
+  fc.constantFrom('"', '\\', '/', '\u0000', '\n', '\u001f', '\u007f', '\u2028', 'é', '€', '😀'),
+  fc.integer({ min: 0xd800, max: 0xdfff }).map((c) => String.fromCharCode(c)),
+  fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }),
+);
+const text = fc.string({ unit: awkwardChar, maxLength: 12 });
+const hashText = fc.uint8Array({ minLength: 32, maxLength: 32 }).map(tagDigest);
+const number = fc.oneof(
+  fc.integer(),
+  fc.double({ noNaN: true, noDefaultInfinity: true }),
+  fc.constantFrom(0, -0, 1e21, 1e-7, 2 ** 53, Number.MAX_VALUE, Number.MIN_VALUE),
+);
+
+const receiptInput: fc.Arbitrary<ReceiptInput> = fc
+  .record(
+    {
+      receipt_id: text.filter((s) => s !== ''),
+      organization_id: text,
+      project_id: fc.option(text),
+      decision_id: fc.option(text),
+      decision: fc.constantFrom('allow', 'deny', 'require_approval', 'approval_approved') as fc.Arbitrary<
+        ReceiptInput['decision']
+      >,
+      mode: fc.option(fc.constantFrom('deterministic', 'llm')) as fc.Arbitrary<ReceiptInput['mode']>,
+      tool_name: text,
+      argument_hash: hashText,
+      policy_version: fc.option(fc.integer()),
+      policy_hash: fc.option(hashText),
+      reason: fc.option(text),
+      timestamp: text,
+      result_hash: fc.option(hashText, { nil: undefined }),
+      client_id: fc.option(text, { nil: undefined }),
+      connection_id: fc.option(text, { nil: undefined }),
+      upstream_id: fc.option(text, { nil: undefined }),
+      approval_id: fc.option(text, { nil: undefined }),
+      approval_hash: fc.option(hashText, { nil: undefined }),
+      source: fc.option(text, { nil: undefined }),
+      action_id: fc.option(text, { nil: undefined }),
+      amount_micros: fc.option(number, { nil: undefined }),
+      payer: fc.option(text, { nil: undefined }),
+      judge_provider: fc.option(text, { nil: undefined }),
+      judge_model: fc.option(text, { nil: undefined }),
+      judge_prompt_hash: fc.option(hashText, { nil: undefined }),
+      judge_answer_hash: fc.option(hashText, { nil: undefined }),
+    },
+    { requiredKeys: [] },
+  )
+  .filter(
+    (r) =>
+      r.receipt_id !== undefined &&
+      r.argument_hash !== undefined &&
+      [
+        'organization_id',
+        'project_id',
+        'decision_id',
+        'decision',
+        'mode',
+        'tool_name',
+        'policy_version',
+        'policy_hash',
+        'reason',
+        'timestamp',
+      ].every((k) => (r as Record<string, unknown>)[k] !== undefined),
+  ) as fc.Arbitrary<ReceiptInput>;
+
+describe('the fixed-shape receipt serializer', () => {
+  it('writes byte for byte the RFC 8785 canonical JSON of every receipt shape', () => {
+    fc.assert(
+      fc.property(receiptInput, fc.nat(), hashText, hashText, (item, sequence, previous, root) => {
+        const body: Record<string, unknown> = { schema: 'svc.receipt/1', sequence, ...item };
+        body['previous_receipt_hash'] = previous;
+        for (const k of Object.keys(body)) if (body[k] === undefined) delete body[k];
+        expect(receiptCanonicalJson(body)).toBe(canonicalJson(body));
+        expect(receiptCanonicalJson(body, root)).toBe(canonicalJson({ ...body, merkle_root: root }));
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('gives chains whose hashes and roots the generic canonical implementation reproduces', () => {
+    fc.assert(
+      fc.property(
+        fc.array(receiptInput, { minLength: 1, maxLength: 12 }),
+        fc.nat({ max: 5 }),
+        (items, cut) => {
+          // Two batches, to cover a chain head carried from one batch to the next.
+          const first = appendReceipts(emptyChainHead(), items.slice(0, cut));
+          const second = appendReceipts(first.head, items.slice(cut));
+          const receipts = [...first.receipts, ...second.receipts];
+          const payloads = [...first.payloads, ...second.payloads];
+          const leaves: Buffer[] = [];
+          let previous = GENESIS_HASH;
+          for (const [i, r] of receipts.entries()) {
+            expect(r.sequence).toBe(i);
+            expect(r.previous_receipt_hash).toBe(previous);
+            expect(r.receipt_hash).toBe(computeReceiptHash(r as unknown as Record<string, unknown>));
+            const leaf = receiptLeafData(r as unknown as Record<string, unknown>);
+            leaves.push(Buffer.from(leaf, 'utf8'));
+            expect(leafHash(leaf)).toEqual(leafHash(Buffer.from(leaf, 'utf8')));
+            expect(r.merkle_root).toBe(tagDigest(merkleTreeHash(leaves)));
+            // The stored payload is the canonical JSON of the whole receipt.
+            expect(payloads[i]).toBe(canonicalJson(r));
+            expect(receiptPayload(r)).toBe(payloads[i]);
+            previous = r.receipt_hash;
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 });

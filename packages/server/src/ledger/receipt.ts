@@ -35,6 +35,75 @@ const OPTIONAL_KEYS = [
   'judge_answer_hash',
 ] as const;
 
+/** Every member of a receipt except merkle_root and receipt_hash, in canonical (UTF-16) key order. */
+const LEAF_KEYS = [
+  'schema',
+  'receipt_id',
+  'sequence',
+  ...REQUIRED_KEYS,
+  ...OPTIONAL_KEYS,
+  'previous_receipt_hash',
+]
+  .sort()
+  .map((key) => ({ key, prefix: `${JSON.stringify(key)}:` }));
+type LeafKey = (typeof LEAF_KEYS)[number];
+const KEYS_BEFORE_ROOT: readonly LeafKey[] = LEAF_KEYS.filter((k) => k.key < 'merkle_root');
+const KEYS_AFTER_ROOT: readonly LeafKey[] = LEAF_KEYS.filter((k) => k.key > 'merkle_root');
+// The stored payload also carries receipt_hash, which sorts between reason and receipt_id.
+const KEYS_ROOT_TO_HASH: readonly LeafKey[] = KEYS_AFTER_ROOT.filter((k) => k.key < 'receipt_hash');
+const KEYS_AFTER_HASH: readonly LeafKey[] = KEYS_AFTER_ROOT.filter((k) => k.key > 'receipt_hash');
+
+/**
+ * RFC 8785 members (`"key":value`, comma-separated, no braces) of the given receipt keys that are
+ * present (not undefined) in `body`. Strings are written as JSON.stringify writes them, which is
+ * what RFC 8785 prescribes; any other value goes through canonicalJson. Byte for byte what
+ * canonicalJson writes for the same members (the property test in receipt.test.ts checks it).
+ */
+function canonicalMembers(body: Record<string, unknown>, keys: readonly LeafKey[]): string {
+  let out = '';
+  for (const { key, prefix } of keys) {
+    const v = body[key];
+    if (v === undefined) continue;
+    const value = typeof v === 'string' ? JSON.stringify(v) : canonicalJson(v);
+    out = out === '' ? prefix + value : `${out},${prefix}${value}`;
+  }
+  return out;
+}
+
+/**
+ * Canonical JSON of a receipt's own fields, written by the fixed-shape serializer that
+ * appendReceipts uses: without receipt_hash, and with merkle_root only when `merkleRoot` is given
+ * (a receipt's merkle_root member is ignored). Members outside the receipt schema are not written.
+ */
+export function receiptCanonicalJson(body: Record<string, unknown>, merkleRoot?: string): string {
+  const parts = [canonicalMembers(body, KEYS_BEFORE_ROOT)];
+  if (merkleRoot !== undefined) parts.push(`"merkle_root":${JSON.stringify(merkleRoot)}`);
+  parts.push(canonicalMembers(body, KEYS_AFTER_ROOT));
+  return `{${parts.filter((p) => p !== '').join(',')}}`;
+}
+
+/**
+ * The stored form of a receipt: the canonical JSON (RFC 8785) of the whole receipt, receipt_hash
+ * and merkle_root included. appendReceipts returns it for each receipt it builds; this computes the
+ * same bytes for a receipt built elsewhere.
+ */
+export function receiptPayload(r: Receipt): string {
+  const body = r as unknown as Record<string, unknown>;
+  return joinPayload(
+    canonicalMembers(body, KEYS_BEFORE_ROOT),
+    r.merkle_root,
+    canonicalMembers(body, KEYS_ROOT_TO_HASH),
+    r.receipt_hash,
+    canonicalMembers(body, KEYS_AFTER_HASH),
+  );
+}
+
+function joinPayload(before: string, root: string, middle: string, hash: string, after: string): string {
+  const parts = [before, `"merkle_root":${JSON.stringify(root)}`, middle];
+  parts.push(`"receipt_hash":${JSON.stringify(hash)}`, after);
+  return `{${parts.filter((p) => p !== '').join(',')}}`;
+}
+
 export function emptyChainHead(): ChainHead {
   return { sequence: 0, lastHash: GENESIS_HASH, frontier: [] };
 }
@@ -68,7 +137,7 @@ export function computeReceiptHash(receipt: Record<string, unknown>): string {
 export function appendReceipts(
   head: ChainHead,
   items: readonly ReceiptInput[],
-): { receipts: Receipt[]; head: ChainHead } {
+): { receipts: Receipt[]; head: ChainHead; payloads: string[] } {
   if (!Number.isSafeInteger(head.sequence) || head.sequence < 0) {
     throw new Error(`invalid chain head sequence ${head.sequence}`);
   }
@@ -76,26 +145,30 @@ export function appendReceipts(
   const tree = MerkleFrontier.fromTagged(head.frontier, head.sequence);
   let lastHash = head.lastHash;
   const receipts: Receipt[] = [];
+  const payloads: string[] = [];
 
   for (const item of items) {
     const body = buildBody(item, tree.size, lastHash);
-    // Serialize once: the leaf is the canonical body, and the canonical body with merkle_root is
-    // the same members with one more spliced in at its sorted place (receipts are flat objects).
-    const keys = Object.keys(body).sort();
-    const members = keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(body[k])}`);
-    tree.append(leafHash(`{${members.join(',')}}`));
+    // The receipt's fields have a fixed shape, so its canonical JSON is written member by member in
+    // a precomputed key order (no sort, no generic walk), in three runs split where merkle_root and
+    // receipt_hash go. The leaf is the body; the hashed form adds merkle_root at its sorted place;
+    // the stored payload adds receipt_hash too. Each run is non-empty: each holds required members
+    // that buildBody checked (argument_hash; mode; receipt_id).
+    const before = canonicalMembers(body, KEYS_BEFORE_ROOT);
+    const middle = canonicalMembers(body, KEYS_ROOT_TO_HASH);
+    const after = canonicalMembers(body, KEYS_AFTER_HASH);
+    tree.append(leafHash(`{${before},${middle},${after}}`));
     const merkleRoot = tagDigest(tree.root());
-    const at = keys.findIndex((k) => k > 'merkle_root');
-    members.splice(at === -1 ? members.length : at, 0, `"merkle_root":${JSON.stringify(merkleRoot)}`);
-    const receipt = {
-      ...body,
-      merkle_root: merkleRoot,
-      receipt_hash: sha256Tagged(`{${members.join(',')}}`),
-    } as Receipt;
+    const root = `"merkle_root":${JSON.stringify(merkleRoot)}`;
+    const receiptHash = sha256Tagged(`{${before},${root},${middle},${after}}`);
+    const receipt = body as unknown as Receipt;
+    receipt.merkle_root = merkleRoot;
+    receipt.receipt_hash = receiptHash;
     receipts.push(receipt);
-    lastHash = receipt.receipt_hash;
+    payloads.push(`{${before},${root},${middle},"receipt_hash":${JSON.stringify(receiptHash)},${after}}`);
+    lastHash = receiptHash;
   }
-  return { receipts, head: { sequence: tree.size, lastHash, frontier: tree.toTagged() } };
+  return { receipts, head: { sequence: tree.size, lastHash, frontier: tree.toTagged() }, payloads };
 }
 
 export function receiptSummary(r: Receipt): ReceiptSummary {

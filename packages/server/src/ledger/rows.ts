@@ -1,20 +1,45 @@
 import type { Insertable } from 'kysely';
 import type { SessionCountersTable } from '../storage/schema.js';
 import type { BatchRows, Receipt, WriteItem } from './model.js';
+import { receiptPayload } from './receipt.js';
 
-/** The rows one organization's part of a batch writes, once its receipts are computed. */
-export function rowsFor(items: readonly WriteItem[], receipts: readonly Receipt[]): BatchRows {
+/**
+ * The rows one organization's part of a batch writes, once its receipts are computed. `payloads`
+ * are the receipts' stored forms as appendReceipts returned them (computed here when absent).
+ * Decision rows have every column, absent ones null, so the embedded store binds them as they are.
+ */
+export function rowsFor(
+  items: readonly WriteItem[],
+  receipts: readonly Receipt[],
+  payloads?: readonly string[],
+): BatchRows {
   const rows: BatchRows = { decisions: [], receipts: [], sessions: [] };
   const sessions = new Map<string, Insertable<SessionCountersTable>>();
   for (const [i, item] of items.entries()) {
     const r = receipts[i]!;
-    if (item.decision) {
+    const d = item.decision;
+    if (d) {
       rows.decisions.push({
-        ...item.decision,
+        id: d.id,
+        organization_id: d.organization_id,
+        project_id: d.project_id ?? null,
+        tool_name: d.tool_name,
+        arguments: d.arguments,
+        context: d.context,
+        decision: d.decision,
+        mode: d.mode,
+        reason: d.reason,
+        failed_argument: d.failed_argument ?? null,
+        matched_exception: d.matched_exception ?? null,
+        validations: d.validations ?? null,
+        latency_ms: d.latency_ms,
+        source: d.source,
+        policy_version: d.policy_version ?? null,
         receipt_id: r.receipt_id,
         receipt_hash: r.receipt_hash,
         previous_receipt_hash: r.previous_receipt_hash,
         merkle_root: r.merkle_root,
+        created_at: d.created_at,
       });
     }
     rows.receipts.push({
@@ -23,7 +48,7 @@ export function rowsFor(items: readonly WriteItem[], receipts: readonly Receipt[
       receipt_id: r.receipt_id,
       decision_id: r.decision_id,
       receipt_hash: r.receipt_hash,
-      payload: JSON.stringify(r),
+      payload: payloads?.[i] ?? receiptPayload(r),
       created_at: r.timestamp,
     });
     const s = item.session;

@@ -83,15 +83,16 @@ export function createSqliteCommit(db: SQLite.Database): SqliteCommit {
   const tx = db.transaction((batches: readonly OrgBatch[]) => {
     const out = new Map<string, Receipt>();
     for (const batch of batches) {
-      const { receipts, head } = appendReceipts(
+      const { receipts, head, payloads } = appendReceipts(
         loadHead(batch.organizationId),
         batch.items.map(({ item, receiptId }) => ({ ...item.receipt, receipt_id: receiptId })),
       );
       const rows = rowsFor(
         batch.items.map((i) => i.item),
         receipts,
+        payloads,
       );
-      for (const d of rows.decisions) insertDecision.run(withNulls(d, DECISION_COLUMNS));
+      for (const d of rows.decisions) insertDecision.run(d);
       for (const r of rows.receipts) insertReceipt.run(r);
       for (const s of rows.sessions) upsertSession.run(s);
       updateHead.run(
@@ -126,11 +127,4 @@ export class SqliteBatchStore implements BatchStore {
       return this.run(batches);
     });
   }
-}
-
-/** better-sqlite3 needs every named parameter present: optional columns become NULL. */
-function withNulls<T extends object>(row: T, columns: readonly string[]): Record<string, unknown> {
-  const out = { ...row } as Record<string, unknown>;
-  for (const c of columns) if (out[c] === undefined) out[c] = null;
-  return out;
 }

@@ -5,15 +5,13 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_FLAGS, SVC_BIN } from '../../test/bin.js';
-import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../../test/helpers.js';
+import { createTenant, keyHeader, type Tenant, useTestApp } from '../../test/helpers.js';
 import { rewriteChain } from '../../test/ledger.js';
 
 const run = promisify(execFile);
 const dir = mkdtempSync(join(tmpdir(), 'svc-verify-cp-'));
 
-let t: TestApp;
 let tenant: Tenant;
-let base: string;
 
 /** Exit code and output of `svc receipts verify`, whatever the code. */
 const verify = (args: string[]) =>
@@ -45,28 +43,26 @@ async function decide(n: number) {
   }
 }
 
+const t = useTestApp({ checkpointIntervalMs: 0 }, { listen: true });
 beforeAll(async () => {
-  t = await createTestApp({ checkpointIntervalMs: 0 });
   tenant = await createTenant(t);
-  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
   await decide(6);
   await t.inject({ method: 'POST', url: '/v1/receipts/checkpoints', headers: keyHeader(tenant.apiKey) });
   await decide(3);
   await t.inject({ method: 'POST', url: '/v1/receipts/checkpoints', headers: keyHeader(tenant.apiKey) });
 });
 afterAll(async () => {
-  await t?.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
 describe('svc receipts verify --checkpoints --keys', () => {
   it('verifies the export against the service checkpoints and key set, from URLs and saved files', async () => {
     const live = await verify([
-      `${base}/v1/receipts/export`,
+      `${t.url}/v1/receipts/export`,
       '--checkpoints',
-      `${base}/v1/receipts/checkpoints`,
+      `${t.url}/v1/receipts/checkpoints`,
       '--keys',
-      `${base}/.well-known/svc-keys.json`,
+      `${t.url}/.well-known/svc-keys.json`,
     ]);
     expect(live.code).toBe(0);
     expect(live.stdout).toMatch(/^OK: 9 receipts verified/);
@@ -81,7 +77,7 @@ describe('svc receipts verify --checkpoints --keys', () => {
       'keys.json',
       (await t.inject({ method: 'GET', url: '/.well-known/svc-keys.json' })).json(),
     );
-    const offline = await verify([`${base}/v1/receipts/export`, '--checkpoints', kept, '--keys', keys]);
+    const offline = await verify([`${t.url}/v1/receipts/export`, '--checkpoints', kept, '--keys', keys]);
     expect(offline.code).toBe(0);
   });
 
@@ -91,7 +87,7 @@ describe('svc receipts verify --checkpoints --keys', () => {
     ).json().data;
     const keys = save('empty-keys.json', { keys: [] });
     const unknown = await verify([
-      `${base}/v1/receipts/export`,
+      `${t.url}/v1/receipts/export`,
       '--checkpoints',
       save('c.json', list),
       '--keys',
@@ -106,7 +102,7 @@ describe('svc receipts verify --checkpoints --keys', () => {
     );
     const forged = [{ ...list[0], tree_size: list[0].tree_size - 1 }];
     const bad = await verify([
-      `${base}/v1/receipts/export`,
+      `${t.url}/v1/receipts/export`,
       '--checkpoints',
       save('f.json', forged),
       '--keys',
@@ -131,10 +127,10 @@ describe('svc receipts verify --checkpoints --keys', () => {
     await decide(1);
 
     // The rewritten export is consistent in itself…
-    const alone = await verify([`${base}/v1/receipts/export`]);
+    const alone = await verify([`${t.url}/v1/receipts/export`]);
     expect(alone.code).toBe(0);
     // …but not with the checkpoints signed before the rewrite.
-    const r = await verify([`${base}/v1/receipts/export`, '--checkpoints', kept, '--keys', keys]);
+    const r = await verify([`${t.url}/v1/receipts/export`, '--checkpoints', kept, '--keys', keys]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain('FAILED: 2 of 2 checkpoint(s) do not verify');
     expect(r.stdout).toContain('the history was changed after it was signed');
@@ -142,9 +138,9 @@ describe('svc receipts verify --checkpoints --keys', () => {
 
   it('needs --keys with --checkpoints (exit 2)', async () => {
     const r = await verify([
-      `${base}/v1/receipts/export`,
+      `${t.url}/v1/receipts/export`,
       '--checkpoints',
-      `${base}/v1/receipts/checkpoints`,
+      `${t.url}/v1/receipts/checkpoints`,
     ]);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('--checkpoints and --keys go together');

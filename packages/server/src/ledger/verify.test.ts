@@ -1,8 +1,8 @@
+import { formatReport, verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { describe, expect, it } from 'vitest';
 import { GENESIS_HASH, hashJson } from './canonical.js';
 import type { Receipt, ReceiptInput } from './model.js';
 import { appendReceipts, argumentHash, emptyChainHead } from './receipt.js';
-import { formatReport, verifyReceipts } from './verify.js';
 
 function item(i: number): ReceiptInput {
   return {

@@ -1,28 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  createTenant,
-  createTestApp,
-  freshDatabase,
-  TEST_PG_URL,
-  type TestApp,
-  type TestDatabase,
-} from '../../test/helpers.js';
+import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
+import { describe, expect, it } from 'vitest';
+import { createTenant, TEST_PG_URL, useTestApp } from '../../test/helpers.js';
 import { openStore, type Store } from '../storage/db.js';
 import type { WriteItem } from './model.js';
 import { argumentHash } from './receipt.js';
-import { verifyReceipts } from './verify.js';
 import { DecisionWriter } from './writer.js';
 
-let database: TestDatabase;
-let t: TestApp;
-beforeAll(async () => {
-  database = await freshDatabase();
-  t = await createTestApp({}, { database });
-});
-afterAll(async () => {
-  await t.close();
-  await database.drop();
-});
+const t = useTestApp();
 
 function item(org: string, n: number): WriteItem {
   return {
@@ -68,7 +52,7 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
 
   it('never forks the chain with two writers (two processes) on one database', async () => {
     const { orgId } = await createTenant(t);
-    const second: Store = openStore(database.url);
+    const second: Store = openStore(t.database.url);
     const w1 = new DecisionWriter(t.store, { maxBatch: 7, thread });
     const w2 = new DecisionWriter(second, { maxBatch: 5, thread });
     try {

@@ -14,6 +14,22 @@ export const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]
 export const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200 }) });
 export const Success = Type.Object({ success: Type.Literal(true) });
 
+/** Marks a documented request body as optional in /openapi.json (see plugins/openapi.ts). */
+export const OPTIONAL_BODY = 'x-optional-body';
+
+/**
+ * The body of an action that takes none, for `schema.documented.body` (documented, not validated):
+ * none is expected, and a JSON body sent anyway is ignored.
+ */
+export const NoBody = Type.Object(
+  {},
+  {
+    [OPTIONAL_BODY]: true,
+    additionalProperties: false,
+    description: 'None: this action takes no body (a JSON body sent is ignored).',
+  },
+);
+
 /** A JSON object with any members: tool arguments, call context. */
 export const JsonObject = Type.Record(Type.String(), Type.Unknown());
 

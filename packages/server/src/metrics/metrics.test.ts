@@ -4,27 +4,26 @@ import {
   ADMIN_TOKEN,
   bearer,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
+  withTestApp,
 } from '../../test/helpers.js';
 import { createUpstream, gatewayClient, setTier } from '../../test/mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../test/mcp-upstream.js';
 import { SseClient, waitFor } from '../../test/streams.js';
+import type { Clock } from '../lib/clock.js';
 
-let t: TestApp;
-let base: string;
 let upstream: McpUpstream;
 
+// A fixed clock keeps the one-call-per-minute window below from rolling over between its two calls.
+const clock: Clock = { now: () => new Date('2026-11-21T12:00:30.000Z') };
+const t = useTestApp({}, { listen: true, clock });
 beforeAll(async () => {
-  t = await createTestApp();
-  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
   upstream = await startMcpUpstream({ transport: 'streamable' });
 });
 afterAll(async () => {
-  await t.close();
   await upstream.close();
 });
 
@@ -58,16 +57,13 @@ describe('GET /metrics', () => {
   });
 
   it('answers 401 to everyone when no admin token is configured', async () => {
-    const bare = await createTestApp({ adminToken: null });
-    try {
+    await withTestApp({ adminToken: null }, async (bare) => {
       expectError(
         await bare.inject({ method: 'GET', url: '/metrics', headers: bearer(ADMIN_TOKEN) }),
         401,
         'unauthorized',
       );
-    } finally {
-      await bare.close();
-    }
+    });
   });
 
   it('reports process metrics', async () => {
@@ -128,7 +124,7 @@ describe('GET /metrics', () => {
 
   it('counts open event streams while they are open', async () => {
     const tenant = await createTenant(t);
-    const sse = await SseClient.open(`${base}/v1/events/stream`, keyHeader(tenant.apiKey));
+    const sse = await SseClient.open(`${t.url}/v1/events/stream`, keyHeader(tenant.apiKey));
     try {
       expect(sse.status).toBe(200);
       await waitFor(
@@ -151,7 +147,7 @@ describe('GET /metrics', () => {
       transport: 'mcp-streamable-http',
       url: upstream.url,
     });
-    const { client } = await gatewayClient(base, slug, tenant.apiKey);
+    const { client } = await gatewayClient(t.url, slug, tenant.apiKey);
     try {
       await client.listTools();
       await client.callTool({ name: 'echo', arguments: { text: 'hi' } });

@@ -1,29 +1,17 @@
 import { connect } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { setTier } from '../../test/approvals.js';
-import {
-  asUser,
-  createTenant,
-  createTestApp,
-  expectError,
-  keyHeader,
-  type Tenant,
-  type TestApp,
-} from '../../test/helpers.js';
+import { asUser, createTenant, expectError, keyHeader, type Tenant, useTestApp } from '../../test/helpers.js';
 import { WsClient, waitFor } from '../../test/streams.js';
 import { bodyJsonProblem, MAX_BODY_DEPTH, MAX_JSON_DEPTH } from '../lib/json.js';
 import { MAX_PARAM_LENGTH } from './errors.js';
 
-let t: TestApp;
 let a: Tenant;
-let base: string;
+const t = useTestApp({}, { listen: true });
 beforeAll(async () => {
-  t = await createTestApp();
-  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
   a = await createTenant(t);
   await setTier(t, a, 'team');
 });
-afterAll(async () => t.close());
 
 const json = { 'content-type': 'application/json' };
 const raw = (method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE', url: string, payload?: string) =>
@@ -258,7 +246,7 @@ describe('path parameters reach every stored name', () => {
 
 /** Sends raw bytes over TCP and returns everything the server wrote before it closed. */
 function rawHttp(request: string): Promise<string> {
-  const { hostname, port } = new URL(base);
+  const { hostname, port } = new URL(t.url);
   return new Promise((resolve, reject) => {
     const socket = connect(Number(port), hostname, () => socket.write(request));
     let out = '';
@@ -290,7 +278,7 @@ describe('requests the HTTP parser refuses', () => {
   it('a broken request line answers 400, and the server keeps serving', async () => {
     const answer = await rawHttp('G\u0000T / HTTP/1.1\r\n\r\n');
     expect(envelope(answer).error.code).toBe('validation_failed');
-    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+    expect((await fetch(`${t.url}/healthz`)).status).toBe(200);
   });
 });
 
@@ -298,7 +286,7 @@ describe('WebSocket client mistakes', () => {
   it('a frame over 64 KiB closes with 1009 and logs at info, never at error', async () => {
     const info = vi.spyOn(t.app.log, 'info');
     const error = vi.spyOn(t.app.log, 'error');
-    const c = await WsClient.open(`${base.replace(/^http/, 'ws')}/ws?token=${encodeURIComponent(a.token)}`);
+    const c = await WsClient.open(`${t.url.replace(/^http/, 'ws')}/ws?token=${encodeURIComponent(a.token)}`);
     c.ws.send('x'.repeat(64 * 1024 + 1));
     await waitFor(() => c.closed, 'closed');
     expect(c.closeCode).toBe(1009);

@@ -1,19 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  bearer,
-  createTenant,
-  createTestApp,
-  expectError,
-  freshDatabase,
-  keyHeader,
-  type TestApp,
-} from '../../test/helpers.js';
+import { describe, expect, it } from 'vitest';
+import { bearer, createTenant, expectError, keyHeader, useTestApp, withTestApp } from '../../test/helpers.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 describe('envelope A on every error', () => {
   it('answers unknown routes with 404 not_found, whatever the credentials', async () => {
@@ -134,23 +122,17 @@ describe('health', () => {
 
 describe('readiness', () => {
   it('answers /readyz 503 once the store stops answering, while /healthz stays 200', async () => {
-    const database = await freshDatabase();
-    const own = await createTestApp({}, { database });
-    try {
+    await withTestApp({}, async (own) => {
       await own.store.db.destroy();
       expectError(await own.inject({ method: 'GET', url: '/readyz' }), 503, 'service_unavailable');
       expect((await own.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
-    } finally {
-      await own.app.close();
-      await database.drop();
-    }
+    });
   });
 });
 
 describe('JWT issuer and audience', () => {
   it('verifies iss and aud when configured', async () => {
-    const strict = await createTestApp({ jwtIssuer: 'https://auth.example', jwtAudience: 'svc-api' });
-    try {
+    await withTestApp({ jwtIssuer: 'https://auth.example', jwtAudience: 'svc-api' }, async (strict) => {
       const good = await strict.token('u1');
       expect(
         (await strict.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(good) })).statusCode,
@@ -161,8 +143,6 @@ describe('JWT issuer and audience', () => {
         401,
         'unauthorized',
       );
-    } finally {
-      await strict.close();
-    }
+    });
   });
 });

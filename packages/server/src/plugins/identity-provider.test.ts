@@ -1,6 +1,13 @@
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { bearer, createTestApp, expectError, JWT_SECRET, type TestApp } from '../../test/helpers.js';
+import {
+  bearer,
+  expectError,
+  JWT_SECRET,
+  type TestApp,
+  useTestApp,
+  withTestApp,
+} from '../../test/helpers.js';
 import { type LocalProvider, PROVIDER_ALGORITHMS, startLocalProvider } from '../../test/oidc-provider.js';
 import { loadConfig } from '../config.js';
 import { createJwtVerifier } from '../lib/jwt.js';
@@ -24,11 +31,7 @@ const whoAmI = (t: TestApp, token: string) =>
   t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(token) });
 
 describe('user tokens from an identity provider (SVC_JWT_JWKS_URL)', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await createTestApp(providerConfig());
-  });
-  afterAll(async () => t.close());
+  const t = useTestApp(providerConfig);
 
   it.each(PROVIDER_ALGORITHMS)('accepts %s tokens and acts as their sub', async (alg) => {
     const token = await idp.token(alg);
@@ -68,54 +71,50 @@ describe('user tokens from an identity provider (SVC_JWT_JWKS_URL)', () => {
   it('answers 503 and warns while the key set is stale and the provider unreachable, then recovers', async () => {
     // Its own app, so the key set is fetched by this test's first request, not earlier.
     const cacheMs = 2000;
-    const own = await createTestApp({ ...providerConfig(), jwtJwksCacheSeconds: cacheMs / 1000 });
-    const warn = vi.spyOn(own.app.log, 'warn');
-    try {
-      const token = await idp.token('ES256');
-      // The first request fetches the key set: after fetchedAfter, before fetchedBy.
-      const fetchedAfter = Date.now();
-      expect((await whoAmI(own, token)).statusCode).toBe(200);
-      const fetchedBy = Date.now();
-      await idp.stop();
-      // Within the cache duration the cached keys still answer (checked only while surely within it).
-      if (Date.now() - fetchedAfter < cacheMs / 2) expect((await whoAmI(own, token)).statusCode).toBe(200);
-      await new Promise((r) => setTimeout(r, Math.max(0, fetchedBy + cacheMs + 100 - Date.now())));
-      const res = await whoAmI(own, token);
-      expectError(res, 503, 'service_unavailable');
-      expect(res.headers['retry-after']).toBe('5');
-      expect(res.json().error.message).toMatch(/identity provider is unreachable/);
-      expect(warn).toHaveBeenCalledWith(
-        expect.objectContaining({
-          err: expect.objectContaining({ message: expect.stringContaining(idp.jwksUrl) }),
-        }),
-        expect.stringContaining('identity provider key set unavailable'),
-      );
-      // An API key does not depend on the provider.
-      expectError(
-        await own.inject({
-          method: 'GET',
-          url: '/v1/organizations',
-          headers: { 'x-service-api-key': 'svc_x' },
-        }),
-        401,
-        'invalid_api_key',
-      );
-      await idp.start();
-      expect((await whoAmI(own, token)).statusCode).toBe(200);
-    } finally {
-      warn.mockRestore();
-      await idp.start();
-      await own.close();
-    }
+    await withTestApp({ ...providerConfig(), jwtJwksCacheSeconds: cacheMs / 1000 }, async (own) => {
+      const warn = vi.spyOn(own.app.log, 'warn');
+      try {
+        const token = await idp.token('ES256');
+        // The first request fetches the key set: after fetchedAfter, before fetchedBy.
+        const fetchedAfter = Date.now();
+        expect((await whoAmI(own, token)).statusCode).toBe(200);
+        const fetchedBy = Date.now();
+        await idp.stop();
+        // Within the cache duration the cached keys still answer (checked only while surely within it).
+        if (Date.now() - fetchedAfter < cacheMs / 2) expect((await whoAmI(own, token)).statusCode).toBe(200);
+        await new Promise((r) => setTimeout(r, Math.max(0, fetchedBy + cacheMs + 100 - Date.now())));
+        const res = await whoAmI(own, token);
+        expectError(res, 503, 'service_unavailable');
+        expect(res.headers['retry-after']).toBe('5');
+        expect(res.json().error.message).toMatch(/identity provider is unreachable/);
+        expect(warn).toHaveBeenCalledWith(
+          expect.objectContaining({
+            err: expect.objectContaining({ message: expect.stringContaining(idp.jwksUrl) }),
+          }),
+          expect.stringContaining('identity provider key set unavailable'),
+        );
+        // An API key does not depend on the provider.
+        expectError(
+          await own.inject({
+            method: 'GET',
+            url: '/v1/organizations',
+            headers: { 'x-service-api-key': 'svc_x' },
+          }),
+          401,
+          'invalid_api_key',
+        );
+        await idp.start();
+        expect((await whoAmI(own, token)).statusCode).toBe(200);
+      } finally {
+        warn.mockRestore();
+        await idp.start();
+      }
+    });
   });
 });
 
 describe('with both SVC_JWT_SECRET and SVC_JWT_JWKS_URL', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await createTestApp({ ...providerConfig(), jwtSecret: JWT_SECRET });
-  });
-  afterAll(async () => t.close());
+  const t = useTestApp(() => ({ ...providerConfig(), jwtSecret: JWT_SECRET }));
 
   it('accepts shared-secret tokens and every provider algorithm, and says so', async () => {
     expect((await whoAmI(t, await t.token('ops'))).statusCode).toBe(200);

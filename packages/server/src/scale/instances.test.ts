@@ -1,13 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import {
   asUser,
   createTenant,
-  createTestApp,
-  freshDatabase,
   keyHeader,
   type Tenant,
   type TestApp,
-  type TestDatabase,
+  useTestApp,
 } from '../../test/helpers.js';
 import {
   dropRedisKeys,
@@ -44,23 +42,12 @@ const createPolicy = (t: TestApp, tenant: Tenant, body: Record<string, unknown>)
  * contract on both stores (the two-process test in multi-process.test.ts needs PostgreSQL).
  */
 describe('two instances sharing Redis', () => {
-  let db: TestDatabase;
-  let a: TestApp;
-  let b: TestApp;
   const prefix = redisPrefix();
-
-  beforeAll(async () => {
-    db = await freshDatabase();
-    const config = { redisUrl: TEST_REDIS_URL, redisPrefix: prefix };
-    a = await createTestApp(config, { database: db, clock });
-    b = await createTestApp(config, { database: db, clock });
-  });
-  afterAll(async () => {
-    await a?.close();
-    await b?.close();
-    await db.drop();
-    await dropRedisKeys(prefix);
-  });
+  // Registered before the apps, so it runs after both are closed.
+  afterAll(async () => dropRedisKeys(prefix));
+  const config = { redisUrl: TEST_REDIS_URL, redisPrefix: prefix };
+  const a = useTestApp(config, { clock });
+  const b = useTestApp(config, () => ({ database: a.database, clock, listen: true }));
 
   it('is ready only with Redis answering', async () => {
     expect((await a.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
@@ -69,9 +56,8 @@ describe('two instances sharing Redis', () => {
 
   it('delivers an event produced on A to SSE and WebSocket clients on B, once', async () => {
     const tenant = await createTenant(a);
-    const url = await b.app.listen({ port: 0, host: '127.0.0.1' });
-    const sse = await SseClient.open(`${url}/v1/events/stream`, keyHeader(tenant.apiKey));
-    const ws = await WsClient.open(`${url.replace(/^http/, 'ws')}/ws?token=${tenant.token}`);
+    const sse = await SseClient.open(`${b.url}/v1/events/stream`, keyHeader(tenant.apiKey));
+    const ws = await WsClient.open(`${b.url.replace(/^http/, 'ws')}/ws?token=${tenant.token}`);
     await waitFor(() => b.ctx.streams.size === 2, 'both connected');
     expect((await validate(a, tenant, 'from_a')).statusCode).toBe(200);
     await sse.waitForEvent((e) => e.event === 'decision.created', 'SSE event');

@@ -1,6 +1,18 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Store } from '../storage/db.js';
 import type { KeySetDocument } from './model.js';
 
@@ -23,26 +35,95 @@ function parse(text: string | null | undefined): KeySetDocument | null {
   return doc;
 }
 
+/** How long a writer waits for another process's lock before giving up. */
+const LOCK_WAIT_MS = 10_000;
+/**
+ * A lock older than this was left by a process that died while holding it: a writer holds it for
+ * the few milliseconds of one compare and write. (Age, not the holder's pid: processes sharing the
+ * directory may live in different pid namespaces.)
+ */
+const LOCK_STALE_MS = 5_000;
+
+/**
+ * Runs `fn` holding `<file>.lock`, created with O_EXCL so that of several processes sharing the
+ * directory exactly one holds it. The lock holds a random token: a holder releases only its own
+ * lock. A stale lock is taken over by renaming it away first, so of two processes that both judge
+ * it stale only one removes it.
+ */
+async function withFileLock<T>(file: string, fn: () => T): Promise<T> {
+  const lock = `${file}.lock`;
+  const token = randomBytes(16).toString('hex');
+  const deadline = Date.now() + LOCK_WAIT_MS;
+  for (let attempt = 0; ; attempt++) {
+    let fd: number;
+    try {
+      fd = openSync(lock, 'wx', 0o600);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      if (staleLock(lock)) {
+        const aside = `${lock}.${token}.stale`;
+        try {
+          renameSync(lock, aside);
+          unlinkSync(aside);
+        } catch {
+          // Another process took it over (or it was released) first; try again.
+        }
+        continue;
+      }
+      if (Date.now() > deadline) {
+        throw new Error(
+          `the signing key set is locked by another process (${lock}); remove the file if none runs`,
+        );
+      }
+      await sleep(Math.min(5 * 2 ** attempt, 100));
+      continue;
+    }
+    try {
+      writeSync(fd, token);
+      closeSync(fd);
+      return fn();
+    } finally {
+      try {
+        if (readFileSync(lock, 'utf8') === token) unlinkSync(lock);
+      } catch {
+        // Already taken over as stale: nothing of ours to release.
+      }
+    }
+  }
+}
+
+function staleLock(lock: string): boolean {
+  try {
+    return Date.now() - statSync(lock).mtimeMs > LOCK_STALE_MS;
+  } catch {
+    return true; // released meanwhile: try again at once
+  }
+}
+
 /**
  * Beside the embedded store: a file next to the SQLite database (mode 0600), so a copy of the
- * database alone does not carry the private key that signs its history.
+ * database alone does not carry the private key that signs its history. The compare and the write
+ * happen under a lock file, so processes sharing the database cannot both win a swap.
  */
 export function fileKeySetStorage(file: string): KeySetStorage {
   return {
     async read() {
       return existsSync(file) ? parse(readFileSync(file, 'utf8')) : null;
     },
-    async swap(previous, next) {
-      const current = existsSync(file) ? readFileSync(file, 'utf8') : null;
-      if (
-        (current === null ? null : JSON.stringify(parse(current))) !== (previous && JSON.stringify(previous))
-      )
-        return false;
-      const tmp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
-      writeFileSync(tmp, `${JSON.stringify(next, null, 2)}\n`, { mode: 0o600 });
-      chmodSync(tmp, 0o600);
-      renameSync(tmp, file);
-      return true;
+    swap(previous, next) {
+      return withFileLock(file, () => {
+        const current = existsSync(file) ? readFileSync(file, 'utf8') : null;
+        if (
+          (current === null ? null : JSON.stringify(parse(current))) !==
+          (previous && JSON.stringify(previous))
+        )
+          return false;
+        const tmp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
+        writeFileSync(tmp, `${JSON.stringify(next, null, 2)}\n`, { mode: 0o600 });
+        chmodSync(tmp, 0o600);
+        renameSync(tmp, file);
+        return true;
+      });
     },
   };
 }

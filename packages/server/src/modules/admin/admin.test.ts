@@ -1,18 +1,14 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   ADMIN_TOKEN,
   bearer,
   createTenant,
-  createTestApp,
   expectError,
-  type TestApp,
+  useTestApp,
+  withTestApp,
 } from '../../../test/helpers.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 describe('operator admin API', () => {
   it('changes the tier and the custom rate, starting a billing period', async () => {
@@ -42,16 +38,13 @@ describe('operator admin API', () => {
       401,
       'unauthorized',
     );
-    const unset = await createTestApp({ adminToken: null });
-    try {
+    await withTestApp({ adminToken: null }, async (unset) => {
       expectError(
         await unset.inject({ method: 'PATCH', url, headers: bearer(ADMIN_TOKEN), payload: { tier: 'team' } }),
         401,
         'unauthorized',
       );
-    } finally {
-      await unset.close();
-    }
+    });
   });
 
   it('validates the body and answers 404 for unknown organizations', async () => {

@@ -1,19 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  asUser,
-  createTenant,
-  createTestApp,
-  expectError,
-  keyHeader,
-  type TestApp,
-} from '../../../test/helpers.js';
+import { describe, expect, it } from 'vitest';
+import { asUser, createTenant, expectError, keyHeader, useTestApp } from '../../../test/helpers.js';
 import { hashApiKey } from './keys.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 describe('API keys', () => {
   it('creates a key shown in full only once, stored only as a hash', async () => {

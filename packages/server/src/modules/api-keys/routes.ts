@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { IdParams, Name, Nullable, OneOf } from '../../lib/schemas.js';
+import { IdParams, Name, NoBody, Nullable, OneOf } from '../../lib/schemas.js';
 import { createProjectRepository } from '../projects/repository.js';
 import { KEY_SCOPES } from './model.js';
 import { createApiKeyRepository } from './repository.js';
@@ -81,6 +81,7 @@ export const apiKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
     {
       schema: {
         params: IdParams,
+        documented: { body: NoBody },
         response: {
           200: Type.Object({
             success: Type.Literal(true),

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
+import { describe, expect, it } from 'vitest';
 import {
   approverKey,
   collectEvents,
@@ -11,20 +12,14 @@ import {
 import {
   asUser,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
-import { verifyReceipts } from '../../ledger/verify.js';
 import { approvalHash } from './model.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 const UNKNOWN = '00000000-0000-7000-8000-000000000000';
 
@@ -141,10 +136,12 @@ describe('GET /v1/approvals/pending and /:id', () => {
       expect.objectContaining({ id: second, arguments: { n: 2 } }),
     ]);
     expect(Object.keys(res.json().data[0]).sort()).toEqual([
+      'approvers',
       'arguments',
       'createdAt',
       'expiresAt',
       'id',
+      'requiredApprovals',
       'status',
       'toolName',
     ]);
@@ -164,6 +161,8 @@ describe('GET /v1/approvals/pending and /:id', () => {
       arguments: { amount: 5 },
       createdAt: expect.any(String),
       expiresAt: expect.any(String),
+      requiredApprovals: 1,
+      approvers: [],
     });
     await resolveApproval(t, tenant, id, 'approve', 'bob');
     const approved = (await get()).json();
@@ -176,6 +175,8 @@ describe('GET /v1/approvals/pending and /:id', () => {
       resolvedBy: 'bob',
       resolvedAt: expect.any(String),
       resolvedByKeyId: expect.any(String),
+      requiredApprovals: 1,
+      approvers: [{ resolvedBy: 'bob', resolvedAt: expect.any(String) }],
     });
     const other = await pendingId(tenant);
     await resolveApproval(t, tenant, other, 'deny', 'carol');
@@ -226,6 +227,8 @@ describe('POST /v1/approvals/:id/resolve', () => {
       status: 'approved',
       resolvedBy: 'alice',
       resolvedAt: expect.any(String),
+      requiredApprovals: 1,
+      approvers: [{ resolvedBy: 'alice', resolvedAt: res.json().resolvedAt }],
     });
     expect(seen.events).toEqual([
       {
@@ -440,7 +443,7 @@ describe('who may resolve', () => {
         status: 'pending',
         error: { code: 'authorization_error', message: expect.any(String) },
       },
-      { id: byOther, status: 'approved', resolvedBy: 'agent', resolvedAt: expect.any(String) },
+      expect.objectContaining({ id: byOther, status: 'approved', resolvedBy: 'agent', requiredApprovals: 1 }),
     ]);
     expect(
       (await resolveApproval(t, await approverKey(t, tenant), escalated, 'approve', 'bob')).statusCode,
@@ -467,11 +470,11 @@ describe('POST /v1/approvals/batch-resolve', () => {
     expect(res.statusCode).toBe(200);
     const results = res.json().results;
     expect(results).toEqual([
-      { id: p1, status: 'denied', resolvedBy: 'ops', resolvedAt: expect.any(String) },
+      expect.objectContaining({ id: p1, status: 'denied', resolvedBy: 'ops', approvers: [] }),
       { id: UNKNOWN, status: 'not_found', error: { code: 'not_found', message: expect.any(String) } },
       { id: done, status: 'approved', error: { code: 'invalid_status', message: expect.any(String) } },
       { id: foreign, status: 'not_found', error: { code: 'not_found', message: expect.any(String) } },
-      { id: p2, status: 'denied', resolvedBy: 'ops', resolvedAt: expect.any(String) },
+      expect.objectContaining({ id: p2, status: 'denied', resolvedBy: 'ops', approvers: [] }),
     ]);
     expect(seen.events.map((e) => e.data.approvalId)).toEqual([p1, p2]);
     const chain = await receiptsOf(t, a.orgId);

@@ -1,14 +1,13 @@
 import type { PolicyDefinition } from '@svc/policy-engine';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   asUser,
   bearer,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
 import { computeReceiptHash } from '../../ledger/receipt.js';
 import type { Clock } from '../../lib/clock.js';
@@ -18,11 +17,7 @@ import { createPolicyRepository } from '../policies/repository.js';
 let now = new Date('2026-11-21T12:00:00.000Z');
 const clock: Clock = { now: () => now };
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp({}, { clock });
-});
-afterAll(async () => t.close());
+const t = useTestApp({}, { clock });
 
 const UNKNOWN = '00000000-0000-7000-8000-000000000000';
 

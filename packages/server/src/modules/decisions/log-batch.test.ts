@@ -1,24 +1,13 @@
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import {
-  asUser,
-  createTenant,
-  createTestApp,
-  expectError,
-  keyHeader,
-  type TestApp,
-} from '../../../test/helpers.js';
-import { verifyReceipts } from '../../ledger/verify.js';
+import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
+import { describe, expect, it, vi } from 'vitest';
+import { asUser, createTenant, expectError, keyHeader, useTestApp } from '../../../test/helpers.js';
 import type { Clock } from '../../lib/clock.js';
 import { MAX_LOG_BATCH } from './schemas.js';
 
 // A fixed clock keeps the 120-per-minute window from rolling over in the middle of a test.
 const clock: Clock = { now: () => new Date('2026-11-21T12:00:30.000Z') };
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp({}, { clock });
-});
-afterAll(async () => t.close());
+const t = useTestApp({}, { clock });
 
 const one = (n: number, decision: 'allow' | 'deny' = 'allow') => ({
   tool_name: `tool-${n % 3}`,

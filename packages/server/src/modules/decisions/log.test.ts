@@ -1,25 +1,20 @@
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
+import { describe, expect, it, vi } from 'vitest';
 import {
   asUser,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
-import { verifyReceipts } from '../../ledger/verify.js';
 import type { Clock } from '../../lib/clock.js';
 import { createPolicyRepository } from '../policies/repository.js';
 
 // A fixed clock keeps the 120-per-minute window from rolling over in the middle of a test.
 const clock: Clock = { now: () => new Date('2026-11-21T12:00:30.000Z') };
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp({}, { clock });
-});
-afterAll(async () => t.close());
+const t = useTestApp({}, { clock });
 
 const BODY = {
   tool_name: 'pay',

@@ -1,13 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   asUser,
   bearer,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
 import { argumentHash } from '../../ledger/receipt.js';
 import type { Clock } from '../../lib/clock.js';
@@ -18,11 +17,10 @@ const TODAY = '2026-03-10T12:00:00.000Z';
 let now = new Date(TODAY);
 const clock: Clock = { now: () => now };
 
-let t: TestApp;
 let a: Tenant;
 let secondProjectKey: string;
+const t = useTestApp({}, { clock });
 beforeAll(async () => {
-  t = await createTestApp({}, { clock });
   a = await createTenant(t);
   await llmPolicy(a, 'email');
 
@@ -44,7 +42,6 @@ beforeAll(async () => {
   await validate(secondProjectKey, 'read', '2026-03-09T12:00:00.000Z');
   now = new Date(TODAY);
 });
-afterAll(async () => t.close());
 
 async function validate(key: string, toolName: string, at: string): Promise<void> {
   now = new Date(at);

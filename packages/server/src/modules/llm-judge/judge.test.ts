@@ -26,8 +26,11 @@ const request = (provider: ProviderName, args: Record<string, unknown>, version 
   arguments: args,
 });
 
+// A loaded machine can take a second to answer a local call: only the timeout test times out.
 const judgeWith = (extra: Record<string, string> = {}) =>
-  createJudge({ settings: loadLlmSettings(fakeLlmEnv(server.url, { SVC_LLM_TIMEOUT_MS: '300', ...extra })) });
+  createJudge({
+    settings: loadLlmSettings(fakeLlmEnv(server.url, { SVC_LLM_TIMEOUT_MS: '5000', ...extra })),
+  });
 
 describe.each(PROVIDERS)('the %s adapter', (provider) => {
   it('allows, binding provider, model and the hashes of prompt and answer', async () => {
@@ -77,7 +80,9 @@ describe.each(PROVIDERS)('the %s adapter', (provider) => {
 
   it('fails on a timeout', async () => {
     server.script = () => ({ stallMs: 2_000 });
-    const v = await judgeWith().judge(request(provider, { to: 'slow@example.com' }));
+    const v = await judgeWith({ SVC_LLM_TIMEOUT_MS: '300' }).judge(
+      request(provider, { to: 'slow@example.com' }),
+    );
     expect(v).toMatchObject({ ok: false, kind: 'timeout' });
     if (!v.ok) expect(v.message).toContain('300 ms');
   });

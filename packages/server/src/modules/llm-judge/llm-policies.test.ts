@@ -1,11 +1,10 @@
+import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../../../test/helpers.js';
+import { createTenant, keyHeader, type Tenant, useTestApp, withTestApp } from '../../../test/helpers.js';
 import { type FakeModelServer, fakeLlmEnv, startFakeModelServer } from '../../../test/llm-providers.js';
-import { verifyReceipts } from '../../ledger/verify.js';
 import { loadLlmSettings } from './config.js';
 
 let server: FakeModelServer;
-let t: TestApp;
 let a: Tenant;
 let b: Tenant;
 
@@ -33,7 +32,10 @@ const LLM_POLICY = {
 
 beforeAll(async () => {
   server = await startFakeModelServer(() => ({ object: ALLOW }));
-  t = await createTestApp({ llm: loadLlmSettings(fakeLlmEnv(server.url, { SVC_LLM_TIMEOUT_MS: '500' })) });
+});
+afterAll(async () => server.close());
+const t = useTestApp(() => ({ llm: loadLlmSettings(fakeLlmEnv(server.url, { SVC_LLM_TIMEOUT_MS: '500' })) }));
+beforeAll(async () => {
   a = await createTenant(t);
   b = await createTenant(t);
   for (const tenant of [a, b]) {
@@ -45,10 +47,6 @@ beforeAll(async () => {
     });
     expect(res.statusCode).toBe(201);
   }
-});
-afterAll(async () => {
-  await t.close();
-  await server.close();
 });
 beforeEach(() => {
   server.seen.length = 0;
@@ -214,8 +212,7 @@ describe('quality and dry run of llm policies', () => {
   });
 
   it('without a configured provider, says so and every call is denied', async () => {
-    const bare = await createTestApp();
-    try {
+    await withTestApp({}, async (bare) => {
       const tenant = await createTenant(bare);
       const created = await bare.inject({
         method: 'POST',
@@ -233,8 +230,6 @@ describe('quality and dry run of llm policies', () => {
       });
       expect(res.json()).toMatchObject({ decision: 'deny' });
       expect(res.json().reason).toMatch(/preferred provider "anthropic" is not configured/);
-    } finally {
-      await bare.close();
-    }
+    });
   });
 });

@@ -1,19 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  asUser,
-  bearer,
-  createTenant,
-  createTestApp,
-  expectError,
-  keyHeader,
-  type TestApp,
-} from '../../../test/helpers.js';
+import { describe, expect, it } from 'vitest';
+import { asUser, bearer, createTenant, expectError, keyHeader, useTestApp } from '../../../test/helpers.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 describe('organizations', () => {
   it('creates an organization owned by the caller, on the free tier', async () => {

@@ -1,24 +1,19 @@
 import { CONSTRAINT_FIELDS } from '@svc/policy-engine';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   asUser,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
 import type { ServiceEvent } from '../../events/bus.js';
 import { ConstraintSchema } from './schemas.js';
 
 type HeaderMap = Record<string, string>;
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 async function eventsOf(orgId: string, fn: () => Promise<unknown>): Promise<ServiceEvent[]> {
   const seen: ServiceEvent[] = [];

@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { invalid } from '../../lib/errors.js';
-import { Success } from '../../lib/schemas.js';
+import { NoBody, Success } from '../../lib/schemas.js';
 import { intParam } from '../decisions/query.js';
 import { createToolRepository } from '../tools/repository.js';
 import { dropNulls } from './model.js';
@@ -101,7 +101,7 @@ export const policyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
   for (const action of ['activate', 'deactivate'] as const) {
     app.post(
       `/v1/policies/:toolName/${action}`,
-      { schema: { params: PolicyParams, response: { 200: PolicyMessage } } },
+      { schema: { params: PolicyParams, documented: { body: NoBody }, response: { 200: PolicyMessage } } },
       async (req) => {
         const scope = await ctx.scope(req);
         const message = await service.setActive(scope, req.params.toolName, action === 'activate');

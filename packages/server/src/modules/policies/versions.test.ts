@@ -1,23 +1,14 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  createTenant,
-  createTestApp,
-  expectError,
-  keyHeader,
-  type Tenant,
-  type TestApp,
-} from '../../../test/helpers.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createTenant, expectError, keyHeader, type Tenant, useTestApp } from '../../../test/helpers.js';
 import { hashJson } from '../../ledger/canonical.js';
 
-let t: TestApp;
 let a: Tenant;
 let b: Tenant;
+const t = useTestApp();
 beforeAll(async () => {
-  t = await createTestApp();
   a = await createTenant(t);
   b = await createTenant(t);
 });
-afterAll(async () => t.close());
 
 const call = (tenant: Tenant, method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, payload?: object) =>
   t.inject({ method, url, headers: keyHeader(tenant.apiKey), ...(payload ? { payload } : {}) });

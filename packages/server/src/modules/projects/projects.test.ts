@@ -1,18 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  bearer,
-  createTenant,
-  createTestApp,
-  expectError,
-  keyHeader,
-  type TestApp,
-} from '../../../test/helpers.js';
+import { describe, expect, it } from 'vitest';
+import { bearer, createTenant, expectError, keyHeader, useTestApp } from '../../../test/helpers.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 const UNKNOWN = '00000000-0000-7000-8000-000000000000';
 

@@ -1,24 +1,23 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyCheckpointSignature, verifyConsistency, verifyInclusion } from '@svc/sdk/verify';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   ADMIN_TOKEN,
   asUser,
   bearer,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
+  withTestApp,
 } from '../../../test/helpers.js';
 import { rewriteChain } from '../../../test/ledger.js';
 import { untagDigest } from '../../ledger/canonical.js';
-import { type Checkpoint, verifyCheckpointSignature } from '../../ledger/checkpoints.js';
+import type { Checkpoint } from '../../ledger/checkpoints.js';
 import { leafHash } from '../../ledger/merkle.js';
 import type { Receipt } from '../../ledger/model.js';
-import { verifyConsistency, verifyInclusion } from '../../ledger/proofs.js';
 import { receiptLeafData } from '../../ledger/receipt.js';
 
-let t: TestApp;
 let a: Tenant;
 let b: Tenant;
 
@@ -46,14 +45,13 @@ const exported = async (tenant: Tenant): Promise<Receipt[]> =>
     .filter((l) => l)
     .map((l) => JSON.parse(l));
 
+const t = useTestApp({ checkpointIntervalMs: 0 });
 beforeAll(async () => {
   // The timer is off: checkpoints here are taken on demand, so each test knows the sizes.
-  t = await createTestApp({ checkpointIntervalMs: 0 });
   a = await createTenant(t);
   b = await createTenant(t);
   await record(a, 11);
 });
-afterAll(async () => t.close());
 
 describe('signed checkpoints', () => {
   let first: Checkpoint;
@@ -68,7 +66,7 @@ describe('signed checkpoints', () => {
       organization_id: a.orgId,
       tree_size: 11,
     });
-    expect(verifyCheckpointSignature(first, await jwks())).toEqual({ ok: true });
+    expect(await verifyCheckpointSignature(first, await jwks())).toEqual({ ok: true });
     const receipts = await exported(a);
     // The checkpoint names the last receipt and the root that receipt carries.
     expect(first.last_receipt_hash).toBe(receipts[10]!.receipt_hash);
@@ -100,7 +98,7 @@ describe('signed checkpoints', () => {
       const leaf = leafHash(receiptLeafData(r as unknown as Record<string, unknown>));
       expect(proof.leaf_hash).toBe(`sha256:${leaf.toString('hex')}`);
       const root = untagDigest(proof.checkpoint.root_hash);
-      expect(verifyInclusion(leaf, r.sequence, 16, proof.audit_path.map(untagDigest), root)).toBe(true);
+      expect(await verifyInclusion(leaf, r.sequence, 16, proof.audit_path.map(untagDigest), root)).toBe(true);
     }
     // Without tree_size: a checkpoint covering the receipt is chosen (or signed).
     const latest = (await get(a, '/v1/receipts/proofs/inclusion?sequence=3')).json();
@@ -113,7 +111,7 @@ describe('signed checkpoints', () => {
     const res = (await get(a, '/v1/receipts/proofs/consistency?first=11')).json();
     expect(res).toMatchObject({ first: 11, second: 16 });
     expect(
-      verifyConsistency(
+      await verifyConsistency(
         11,
         16,
         untagDigest(older.root_hash),
@@ -154,13 +152,13 @@ describe('signed checkpoints', () => {
     await record(a, 2, 100);
     const after = (await post(a, '/v1/receipts/checkpoints')).json() as Checkpoint;
     // The new checkpoint is validly signed (the service signs what it holds)…
-    expect(verifyCheckpointSignature(after, await jwks())).toEqual({ ok: true });
+    expect(await verifyCheckpointSignature(after, await jwks())).toEqual({ ok: true });
     // …but the chain it covers does not extend the one signed before the rewrite.
     const proof = (
       await get(a, `/v1/receipts/proofs/consistency?first=${before.tree_size}&second=${after.tree_size}`)
     ).json();
     expect(
-      verifyConsistency(
+      await verifyConsistency(
         before.tree_size,
         after.tree_size,
         untagDigest(before.root_hash),
@@ -173,8 +171,7 @@ describe('signed checkpoints', () => {
 
 describe('checkpoint keys', () => {
   it('a checkpoint signed before a rotation still verifies during the overlap; an unknown key is refused', async () => {
-    const app = await createTestApp({ checkpointIntervalMs: 0 });
-    try {
+    await withTestApp({ checkpointIntervalMs: 0 }, async (app) => {
       const tenant = await createTenant(app);
       await app.ctx.enforcement.enforce({
         scope: { organizationId: tenant.orgId, projectId: tenant.projectId, tier: 'free' },
@@ -197,27 +194,22 @@ describe('checkpoint keys', () => {
       });
       expect(rotated.json().previousKid).toBe(cp.kid);
       const keys = (await app.inject({ method: 'GET', url: '/.well-known/svc-keys.json' })).json().keys;
-      expect(verifyCheckpointSignature(cp, keys)).toEqual({ ok: true });
+      expect(await verifyCheckpointSignature(cp, keys)).toEqual({ ok: true });
       // A key set that does not publish the signer (withdrawn after the overlap, or never ours).
       const withdrawn = keys.filter((k: { kid: string }) => k.kid !== cp.kid);
-      expect(verifyCheckpointSignature(cp, withdrawn)).toMatchObject({
+      expect(await verifyCheckpointSignature(cp, withdrawn)).toMatchObject({
         ok: false,
         reason: expect.stringMatching(/does not publish/),
       });
       // A checkpoint whose signature was made by a different key under the same kid is refused.
       const forged = { ...cp, root_hash: `sha256:${'1'.repeat(64)}` };
-      expect(verifyCheckpointSignature(forged, keys)).toMatchObject({ ok: false });
-    } finally {
-      await app.close();
-    }
+      expect(await verifyCheckpointSignature(forged, keys)).toMatchObject({ ok: false });
+    });
   });
 
   it('answers 503 signing_key_missing when a new checkpoint must be signed and no key loads', async () => {
-    const app = await createTestApp({
-      checkpointIntervalMs: 0,
-      signingKeyFile: '/nonexistent/svc-signing.jwk',
-    });
-    try {
+    const config = { checkpointIntervalMs: 0, signingKeyFile: '/nonexistent/svc-signing.jwk' };
+    await withTestApp(config, async (app) => {
       const tenant = await createTenant(app);
       await app.ctx.enforcement.enforce({
         scope: { organizationId: tenant.orgId, projectId: tenant.projectId, tier: 'free' },
@@ -241,29 +233,27 @@ describe('checkpoint keys', () => {
         503,
         'signing_key_missing',
       );
-    } finally {
-      await app.close();
-    }
+    });
   });
 
   it('writes checkpoints on its own while decisions flow, and a final one at shutdown', async () => {
-    const app = await createTestApp({ checkpointIntervalMs: 50 });
-    const tenant = await createTenant(app);
-    const scope = { organizationId: tenant.orgId, projectId: tenant.projectId, tier: 'free' };
-    const enforce = () =>
-      app.ctx.enforcement.enforce({
-        scope,
-        call: { toolName: 'x', arguments: {}, context: {} },
-        source: 'server',
-        reported: { decision: 'allow', reason: 'r' },
-        latencyMs: 1,
-      });
-    await enforce();
-    await expect.poll(async () => (await app.ctx.checkpoints.list(tenant.orgId, 1))[0]?.tree_size).toBe(1);
-    await enforce();
-    await app.app.close();
-    // The shutdown pass signed the second receipt.
-    expect((await app.ctx.checkpoints.list(tenant.orgId, 1))[0]?.tree_size).toBe(2);
-    await app.close();
+    await withTestApp({ checkpointIntervalMs: 50 }, async (app) => {
+      const tenant = await createTenant(app);
+      const scope = { organizationId: tenant.orgId, projectId: tenant.projectId, tier: 'free' };
+      const enforce = () =>
+        app.ctx.enforcement.enforce({
+          scope,
+          call: { toolName: 'x', arguments: {}, context: {} },
+          source: 'server',
+          reported: { decision: 'allow', reason: 'r' },
+          latencyMs: 1,
+        });
+      await enforce();
+      await expect.poll(async () => (await app.ctx.checkpoints.list(tenant.orgId, 1))[0]?.tree_size).toBe(1);
+      await enforce();
+      await app.app.close();
+      // The shutdown pass signed the second receipt.
+      expect((await app.ctx.checkpoints.list(tenant.orgId, 1))[0]?.tree_size).toBe(2);
+    });
   });
 });

@@ -1,23 +1,21 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   asUser,
   bearer,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
-import { verifyReceipts } from '../../ledger/verify.js';
 import { EXPORT_PAGE } from './export.js';
 
-let t: TestApp;
 let a: Tenant;
 // More than two pages, so paging joins are exercised.
 const N = 2 * EXPORT_PAGE + 7;
+const t = useTestApp();
 beforeAll(async () => {
-  t = await createTestApp();
   a = await createTenant(t);
   const scope = { organizationId: a.orgId, projectId: a.projectId, tier: 'free' };
   // Recorded through the pipeline directly: 2007 validations would hit the per-key rate limit.
@@ -33,7 +31,6 @@ beforeAll(async () => {
     ),
   );
 });
-afterAll(async () => t.close());
 
 const exportOf = (headers: Record<string, string>, query = '') =>
   t.inject({ method: 'GET', url: `/v1/receipts/export${query}`, headers });

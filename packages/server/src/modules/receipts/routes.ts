@@ -7,6 +7,7 @@ import type { Checkpoint } from '../../ledger/checkpoints.js';
 import { consistencyProof, inclusionProof } from '../../ledger/proofs.js';
 import { ReceiptTree } from '../../ledger/tree.js';
 import { AppError, notFound } from '../../lib/errors.js';
+import { NoBody } from '../../lib/schemas.js';
 import { SigningKeyMissingError } from '../../signing/model.js';
 import { intParam } from '../decisions/query.js';
 import { EXPORT_PAGE, exportChunks, planExport } from './export.js';
@@ -108,14 +109,14 @@ export const receiptRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
   // Signs a checkpoint of the chain as it is now (or returns the one that already covers it).
   app.post(
     '/v1/receipts/checkpoints',
-    { schema: { response: { 200: CheckpointSchema, 201: CheckpointSchema } } },
+    { schema: { documented: { body: NoBody }, response: { 200: CheckpointSchema, 201: CheckpointSchema } } },
     async (req, reply) => {
       const scope = await ctx.scope(req);
-      const [before] = await checkpoints.list(scope.organizationId, 1);
       const now = await signing(() => checkpoints.now(scope.organizationId));
       if (!now)
         throw new AppError('conflict', 'The receipt chain is empty: there is nothing to checkpoint yet');
-      return reply.code(before?.tree_size === now.tree_size ? 200 : 201).send(now);
+      // 200: the chain has not grown since its latest checkpoint, which is returned as it is.
+      return reply.code(now.created ? 201 : 200).send(now.checkpoint);
     },
   );
 
@@ -145,7 +146,9 @@ export const receiptRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       if (size === undefined) {
         const [latest] = await checkpoints.list(org, 1);
         checkpoint =
-          latest && latest.tree_size > sequence! ? latest : await signing(() => checkpoints.now(org));
+          latest && latest.tree_size > sequence!
+            ? latest
+            : ((await signing(() => checkpoints.now(org)))?.checkpoint ?? null);
         size = checkpoint!.tree_size;
       } else {
         if (size <= sequence! || size > length) {

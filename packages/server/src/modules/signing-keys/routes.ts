@@ -3,6 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { sendEnvelopeB } from '../../lib/envelope-b.js';
 import { AppError } from '../../lib/errors.js';
+import { NoBody } from '../../lib/schemas.js';
 import { SigningKeyMissingError } from '../../signing/model.js';
 
 const PublishedKeySchema = Type.Object({
@@ -64,6 +65,7 @@ export const signingKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = 
     {
       config: { auth: 'admin' },
       schema: {
+        documented: { body: NoBody },
         response: {
           200: Type.Object({
             kid: Type.String(),

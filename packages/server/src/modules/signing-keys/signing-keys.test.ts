@@ -1,21 +1,17 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   ADMIN_TOKEN,
   bearer,
   createTenant,
   createTestApp,
-  freshDatabase,
-  type TestApp,
+  useTestApp,
+  withTestApp,
 } from '../../../test/helpers.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 const jwks = () => t.inject({ method: 'GET', url: '/.well-known/svc-keys.json' });
 
@@ -71,29 +67,29 @@ describe('operator key rotation', () => {
 describe('operator-supplied key file', () => {
   it('answers 503 signing_key_missing in envelope B while the file cannot be read', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'svc-keyfile-'));
-    const app = await createTestApp({ signingKeyFile: join(dir, 'missing.jwk') });
     try {
-      const res = await app.inject({ method: 'GET', url: '/.well-known/svc-keys.json' });
-      expect(res.statusCode).toBe(503);
-      expect(res.json()).toEqual({
-        error: {
-          type: 'api_error',
-          code: 'signing_key_missing',
-          message: expect.any(String),
-          param: null,
-          doc_url: `${app.config.docsUrl}/errors/signing_key_missing`,
-          hint: expect.any(String),
-          request_id: res.headers['x-request-id'],
-        },
+      await withTestApp({ signingKeyFile: join(dir, 'missing.jwk') }, async (app) => {
+        const res = await app.inject({ method: 'GET', url: '/.well-known/svc-keys.json' });
+        expect(res.statusCode).toBe(503);
+        expect(res.json()).toEqual({
+          error: {
+            type: 'api_error',
+            code: 'signing_key_missing',
+            message: expect.any(String),
+            param: null,
+            doc_url: `${app.config.docsUrl}/errors/signing_key_missing`,
+            hint: expect.any(String),
+            request_id: res.headers['x-request-id'],
+          },
+        });
+        const rotate = await app.inject({
+          method: 'POST',
+          url: '/v1/admin/signing-keys/rotate',
+          headers: bearer(ADMIN_TOKEN),
+        });
+        expect(rotate.statusCode).toBe(409);
       });
-      const rotate = await app.inject({
-        method: 'POST',
-        url: '/v1/admin/signing-keys/rotate',
-        headers: bearer(ADMIN_TOKEN),
-      });
-      expect(rotate.statusCode).toBe(409);
     } finally {
-      await app.close();
       rmSync(dir, { recursive: true, force: true });
     }
   });
@@ -114,20 +110,14 @@ describe('operator-supplied key file', () => {
 });
 
 describe('one key set per database', () => {
+  const a = useTestApp();
+  const b = useTestApp({}, () => ({ database: a.database }));
+
   it('two instances on one store publish and sign with the same key', async () => {
-    const database = await freshDatabase();
-    const a = await createTestApp({}, { database });
-    const b = await createTestApp({}, { database });
-    try {
-      const ka = (await a.inject({ method: 'GET', url: '/.well-known/svc-keys.json' })).json();
-      const kb = (await b.inject({ method: 'GET', url: '/.well-known/svc-keys.json' })).json();
-      expect(ka).toEqual(kb);
-      const data = new TextEncoder().encode('x');
-      expect(await b.ctx.signing.verify(data, await a.ctx.signing.sign(data))).toBe(true);
-    } finally {
-      await a.close();
-      await b.close();
-      await database.drop();
-    }
+    const ka = (await a.inject({ method: 'GET', url: '/.well-known/svc-keys.json' })).json();
+    const kb = (await b.inject({ method: 'GET', url: '/.well-known/svc-keys.json' })).json();
+    expect(ka).toEqual(kb);
+    const data = new TextEncoder().encode('x');
+    expect(await b.ctx.signing.verify(data, await a.ctx.signing.sign(data))).toBe(true);
   });
 });

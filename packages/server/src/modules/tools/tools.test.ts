@@ -1,22 +1,17 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   asUser,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
 import type { ServiceEvent } from '../../events/bus.js';
 
 type HeaderMap = Record<string, string>;
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 /** Events of one organization published while `fn` runs. */
 async function eventsOf(orgId: string, fn: () => Promise<unknown>): Promise<ServiceEvent[]> {

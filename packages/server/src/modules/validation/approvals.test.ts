@@ -1,5 +1,6 @@
 import type { Constraint, SessionConstraints } from '@svc/policy-engine';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
+import { describe, expect, it } from 'vitest';
 import {
   collectEvents,
   ManualClock,
@@ -8,15 +9,10 @@ import {
   resolveApproval,
   setTier,
 } from '../../../test/approvals.js';
-import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../../../test/helpers.js';
-import { verifyReceipts } from '../../ledger/verify.js';
+import { createTenant, keyHeader, type Tenant, useTestApp } from '../../../test/helpers.js';
 
-let t: TestApp;
 const clock = new ManualClock();
-beforeAll(async () => {
-  t = await createTestApp({}, { clock });
-});
-afterAll(async () => t.close());
+const t = useTestApp({}, { clock });
 
 const ESCALATE: Constraint = {
   argumentName: 'amount',

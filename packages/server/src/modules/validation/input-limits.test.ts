@@ -1,24 +1,21 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { setTier } from '../../../test/approvals.js';
 import {
   asUser,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../../lib/json.js';
 
-let t: TestApp;
 let tenant: Tenant;
+const t = useTestApp();
 beforeAll(async () => {
-  t = await createTestApp();
   tenant = await createTenant(t);
   await setTier(t, tenant, 'team');
 });
-afterAll(async () => t.close());
 
 /** An object `levels` deep: {a: {a: ... {}}}, the outer object being level 1. */
 function nested(levels: number): Record<string, unknown> {

@@ -1,23 +1,20 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyCheckpointSignature, verifyInclusion } from '@svc/sdk/verify';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   asUser,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
 import { untagDigest } from '../../ledger/canonical.js';
-import { verifyCheckpointSignature } from '../../ledger/checkpoints.js';
 import { leafHash } from '../../ledger/merkle.js';
-import { verifyInclusion } from '../../ledger/proofs.js';
 import { computeReceiptHash, receiptLeafData } from '../../ledger/receipt.js';
 
-let t: TestApp;
 let a: Tenant;
+const t = useTestApp({ checkpointIntervalMs: 0 });
 beforeAll(async () => {
-  t = await createTestApp({ checkpointIntervalMs: 0 });
   a = await createTenant(t);
   await t.inject({
     method: 'POST',
@@ -26,7 +23,6 @@ beforeAll(async () => {
     payload: { toolName: 'pay', constraints: [{ argumentName: 'amount', maximum: 100 }] },
   });
 });
-afterAll(async () => t.close());
 
 const validate = (payload: object, headers: Record<string, string> = keyHeader(a.apiKey)) =>
   t.inject({ method: 'POST', url: '/v1/validate', headers, payload });
@@ -67,10 +63,10 @@ describe('POST /v1/validate (receipt-enabled validation)', () => {
       await t.inject({ method: 'GET', url: url.pathname + url.search, headers: keyHeader(a.apiKey) })
     ).json();
     const keys = (await t.inject({ method: 'GET', url: '/.well-known/svc-keys.json' })).json().keys;
-    expect(verifyCheckpointSignature(proof.checkpoint, keys)).toEqual({ ok: true });
+    expect(await verifyCheckpointSignature(proof.checkpoint, keys)).toEqual({ ok: true });
     const leaf = leafHash(receiptLeafData(receipt));
     expect(
-      verifyInclusion(
+      await verifyInclusion(
         leaf,
         receipt.sequence,
         proof.tree_size,

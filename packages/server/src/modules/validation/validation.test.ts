@@ -1,23 +1,19 @@
 import type { PolicyDefinition } from '@svc/policy-engine';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
+import { describe, expect, it } from 'vitest';
 import {
   ADMIN_TOKEN,
   bearer,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
-import { verifyReceipts } from '../../ledger/verify.js';
+import type { Clock } from '../../lib/clock.js';
 import { createPolicyRepository } from '../policies/repository.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 async function putPolicy(
   tenant: Tenant,
@@ -229,6 +225,19 @@ describe('POST /v1/tools/validate', () => {
       .execute();
     expect(rows).toEqual([]);
   });
+});
+
+// A fixed clock keeps the per-minute window from rolling over between the 60th and the 61st call.
+describe('POST /v1/tools/validate rate limits', () => {
+  const clock: Clock = { now: () => new Date('2026-11-21T12:00:30.000Z') };
+  const t = useTestApp({}, { clock });
+  const validate = (key: string, payload: unknown) =>
+    t.inject({
+      method: 'POST',
+      url: '/v1/tools/validate',
+      headers: keyHeader(key),
+      payload: payload as object,
+    });
 
   it('rate-limits per key by tier with X-RateLimit headers on every response', async () => {
     const tenant = await createTenant(t);
@@ -239,11 +248,12 @@ describe('POST /v1/tools/validate', () => {
     }
     expect(last!.headers['x-ratelimit-limit']).toBe('60');
     expect(last!.headers['x-ratelimit-remaining']).toBe('0');
-    expect(Number(last!.headers['x-ratelimit-reset'])).toBeGreaterThan(Date.now() / 1000 - 1);
+    // The window ends at the next full minute of the clock: 12:01:00.
+    expect(last!.headers['x-ratelimit-reset']).toBe(String(Date.parse('2026-11-21T12:01:00.000Z') / 1000));
     const over = await validate(tenant.apiKey, { tool_name: 'x', arguments: {} });
     expectError(over, 429, 'rate_limit_exceeded');
     expect(over.headers['x-ratelimit-remaining']).toBe('0');
-    expect(Number(over.headers['retry-after'])).toBeGreaterThan(0);
+    expect(over.headers['retry-after']).toBe('30');
 
     // Team tier: 600.
     await t.inject({
