@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_UPSTREAM_LIMITS } from '../src/modules/mcp/model.js';
-import { createTenant, createTestApp, type Tenant, type TestApp } from './helpers.js';
+import { createTenant, type Tenant, useTestApp } from './helpers.js';
 import { createUpstream, gatewayClient, rawRpc } from './mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from './mcp-upstream.js';
 
@@ -9,20 +9,16 @@ import { type McpUpstream, startMcpUpstream } from './mcp-upstream.js';
  * run and the client gets a JSON-RPC error with its request id: never an HTTP 500, never a call
  * that ran upstream without a decision on record.
  */
-let t: TestApp;
-let base: string;
 let upstream: McpUpstream;
 let tenant: Tenant;
 
+const t = useTestApp({}, { listen: true });
 beforeAll(async () => {
-  t = await createTestApp();
-  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
   upstream = await startMcpUpstream({ transport: 'streamable' });
   tenant = await createTenant(t);
   await createUpstream(t, tenant, { name: 'bounds', slug: 'bounds', url: upstream.url });
 });
 afterAll(async () => {
-  await t.close();
   await upstream.close();
 });
 
@@ -48,16 +44,16 @@ const call = (id: number | string, name: string, args: Record<string, unknown>) 
 
 describe('MCP gateway bounds on upstream answers', () => {
   it('records a result nested 3000 levels deep as a failed run and answers a JSON-RPC error, in a session and without', async () => {
-    const { client, sessionId } = await gatewayClient(base, 'bounds', tenant.apiKey);
+    const { client, sessionId } = await gatewayClient(t.url, 'bounds', tenant.apiKey);
     const key = { 'x-service-api-key': tenant.apiKey };
     const runsBefore = upstream.calls.deep ?? 0;
     const answers = [];
     for (let i = 0; i < 3; i++) {
-      const inSession = await rawRpc(`${base}/v1/mcp/bounds`, call(`deep-${i}`, 'deep', { levels: 3000 }), {
+      const inSession = await rawRpc(`${t.url}/v1/mcp/bounds`, call(`deep-${i}`, 'deep', { levels: 3000 }), {
         ...key,
         'mcp-session-id': sessionId,
       });
-      const bare = await rawRpc(`${base}/v1/mcp/bounds`, call(100 + i, 'deep', { levels: 3000 }), key);
+      const bare = await rawRpc(`${t.url}/v1/mcp/bounds`, call(100 + i, 'deep', { levels: 3000 }), key);
       answers.push([inSession, `deep-${i}`], [bare, 100 + i]);
     }
     for (const [res, id] of answers as [Awaited<ReturnType<typeof rawRpc>>, string | number][]) {
@@ -80,9 +76,9 @@ describe('MCP gateway bounds on upstream answers', () => {
   });
 
   it('records a result larger than the size bound as failed; the session then ends and a new one works', async () => {
-    const { client, sessionId } = await gatewayClient(base, 'bounds', tenant.apiKey);
+    const { client, sessionId } = await gatewayClient(t.url, 'bounds', tenant.apiKey);
     const res = await rawRpc(
-      `${base}/v1/mcp/bounds`,
+      `${t.url}/v1/mcp/bounds`,
       call(1, 'huge', { bytes: DEFAULT_UPSTREAM_LIMITS.maxMessageBytes + 1024 }),
       { 'x-service-api-key': tenant.apiKey, 'mcp-session-id': sessionId },
     );
@@ -92,13 +88,13 @@ describe('MCP gateway bounds on upstream answers', () => {
     expect(body.error.message).toMatch(/larger than 8388608 bytes/);
     expect((await decision(body.error.data.decisionId)).reason).toMatch(/upstream call failed/);
     // The upstream session was dropped with the oversized message; the client starts anew.
-    const after = await rawRpc(`${base}/v1/mcp/bounds`, call(2, 'echo', { text: 'x' }), {
+    const after = await rawRpc(`${t.url}/v1/mcp/bounds`, call(2, 'echo', { text: 'x' }), {
       'x-service-api-key': tenant.apiKey,
       'mcp-session-id': sessionId,
     });
     expect(after.status).toBe(404);
     await client.close().catch(() => {});
-    const fresh = await gatewayClient(base, 'bounds', tenant.apiKey);
+    const fresh = await gatewayClient(t.url, 'bounds', tenant.apiKey);
     const big = await fresh.client.callTool({ name: 'huge', arguments: { bytes: 1024 * 1024 } });
     expect((big.content as { text: string }[])[0]!.text).toHaveLength(1024 * 1024);
     await fresh.client.close();

@@ -2,7 +2,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTenant, createTestApp, type Tenant, type TestApp } from './helpers.js';
+import { createTenant, type Tenant, useTestApp } from './helpers.js';
 import { type Everything, startEverything } from './mcp-everything.js';
 import { createUpstream } from './mcp-helpers.js';
 
@@ -11,17 +11,15 @@ import { createUpstream } from './mcp-helpers.js';
  * state an upstream keeps per session (logging toggles, resources created in the session) never
  * leaks between API keys, projects, or two sessions of one key.
  */
-let t: TestApp;
 let everything: Everything;
 let tenant: Tenant;
 let otherProjectKey: string;
 let url: string;
 const open: Client[] = [];
 
+const t = useTestApp({}, { listen: true });
 beforeAll(async () => {
   everything = await startEverything('streamableHttp');
-  t = await createTestApp();
-  const base = await t.app.listen({ port: 0, host: '127.0.0.1' });
   tenant = await createTenant(t);
   const second = await t.inject({
     method: 'POST',
@@ -32,11 +30,10 @@ beforeAll(async () => {
   otherProjectKey = second.json().apiKey;
   // Organization-wide: both projects' keys reach the same upstream configuration.
   await createUpstream(t, tenant, { name: 'shared', slug: 'shared', url: everything.url, timeoutMs: 10_000 });
-  url = `${base}/v1/mcp/shared`;
+  url = `${t.url}/v1/mcp/shared`;
 });
 afterAll(async () => {
   await Promise.all(open.map((c) => c.close().catch(() => {})));
-  await t.close();
   await everything.stop();
 });
 

@@ -24,6 +24,8 @@ export async function waitFor<T>(
 export interface SseEvent {
   event: string;
   data: unknown;
+  /** The event's `id:` line, when it has one. */
+  id?: string;
 }
 
 /** A raw SSE reader over node:http, keeping comments and events as they arrive. */
@@ -39,9 +41,28 @@ export class SseClient {
   res: http.IncomingMessage | null = null;
 
   static open(url: string, headers: Record<string, string> = {}): Promise<SseClient> {
+    return SseClient.request(url, 'GET', headers);
+  }
+
+  /** A POST whose answer is read as it arrives (an SSE answer, or a JSON body in `body`). */
+  static post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<SseClient> {
+    return SseClient.request(
+      url,
+      'POST',
+      { 'content-type': 'application/json', ...headers },
+      JSON.stringify(body),
+    );
+  }
+
+  private static request(
+    url: string,
+    method: string,
+    headers: Record<string, string>,
+    body?: string,
+  ): Promise<SseClient> {
     const c = new SseClient();
     return new Promise((resolve, reject) => {
-      c.req = http.get(url, { headers }, (res) => {
+      c.req = http.request(url, { method, headers }, (res) => {
         c.res = res;
         c.status = res.statusCode ?? 0;
         c.headers = res.headers;
@@ -59,6 +80,7 @@ export class SseClient {
         c.ended = true;
         if (!c.res) reject(err);
       });
+      c.req.end(body);
     });
   }
 
@@ -71,12 +93,15 @@ export class SseClient {
       this.buffer = this.buffer.slice(i + 2);
       let event = 'message';
       let data: string | null = null;
+      let id: string | undefined;
       for (const line of block.split('\n')) {
         if (line.startsWith(':')) this.comments.push(line.slice(1));
         else if (line.startsWith('event: ')) event = line.slice(7);
+        else if (line.startsWith('id: ')) id = line.slice(4);
         else if (line.startsWith('data: ')) data = line.slice(6);
       }
-      if (data !== null) this.events.push({ event, data: JSON.parse(data) });
+      if (data !== null)
+        this.events.push({ event, data: JSON.parse(data), ...(id !== undefined ? { id } : {}) });
       i = this.buffer.indexOf('\n\n');
     }
   }

@@ -1,13 +1,14 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   asUser,
   bearer,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
   type TestApp,
+  useTestApp,
+  withTestApp,
 } from '../../test/helpers.js';
 import { SseClient, waitFor } from '../../test/streams.js';
 
@@ -20,28 +21,22 @@ const validate = (t: TestApp, tenant: Tenant, tool = 'send_email') =>
   });
 
 describe('GET /v1/events/stream (SSE)', () => {
-  let t: TestApp;
-  let url: string;
   let a: Tenant;
   let b: Tenant;
   const open: SseClient[] = [];
   const connect = async (query = '', headers: Record<string, string> = {}) => {
-    const c = await SseClient.open(`${url}/v1/events/stream${query}`, headers);
+    const c = await SseClient.open(`${t.url}/v1/events/stream${query}`, headers);
     open.push(c);
     return c;
   };
 
+  const t = useTestApp({}, { streams: { sseHeartbeatMs: 50 }, listen: true });
   beforeAll(async () => {
-    t = await createTestApp({}, { streams: { sseHeartbeatMs: 50 } });
-    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
     a = await createTenant(t);
     b = await createTenant(t);
   });
   afterEach(() => {
     for (const c of open.splice(0)) c.close();
-  });
-  afterAll(async () => {
-    await t.close();
   });
 
   it('sends :ok, then each event as event/data, with the streaming headers', async () => {
@@ -168,13 +163,12 @@ describe('GET /v1/events/stream (SSE)', () => {
 
 describe('SSE slow consumers and shutdown', () => {
   it('drops a client that stops reading, without affecting the others', async () => {
-    const t = await createTestApp({}, { streams: { maxBufferedBytes: 64 * 1024, sseHeartbeatMs: 60_000 } });
-    try {
-      const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    const streams = { maxBufferedBytes: 64 * 1024, sseHeartbeatMs: 60_000 };
+    await withTestApp({}, { streams, listen: true }, async (t) => {
       const a = await createTenant(t);
-      const slow = await SseClient.open(`${url}/v1/events/stream`, keyHeader(a.apiKey));
+      const slow = await SseClient.open(`${t.url}/v1/events/stream`, keyHeader(a.apiKey));
       slow.res!.pause();
-      const good = await SseClient.open(`${url}/v1/events/stream`, keyHeader(a.apiKey));
+      const good = await SseClient.open(`${t.url}/v1/events/stream`, keyHeader(a.apiKey));
       await waitFor(() => t.ctx.streams.size === 2, 'two streams');
       const blob = 'x'.repeat(16 * 1024);
       // Paced by the good client: it keeps up, the slow one's buffer (kernel, then ours) fills.
@@ -190,18 +184,16 @@ describe('SSE slow consumers and shutdown', () => {
       await good.waitForEvent((e) => e.event === 'after', 'event after the drop');
       slow.close();
       good.close();
-    } finally {
-      await t.close();
-    }
+    });
   });
 
   it('ends open streams when the server closes', async () => {
-    const t = await createTestApp();
-    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
-    const a = await createTenant(t);
-    const c = await SseClient.open(`${url}/v1/events/stream`, keyHeader(a.apiKey));
-    await waitFor(() => c.comments.includes('ok'), ':ok');
-    await t.close();
-    await waitFor(() => c.ended, 'stream end');
+    await withTestApp({}, { listen: true }, async (t) => {
+      const a = await createTenant(t);
+      const c = await SseClient.open(`${t.url}/v1/events/stream`, keyHeader(a.apiKey));
+      await waitFor(() => c.comments.includes('ok'), ':ok');
+      await t.close();
+      await waitFor(() => c.ended, 'stream end');
+    });
   });
 });

@@ -70,9 +70,13 @@ export class SseWriter {
     return true;
   }
 
-  /** One event: `event:` line (omitted for the default type "message"), then the data line. */
-  event(data: string, type?: string): boolean {
-    return this.write(type ? `event: ${type}\ndata: ${data}\n\n` : `data: ${data}\n\n`);
+  /**
+   * One event: `id:` line (when given: what a client sends back as Last-Event-ID to resume),
+   * `event:` line (omitted for the default type "message"), then the data line.
+   */
+  event(data: string, type?: string, id?: string): boolean {
+    const head = (id !== undefined ? `id: ${id}\n` : '') + (type ? `event: ${type}\n` : '');
+    return this.write(`${head}data: ${data}\n\n`);
   }
 
   heartbeat(recheck: () => Promise<boolean>): void {

@@ -1,11 +1,12 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   bearer,
   createTenant,
-  createTestApp,
   keyHeader,
   type Tenant,
   type TestApp,
+  useTestApp,
+  withTestApp,
 } from '../../test/helpers.js';
 import { WsClient, waitFor } from '../../test/streams.js';
 
@@ -20,7 +21,6 @@ const validate = (t: TestApp, tenant: Tenant, tool: string) =>
 const toolOf = (f: { data: Record<string, unknown> }) => f.data.toolName;
 
 describe('GET /ws (WebSocket)', () => {
-  let t: TestApp;
   let wsUrl: string;
   let a: Tenant;
   let b: Tenant;
@@ -31,18 +31,15 @@ describe('GET /ws (WebSocket)', () => {
     return c;
   };
 
+  // Short enough for quick tests, long enough that a loaded machine still answers pings in time.
+  const t = useTestApp({}, { streams: { wsHeartbeatMs: 250 }, listen: true });
   beforeAll(async () => {
-    // Short enough for quick tests, long enough that a loaded machine still answers pings in time.
-    t = await createTestApp({}, { streams: { wsHeartbeatMs: 250 } });
-    wsUrl = (await t.app.listen({ port: 0, host: '127.0.0.1' })).replace(/^http/, 'ws');
+    wsUrl = t.url.replace(/^http/, 'ws');
     a = await createTenant(t);
     b = await createTenant(t);
   });
   afterEach(() => {
     for (const c of open.splice(0)) c.close();
-  });
-  afterAll(async () => {
-    await t.close();
   });
 
   it('delivers {type, data} JSON text frames of the user organization', async () => {
@@ -124,9 +121,9 @@ describe('GET /ws (WebSocket)', () => {
 
 describe('WebSocket slow consumers and shutdown', () => {
   it('drops a client that stops reading, without affecting the others', async () => {
-    const t = await createTestApp({}, { streams: { maxBufferedBytes: 64 * 1024, wsHeartbeatMs: 60_000 } });
-    try {
-      const wsUrl = (await t.app.listen({ port: 0, host: '127.0.0.1' })).replace(/^http/, 'ws');
+    const streams = { maxBufferedBytes: 64 * 1024, wsHeartbeatMs: 60_000 };
+    await withTestApp({}, { streams, listen: true }, async (t) => {
+      const wsUrl = t.url.replace(/^http/, 'ws');
       const a = await createTenant(t);
       const slow = await WsClient.open(`${wsUrl}/ws?token=${a.token}`);
       slow.ws.pause();
@@ -144,33 +141,28 @@ describe('WebSocket slow consumers and shutdown', () => {
       await good.waitForFrame((f) => f.type === 'after', 'frame after the drop');
       slow.close();
       good.close();
-    } finally {
-      await t.close();
-    }
+    });
   });
 
   it('closes connections with 1001 when the server shuts down', async () => {
-    const t = await createTestApp();
-    const wsUrl = (await t.app.listen({ port: 0, host: '127.0.0.1' })).replace(/^http/, 'ws');
-    const a = await createTenant(t);
-    const c = await WsClient.open(`${wsUrl}/ws?token=${a.token}`);
-    await waitFor(() => t.ctx.streams.size === 1, 'registered');
-    await t.close();
-    await waitFor(() => c.closed, 'close');
-    expect(c.closeCode).toBe(1001);
+    await withTestApp({}, { listen: true }, async (t) => {
+      const a = await createTenant(t);
+      const c = await WsClient.open(`${t.url.replace(/^http/, 'ws')}/ws?token=${a.token}`);
+      await waitFor(() => t.ctx.streams.size === 1, 'registered');
+      await t.close();
+      await waitFor(() => c.closed, 'close');
+      expect(c.closeCode).toBe(1001);
+    });
   });
 
   it('does not disturb the rest of the API (auth and error envelope)', async () => {
-    const t = await createTestApp();
-    try {
+    await withTestApp({}, async (t) => {
       const a = await createTenant(t);
       const res = await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer('bad') });
       expect(res.statusCode).toBe(401);
       expect(res.json().error.code).toBe('unauthorized');
       const ok = await t.inject({ method: 'GET', url: '/v1/tools', headers: keyHeader(a.apiKey) });
       expect(ok.statusCode).toBe(200);
-    } finally {
-      await t.close();
-    }
+    });
   });
 });

@@ -1,13 +1,34 @@
 import { createRequire } from 'node:module';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import { Type } from '@sinclair/typebox';
+import { type TSchema, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifySchema, RouteOptions } from 'fastify';
 import type { Config } from '../config.js';
 import { type ErrorCode, STATUS_BY_CODE } from '../lib/errors.js';
+import { OPTIONAL_BODY } from '../lib/schemas.js';
 import type { AuthMode } from './auth.js';
 
 const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
+
+/** What a route documents without declaring it to Fastify (see `FastifySchema.documented`). */
+export interface DocumentedOnly {
+  /** A schema, or `{content: {mediaType: {schema}}}` for a body taken in several media types. */
+  body?: TSchema | { content: Record<string, { schema: TSchema }> };
+  headers?: TSchema;
+  /** By status, as `schema.response`; a schema may list `content` by media type. */
+  response?: Record<string, TSchema | Record<string, unknown>>;
+}
+
+declare module 'fastify' {
+  interface FastifySchema {
+    /**
+     * Described in /openapi.json, never validated or serialized. For what validation would break: the
+     * JSON-RPC messages of the MCP endpoints (a malformed one gets a JSON-RPC error, not a 400 of the
+     * API) and the bodies of actions that take none (`NoBody`, a body sent is ignored as always).
+     */
+    documented?: DocumentedOnly;
+  }
+}
 
 const SECURITY_SCHEMES = {
   apiKey: {
@@ -64,7 +85,7 @@ const WHY: Record<number, string> = {
 };
 
 /** The error envelope of one status, listing the codes the error table maps to it. */
-function errorResponse(status: number) {
+export function errorResponse(status: number) {
   const codes = (Object.keys(STATUS_BY_CODE) as ErrorCode[]).filter((c) => STATUS_BY_CODE[c] === status);
   return {
     description: `${WHY[status] ?? 'Error'}: ${codes.join(', ')}`,
@@ -116,20 +137,51 @@ function tagOf(url: string): string {
  * serialization stay as declared.
  */
 function documentRoute({ schema, url, route }: { schema: FastifySchema; url: string; route: RouteOptions }) {
-  const own = (schema ?? {}) as FastifySchema & { response?: Record<string, unknown>; tags?: string[] };
+  const { documented, ...own } = (schema ?? {}) as FastifySchema & {
+    response?: Record<string, unknown>;
+    tags?: string[];
+  };
   const mode: AuthMode = route.config?.auth ?? 'any';
-  const response: Record<string, unknown> = { ...own.response };
-  if (!Object.keys(response).some((s) => s.startsWith('2'))) response['2xx'] = { description: 'Success' };
-  for (const status of errorStatuses(route, own, mode)) response[status] ??= errorResponse(status);
+  // Every route declares its success (the API document test holds it to that): no generic 2xx.
+  const response: Record<string, unknown> = { ...own.response, ...documented?.response };
+  for (const status of errorStatuses(route, own, mode)) {
+    const standard = errorResponse(status);
+    const mine = documented?.response?.[status] as { description?: string } | undefined;
+    // A documented answer on a standard error status (a JSON-RPC error) is one of two possible bodies.
+    response[status] = mine
+      ? { description: `${mine.description ?? ''} Or ${standard.description}`, anyOf: [mine, standard] }
+      : (response[status] ?? standard);
+  }
   return {
     url,
     schema: {
       ...own,
+      ...(documented?.body && !own.body ? { body: documented.body } : {}),
+      ...(documented?.headers && !own.headers ? { headers: documented.headers } : {}),
       tags: own.tags ?? [tagOf(route.url)],
       security: security(mode, route.config?.queryApiKey === true),
       response,
     },
   };
+}
+
+/**
+ * The generator marks every request body required (Fastify needs one where it validates one); the
+ * bodies marked optional (`NoBody`) are not.
+ */
+function optionalBodies({ openapiObject }: { openapiObject: Record<string, unknown> }) {
+  const paths = (openapiObject.paths ?? {}) as Record<string, Record<string, Record<string, unknown>>>;
+  for (const operation of Object.values(paths).flatMap((methods) => Object.values(methods))) {
+    const body = operation.requestBody as
+      | { required?: boolean; content?: Record<string, { schema?: Record<string, unknown> }> }
+      | undefined;
+    const schemas = Object.values(body?.content ?? {}).map((c) => c.schema ?? {});
+    if (body && schemas.some((s) => s[OPTIONAL_BODY] === true)) {
+      body.required = false;
+      for (const s of schemas) delete s[OPTIONAL_BODY];
+    }
+  }
+  return openapiObject;
 }
 
 /** The path the interactive reference is served at: SVC_DOCS_URL's path (default /docs). */
@@ -162,6 +214,7 @@ export async function registerOpenApi(app: FastifyInstance, config: Config): Pro
       components: { securitySchemes: SECURITY_SCHEMES },
     },
     transform: documentRoute,
+    transformObject: optionalBodies as never,
   });
 
   app.get(

@@ -1,34 +1,21 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  asUser,
-  createTenant,
-  createTestApp,
-  keyHeader,
-  type Tenant,
-  type TestApp,
-} from '../../../test/helpers.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { asUser, createTenant, keyHeader, type Tenant, useTestApp } from '../../../test/helpers.js';
 import { rawRpc } from '../../../test/mcp-helpers.js';
 
-let t: TestApp;
-let base: string;
 const clients: Client[] = [];
 
-beforeAll(async () => {
-  t = await createTestApp();
-  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
-});
+const t = useTestApp({}, { listen: true });
 afterAll(async () => {
   await Promise.all(clients.map((c) => c.close().catch(() => {})));
-  await t.close();
 });
 
 async function charterClient(tenant: Tenant): Promise<Client> {
   const client = new Client({ name: 'charter-test', version: '1.0.0' });
   await client.connect(
-    new StreamableHTTPClientTransport(new URL(`${base}/v1/mcp/charter`), {
+    new StreamableHTTPClientTransport(new URL(`${t.url}/v1/mcp/charter`), {
       requestInit: { headers: { authorization: `Bearer ${tenant.apiKey}` } },
     }),
   );
@@ -213,7 +200,7 @@ describe('POST /v1/mcp/charter', () => {
 
   it('speaks bare JSON-RPC, refuses malformed messages and GET, and needs an API key', async () => {
     const tenant = await createTenant(t);
-    const url = `${base}/v1/mcp/charter`;
+    const url = `${t.url}/v1/mcp/charter`;
     const list = await rawRpc(url, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, keyHeader(tenant.apiKey));
     expect(list.json().result.tools).toHaveLength(5);
     const unknownMethod = await rawRpc(

@@ -1,19 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTenant, createTestApp, type Tenant, type TestApp } from '../../../test/helpers.js';
+import { createTenant, type Tenant, useTestApp } from '../../../test/helpers.js';
 import { createUpstream, putPolicy, rawRpc, readEvents } from '../../../test/mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
 
-let t: TestApp;
-let base: string;
 let upstream: McpUpstream;
 
+const t = useTestApp({}, { listen: true });
 beforeAll(async () => {
-  t = await createTestApp();
-  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
   upstream = await startMcpUpstream({ transport: 'streamable' });
 });
 afterAll(async () => {
-  await t.close();
   await upstream.close();
 });
 
@@ -22,7 +18,7 @@ async function setup(extra: Record<string, unknown> = {}) {
   const tenant = await createTenant(t);
   const slug = `proto-${++n}`;
   const created = await createUpstream(t, tenant, { name: slug, slug, url: upstream.url, ...extra });
-  return { tenant, slug, id: created.id, url: `${base}/v1/mcp/${slug}` };
+  return { tenant, slug, id: created.id, url: `${t.url}/v1/mcp/${slug}` };
 }
 
 const key = (tenant: Tenant) => ({ 'x-service-api-key': tenant.apiKey });
@@ -190,7 +186,7 @@ describe('MCP data plane over plain HTTP', () => {
     const stream = await fetch(url);
     expect(stream.status).toBe(401);
     expect(await stream.json()).toMatchObject({ error: { code: 'unauthorized' } });
-    const charter = await rawRpc(`${base}/v1/mcp/charter`, ping);
+    const charter = await rawRpc(`${t.url}/v1/mcp/charter`, ping);
     expect(charter.status).toBe(401);
   });
 
@@ -231,7 +227,7 @@ describe('MCP data plane over plain HTTP', () => {
     });
     const slug = `scoped-${n}`;
     await createUpstream(t, tenant, { name: slug, slug, url: upstream.url, projectId: tenant.projectId });
-    const scopedUrl = `${base}/v1/mcp/${slug}`;
+    const scopedUrl = `${t.url}/v1/mcp/${slug}`;
     const own = await rawRpc(scopedUrl, { jsonrpc: '2.0', id: 1, method: 'ping' }, key(tenant));
     expect(own.json()).toEqual({ jsonrpc: '2.0', id: 1, result: {} });
     const other = await rawRpc(
@@ -256,7 +252,7 @@ describe('MCP data plane over plain HTTP', () => {
   it('answers 404 for an unknown slug and 503 for a disabled upstream', async () => {
     const { tenant, id, url } = await setup();
     const unknown = await rawRpc(
-      `${base}/v1/mcp/nope-nope`,
+      `${t.url}/v1/mcp/nope-nope`,
       { jsonrpc: '2.0', id: 1, method: 'ping' },
       key(tenant),
     );

@@ -9,9 +9,19 @@ import { applyRateLimit } from '../../plugins/rate-limit.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import type { UpstreamDirectory } from './directory.js';
 import type { Gateway } from './gateway.js';
-import { acceptsSse, classify, RPC, rpcError, sendRpc, useRpcBodyParser, wantsSse } from './jsonrpc.js';
+import {
+  acceptsSse,
+  classify,
+  RPC,
+  type RpcResponse,
+  rpcError,
+  sendRpc,
+  useRpcBodyParser,
+  wantsSse,
+} from './jsonrpc.js';
 import { PendingReply } from './reply.js';
 import type { UpstreamRow } from './repository.js';
+import { GatewayEnd, GatewayPost, GatewayStream } from './rpc-schemas.js';
 import { visibleTo } from './service.js';
 import type { GatewaySession, McpSessions } from './sessions.js';
 import type { EventStreams } from './sse.js';
@@ -65,13 +75,29 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
     return session;
   }
 
+  /**
+   * The id of a one-event SSE answer: recorded in the session's replay log like any stream (it is
+   * one), or for a session-less request a unique id nothing can resume from.
+   */
+  function oneEvent(session: GatewaySession | null, answer: RpcResponse): string {
+    if (!session) return `p-${randomUUID()}`;
+    return session.log.append(session.log.stream('p'), JSON.stringify(answer));
+  }
+
   const rateLimit = async (key: KeyPrincipal, reply: FastifyReply) =>
     // The same budget as POST /v1/tools/validate: one budget of checked calls per key, whichever path.
     applyRateLimit(ctx.rateLimiter, 'validate', key, reply, ctx.clock.now().getTime());
 
   app.post(
     '/v1/mcp/:upstreamSlug',
-    { config: { auth: 'apiKey' }, schema: { params: SlugParams } },
+    {
+      config: { auth: 'apiKey' },
+      schema: {
+        summary: 'Send one MCP message to the upstream',
+        params: SlugParams,
+        documented: GatewayPost,
+      },
+    },
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;
       const upstream = await upstreamFor(key, req.params.upstreamSlug);
@@ -102,7 +128,7 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
           incoming.message,
         );
         if ('result' in answer) reply.header('mcp-session-id', created.id);
-        return sendRpc(reply, answer, wantsSse(req.headers.accept));
+        return sendRpc(reply, answer, wantsSse(req.headers.accept), 200, () => oneEvent(created, answer));
       }
       const session = existingSession(req, key, upstream);
       if (incoming.kind === 'notification') {
@@ -116,12 +142,15 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
       const request = incoming.message;
       if (request.method === 'tools/call') await rateLimit(key, reply);
       const connectionId = session?.id ?? randomUUID();
-      const pending = new PendingReply(session !== null && acceptsSse(req.headers.accept));
+      const pending = new PendingReply(session !== null && acceptsSse(req.headers.accept), session);
       void gateway
         .dispatch({ ...caller, connectionId, sessionId: session?.id ?? null }, session, request, pending)
         .then((answer) => pending.finish(answer));
       const outcome = await pending.outcome;
-      if (outcome.kind === 'json') return sendRpc(reply, outcome.response, wantsSse(req.headers.accept));
+      if (outcome.kind === 'json')
+        return sendRpc(reply, outcome.response, wantsSse(req.headers.accept), 200, () =>
+          oneEvent(session, outcome.response),
+        );
       // The upstream sent messages for this request before answering: they and then the answer go as SSE.
       pending.attach(streams.writer(req, reply, session?.id ?? null));
       return reply;
@@ -130,12 +159,43 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
 
   app.get(
     '/v1/mcp/:upstreamSlug',
-    { config: { auth: 'apiKey' }, schema: { params: SlugParams } },
+    {
+      config: { auth: 'apiKey' },
+      schema: {
+        summary: 'The MCP server-to-client stream',
+        params: SlugParams,
+        documented: GatewayStream,
+      },
+    },
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;
       const upstream = await upstreamFor(key, req.params.upstreamSlug);
       const owner = { keyId: key.keyId, upstreamId: upstream.id };
       const session = existingSession(req, key, upstream);
+      const lastEventId = req.headers['last-event-id'];
+      let resumed: ReturnType<GatewaySession['resume']> = null;
+      if (typeof lastEventId === 'string' && lastEventId !== '') {
+        if (!session)
+          throw new AppError(
+            'validation_failed',
+            'Last-Event-ID resumes a stream of an MCP session: send it with Mcp-Session-Id (the key-wide decision feed is not resumable)',
+          );
+        resumed = session.resume(lastEventId);
+        if (!resumed)
+          throw new AppError(
+            'conflict',
+            `Cannot resume after event "${lastEventId.slice(0, 100)}": it is not an event of this session, or later events of the session are no longer held (the last ${sessions.limits.replay.events} events, at most ${sessions.limits.replay.bytes} bytes, are kept); open a new stream without Last-Event-ID`,
+          );
+        if (resumed.kind === 'p') {
+          // A POST's answer stream: the events missed, then (if its response is still to come) the rest.
+          const writer = streams.writer(req, reply, session.id);
+          for (const e of resumed.events) writer.event(e.data, e.type, e.id);
+          if (resumed.reply) resumed.reply.resume(writer);
+          else writer.close();
+          return reply;
+        }
+        session.replaceStream(resumed.stream);
+      }
       if (session && !session.canAddStream())
         throw new AppError(
           'conflict',
@@ -144,8 +204,11 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
       const raw = presentedKey(req);
       const slug = req.params.upstreamSlug;
       // Without a session the stream is a feed of every decision of this key on the upstream.
-      const writer = streams.start(req, reply, {
+      const stream = streams.start(req, reply, {
         sessionId: session?.id ?? null,
+        key: resumed?.stream ?? session?.log.stream('g') ?? 'g1',
+        log: session?.log ?? null,
+        ...(resumed ? { replay: resumed.events } : {}),
         subscribe: (handler) => sessions.subscribe(session ? { sessionId: session.id } : owner, handler),
         touch: () => {
           if (session) void sessions.get(session.id, owner);
@@ -159,14 +222,22 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
         },
       });
       // The session's upstream messages (and those that waited for a stream) come on this one.
-      session?.addStream(writer);
+      session?.addStream(stream);
       return reply;
     },
   );
 
   app.delete(
     '/v1/mcp/:upstreamSlug',
-    { config: { auth: 'apiKey' }, schema: { params: SlugParams } },
+    {
+      config: { auth: 'apiKey' },
+      schema: {
+        summary: 'End an MCP session',
+        params: SlugParams,
+        documented: GatewayEnd,
+        response: { 204: Type.Null({ description: 'The session ended' }) },
+      },
+    },
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;
       const upstream = await upstreamFor(key, req.params.upstreamSlug);
@@ -174,7 +245,7 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
       if (id === null)
         throw new AppError('validation_failed', 'Mcp-Session-Id header is required to end a session');
       if (!sessions.delete(id, { keyId: key.keyId, upstreamId: upstream.id })) throw notFound('MCP session');
-      return reply.code(204).send();
+      return reply.code(204).send(null);
     },
   );
 };

@@ -1,34 +1,23 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  asUser,
-  createTenant,
-  createTestApp,
-  keyHeader,
-  type Tenant,
-  type TestApp,
-} from '../../../test/helpers.js';
+import { asUser, createTenant, keyHeader, type Tenant, useTestApp } from '../../../test/helpers.js';
 import { createUpstream, gatewayClient, putPolicy, setTier } from '../../../test/mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
 import type { EnforceRequest } from '../../enforcement/model.js';
 import { hashJson } from '../../ledger/canonical.js';
 
-let t: TestApp;
-let base: string;
 let streamable: McpUpstream;
 let sse: McpUpstream;
 const clients: Client[] = [];
 
+const t = useTestApp({}, { listen: true });
 beforeAll(async () => {
-  t = await createTestApp();
-  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
   streamable = await startMcpUpstream({ transport: 'streamable' });
   sse = await startMcpUpstream({ transport: 'sse' });
 });
 afterAll(async () => {
   await Promise.all(clients.map((c) => c.close().catch(() => {})));
-  await t.close();
   await streamable.close();
   await sse.close();
 });
@@ -42,7 +31,7 @@ async function setup(url: string, transport = 'mcp-streamable-http', extra: Reco
 }
 
 async function connect(slug: string, tenant: Tenant) {
-  const c = await gatewayClient(base, slug, tenant.apiKey);
+  const c = await gatewayClient(t.url, slug, tenant.apiKey);
   clients.push(c.client);
   return c;
 }
@@ -225,7 +214,7 @@ describe('MCP gateway decisions', () => {
     const before = await rpcFailure(connect(slug, tenant));
     expect(before.code).toBe(-32603);
     expect(before.message).toMatch(/failed/);
-    const res = await fetch(`${base}/v1/mcp/${slug}`, {
+    const res = await fetch(`${t.url}/v1/mcp/${slug}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...keyHeader(tenant.apiKey) },
       body: JSON.stringify({

@@ -67,18 +67,33 @@ const STATELESS_INITIALIZE: Params = {
   clientInfo: GATEWAY_CLIENT_INFO,
 };
 
-/** The upstream's failure as the client sees it: its own JSON-RPC error unchanged, else -32603. */
+/**
+ * The upstream's failure as the client sees it: its own JSON-RPC error unchanged, else -32603.
+ * `decision` (a tool call's record: tool, reason, decisionId, receipt) goes into the error's data:
+ * for the upstream's own error, whose data the client may need as it is (a -32042 carries the URL
+ * elicitations to complete), the upstream's data object stays whole and the receipt is added under
+ * its `_meta` (`veto_receipt`, `veto_decision`), as in a result; data that is not an object is left
+ * alone (the decision is in the log and on the session's stream).
+ */
 function upstreamFailure(
   id: RpcId,
   slug: string,
   e: UpstreamError,
-  data?: Record<string, unknown>,
+  decision?: { tool: string; reason: string; decisionId: string; receipt: unknown },
 ): RpcResponse {
   if (e.rpc) {
-    if (!data) return rpcError(id, e.rpc.code, e.rpc.message, e.rpc.data);
-    return rpcError(id, e.rpc.code, e.rpc.message, { ...data, upstreamError: e.rpc });
+    const data = e.rpc.data;
+    if (!decision || (data !== undefined && !isObject(data)))
+      return rpcError(id, e.rpc.code, e.rpc.message, data);
+    const { receipt, ...rest } = decision;
+    const own = data ?? {};
+    const meta = isObject(own._meta) ? own._meta : {};
+    return rpcError(id, e.rpc.code, e.rpc.message, {
+      ...own,
+      _meta: { ...meta, veto_receipt: receipt, veto_decision: rest },
+    });
   }
-  return rpcError(id, RPC.internal, `Upstream "${slug}" failed: ${e.message}`, data);
+  return rpcError(id, RPC.internal, `Upstream "${slug}" failed: ${e.message}`, decision);
 }
 
 export function createGateway({ enforcement, sessions, open, limits, clock, log }: GatewayDeps) {

@@ -144,14 +144,22 @@ export function wantsSse(accept: string | undefined): boolean {
   return a.includes('text/event-stream') && !a.includes('application/json') && !a.includes('*/*');
 }
 
-export function sendRpc(reply: FastifyReply, message: RpcResponse, sse: boolean, status = 200): FastifyReply {
+export function sendRpc(
+  reply: FastifyReply,
+  message: RpcResponse,
+  sse: boolean,
+  status = 200,
+  /** The event's id, asked for only when the answer goes as SSE (a one-event stream). */
+  eventId?: () => string,
+): FastifyReply {
   const json = JSON.stringify(message);
   if (sse && status === 200) {
+    const id = eventId ? `id: ${eventId()}\n` : '';
     return reply
       .code(200)
       .header('content-type', 'text/event-stream')
       .header('cache-control', 'no-cache')
-      .send(`event: message\ndata: ${json}\n\n`);
+      .send(`${id}event: message\ndata: ${json}\n\n`);
   }
   return reply.code(status).header('content-type', 'application/json; charset=utf-8').send(json);
 }

@@ -1,3 +1,5 @@
+import { DEFAULT_REPLAY_LIMITS, type ReplayLimits } from './replay.js';
+
 /** Who may use a gateway session: the key that opened it, on the upstream it was opened for. */
 export interface SessionOwner {
   keyId: string;
@@ -42,6 +44,8 @@ export interface SessionLimits {
   streamsPerSession: number;
   /** Upstream messages held for a client with no open stream, oldest dropped first. */
   backlog: number;
+  /** SSE events kept per session for resumption with Last-Event-ID. */
+  replay: ReplayLimits;
 }
 
 export const DEFAULT_SESSION_LIMITS: SessionLimits = {
@@ -51,6 +55,7 @@ export const DEFAULT_SESSION_LIMITS: SessionLimits = {
   idleMs: 15 * 60_000,
   streamsPerSession: 4,
   backlog: 256,
+  replay: DEFAULT_REPLAY_LIMITS,
 };
 
 /** Bounds on what the gateway accepts from an upstream. */

@@ -91,8 +91,8 @@ describe('GatewaySession routing', () => {
   it('sends progress to the request that carries its token, and waits for a stream otherwise', async () => {
     const sessions = make({});
     const s = opened(sessions, { keyId: 'a', upstreamId: 'u' });
-    const withToken = new PendingReply(true);
-    const other = new PendingReply(true);
+    const withToken = new PendingReply(true, s);
+    const other = new PendingReply(true, s);
     s.begin('r1', withToken, 'tok-1');
     s.begin('r2', other, 'tok-2');
     s.deliver({

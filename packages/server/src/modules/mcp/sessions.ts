@@ -1,4 +1,3 @@
-import type { SseWriter } from '../../events/sse.js';
 import { uuidv7 } from '../../lib/ids.js';
 import { isObject, type RpcId } from './jsonrpc.js';
 import {
@@ -9,7 +8,8 @@ import {
   type SessionLimits,
   type SessionOwner,
 } from './model.js';
-import type { PendingReply } from './reply.js';
+import { type McpStream, type ReplayBudget, type Replayed, ReplayLog, type StreamKey } from './replay.js';
+import type { PendingReply, ReplyHost } from './reply.js';
 import type { UpstreamMessage, UpstreamSession } from './upstream-session.js';
 
 /** A client request in flight: where its related messages go, and its id upstream. */
@@ -30,13 +30,17 @@ const idKey = (id: RpcId) => (typeof id === 'number' ? `n${id}` : `s${id}`);
  * requests (sampling, elicitation, roots) to a request in flight or the GET stream, other
  * notifications to the GET stream, else they wait (bounded) until the client opens one.
  */
-export class GatewaySession {
+export class GatewaySession implements ReplyHost {
   upstream: UpstreamSession | null = null;
   lastSeen: number;
   closed = false;
+  /** Every SSE event of the session (POST answers and GET streams), for resumption. */
+  readonly log: ReplayLog;
   private readonly inflight = new Map<RpcId, InFlight>();
   private readonly serverRequests = new Set<string>();
-  private readonly streams: SseWriter[] = [];
+  private readonly streams: McpStream[] = [];
+  /** POST replies answered as a stream whose response is still to come: resumable onto a new connection. */
+  private readonly live = new Map<StreamKey, PendingReply>();
   private backlog: UpstreamMessage[] = [];
 
   constructor(
@@ -44,8 +48,36 @@ export class GatewaySession {
     readonly owner: SessionOwner,
     private readonly limits: SessionLimits,
     now: number,
+    budget: ReplayBudget = { used: 0 },
   ) {
     this.lastSeen = now;
+    this.log = new ReplayLog(limits.replay, budget);
+  }
+
+  track(key: StreamKey, reply: PendingReply): void {
+    this.live.set(key, reply);
+  }
+
+  untrack(key: StreamKey): void {
+    this.live.delete(key);
+  }
+
+  /**
+   * What a GET with Last-Event-ID resumes: the stream the id names, its events after the id, and
+   * for a POST answer still waiting for its response, that reply. Null when the id is not this
+   * session's or events after it are no longer held.
+   */
+  resume(
+    lastEventId: string,
+  ): { stream: StreamKey; kind: 'g' | 'p'; events: Replayed[]; reply: PendingReply | null } | null {
+    const found = this.log.after(lastEventId);
+    if (!found) return null;
+    return { ...found, reply: this.live.get(found.stream) ?? null };
+  }
+
+  /** Closes the open GET stream with this key (a resumption replaces its connection). */
+  replaceStream(key: StreamKey): void {
+    for (const s of [...this.streams]) if (s.key === key) s.writer.close();
   }
 
   /** Registers a client request; false if that id is already in flight (a JSON-RPC id must be unique). */
@@ -111,7 +143,7 @@ export class GatewaySession {
   private toStream(msg: UpstreamMessage): boolean {
     const data = JSON.stringify(msg);
     for (let i = this.streams.length - 1; i >= 0; i--) {
-      if (this.streams[i]!.event(data)) return true;
+      if (this.streams[i]!.send(data)) return true;
       this.streams.splice(i, 1);
     }
     return false;
@@ -119,24 +151,25 @@ export class GatewaySession {
 
   /** Whether one more GET stream is within the per-session bound. */
   canAddStream(): boolean {
-    for (let i = this.streams.length - 1; i >= 0; i--) if (this.streams[i]!.gone) this.streams.splice(i, 1);
+    for (let i = this.streams.length - 1; i >= 0; i--)
+      if (this.streams[i]!.writer.gone) this.streams.splice(i, 1);
     return this.streams.length < this.limits.streamsPerSession;
   }
 
-  /** A GET stream of this client: what waited for one goes out on it. */
-  addStream(writer: SseWriter): void {
-    this.streams.push(writer);
-    writer.onEnd(() => {
-      const i = this.streams.indexOf(writer);
+  /** A GET stream of this client (new or resumed): what waited for one goes out on it. */
+  addStream(stream: McpStream): void {
+    this.streams.push(stream);
+    stream.writer.onEnd(() => {
+      const i = this.streams.indexOf(stream);
       if (i >= 0) this.streams.splice(i, 1);
     });
     const waiting = this.backlog;
     this.backlog = [];
-    for (const msg of waiting) if (!writer.event(JSON.stringify(msg))) this.backlog.push(msg);
+    for (const msg of waiting) if (!stream.send(JSON.stringify(msg))) this.backlog.push(msg);
   }
 
   idle(cutoff: number): boolean {
-    return this.lastSeen < cutoff && this.inflight.size === 0 && !this.streams.some((s) => !s.gone);
+    return this.lastSeen < cutoff && this.inflight.size === 0 && !this.streams.some((s) => !s.writer.gone);
   }
 
   /** Ends the session: streams end, the upstream session is closed (which fails requests in flight). */
@@ -145,8 +178,10 @@ export class GatewaySession {
     this.closed = true;
     // Requests in flight are answered by their own dispatch: closing the upstream session fails
     // them, and a tool call is recorded before its answer.
-    for (const s of this.streams.splice(0)) s.close();
+    for (const s of this.streams.splice(0)) s.writer.close();
     this.backlog = [];
+    this.live.clear();
+    this.log.clear();
     return this.upstream?.close() ?? Promise.resolve();
   }
 }
@@ -164,6 +199,8 @@ export class McpSessions {
   private readonly slots = new Map<string, number>();
   private readonly listeners = new Set<{ filter: FeedFilter; handler: (e: DecisionEnvelope) => void }>();
   private readonly sweeper: NodeJS.Timeout;
+  /** What all the sessions' replay logs hold, against limits.replay.totalBytes. */
+  readonly replayBudget: ReplayBudget = { used: 0 };
 
   constructor(
     private readonly now: () => number = Date.now,
@@ -184,7 +221,7 @@ export class McpSessions {
     const release = this.slot(owner.upstreamId);
     if (!release)
       return `the upstream has its maximum of ${this.limits.perUpstream} sessions open on this instance`;
-    const session = new GatewaySession(uuidv7(), owner, this.limits, this.now());
+    const session = new GatewaySession(uuidv7(), owner, this.limits, this.now(), this.replayBudget);
     this.sessions.set(session.id, session);
     let ids = this.byKey.get(owner.keyId);
     if (!ids) {

@@ -19,6 +19,8 @@ async function serve(recheck: () => Promise<boolean>, maxBufferedBytes = 1024 * 
   app.get('/stream', async (req, reply) => {
     streams.start(req, reply, {
       sessionId: 's1',
+      key: 'g1',
+      log: null,
       subscribe: (h) => {
         handlers.add(h);
         return () => handlers.delete(h);

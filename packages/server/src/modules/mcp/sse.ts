@@ -1,10 +1,16 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { SseWriter } from '../../events/sse.js';
 import type { DecisionEnvelope } from './model.js';
+import { McpStream, type Replayed, type ReplayLog, type StreamKey } from './replay.js';
 
 export interface StreamOptions {
   /** The session the stream belongs to (its id is sent first), or null for a key-wide decision feed. */
   sessionId: string | null;
+  /** The stream's key, and the session's replay log its events are recorded in (null: not resumable). */
+  key: StreamKey;
+  log: ReplayLog | null;
+  /** A resumption: the events missed since Last-Event-ID, written first (no `notifications/session` then). */
+  replay?: Replayed[];
   subscribe: (handler: (e: DecisionEnvelope) => void) => () => void;
   /** Keeps the session alive while its stream is open. */
   touch: () => void;
@@ -47,11 +53,15 @@ export class EventStreams {
    * A GET stream. The session id comes first as a JSON-RPC notification (`notifications/session`,
    * default event type, which MCP clients parse as a message); the session's upstream messages
    * follow as messages, decisions as `event: decision` (MCP clients skip it, other consumers read it).
-   * Comment pings every pingMs, each followed by a re-check of the key and the upstream.
+   * Every event has an id (resumable with Last-Event-ID on a session's stream). Comment pings every
+   * pingMs, each followed by a re-check of the key and the upstream.
    */
-  start(req: FastifyRequest, reply: FastifyReply, o: StreamOptions): SseWriter {
+  start(req: FastifyRequest, reply: FastifyReply, o: StreamOptions): McpStream {
     const writer = this.writer(req, reply, o.sessionId);
-    const unsubscribe = o.subscribe((e) => writer.event(JSON.stringify(e), 'decision'));
+    const stream = new McpStream(o.key, o.log, writer);
+    writer.write(':ok\n\n');
+    for (const e of o.replay ?? []) writer.event(e.data, e.type, e.id);
+    const unsubscribe = o.subscribe((e) => stream.send(JSON.stringify(e), 'decision'));
     const ping = setInterval(() => {
       o.touch();
       writer.heartbeat(o.recheck);
@@ -61,16 +71,15 @@ export class EventStreams {
       clearInterval(ping);
       unsubscribe();
     });
-    writer.write(':ok\n\n');
-    if (o.sessionId)
-      writer.event(
+    if (o.sessionId && !o.replay)
+      stream.send(
         JSON.stringify({
           jsonrpc: '2.0',
           method: 'notifications/session',
           params: { sessionId: o.sessionId },
         }),
       );
-    return writer;
+    return stream;
   }
 
   /** Open streams (tests, monitoring). */

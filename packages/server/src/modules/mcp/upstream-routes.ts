@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { IdParams, Success } from '../../lib/schemas.js';
+import { IdParams, NoBody, Success } from '../../lib/schemas.js';
 import { CreateUpstreamBody, ListQuery, TestResult, UpdateUpstreamBody, UpstreamSchema } from './schemas.js';
 import type { UpstreamService } from './service.js';
 
@@ -50,7 +50,7 @@ export const upstreamRoutes: FastifyPluginAsyncTypebox<{
 
   app.post(
     '/v1/mcp/upstreams/:id/test',
-    { schema: { params: IdParams, response: { 200: TestResult } } },
+    { schema: { params: IdParams, documented: { body: NoBody }, response: { 200: TestResult } } },
     async (req) => service.test(await ctx.scope(req), req.params.id),
   );
 };

@@ -5,25 +5,23 @@ import {
   asUser,
   bearer,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
+  withTestApp,
 } from '../../../test/helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
 
-let t: TestApp;
 let streamable: McpUpstream;
 let sse: McpUpstream;
 
+const t = useTestApp();
 beforeAll(async () => {
-  t = await createTestApp();
   streamable = await startMcpUpstream({ transport: 'streamable' });
   sse = await startMcpUpstream({ transport: 'sse' });
 });
 afterAll(async () => {
-  await t.close();
   await streamable.close();
   await sse.close();
 });
@@ -408,8 +406,7 @@ describe('MCP upstreams (control plane)', () => {
   });
 
   it('lets the operator allow private upstreams with SVC_MCP_ALLOW_PRIVATE_UPSTREAMS', async () => {
-    const open = await createTestApp({ mcpAllowPrivateUpstreams: true });
-    try {
+    await withTestApp({ mcpAllowPrivateUpstreams: true }, async (open) => {
       const tenant = await createTenant(open);
       const res = await open.inject({
         method: 'POST',
@@ -418,9 +415,7 @@ describe('MCP upstreams (control plane)', () => {
         payload: body({ url: 'http://169.254.169.254/mcp' }),
       });
       expect(res.statusCode).toBe(201);
-    } finally {
-      await open.close();
-    }
+    });
   });
 });
 

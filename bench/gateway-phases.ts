@@ -1,0 +1,95 @@
+/**
+ * Where a gateway call's time goes, in one process: the service (test app on a fresh embedded store in
+ * a file, so commits fsync), server-everything in a child, one SDK client, `tools/call echo` one in
+ * flight. Each phase is the median time since the request reached the HTTP server: the policy
+ * checked (enforce entered), the upstream request sent, its answer, the record handed to the group
+ * commit, the commit done, the response written. On a loaded machine every phase stretches, but
+ * their order and relative size show what the answer waits for.
+ * Run: node --conditions=@svc/source --import tsx bench/gateway-phases.ts (BENCH_GATEWAY_CALLS, default 1000)
+ */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { DecisionWriter } from '../packages/server/src/ledger/writer.js';
+import { UpstreamSession } from '../packages/server/src/modules/mcp/upstream-session.js';
+import { createTenant, createTestApp } from '../packages/server/test/helpers.js';
+import { startEverything } from '../packages/server/test/mcp-everything.js';
+import { createUpstream, putPolicy, setTier } from '../packages/server/test/mcp-helpers.js';
+
+const marks: Record<string, number[]> = {};
+let t0 = 0;
+const mark = (k: string) => {
+  const list = marks[k] ?? [];
+  list.push(performance.now() - t0);
+  marks[k] = list;
+};
+
+const request = UpstreamSession.prototype.request;
+UpstreamSession.prototype.request = function (this: UpstreamSession, ...a: Parameters<typeof request>) {
+  mark('2 upstream request sent');
+  const sent = request.apply(this, a);
+  sent.done.then(
+    () => mark('3 upstream answered'),
+    () => {},
+  );
+  return sent;
+};
+const write = DecisionWriter.prototype.write;
+DecisionWriter.prototype.write = function (this: DecisionWriter, item) {
+  mark('4 record to group commit');
+  const p = write.call(this, item);
+  p.then(
+    () => mark('5 committed'),
+    () => {},
+  );
+  return p;
+};
+
+const calls = Number(process.env.BENCH_GATEWAY_CALLS ?? 1000);
+const everything = await startEverything('streamableHttp');
+const t = await createTestApp();
+try {
+  const enforcement = t.ctx.enforcement as unknown as { enforce: (r: unknown) => Promise<unknown> };
+  const enforce = enforcement.enforce;
+  enforcement.enforce = function (r) {
+    mark('1 enforce entered');
+    return enforce.call(this, r);
+  };
+  const base = await t.app.listen({ port: 0, host: '127.0.0.1' });
+  t.app.server.prependListener('request', (_req, res) => {
+    t0 = performance.now();
+    res.on('finish', () => mark('6 response written'));
+  });
+  const tenant = await createTenant(t);
+  await setTier(t, tenant.orgId, 'enterprise', 1_000_000);
+  await putPolicy(t, tenant.orgId, 'echo', {
+    mode: 'deterministic',
+    constraints: [
+      { argumentName: 'message', enabled: true, required: true, maxLength: 100, regex: '^[a-z ]+$' },
+    ],
+  });
+  await createUpstream(t, tenant, { name: 'e', slug: 'e', url: everything.url, timeoutMs: 5000 });
+  const client = new Client({ name: 'bench', version: '1' });
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`${base}/v1/mcp/e`), {
+      requestInit: { headers: { 'x-service-api-key': tenant.apiKey } },
+    }),
+  );
+  const call = { name: 'echo', arguments: { message: 'hello gateway' } };
+  for (let i = 0; i < Math.min(300, calls); i++) await client.callTool(call);
+  for (const k of Object.keys(marks)) marks[k] = [];
+  for (let i = 0; i < calls; i++) await client.callTool(call);
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  console.log(`command: node --conditions=@svc/source --import tsx bench/gateway-phases.ts (${calls} calls)`);
+  let previous = 0;
+  for (const k of Object.keys(marks).sort()) {
+    const m = median(marks[k]!);
+    console.log(
+      `${k.padEnd(28)} median ${m.toFixed(3)} ms since the request arrived (+${(m - previous).toFixed(3)} ms)`,
+    );
+    previous = m;
+  }
+  await client.close();
+} finally {
+  await t.close();
+  await everything.stop();
+}
