@@ -3,11 +3,12 @@ import {
   ApprovalDeniedError,
   ApprovalTimeoutError,
   DeniedError,
+  LogFullError,
   ServiceUnavailableError,
   SvcError,
 } from './errors.js';
 import { apiError, createHttp, type Http, isRetryable, retryDelay, sleep } from './http.js';
-import { DecisionLog } from './log.js';
+import { ALLOW, DENY, DecisionLog } from './log.js';
 import type {
   Approval,
   ApprovalWaitOptions,
@@ -28,7 +29,13 @@ const noPolicy = (tool: string) => `No policy for tool "${tool}"; allowed withou
 const inactive = (tool: string) => `Policy for tool "${tool}" is inactive; allowed without checks`;
 
 const NO_FAILURES: readonly FailedConstraint[] = Object.freeze([]);
-const MAX_REASON = 2000;
+/** Every local allow is this one frozen object: the hot path allocates no result. */
+const ALLOWED_LOCALLY: ValidationResult = Object.freeze({
+  decision: 'allow',
+  reason: ALLOWED,
+  failedConstraints: NO_FAILURES,
+  source: 'local',
+});
 
 interface ValidateAnswer {
   decision: ValidationResult['decision'];
@@ -59,8 +66,14 @@ export function createClient(options: ClientOptions): Client {
   const log = new DecisionLog(http, {
     batchSize: options.log?.batchSize ?? 500,
     flushIntervalMs: options.log?.flushIntervalMs ?? 1000,
+    maxBuffered: options.log?.maxBuffered ?? 100_000,
     onError,
   });
+  const whenFull = options.log?.whenFull ?? 'server';
+  const snapshot = options.log?.snapshot ?? true;
+  if (!['server', 'wait', 'throw'].includes(whenFull)) {
+    throw new SvcError(`log.whenFull must be server, wait or throw, not ${String(whenFull)}`);
+  }
   const waiters = new Map<string, Set<() => void>>();
   let closed = false;
 
@@ -91,26 +104,53 @@ export function createClient(options: ClientOptions): Client {
       : null;
   stream?.start();
 
-  /** Records a decision taken here in the background log; its body is fixed now. */
+  /**
+   * Records a decision taken here in the background log: a compact record holding the caller's
+   * argument and context objects, serialized when the batch is sent (or now, with log.snapshot).
+   */
   function logLocal(
     tool: string,
     args: ToolArgs,
     context: CallContext | undefined,
     r: ValidationResult,
     started: number,
+    policy?: CachedPolicy,
   ) {
+    const deniedByPolicy = r.decision === 'deny' && policy?.kind === 'local';
     log.add(
-      JSON.stringify({
-        tool_name: tool,
-        arguments: args,
-        decision: r.decision,
-        reason: r.reason.length > MAX_REASON ? r.reason.slice(0, MAX_REASON) : r.reason,
-        mode: 'deterministic',
-        latency_ms: Math.max(0, performance.now() - started),
-        source: 'client',
-        ...(context !== undefined ? { context } : {}),
-      }),
+      tool,
+      snapshot ? JSON.stringify(args) : args,
+      context === undefined ? undefined : snapshot ? JSON.stringify(context) : context,
+      r.decision === 'allow' ? ALLOW : DENY,
+      // A policy's denial is held as the compiled policy (shared, nothing retained per call); its
+      // reason is evaluated again from the same policy and arguments when the batch is written.
+      deniedByPolicy && !snapshot ? policy.compiled : r.reason,
+      performance.now() - started,
     );
+  }
+
+  /**
+   * A local decision was taken but the log holds `maxBuffered` decisions already: it is not
+   * answered from here (it could not be recorded). `server` decides on the service, which records
+   * the decision itself; `wait` waits until the log has room and decides again; `throw` fails closed.
+   */
+  async function logIsFull(
+    tool: string,
+    args: ToolArgs,
+    context: CallContext | undefined,
+    started: number,
+  ): Promise<ValidationResult> {
+    if (whenFull === 'throw') {
+      throw new LogFullError(
+        `${log.pending} local decisions are waiting to be recorded (log.maxBuffered); the call was not decided`,
+      );
+    }
+    if (whenFull === 'wait') {
+      await log.room();
+      if (closed) throw new SvcError('the client is closed');
+      return validate(tool, args, context);
+    }
+    return serverOrFallback(tool, args, context, started);
   }
 
   /** A local answer from a fresh cached policy, or null when only the server may decide. */
@@ -129,9 +169,7 @@ export function createClient(options: ClientOptions): Client {
         return null;
       case 'local': {
         const e = evaluate(policy.compiled, args);
-        if (e.decision === 'allow') {
-          return { decision: 'allow', reason: ALLOWED, failedConstraints: NO_FAILURES, source: 'local' };
-        }
+        if (e.decision === 'allow') return ALLOWED_LOCALLY;
         // Approvals live on the server: escalations, and calls presenting an approval, go there.
         if (e.decision === 'require_approval' || context?.approval_id !== undefined) return null;
         return {
@@ -191,16 +229,27 @@ export function createClient(options: ClientOptions): Client {
       const policy = await cache.load(tool).catch(() => null);
       const local = policy && decideLocally(policy, tool, args, context);
       if (local) {
-        logLocal(tool, args, context, local, started);
+        if (log.full) return logIsFull(tool, args, context, started);
+        logLocal(tool, args, context, local, started, policy);
         return local;
       }
     }
+    return serverOrFallback(tool, args, context, started);
+  }
+
+  async function serverOrFallback(
+    tool: string,
+    args: ToolArgs,
+    context: CallContext | undefined,
+    started: number,
+  ): Promise<ValidationResult> {
     try {
       return await viaServer(tool, args, context);
     } catch (err) {
       if (!(err instanceof ServiceUnavailableError) || onUnavailable === 'throw') throw err;
       onError(err);
-      // No fresh policy and no service: the configured failure behaviour, recorded like any local decision.
+      // No fresh policy and no service: the configured failure behaviour, recorded like any local
+      // decision (even beyond log.maxBuffered: it was answered, so it is kept).
       const result: ValidationResult = {
         decision: onUnavailable === 'allow' ? 'allow' : 'deny',
         reason: `The service is unreachable and no fresh policy is cached: ${onUnavailable === 'allow' ? 'allowed (fail open)' : 'denied (fail closed)'}`,
@@ -220,7 +269,8 @@ export function createClient(options: ClientOptions): Client {
       if (policy !== undefined && isPlainObject(args)) {
         const local = decideLocally(policy, tool, args, context);
         if (local !== null) {
-          logLocal(tool, args, context, local, started);
+          if (log.full) return logIsFull(tool, args, context, started);
+          logLocal(tool, args, context, local, started, policy);
           return local;
         }
       }

@@ -60,6 +60,15 @@ export class ServiceUnavailableError extends SvcError {
   override name = 'ServiceUnavailableError';
 }
 
+/**
+ * `log.whenFull: 'throw'`: a local decision could not be answered because `log.maxBuffered`
+ * decisions already wait to be recorded. The call was not decided (nothing was recorded); the
+ * adapters and `enforce` let it propagate, so the tool does not run.
+ */
+export class LogFullError extends SvcError {
+  override name = 'LogFullError';
+}
+
 /** close() could not hand every local decision to the server in time; `pending` holds them. */
 export class FlushError extends SvcError {
   override name = 'FlushError';

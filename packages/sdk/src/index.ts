@@ -5,6 +5,7 @@ export {
   ApprovalTimeoutError,
   DeniedError,
   FlushError,
+  LogFullError,
   LogRejectedError,
   ServiceUnavailableError,
   SvcError,

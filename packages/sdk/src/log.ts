@@ -1,41 +1,97 @@
-import { type ApiError, FlushError, LogRejectedError } from './errors.js';
+import { type CompiledPolicy, evaluate } from '@svc/policy-engine';
+import { ApiError, FlushError, LogRejectedError } from './errors.js';
 import { apiError, type Http, isRetryable, retryDelay, sleep } from './http.js';
 
 /** The server's batch bound (POST /v1/decisions) and a body size well under its 1 MiB limit. */
 export const MAX_BATCH = 500;
 const MAX_BATCH_BYTES = 900_000;
 const MAX_BACKOFF_MS = 60_000;
+const MAX_REASON = 2000;
 
 export interface DecisionLogOptions {
   batchSize: number;
   flushIntervalMs: number;
+  /** Local decisions held at most before `full` is true (the client then stops deciding locally). */
+  maxBuffered: number;
   onError: (error: Error) => void;
 }
 
+const DECISION_NAMES = ['allow', 'deny'] as const;
+export const ALLOW = 0;
+export const DENY = 1;
+
 /**
- * Local decisions on their way to POST /v1/decisions: queued as ready-made JSON bodies, sent in
- * batches (each one request against the rate limit), in order, one request at a time, retried with
- * backoff (honouring Retry-After) until the server has recorded them.
+ * Local decisions on their way to POST /v1/decisions. Each is held as a compact record (its fields
+ * in parallel ring arrays: the tool, the arguments and context as the JSON text taken when the
+ * decision was made, the decision, the reason, the latency); the request bodies are written only
+ * when a batch is sent. Batches go in order, one request at a time (each one request against the
+ * rate limit), retried with backoff (honouring Retry-After) until the server has recorded them.
+ *
+ * The buffer is bounded: once `maxBuffered` decisions wait, `full` is true and the client must not
+ * add local decisions (it decides on the server, waits, or throws: ClientOptions.log.whenFull).
+ * `add` itself never refuses: the few decisions taken while the service is unreachable (after its
+ * retries) are kept even beyond the bound, as is anything acknowledged.
  */
 export class DecisionLog {
-  private queue: string[] = [];
+  /**
+   * Records in fixed-size chunks of parallel arrays: appending never copies what is held, and a
+   * chunk is let go of as soon as all its records are recorded.
+   */
+  private chunks: Chunk[] = [];
+  /** Position of the oldest record in chunks[0], and how many records there are. */
+  private head = 0;
+  private size = 0;
   private sending: Promise<void> | null = null;
   private timer: ReturnType<typeof setTimeout> | undefined;
+  /** Callers of room(), woken whenever records leave the buffer. */
+  private roomWaiters: (() => void)[] = [];
   /** Aborts the backoff sleep when close() runs out of time. */
   private readonly giveUp = new AbortController();
   private readonly batchSize: number;
+  readonly maxBuffered: number;
 
   constructor(
     private readonly http: Http,
     private readonly options: DecisionLogOptions,
   ) {
     this.batchSize = Math.max(1, Math.min(MAX_BATCH, options.batchSize));
+    this.maxBuffered = Math.max(1, Math.floor(options.maxBuffered));
   }
 
-  /** `body` is one POST /v1/decisions object, serialized when the decision was taken. */
-  add(body: string): void {
-    this.queue.push(body);
-    if (this.queue.length >= this.batchSize) this.kick();
+  /** True once `maxBuffered` decisions wait to be recorded. */
+  get full(): boolean {
+    return this.size >= this.maxBuffered;
+  }
+
+  get pending(): number {
+    return this.size;
+  }
+
+  /**
+   * One local decision. `args` and `context` are the caller's objects, serialized when the batch is
+   * sent (no work and no allocation on the decision path), or their JSON text when the client takes
+   * a snapshot at decision time (`log.snapshot`); a string is sent as it is.
+   */
+  add(
+    tool: string,
+    args: object | string,
+    context: object | string | undefined,
+    decision: typeof ALLOW | typeof DENY,
+    reason: string | CompiledPolicy,
+    latencyMs: number,
+  ): void {
+    const at = this.head + this.size;
+    const n = at >> CHUNK_BITS;
+    const chunk = n < this.chunks.length ? this.chunks[n]! : this.newChunk();
+    const i = at & CHUNK_MASK;
+    chunk.tools[i] = tool;
+    chunk.args[i] = args;
+    chunk.contexts[i] = context;
+    chunk.reasons[i] = reason;
+    chunk.decisions[i] = decision;
+    chunk.latencies[i] = latencyMs;
+    this.size++;
+    if (this.size >= this.batchSize) this.kick();
     else if (this.timer === undefined) {
       this.timer = setTimeout(() => this.kick(), this.options.flushIntervalMs);
       // Node: a pending flush must not keep the process alive by itself; close() flushes.
@@ -43,8 +99,87 @@ export class DecisionLog {
     }
   }
 
-  get pending(): number {
-    return this.queue.length;
+  private newChunk(): Chunk {
+    const chunk = new Chunk();
+    this.chunks.push(chunk);
+    return chunk;
+  }
+
+  /** Resolves once the buffer has room again (or the log was given up at close). */
+  room(): Promise<void> {
+    if (!this.full || this.giveUp.signal.aborted) return Promise.resolve();
+    this.kick();
+    return new Promise((resolve) => this.roomWaiters.push(resolve));
+  }
+
+  /**
+   * The POST /v1/decisions body of the k-th oldest record; a LogRejectedError instead when its
+   * arguments or context cannot be written as JSON (a cycle, a BigInt): it can never be recorded.
+   */
+  private body(k: number): string | LogRejectedError {
+    const at = this.head + k;
+    const c = this.chunks[at >> CHUNK_BITS]!;
+    const i = at & CHUNK_MASK;
+    const context = c.contexts[i];
+    let reason: string;
+    let args: string;
+    let ctx: string | undefined;
+    try {
+      const why = c.reasons[i];
+      // A denial by a compiled policy: the same evaluation as at decision time, same reason.
+      reason =
+        typeof why === 'string'
+          ? why
+          : (evaluate(why as CompiledPolicy, c.args[i] as Record<string, unknown>).reason ?? '');
+      args = json(c.args[i]);
+      ctx = context === undefined ? undefined : json(context);
+    } catch (err) {
+      const what = `{"tool_name":${JSON.stringify(c.tools[i])},"decision":"${DECISION_NAMES[c.decisions[i]!]}"}`;
+      return new LogRejectedError(
+        what,
+        new ApiError(
+          0,
+          'not_serializable',
+          `arguments or context cannot be written as JSON: ${(err as Error).message}`,
+        ),
+      );
+    }
+    return (
+      `{"tool_name":${JSON.stringify(c.tools[i])},"arguments":${args}` +
+      `,"decision":"${DECISION_NAMES[c.decisions[i]!]}"` +
+      `,"reason":${JSON.stringify(reason.length > MAX_REASON ? reason.slice(0, MAX_REASON) : reason)}` +
+      `,"mode":"deterministic","latency_ms":${Math.max(0, c.latencies[i]!)},"source":"client"` +
+      `${ctx !== undefined ? `,"context":${ctx}` : ''}}`
+    );
+  }
+
+  /** Drops the `n` oldest records (recorded, or refused as invalid) and wakes callers waiting for room. */
+  private shift(n: number): void {
+    for (let k = 0; k < n; k++) {
+      const at = this.head + k;
+      const c = this.chunks[at >> CHUNK_BITS]!;
+      const i = at & CHUNK_MASK;
+      // Let go of the caller's objects at once, not when the chunk goes.
+      c.tools[i] = c.args[i] = c.contexts[i] = c.reasons[i] = undefined;
+    }
+    this.head += n;
+    this.size -= n;
+    const done = this.head >> CHUNK_BITS;
+    if (done > 0) {
+      this.chunks.splice(0, done);
+      this.head &= CHUNK_MASK;
+    }
+    if (this.size === 0 && this.chunks.length > 0) {
+      this.chunks.length = 0;
+      this.head = 0;
+    }
+    if (n > 0 && !this.full) this.wake();
+  }
+
+  private wake(): void {
+    const waiters = this.roomWaiters;
+    this.roomWaiters = [];
+    for (const w of waiters) w();
   }
 
   private kick(): void {
@@ -53,13 +188,13 @@ export class DecisionLog {
     this.timer = undefined;
     this.sending ??= this.drain().finally(() => {
       this.sending = null;
-      if (this.queue.length > 0 && !this.giveUp.signal.aborted) this.kick();
+      if (this.size > 0 && !this.giveUp.signal.aborted) this.kick();
     });
   }
 
   /** Resolves once every decision queued before the call is recorded (or refused as invalid). */
   async flush(): Promise<void> {
-    while (this.queue.length > 0 || this.sending) {
+    while (this.size > 0 || this.sending) {
       this.kick();
       await this.sending;
       if (this.giveUp.signal.aborted) return;
@@ -74,34 +209,51 @@ export class DecisionLog {
     });
     const outcome = await Promise.race([this.flush().then(() => 'done' as const), timedOut]);
     clearTimeout(timer);
-    if (outcome === 'done' && this.queue.length === 0) return;
+    if (outcome === 'done' && this.size === 0) return;
     this.giveUp.abort();
+    this.wake();
     await this.sending;
+    const pending: string[] = [];
+    for (let k = 0; k < this.size; k++) {
+      const body = this.body(k);
+      if (typeof body === 'string') pending.push(body);
+    }
     throw new FlushError(
-      `${this.queue.length} local decision(s) could not be recorded within ${timeoutMs} ms`,
-      [...this.queue],
+      `${pending.length} local decision(s) could not be recorded within ${timeoutMs} ms`,
+      pending,
     );
   }
 
   private async drain(): Promise<void> {
-    while (this.queue.length > 0 && !this.giveUp.signal.aborted) {
-      const count = this.batchCount();
-      const handled = await this.send(this.queue.slice(0, count));
-      this.queue.splice(0, handled);
-      if (handled < count) return;
+    while (this.size > 0 && !this.giveUp.signal.aborted) {
+      const bodies = this.nextBatch();
+      if (bodies.length === 0) continue; // the oldest records could not be serialized, and are gone
+      const handled = await this.send(bodies);
+      this.shift(handled);
+      if (handled < bodies.length) return;
     }
   }
 
-  /** How many queued bodies go in the next request: at most batchSize and MAX_BATCH_BYTES. */
-  private batchCount(): number {
+  /**
+   * The bodies of the next request: at most batchSize records and MAX_BATCH_BYTES. A leading record
+   * that cannot be serialized is reported and dropped here (the server could never record it).
+   */
+  private nextBatch(): string[] {
+    const bodies: string[] = [];
     let bytes = 2;
-    let n = 0;
-    while (n < this.queue.length && n < this.batchSize) {
-      bytes += this.queue[n]!.length + 1;
-      if (n > 0 && bytes > MAX_BATCH_BYTES) break;
-      n++;
+    while (bodies.length < this.size && bodies.length < this.batchSize) {
+      const body = this.body(bodies.length);
+      if (typeof body !== 'string') {
+        if (bodies.length > 0) break; // send what precedes it first, in order
+        this.options.onError(body);
+        this.shift(1);
+        continue;
+      }
+      bytes += body.length + 1;
+      if (bodies.length > 0 && bytes > MAX_BATCH_BYTES) break;
+      bodies.push(body);
     }
-    return n;
+    return bodies;
   }
 
   /**
@@ -137,4 +289,26 @@ export class DecisionLog {
     const first = await this.send(bodies.slice(0, half));
     return first < half ? first : first + (await this.send(bodies.slice(half)));
   }
+}
+
+/** JSON text of what the caller passed (a string is JSON text already: the snapshot). */
+function json(value: unknown): string {
+  if (typeof value === 'string') return value;
+  const out = JSON.stringify(value);
+  if (out === undefined) throw new Error('not a JSON value');
+  return out;
+}
+
+const CHUNK_BITS = 10;
+const CHUNK = 1 << CHUNK_BITS;
+const CHUNK_MASK = CHUNK - 1;
+
+/** CHUNK records as parallel arrays (packed: filled once, then overwritten in place). */
+class Chunk {
+  readonly tools: unknown[] = new Array(CHUNK).fill(undefined);
+  readonly args: unknown[] = new Array(CHUNK).fill(undefined);
+  readonly contexts: unknown[] = new Array(CHUNK).fill(undefined);
+  readonly reasons: unknown[] = new Array(CHUNK).fill(undefined);
+  readonly decisions = new Uint8Array(CHUNK);
+  readonly latencies = new Float64Array(CHUNK);
 }

@@ -55,6 +55,27 @@ export interface ClientOptions {
     batchSize?: number;
     /** Longest a decision waits before its batch is sent (default 1000 ms). */
     flushIntervalMs?: number;
+    /**
+     * Local decisions held at most while they wait to be recorded (default 100,000). The service
+     * records about 1,000 client decisions per second per key; beyond this many waiting, calls are
+     * not decided locally (see `whenFull`).
+     */
+    maxBuffered?: number;
+    /**
+     * What a call does while the log is full: `server` (default) is decided by the service, which
+     * records it itself; `wait` waits until the log has room, then decides locally; `throw` throws
+     * LogFullError (fail closed: the tool does not run). No answered decision is ever dropped.
+     */
+    whenFull?: 'server' | 'wait' | 'throw';
+    /**
+     * Serialize the arguments and context of a local decision when it is taken (true, default: the
+     * log records exactly what was decided, and arguments that cannot be written as JSON make the
+     * call throw before the tool runs). false keeps references and serializes them when the batch
+     * is sent (nothing copied on the decision path): only for code that never changes an arguments
+     * or context object after the call — `wrap` passes the same object to the tool, so a tool that
+     * edits its input in place would be logged as edited.
+     */
+    snapshot?: boolean;
   };
   /** close() gives up flushing after this long and throws FlushError (default 30000 ms). */
   closeTimeoutMs?: number;

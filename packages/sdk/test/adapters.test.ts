@@ -7,46 +7,15 @@ import { generateText, stepCountIs, tool } from 'ai';
 import { MockLanguageModelV3 } from 'ai/test';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { resolveApproval, setTier } from '../../server/test/approvals.js';
-import { asUser, type Tenant, type TestApp } from '../../server/test/helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../server/test/mcp-upstream.js';
-import { connectedClient, createTenant, putPolicy, startServer } from './live.js';
+import { usePayTenant } from './live.js';
 
-let t: TestApp;
-let baseUrl: string;
-let tenant: Tenant;
 let client: Client;
-beforeAll(async () => {
-  ({ t, baseUrl } = await startServer());
-  tenant = await createTenant(t);
-  await setTier(t, tenant, 'team');
-  await putPolicy(t, tenant, 'pay', {
-    mode: 'deterministic',
-    constraints: [
-      { argumentName: 'amount', maximum: 100 },
-      { argumentName: 'amount', maximum: 50, action: 'require_approval' },
-    ],
-  });
-  client = await connectedClient(baseUrl, tenant, { approvals: { pollIntervalMs: 50 } });
+const pay = usePayTenant();
+const { approveWhenAsked } = pay;
+beforeAll(() => {
+  client = pay.client;
 });
-afterAll(async () => {
-  await client.close();
-  await t.close();
-});
-
-/** Approves the first pending approval of the tenant as soon as it appears. */
-async function approveWhenAsked(): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    const list = await t.inject({ method: 'GET', url: '/v1/approvals/pending', headers: asUser(tenant) });
-    const id = list.json().data[0]?.id;
-    if (id) {
-      await resolveApproval(t, tenant, id, 'approve');
-      return;
-    }
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error('no approval was requested');
-}
 
 describe('Vercel AI SDK tool()', () => {
   const paid: number[] = [];

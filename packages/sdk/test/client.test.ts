@@ -7,21 +7,16 @@ import {
   FlushError,
   ServiceUnavailableError,
 } from '@svc/sdk';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { resolveApproval, setTier } from '../../server/test/approvals.js';
-import { asUser, type Tenant, type TestApp } from '../../server/test/helpers.js';
-import { connectedClient, createTenant, putPolicy, startServer } from './live.js';
+import { asUser, type Tenant, useTestApp } from '../../server/test/helpers.js';
+import { connectedClient, createTenant, putPolicy } from './live.js';
 
-let t: TestApp;
-let baseUrl: string;
 const clients: Client[] = [];
-beforeAll(async () => {
-  ({ t, baseUrl } = await startServer());
-});
+const t = useTestApp({}, { listen: true });
 afterEach(async () => {
   await Promise.allSettled(clients.splice(0).map((c) => c.close()));
 });
-afterAll(async () => t.close());
 
 const PAY = {
   mode: 'deterministic',
@@ -61,7 +56,7 @@ async function decisionsOf(tenant: Tenant) {
 describe('wrap against a live server', () => {
   it('runs the function on allow and throws DeniedError with the failed constraints on deny', async () => {
     const tenant = await tenantWithPolicy();
-    const client = await track(connectedClient(baseUrl, tenant));
+    const client = await track(connectedClient(t.url, tenant));
     const calls: number[] = [];
     const pay = client.wrap('pay', async (args: { amount: number }) => {
       calls.push(args.amount);
@@ -84,7 +79,7 @@ describe('wrap against a live server', () => {
 
   it('waits for a person on require_approval, then runs the call once it is approved', async () => {
     const tenant = await tenantWithPolicy('team');
-    const client = await track(connectedClient(baseUrl, tenant));
+    const client = await track(connectedClient(t.url, tenant));
     let ran = 0;
     const pay = client.wrap(
       'pay',
@@ -116,7 +111,7 @@ describe('wrap against a live server', () => {
 
   it('throws ApprovalDeniedError when the person denies, ApprovalTimeoutError when nobody answers', async () => {
     const tenant = await tenantWithPolicy('team');
-    const client = await track(connectedClient(baseUrl, tenant));
+    const client = await track(connectedClient(t.url, tenant));
     const first = await client.validate('pay', { amount: 60 });
     expect(first).toMatchObject({ decision: 'require_approval', source: 'server' });
     const waiting = client.waitForApproval(first.approvalId!, { pollIntervalMs: 5000, timeoutMs: 20_000 });
@@ -136,7 +131,7 @@ describe('wrap against a live server', () => {
 describe('live policy updates', () => {
   it('a policy update changes the next local decision of a connected client within a second', async () => {
     const tenant = await tenantWithPolicy();
-    const client = await track(connectedClient(baseUrl, tenant));
+    const client = await track(connectedClient(t.url, tenant));
     expect(await client.validate('pay', { amount: 30 })).toMatchObject({
       decision: 'allow',
       source: 'local',
@@ -170,7 +165,7 @@ describe('live policy updates', () => {
   it('without the stream a cached policy is used no longer than maxStalenessMs', async () => {
     const tenant = await tenantWithPolicy();
     const client = await track(
-      createClient({ apiKey: tenant.apiKey, baseUrl, live: false, maxStalenessMs: 300 }),
+      createClient({ apiKey: tenant.apiKey, baseUrl: t.url, live: false, maxStalenessMs: 300 }),
     );
     expect((await client.validate('pay', { amount: 30 })).decision).toBe('allow');
     const fetched = Date.now();
@@ -188,7 +183,7 @@ describe('live policy updates', () => {
   it('sends calls that need the server (session limits) to the server', async () => {
     const tenant = await createTenant(t);
     await putPolicy(t, tenant, 'search', { mode: 'deterministic', sessionConstraints: { maxCalls: 1 } });
-    const client = await track(connectedClient(baseUrl, tenant));
+    const client = await track(connectedClient(t.url, tenant));
     const ctx = { session_id: 's-1' };
     expect(await client.validate('search', {}, ctx)).toMatchObject({ decision: 'allow', source: 'server' });
     expect(await client.validate('search', {}, ctx)).toMatchObject({
@@ -204,7 +199,7 @@ describe('decision log', () => {
     const tenant = await tenantWithPolicy();
     const client = createClient({
       apiKey: tenant.apiKey,
-      baseUrl,
+      baseUrl: t.url,
       log: { batchSize: 64, flushIntervalMs: 5000 },
     });
     const results = [];
@@ -227,7 +222,7 @@ describe('decision log', () => {
     // A 429 in the service's own envelope for the first log request; every other request is real.
     const client = createClient({
       apiKey: tenant.apiKey,
-      baseUrl,
+      baseUrl: t.url,
       live: false,
       fetch: async (input, init) => {
         if (String(input).endsWith('/v1/decisions') && init?.method === 'POST') {

@@ -2,8 +2,8 @@ import corpus from '@svc/policy-engine/corpus.json' with { type: 'json' };
 import type { Client, ValidationResult } from '@svc/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setTier } from '../../server/test/approvals.js';
-import { keyHeader, type Tenant, type TestApp } from '../../server/test/helpers.js';
-import { connectedClient, createTenant, putPolicy, startServer } from './live.js';
+import { keyHeader, type Tenant, useTestApp } from '../../server/test/helpers.js';
+import { connectedClient, createTenant, putPolicy } from './live.js';
 
 interface CorpusCase {
   name: string;
@@ -19,20 +19,17 @@ interface CorpusCase {
  */
 const cases = (corpus as unknown as CorpusCase[]).map((c, i) => ({ ...c, tool: `corpus-${i}` }));
 
-let t: TestApp;
-let baseUrl: string;
 let tenant: Tenant;
 let client: Client;
+const t = useTestApp({}, { listen: true });
 beforeAll(async () => {
-  ({ t, baseUrl } = await startServer());
   tenant = await createTenant(t);
   await setTier(t, tenant, 'team'); // require_approval cases answer require_approval, not a plan denial
   for (const c of cases) await putPolicy(t, tenant, c.tool, c.policy);
-  client = await connectedClient(baseUrl, tenant);
+  client = await connectedClient(t.url, tenant);
 });
 afterAll(async () => {
   await client.close();
-  await t.close();
 });
 
 const shape = (r: Pick<ValidationResult, 'decision' | 'reason' | 'failedConstraints'>) => ({

@@ -38,7 +38,11 @@ function sources(dir: string): string[] {
 
 describe('runtime neutrality', () => {
   const root = join(import.meta.dirname, '..', '..');
-  const files = [...sources(join(root, 'sdk', 'src')), ...sources(join(root, 'policy-engine', 'src'))];
+  const files = [
+    ...sources(join(root, 'sdk', 'src')),
+    ...sources(join(root, 'policy-engine', 'src')),
+    ...sources(join(root, 'capsules', 'src')),
+  ];
 
   it.each(files.map((f) => [f.slice(root.length + 1), f]))('%s imports no Node built-in', (_name, file) => {
     const text = readFileSync(file, 'utf8');
@@ -56,15 +60,16 @@ describe('the built package', () => {
     const script = [
       "const sdk = await import('@svc/sdk');",
       "const verify = await import('@svc/sdk/verify');",
+      "const capsules = await import('@svc/sdk/capsules');",
       "const c = sdk.createClient({ apiKey: 'svc_x', baseUrl: 'http://127.0.0.1:9', live: false });",
       'await c.close();',
-      'console.log(typeof sdk.createClient, typeof verify.verifyReceiptChain);',
+      'console.log(typeof sdk.createClient, typeof verify.verifyReceiptChain, typeof capsules.verifyCapsule);',
     ].join('\n');
     const root = join(import.meta.dirname, '..', '..', '..');
     const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], {
       cwd: root,
       encoding: 'utf8',
     });
-    expect(out.trim()).toBe('function function');
+    expect(out.trim()).toBe('function function function');
   });
 });

@@ -1,0 +1,238 @@
+import {
+  type Client,
+  type ClientOptions,
+  createClient,
+  DeniedError,
+  LogFullError,
+  LogRejectedError,
+  SvcError,
+} from '@svc/sdk';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { asUser, type Tenant, type TestApp } from '../../server/test/helpers.js';
+import { createTenant, putPolicy, startServer } from './live.js';
+
+let t: TestApp;
+let baseUrl: string;
+beforeAll(async () => {
+  ({ t, baseUrl } = await startServer());
+});
+afterAll(async () => t.close());
+
+const PAY = { mode: 'deterministic', constraints: [{ argumentName: 'amount', maximum: 100 }] };
+
+async function tenantWithPolicy(): Promise<Tenant> {
+  const tenant = await createTenant(t);
+  await putPolicy(t, tenant, 'pay', PAY);
+  return tenant;
+}
+
+interface Logged {
+  toolName: string;
+  decision: string;
+  reason: string;
+  context: Record<string, unknown>;
+  arguments: Record<string, unknown>;
+}
+
+async function decisionsOf(tenant: Tenant): Promise<Logged[]> {
+  const page = await t.inject({ method: 'GET', url: '/v1/decisions?limit=100', headers: asUser(tenant) });
+  return page.json().data;
+}
+
+/**
+ * A client whose log requests are held until release(): `posted` resolves when the first one
+ * arrives, so a test knows the buffer is in flight without waiting for time to pass.
+ */
+function heldClient(tenant: Tenant, options: Partial<ClientOptions>) {
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let posted!: () => void;
+  const firstPost = new Promise<void>((resolve) => {
+    posted = resolve;
+  });
+  const client = createClient({
+    apiKey: tenant.apiKey,
+    baseUrl,
+    live: false,
+    ...options,
+    fetch: async (input, init) => {
+      if (String(input).endsWith('/v1/decisions') && init?.method === 'POST') {
+        posted();
+        await gate;
+      }
+      return fetch(input, init);
+    },
+  });
+  return { client, release, firstPost };
+}
+
+describe('a full decision log (log.maxBuffered)', () => {
+  it('sends calls to the service while full (whenFull: server), and loses none', async () => {
+    const tenant = await tenantWithPolicy();
+    const { client, release, firstPost } = heldClient(tenant, { log: { batchSize: 2, maxBuffered: 3 } });
+    const local = [];
+    for (let i = 0; i < 3; i++) local.push(await client.validate('pay', { amount: i }));
+    expect(local.map((r) => r.source)).toEqual(['local', 'local', 'local']);
+    await firstPost;
+    // Three decisions wait: the next calls are decided (and recorded) by the service.
+    const full = await client.validate('pay', { amount: 3 });
+    expect(full).toMatchObject({ decision: 'allow', source: 'server' });
+    expect(full.decisionId).toEqual(expect.any(String));
+    const denied = await client.validate('pay', { amount: 500 });
+    expect(denied).toMatchObject({ decision: 'deny', source: 'server' });
+    release();
+    await client.close();
+    const logged = await decisionsOf(tenant);
+    expect(logged.map((d) => d.arguments.amount).sort((a, b) => Number(a) - Number(b))).toEqual([
+      0, 1, 2, 3, 500,
+    ]);
+    expect(logged.filter((d) => d.context.source === 'client')).toHaveLength(3);
+  });
+
+  it('waits for room (whenFull: wait), then decides locally', async () => {
+    const tenant = await tenantWithPolicy();
+    const { client, release, firstPost } = heldClient(tenant, {
+      log: { batchSize: 2, maxBuffered: 2, whenFull: 'wait' },
+    });
+    await client.validate('pay', { amount: 1 });
+    await client.validate('pay', { amount: 2 });
+    await firstPost;
+    let settled = false;
+    const third = client.validate('pay', { amount: 3 }).finally(() => {
+      settled = true;
+    });
+    // Room appears only once the held request is answered.
+    await Promise.resolve();
+    expect(settled).toBe(false);
+    release();
+    expect(await third).toMatchObject({ decision: 'allow', source: 'local' });
+    await client.close();
+    expect(await decisionsOf(tenant)).toHaveLength(3);
+  });
+
+  it('throws LogFullError while full (whenFull: throw): the wrapped tool does not run', async () => {
+    const tenant = await tenantWithPolicy();
+    const { client, release, firstPost } = heldClient(tenant, {
+      log: { batchSize: 1, maxBuffered: 1, whenFull: 'throw' },
+    });
+    await client.validate('pay', { amount: 1 });
+    await firstPost;
+    await expect(client.validate('pay', { amount: 2 })).rejects.toBeInstanceOf(LogFullError);
+    let ran = false;
+    const pay = client.wrap('pay', async (_a: { amount: number }) => {
+      ran = true;
+    });
+    await expect(pay({ amount: 3 })).rejects.toBeInstanceOf(LogFullError);
+    expect(ran).toBe(false);
+    release();
+    await client.close();
+    expect(await decisionsOf(tenant)).toHaveLength(1);
+  });
+
+  it('refuses an unknown whenFull', () => {
+    expect(() =>
+      createClient({
+        apiKey: 'svc_x',
+        baseUrl,
+        live: false,
+        log: { whenFull: 'drop' as 'throw' },
+      }),
+    ).toThrow(SvcError);
+  });
+});
+
+describe('what the log records', () => {
+  const client = (tenant: Tenant, options: Partial<ClientOptions> = {}): Client =>
+    createClient({ apiKey: tenant.apiKey, baseUrl, live: false, ...options });
+
+  it('a local denial is recorded with the reason the caller got', async () => {
+    const tenant = await tenantWithPolicy();
+    const c = client(tenant);
+    const r = await c.validate('pay', { amount: 1000 }, { agent_id: 'a1' });
+    expect(r).toMatchObject({ decision: 'deny', source: 'local' });
+    await expect(c.enforce('pay', { amount: 2000 })).rejects.toBeInstanceOf(DeniedError);
+    await c.close();
+    const logged = await decisionsOf(tenant);
+    const first = logged.find((d) => d.arguments.amount === 1000)!;
+    expect(first).toMatchObject({ decision: 'deny', reason: r.reason });
+    expect(first.context).toMatchObject({ agent_id: 'a1', source: 'client' });
+    expect(logged.find((d) => d.arguments.amount === 2000)!.reason).toMatch(/amount/);
+  });
+
+  it('records the arguments as they were at the call, or as they are when sent with snapshot: false', async () => {
+    const tenant = await tenantWithPolicy();
+    const snap = client(tenant);
+    const kept = { amount: 6, note: 'before' };
+    await snap.validate('pay', kept, { step: 1 });
+    kept.note = 'after';
+    await snap.close();
+    expect((await decisionsOf(tenant))[0]).toMatchObject({
+      arguments: { amount: 6, note: 'before' },
+      context: { step: 1 },
+    });
+
+    const other = await tenantWithPolicy();
+    const lazy = client(other, { log: { snapshot: false } });
+    const args = { amount: 5, note: 'before' };
+    await lazy.validate('pay', args);
+    args.note = 'after';
+    await lazy.close();
+    expect((await decisionsOf(other))[0]!.arguments).toEqual({ amount: 5, note: 'after' });
+  });
+
+  it('records thousands of local decisions across several chunks and batches, each once', async () => {
+    const tenant = await tenantWithPolicy();
+    const c = client(tenant, { log: { flushIntervalMs: 60_000 } });
+    for (let i = 0; i < 2600; i++) await c.validate('pay', { amount: i % 200, i });
+    await c.close();
+    const seen = new Set<number>();
+    for (let offset = 0; ; offset += 100) {
+      const page = (
+        await t.inject({
+          method: 'GET',
+          url: `/v1/decisions?limit=100&offset=${offset}`,
+          headers: asUser(tenant),
+        })
+      ).json();
+      for (const d of page.data as Logged[]) seen.add(d.arguments.i as number);
+      if (!page.pagination.hasMore) break;
+    }
+    expect(seen.size).toBe(2600);
+  });
+
+  it('refuses at the call arguments that cannot be written as JSON, so no answered decision goes unlogged', async () => {
+    const tenant = await tenantWithPolicy();
+    const c = client(tenant);
+    const cyclic: Record<string, unknown> = { amount: 2 };
+    cyclic.self = cyclic;
+    await expect(c.validate('pay', cyclic)).rejects.toThrow(TypeError);
+    let ran = false;
+    const tool = c.wrap('pay', async (_args: Record<string, unknown>) => {
+      ran = true;
+    });
+    await expect(tool(cyclic)).rejects.toThrow(TypeError);
+    expect(ran).toBe(false);
+    await c.validate('pay', { amount: 3 });
+    await c.close();
+    expect((await decisionsOf(tenant)).map((d) => d.arguments.amount)).toEqual([3]);
+  });
+
+  it('with snapshot: false, reports such arguments at send time and records the rest', async () => {
+    const tenant = await tenantWithPolicy();
+    const errors: Error[] = [];
+    const c = client(tenant, { onError: (e) => errors.push(e), log: { snapshot: false } });
+    await c.validate('pay', { amount: 1 });
+    const cyclic: Record<string, unknown> = { amount: 2 };
+    cyclic.self = cyclic;
+    expect(await c.validate('pay', cyclic)).toMatchObject({ decision: 'allow', source: 'local' });
+    await c.validate('pay', { amount: 3 });
+    await c.close();
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(LogRejectedError);
+    expect(errors[0]!.message).toMatch(/cannot be written as JSON/);
+    const amounts = (await decisionsOf(tenant)).map((d) => d.arguments.amount);
+    expect(amounts.sort()).toEqual([1, 3]);
+  });
+});
