@@ -3,49 +3,27 @@
  * action, as an agent does around a purchase, on the embedded store. Closed loop: each worker runs
  * one pair after the other. Afterwards the ledger must hold exactly what was answered.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { api, fmt, provisionKey, serviceEnv, startChild } from './lib.js';
+import { api, fmt, provisionKey } from './lib.js';
+import {
+  type PairBenchOptions,
+  type PairLoopResult,
+  postJson,
+  runPairLoop,
+  startSqliteService,
+} from './pairs.js';
 
-const ROOT = join(import.meta.dirname, '..');
-
-export interface EconomicBenchResult {
-  pairsPerSec: number;
-  p50: number;
-  p99: number;
-  answered: number;
-  failed: number;
+export interface EconomicBenchResult extends PairLoopResult {
   spentUsd: number;
   expectedSpentUsd: number;
 }
 
-async function post(url: string, key: string, body: unknown): Promise<Record<string, unknown>> {
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-service-api-key': key },
-    body: JSON.stringify(body),
-  });
-  const json = (await res.json()) as Record<string, unknown>;
-  if (!res.ok) throw new Error(`${url} → ${res.status} ${JSON.stringify(json)}`);
-  return json;
-}
+const post = (url: string, key: string, body: unknown) => postJson(url, { 'x-service-api-key': key }, body);
 
-export async function runEconomicBench(opts: {
-  durationS: number;
-  port: number;
-  workers?: number;
-}): Promise<EconomicBenchResult> {
+export async function runEconomicBench(opts: PairBenchOptions): Promise<EconomicBenchResult> {
   const workers = opts.workers ?? 16;
-  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
-  const base = `http://127.0.0.1:${opts.port}`;
-  const svc = await startChild(
-    'node',
-    [join(ROOT, 'packages/server/bin/svc.js'), 'serve'],
-    serviceEnv(opts.port, `sqlite:${join(dir, 'svc.db')}`),
-    `${base}/readyz`,
-  );
+  const { svc, dir, base } = await startSqliteService(opts.port);
   try {
     const key = await provisionKey(base);
     // A project configuration: every pair is checked against session, agent and category budgets.
@@ -61,12 +39,11 @@ export async function runEconomicBench(opts: {
       },
     });
     let seq = 0;
-    let answered = 0;
-    let failed = 0;
     let expectedMicros = 0;
-    const latencies: number[] = [];
-    const run = async (worker: number, until: number, measure: boolean) => {
-      while (Date.now() < until) {
+    const loop = await runPairLoop({
+      workers,
+      durationS: opts.durationS,
+      pair: async (worker) => {
         const n = ++seq;
         const action = {
           actionId: `a-${n}`,
@@ -76,38 +53,20 @@ export async function runEconomicBench(opts: {
           category: 'supplies',
           estimatedSpendUsd: 2.5,
         };
-        const started = performance.now();
-        try {
-          const a = await post(`${base}/v1/economic/authorize`, key, action);
-          if (a.decision !== 'allow') throw new Error(`not allowed: ${JSON.stringify(a)}`);
-          await post(`${base}/v1/economic/commit`, key, {
-            actionId: action.actionId,
-            sessionId: action.sessionId,
-            agentId: action.agentId,
-            toolName: action.toolName,
-            category: action.category,
-            quotedSpendUsd: 2.5,
-            actualSpendUsd: 2.25,
-          });
-          expectedMicros += 2_250_000;
-          if (measure) {
-            answered++;
-            latencies.push(performance.now() - started);
-          }
-        } catch (err) {
-          failed++;
-          if (failed < 3) console.error(String(err));
-        }
-      }
-    };
-    const warmUntil = Date.now() + 2000;
-    await Promise.all(Array.from({ length: workers }, (_, w) => run(w, warmUntil, false)));
-    const started = Date.now();
-    const until = started + opts.durationS * 1000;
-    await Promise.all(Array.from({ length: workers }, (_, w) => run(w, until, true)));
-    const elapsed = (Date.now() - started) / 1000;
-    latencies.sort((a, b) => a - b);
-    const pct = (p: number) => Math.round((latencies[Math.floor((latencies.length - 1) * p)] ?? 0) * 10) / 10;
+        const a = await post(`${base}/v1/economic/authorize`, key, action);
+        if (a.decision !== 'allow') throw new Error(`not allowed: ${JSON.stringify(a)}`);
+        await post(`${base}/v1/economic/commit`, key, {
+          actionId: action.actionId,
+          sessionId: action.sessionId,
+          agentId: action.agentId,
+          toolName: action.toolName,
+          category: action.category,
+          quotedSpendUsd: 2.5,
+          actualSpendUsd: 2.25,
+        });
+        expectedMicros += 2_250_000;
+      },
+    });
     // The category budget spans every pair: its spent sum must equal what the commits answered.
     const status = await post(`${base}/v1/economic/status`, key, {
       sessionId: 'none',
@@ -115,17 +74,9 @@ export async function runEconomicBench(opts: {
       category: 'supplies',
     });
     const spentUsd = (status.budget as { category: { spentUsd: number } }).category.spentUsd;
-    const result: EconomicBenchResult = {
-      pairsPerSec: answered / elapsed,
-      p50: pct(0.5),
-      p99: pct(0.99),
-      answered,
-      failed,
-      spentUsd,
-      expectedSpentUsd: expectedMicros / 1e6,
-    };
+    const result: EconomicBenchResult = { ...loop, spentUsd, expectedSpentUsd: expectedMicros / 1e6 };
     console.log(
-      `authorize+commit (SQLite, ${workers} workers)  ${fmt(result.pairsPerSec)} pairs/s  pair p50 ${result.p50} ms  p99 ${result.p99} ms  failed ${failed}`,
+      `authorize+commit (SQLite, ${workers} workers)  ${fmt(result.pairsPerSec)} pairs/s  pair p50 ${result.p50} ms  p99 ${result.p99} ms  failed ${result.failed}`,
     );
     console.log(
       `ledger: spent $${fmt(spentUsd, 2)} in the category, commits answered $${fmt(result.expectedSpentUsd, 2)}`,

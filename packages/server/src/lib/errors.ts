@@ -20,6 +20,7 @@ export const STATUS_BY_CODE = {
   action_conflict: 409,
   action_not_authorized: 409,
   reservation_expired: 409,
+  approval_already_resolved: 409,
   expired: 410,
   payload_too_large: 413,
   unsupported_media_type: 415,

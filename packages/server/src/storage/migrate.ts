@@ -13,6 +13,8 @@ import * as m0012 from './migrations/0012_checkpoints.js';
 import * as m0013 from './migrations/0013_policy_versions.js';
 import * as m0014 from './migrations/0014_dashboard_sessions.js';
 import * as m0015 from './migrations/0015_gateway.js';
+import * as m0017 from './migrations/0017_dual_control.js';
+import * as m0019 from './migrations/0019_approval_escalation.js';
 
 /**
  * Migrations are listed in code (not read from a folder) so they run the same under tsx, a bundle
@@ -32,6 +34,8 @@ const MIGRATIONS: Record<string, Migration> = {
   '0013_policy_versions': m0013,
   '0014_dashboard_sessions': m0014,
   '0015_gateway': m0015,
+  '0017_dual_control': m0017,
+  '0019_approval_escalation': m0019,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

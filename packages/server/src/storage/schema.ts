@@ -155,6 +155,14 @@ export interface ApprovalsTable {
   requested_by_key_id: string | null;
   /** The API key that resolved it, relaying the person in resolved_by; null when a user resolved it. */
   resolved_by_key_id: string | null;
+  /** JSON Escalation: the policy and constraint that asked for it; null when opened by hand. */
+  escalation: string | null;
+  /** Distinct people who must approve before it is approved (2 under dual control). */
+  required_approvals: number;
+  /** JSON array of the approvals given so far: [{resolvedBy, resolvedAt, byKeyId}]. */
+  approvers: string;
+  /** The person (user id) whose request opened it; null when an API key did. */
+  requested_by: string | null;
 }
 
 export interface PolicyDraftsTable {

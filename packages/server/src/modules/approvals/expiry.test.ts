@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   asUserScope,
   collectEvents,
@@ -11,24 +11,21 @@ import {
 import {
   asUser,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
 import { LocalEventBus, type ServiceEvent } from '../../events/bus.js';
 import { createApprovalRepository } from './repository.js';
 import { createApprovalService } from './service.js';
 
-let t: TestApp;
 const clock = new ManualClock();
+const t = useTestApp({}, { clock });
 beforeAll(async () => {
-  t = await createTestApp({}, { clock });
   // Sweeps happen when a test says so; the timer itself is tested on a service of its own.
   await t.ctx.approvals.stopSweeper();
 });
-afterAll(async () => t.close());
 
 async function teamTenant(): Promise<Tenant> {
   const tenant = await createTenant(t);
@@ -62,6 +59,8 @@ describe('approval expiry', () => {
       decisionId: null,
       createdAt: expect.any(String),
       expiresAt: expect.any(String),
+      requiredApprovals: 1,
+      approvers: [],
     });
     expect(await statusInStore(id)).toBe('pending');
     const list = await t.inject({
@@ -156,8 +155,10 @@ describe('approval expiry', () => {
     const service = createApprovalService({
       approvals: {
         ...repo,
-        resolve: (org, id, r, now) =>
-          id === broken ? Promise.reject(new Error('connection reset')) : repo.resolve(org, id, r, now),
+        advance: (org, id, seen, set, now) =>
+          id === broken
+            ? Promise.reject(new Error('connection reset'))
+            : repo.advance(org, id, seen, set, now),
       },
       writer: {
         write: async (item) => {

@@ -29,6 +29,27 @@ export function approvalHash(approvalId: string, action: ApprovalAction, resolve
   return hashJson({ approval_id: approvalId, action, resolved_by: resolvedBy });
 }
 
+/** One person's approval of an approval that needs several (dual control), as stored. */
+export interface ApprovalStep {
+  resolvedBy: string;
+  resolvedAt: string;
+  /** The API key that relayed this person's approval; null when they used their own token. */
+  byKeyId: string | null;
+}
+
+/** The approvals given so far; a row approved before approvers were kept shows its one resolver. */
+export function stepsOf(row: ApprovalRow): ApprovalStep[] {
+  const steps = JSON.parse(row.approvers ?? '[]') as ApprovalStep[];
+  if (steps.length === 0 && row.status === 'approved' && row.resolved_by && row.resolved_at) {
+    return [{ resolvedBy: row.resolved_by, resolvedAt: row.resolved_at, byKeyId: row.resolved_by_key_id }];
+  }
+  return steps;
+}
+
+/** What the API shows of the approvals given so far: who and when, in order. */
+export const approversOf = (row: ApprovalRow) =>
+  stepsOf(row).map((s) => ({ resolvedBy: s.resolvedBy, resolvedAt: s.resolvedAt }));
+
 /** An approval as GET shows it: the fields the spec lists for its state (§4 Approvals). */
 export interface Approval {
   id: string;
@@ -42,6 +63,9 @@ export interface Approval {
   resolvedAt?: string;
   /** The API key that relayed the resolution; null when a user resolved it. */
   resolvedByKeyId?: string | null;
+  /** Distinct people who must approve (2 under dual control); approvers holds those who did. */
+  requiredApprovals: number;
+  approvers: { resolvedBy: string; resolvedAt: string }[];
 }
 
 export function toApproval(row: ApprovalRow, now: string): Approval {
@@ -52,6 +76,8 @@ export function toApproval(row: ApprovalRow, now: string): Approval {
     toolName: row.tool_name,
     decisionId: row.decision_id,
     createdAt: row.created_at,
+    requiredApprovals: Number(row.required_approvals ?? 1),
+    approvers: approversOf(row),
   };
   switch (status) {
     case 'pending':
@@ -68,6 +94,20 @@ export function toApproval(row: ApprovalRow, now: string): Approval {
   }
 }
 
+/** Why an approval was asked for: the policy and the constraint that escalated the call. */
+export interface Escalation {
+  /** What asked: a tool's policy, the spend budgets (economic) or a payment policy pack (gateway). */
+  source: 'policy' | 'economic' | 'gateway';
+  /** The policy, in words (e.g. "policy of tool wire, version 3"). */
+  policy: string;
+  /** The constraint that asked for a person, in words. */
+  constraint: string;
+  /** The policy's version when it is versioned (tool policies, policy packs). */
+  policyVersion?: number;
+  /** The failed constraints as the decision recorded them (tool policies). */
+  constraints?: { parameter: string; constraint_type: string; message: string }[];
+}
+
 export interface PendingApproval {
   id: string;
   toolName: string;
@@ -78,6 +118,9 @@ export interface PendingApproval {
   /** From the escalated call's context, when it named them (an approval opened by hand has none). */
   agentId?: string;
   sessionId?: string;
+  escalation?: Escalation;
+  requiredApprovals: number;
+  approvers: { resolvedBy: string; resolvedAt: string }[];
 }
 
 /** agent_id and session_id of a recorded decision's context, when they are strings. */
@@ -90,15 +133,68 @@ function callContext(json: string | null | undefined): Pick<PendingApproval, 'ag
   };
 }
 
-export function toPending(row: ApprovalRow & { decision_context?: string | null }): PendingApproval {
+/** The escalating decision as listPending joins it (absent for approvals not opened by a validation). */
+export interface DecisionJoin {
+  decision_context?: string | null;
+  decision_validations?: string | null;
+  decision_reason?: string | null;
+  decision_policy_version?: number | null;
+}
+
+/**
+ * The escalation an approval recorded when it was opened; for a validation's approval, what its
+ * decision recorded: the policy version and the constraints that failed (on a require_approval
+ * decision every failed constraint is one that asks for a person).
+ */
+function escalationOf(row: ApprovalRow & DecisionJoin): Escalation | undefined {
+  if (row.escalation) return JSON.parse(row.escalation) as Escalation;
+  if (row.decision_reason === undefined || row.decision_reason === null) return undefined;
+  const failed = row.decision_validations
+    ? (JSON.parse(row.decision_validations) as {
+        parameter: string;
+        constraint_type: string;
+        message: string;
+      }[])
+    : [];
+  const version = row.decision_policy_version ?? undefined;
+  return {
+    source: 'policy',
+    policy: `policy of tool ${row.tool_name}${version !== undefined ? `, version ${version}` : ''}`,
+    constraint: failed.length > 0 ? failed.map((f) => f.message).join('; ') : row.decision_reason,
+    ...(version !== undefined ? { policyVersion: version } : {}),
+    constraints: failed.map((f) => ({
+      parameter: f.parameter,
+      constraint_type: f.constraint_type,
+      message: f.message,
+    })),
+  };
+}
+
+/** agentId and sessionId of the action an economic or capsule approval is bound to. */
+function boundContext(source: Escalation['source'] | undefined, args: Record<string, unknown>) {
+  const pick = (agent: unknown, session: unknown): Pick<PendingApproval, 'agentId' | 'sessionId'> => ({
+    ...(typeof agent === 'string' ? { agentId: agent } : {}),
+    ...(typeof session === 'string' ? { sessionId: session } : {}),
+  });
+  if (source === 'economic') return pick(args.agentId, args.sessionId);
+  if (source === 'gateway') return pick(args.agent_id, undefined);
+  return {};
+}
+
+export function toPending(row: ApprovalRow & DecisionJoin): PendingApproval {
+  const escalation = escalationOf(row);
+  const args = JSON.parse(row.arguments) as Record<string, unknown>;
   return {
     id: row.id,
     toolName: row.tool_name,
-    arguments: JSON.parse(row.arguments),
+    arguments: args,
     status: 'pending',
     expiresAt: row.expires_at,
     createdAt: row.created_at,
-    ...callContext(row.decision_context),
+    requiredApprovals: Number(row.required_approvals ?? 1),
+    approvers: approversOf(row),
+    ...(row.decision_context ? callContext(row.decision_context) : boundContext(escalation?.source, args)),
+    ...(escalation ? { escalation } : {}),
   };
 }
 
@@ -111,6 +207,12 @@ export interface NewApproval {
   expiresInSeconds?: number;
   /** The API key whose call or request opens it; that key may not resolve it. */
   requestedByKeyId?: string | null;
+  /** Why it is asked for, when its opener is not a recorded validation (which the decision explains). */
+  escalation?: Escalation;
+  /** The person whose request opens it; under dual control they may not approve it. */
+  requestedBy?: string | null;
+  /** Distinct people who must approve it: 1 (default) or 2 (dual control). */
+  requiredApprovals?: number;
 }
 
 /** The row of a new pending approval, created at `created`. */
@@ -136,5 +238,9 @@ export function pendingApprovalRow(
     created_at: created.toISOString(),
     requested_by_key_id: input.requestedByKeyId ?? null,
     resolved_by_key_id: null,
+    escalation: input.escalation ? JSON.stringify(input.escalation) : null,
+    required_approvals: input.requiredApprovals ?? 1,
+    approvers: '[]',
+    requested_by: input.requestedBy ?? null,
   };
 }

@@ -1,15 +1,13 @@
 import type { Kysely, Selectable } from 'kysely';
 import type { ApprovalsTable, Database } from '../../storage/schema.js';
+import type { DecisionJoin } from './model.js';
 
 export type ApprovalRow = Selectable<ApprovalsTable>;
 
-export interface Resolution {
-  status: 'approved' | 'denied';
-  resolvedBy: string;
-  resolvedAt: string;
-  /** The API key resolving, if a key is: it may not resolve an approval it requested. */
-  byKeyId?: string | null;
-}
+/** What one resolution step writes: the approvers so far and, when it decides, the outcome. */
+export type Step = Partial<
+  Pick<ApprovalRow, 'status' | 'resolved_by' | 'resolved_at' | 'resolved_by_key_id'>
+> & { approvers: string };
 
 /**
  * Approval storage; every method is scoped by organization except expireDue, the sweeper's
@@ -33,10 +31,7 @@ export function createApprovalRepository(db: Kysely<Database>) {
     },
 
     /** Pending and not expired at `now`, oldest first, with the context of the call that escalated (if any). */
-    async listPending(
-      organizationId: string,
-      now: string,
-    ): Promise<(ApprovalRow & { decision_context: string | null })[]> {
+    async listPending(organizationId: string, now: string): Promise<(ApprovalRow & DecisionJoin)[]> {
       return db
         .selectFrom('approvals')
         .leftJoin('decisions', (j) =>
@@ -45,7 +40,12 @@ export function createApprovalRepository(db: Kysely<Database>) {
             .onRef('decisions.organization_id', '=', 'approvals.organization_id'),
         )
         .selectAll('approvals')
-        .select('decisions.context as decision_context')
+        .select([
+          'decisions.context as decision_context',
+          'decisions.validations as decision_validations',
+          'decisions.reason as decision_reason',
+          'decisions.policy_version as decision_policy_version',
+        ])
         .where('approvals.organization_id', '=', organizationId)
         .where('approvals.status', '=', 'pending')
         .where('approvals.expires_at', '>', now)
@@ -68,34 +68,27 @@ export function createApprovalRepository(db: Kysely<Database>) {
     },
 
     /**
-     * pending → approved/denied, only if still pending and unexpired and, when `r.byKeyId` is set,
-     * not requested by that key; the updated row or undefined.
+     * One resolution step, compare-and-set: applies `set` only if the approval is still pending,
+     * unexpired at `now` and its approvers are still `seenApprovers` (what the caller decided on), so
+     * of two concurrent steps one wins and the other re-reads. The updated row or undefined.
      */
-    async resolve(
+    async advance(
       organizationId: string,
       id: string,
-      r: Resolution,
+      seenApprovers: string,
+      set: Step,
       now: string,
     ): Promise<ApprovalRow | undefined> {
-      let q = db
+      return db
         .updateTable('approvals')
-        .set({
-          status: r.status,
-          resolved_by: r.resolvedBy,
-          resolved_at: r.resolvedAt,
-          resolved_by_key_id: r.byKeyId ?? null,
-        })
+        .set(set)
         .where('organization_id', '=', organizationId)
         .where('id', '=', id)
         .where('status', '=', 'pending')
-        .where('expires_at', '>', now);
-      const byKeyId = r.byKeyId;
-      if (byKeyId) {
-        q = q.where((eb) =>
-          eb.or([eb('requested_by_key_id', 'is', null), eb('requested_by_key_id', '!=', byKeyId)]),
-        );
-      }
-      return q.returningAll().executeTakeFirst();
+        .where('expires_at', '>', now)
+        .where('approvers', '=', seenApprovers)
+        .returningAll()
+        .executeTakeFirst();
     },
 
     /** Marks an approved approval used, once, and only for the call it was granted for. */

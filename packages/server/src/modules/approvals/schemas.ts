@@ -39,6 +39,10 @@ export const CreatedApproval = Type.Object({
   createdAt: Type.String(),
 });
 
+/** The approvals given so far and how many distinct people are needed (2 under dual control). */
+const Approvers = Type.Array(Type.Object({ resolvedBy: Type.String(), resolvedAt: Type.String() }));
+const RequiredApprovals = Type.Integer({ minimum: 1 });
+
 export const PendingApprovalSchema = Type.Object({
   id: Type.String(),
   toolName: Type.String(),
@@ -49,6 +53,22 @@ export const PendingApprovalSchema = Type.Object({
   /** From the escalated call's context, when known. */
   agentId: Type.Optional(Type.String()),
   sessionId: Type.Optional(Type.String()),
+  /** The policy and the constraint that asked for a person, when known. */
+  escalation: Type.Optional(
+    Type.Object({
+      source: OneOf(['policy', 'economic', 'gateway']),
+      policy: Type.String(),
+      constraint: Type.String(),
+      policyVersion: Type.Optional(Type.Integer()),
+      constraints: Type.Optional(
+        Type.Array(
+          Type.Object({ parameter: Type.String(), constraint_type: Type.String(), message: Type.String() }),
+        ),
+      ),
+    }),
+  ),
+  requiredApprovals: RequiredApprovals,
+  approvers: Approvers,
 });
 
 export const ApprovalSchema = Type.Object({
@@ -62,13 +82,18 @@ export const ApprovalSchema = Type.Object({
   resolvedByKeyId: Type.Optional(Nullable(Type.String())),
   createdAt: Type.String(),
   expiresAt: Type.Optional(Type.String()),
+  requiredApprovals: RequiredApprovals,
+  approvers: Approvers,
 });
 
+/** `pending` when this was one approval of several (dual control) and more are needed. */
 export const ResolvedSchema = Type.Object({
   id: Type.String(),
-  status: OneOf(['approved', 'denied']),
+  status: OneOf(['pending', 'approved', 'denied']),
   resolvedBy: Type.String(),
   resolvedAt: Type.String(),
+  requiredApprovals: RequiredApprovals,
+  approvers: Approvers,
 });
 
 export const BatchResultSchema = Type.Object({
@@ -76,5 +101,7 @@ export const BatchResultSchema = Type.Object({
   status: Type.String(),
   resolvedBy: Type.Optional(Type.String()),
   resolvedAt: Type.Optional(Type.String()),
+  requiredApprovals: Type.Optional(RequiredApprovals),
+  approvers: Type.Optional(Approvers),
   error: Type.Optional(Type.Object({ code: Type.String(), message: Type.String() })),
 });

@@ -8,12 +8,15 @@ import {
   APPROVALS_NEED_TEAM,
   type Approval,
   type ApprovalAction,
+  type ApprovalStep,
   approvalHash,
   approvalsAllowed,
+  approversOf,
   type NewApproval,
   type PendingApproval,
   pendingApprovalRow,
   statusAt,
+  stepsOf,
   toApproval,
   toPending,
 } from './model.js';
@@ -65,11 +68,21 @@ export interface CreateApprovalInput {
   expiresInSeconds?: number;
 }
 
+/** A resolution step's answer; `pending` when more approvers are needed (dual control). */
 export interface Resolved {
   id: string;
-  status: 'approved' | 'denied';
+  status: 'pending' | 'approved' | 'denied';
   resolvedBy: string;
   resolvedAt: string;
+  requiredApprovals: number;
+  approvers: { resolvedBy: string; resolvedAt: string }[];
+}
+
+/** A committed step: the row after it, the step itself, and whether it decided the approval. */
+interface Stepped {
+  row: ApprovalRow;
+  step: ApprovalStep;
+  decided: boolean;
 }
 
 export interface BatchResult {
@@ -77,6 +90,8 @@ export interface BatchResult {
   status: string;
   resolvedBy?: string;
   resolvedAt?: string;
+  requiredApprovals?: number;
+  approvers?: { resolvedBy: string; resolvedAt: string }[];
   error?: { code: string; message: string };
 }
 
@@ -113,35 +128,79 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
     return row;
   }
 
-  /** pending → approved/denied, or the error the spec names for why it cannot happen. */
+  /**
+   * One person's resolution. An approval needing one approver is decided by it; under dual control
+   * an approve is one step (the approval stays pending until `required_approvals` distinct people
+   * approved) and a deny decides at once. Refusals are the errors the spec names, plus
+   * approval_already_resolved for a person (or relaying key) resolving the same approval twice.
+   */
   async function transition(
     scope: ApprovalTenant,
     id: string,
     action: ApprovalAction,
     { resolvedBy, byKeyId }: Resolver,
-  ): Promise<ApprovalRow> {
-    const at = now();
-    const status = action === 'approve' ? 'approved' : 'denied';
-    const row = await approvals.resolve(
-      scope.organizationId,
-      id,
-      { status, resolvedBy, resolvedAt: at, byKeyId },
-      at,
-    );
-    if (row) return row;
-    const current = await load(scope.organizationId, id);
-    const state = statusAt(current, at);
-    if (state === 'expired') throw new AppError('expired', `Approval expired at ${current.expires_at}`);
-    if (state === 'pending' && byKeyId !== null && current.requested_by_key_id === byKeyId) {
-      throw forbidden(SELF_RESOLVE);
+  ): Promise<Stepped> {
+    for (let attempt = 0; attempt < 8; attempt++) {
+      const at = now();
+      const current = await load(scope.organizationId, id);
+      const state = statusAt(current, at);
+      if (state === 'expired') throw new AppError('expired', `Approval expired at ${current.expires_at}`);
+      if (state !== 'pending') {
+        throw new AppError('invalid_status', `Approval is already ${state}; it can be resolved only once`);
+      }
+      if (byKeyId !== null && current.requested_by_key_id === byKeyId) throw forbidden(SELF_RESOLVE);
+      const required = Number(current.required_approvals ?? 1);
+      const steps = stepsOf(current);
+      if (required > 1) {
+        if (action === 'approve' && current.requested_by !== null && current.requested_by === resolvedBy) {
+          throw forbidden(
+            `${resolvedBy} requested approval ${id}: under dual control the requester cannot approve it`,
+          );
+        }
+        if (steps.some((s) => s.resolvedBy === resolvedBy)) {
+          throw new AppError(
+            'approval_already_resolved',
+            `${resolvedBy} already approved approval ${id}; it needs ${required} distinct people (${steps.length} so far)`,
+          );
+        }
+        if (byKeyId !== null && steps.some((s) => s.byKeyId === byKeyId)) {
+          throw new AppError(
+            'approval_already_resolved',
+            `API key ${byKeyId} already relayed an approval of approval ${id}; another person must approve with their own token or another approver key`,
+          );
+        }
+      }
+      const next = action === 'approve' ? [...steps, { resolvedBy, resolvedAt: at, byKeyId }] : steps;
+      const decided = action === 'deny' || next.length >= required;
+      const row = await approvals.advance(
+        scope.organizationId,
+        id,
+        current.approvers,
+        {
+          approvers: JSON.stringify(next),
+          ...(decided
+            ? {
+                status: action === 'approve' ? 'approved' : 'denied',
+                resolved_by: resolvedBy,
+                resolved_at: at,
+                resolved_by_key_id: byKeyId,
+              }
+            : {}),
+        },
+        at,
+      );
+      if (row) return { row, step: { resolvedBy, resolvedAt: at, byKeyId }, decided };
+      // Another resolution (or the expiry) came first: decide again on what it left.
     }
-    throw new AppError('invalid_status', `Approval is already ${state}; it can be resolved only once`);
+    throw new AppError('conflict', 'The approval is being resolved concurrently; send the request again');
   }
 
-  /** After the transition committed: chain a resolution receipt, then announce it. */
-  async function resolved(row: ApprovalRow, action: ApprovalAction): Promise<Resolved> {
-    const resolvedBy = row.resolved_by!;
-    const resolvedAt = row.resolved_at!;
+  /** After the step committed: chain its resolution receipt, then announce a decided approval. */
+  async function resolved({ row, step, decided }: Stepped, action: ApprovalAction): Promise<Resolved> {
+    const { resolvedBy, resolvedAt } = step;
+    const required = Number(row.required_approvals ?? 1);
+    const count = stepsOf(row).length;
+    const progress = required > 1 && action === 'approve' ? ` (${count} of ${required} approvals)` : '';
     try {
       await writer.write({
         receipt: {
@@ -154,9 +213,9 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
           argument_hash: row.argument_hash,
           policy_version: null,
           policy_hash: null,
-          reason: `Approval ${row.id} ${row.status} by ${resolvedBy}${
-            row.resolved_by_key_id ? ` through API key ${row.resolved_by_key_id}` : ''
-          }`,
+          reason: `Approval ${row.id} ${decided ? row.status : 'approved'} by ${resolvedBy}${
+            step.byKeyId ? ` through API key ${step.byKeyId}` : ''
+          }${progress}`,
           timestamp: resolvedAt,
           approval_id: row.id,
           approval_hash: approvalHash(row.id, action, resolvedBy),
@@ -166,12 +225,21 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       // SPEC §3: a failed resolution receipt is logged and does not block the resolve.
       log.error({ err, approvalId: row.id }, 'approval resolution receipt could not be written');
     }
-    events.publish({
-      organizationId: row.organization_id,
-      type: 'approval.resolved',
-      data: { approvalId: row.id, action, resolvedBy },
-    });
-    return { id: row.id, status: row.status as Resolved['status'], resolvedBy, resolvedAt };
+    if (decided) {
+      events.publish({
+        organizationId: row.organization_id,
+        type: 'approval.resolved',
+        data: { approvalId: row.id, action, resolvedBy },
+      });
+    }
+    return {
+      id: row.id,
+      status: row.status as Resolved['status'],
+      resolvedBy,
+      resolvedAt,
+      requiredApprovals: required,
+      approvers: approversOf(row),
+    };
   }
 
   /** The batch entry of an id whose transition failed; never throws. */
@@ -239,6 +307,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
         toolName: input.toolName,
         arguments: args ?? {},
         requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
+        requestedBy: scope.principal.kind === 'user' ? scope.principal.userId : null,
         ...(input.expiresInSeconds !== undefined ? { expiresInSeconds: input.expiresInSeconds } : {}),
       });
       return toPending(row);
@@ -276,7 +345,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
     ): Promise<BatchResult[]> {
       // Who resolves is one answer for the whole request: a refusal there refuses the batch.
       const resolver = resolverOf(scope, resolvedBy);
-      const outcomes: (ApprovalRow | BatchResult)[] = [];
+      const outcomes: (Stepped | BatchResult)[] = [];
       for (const id of ids) {
         try {
           outcomes.push(await transition(scope, id, action, resolver));
@@ -289,12 +358,17 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       // receipts and events still go out.
       return Promise.all(
         outcomes.map(async (o) => {
-          if (!('organization_id' in o)) return o;
+          if (!('row' in o)) return o;
           try {
             return await resolved(o, action);
           } catch (err) {
-            log.error({ err, approvalId: o.id }, 'approval resolution could not be announced');
-            return { id: o.id, status: o.status, resolvedBy: o.resolved_by!, resolvedAt: o.resolved_at! };
+            log.error({ err, approvalId: o.row.id }, 'approval resolution could not be announced');
+            return {
+              id: o.row.id,
+              status: o.row.status,
+              resolvedBy: o.step.resolvedBy,
+              resolvedAt: o.step.resolvedAt,
+            };
           }
         }),
       );

@@ -1,15 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { asUser, createTenant, createTestApp, keyHeader, type TestApp } from '../../../test/helpers.js';
+import { describe, expect, it } from 'vitest';
+import { asUser, createTenant, keyHeader, useTestApp } from '../../../test/helpers.js';
 import { createSpendLedger } from './repository.js';
 
-let t: TestApp;
-
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => {
-  await t.close();
-});
+const t = useTestApp();
 
 /** The running sums recomputed from the ledger entries alone. */
 function recompute(

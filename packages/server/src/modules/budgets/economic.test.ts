@@ -1,25 +1,18 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { collectEvents, ManualClock, setTier } from '../../../test/approvals.js';
 import {
   asUser,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
 
-let t: TestApp;
 const clock = new ManualClock();
 let seq = 0;
 
-beforeAll(async () => {
-  t = await createTestApp({}, { clock });
-});
-afterAll(async () => {
-  await t.close();
-});
+const t = useTestApp({}, { clock });
 
 const ORG_CONFIG = {
   defaultPayer: 'corp-card',

@@ -1,26 +1,22 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTenant, createTestApp, type Tenant, type TestApp } from '../../../test/helpers.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createTenant, type Tenant, useTestApp } from '../../../test/helpers.js';
 import { AppError } from '../../lib/errors.js';
 import type { OrgScope } from '../../lib/scope.js';
 import { createSpendReceipts, type SpendReceipts } from './receipts.js';
 import { createEconomicConfigRepository, createSpendLedger, type SpendLedger } from './repository.js';
 import { createBudgetService } from './service.js';
 
-let t: TestApp;
 let tenant: Tenant;
 let scope: OrgScope;
 
+const t = useTestApp();
 beforeAll(async () => {
-  t = await createTestApp();
   tenant = await createTenant(t);
   scope = {
     organizationId: tenant.orgId,
     projectId: null,
     principal: { kind: 'user', userId: tenant.userId },
   };
-});
-afterAll(async () => {
-  await t.close();
 });
 
 const silent = { error: () => {} };

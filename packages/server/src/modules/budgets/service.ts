@@ -301,6 +301,11 @@ export function createBudgetService(deps: BudgetServiceDeps) {
           toolName: input.toolName,
           arguments: approvalArguments(input, payer),
           expiresInSeconds: windowSeconds,
+          escalation: {
+            source: 'economic',
+            policy: `spend budgets (${ctx.authority === 'organization+project' ? "the organization's and the project's" : `the ${ctx.authority}'s`} economic configuration)`,
+            constraint: outcome.message,
+          },
           requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
         },
         new Date(tx.now),
