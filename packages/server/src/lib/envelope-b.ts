@@ -18,6 +18,8 @@ export interface EnvelopeBError {
   param?: string | null;
   hint?: string | null;
   extra?: Record<string, unknown>;
+  /** Response headers the answer carries (Retry-After of a rate-limited or in-flight payment). */
+  headers?: Record<string, string>;
 }
 
 export function envelopeB(docsUrl: string, requestId: string, e: EnvelopeBError) {
@@ -42,6 +44,7 @@ export function sendEnvelopeB(
   status: number,
   e: EnvelopeBError,
 ): FastifyReply {
+  if (e.headers) reply.headers(e.headers);
   return reply
     .code(status)
     .type('application/json')

@@ -14,6 +14,7 @@ import * as m0013 from './migrations/0013_policy_versions.js';
 import * as m0014 from './migrations/0014_dashboard_sessions.js';
 import * as m0015 from './migrations/0015_gateway.js';
 import * as m0017 from './migrations/0017_dual_control.js';
+import * as m0018 from './migrations/0018_invoices_workflows_providers.js';
 import * as m0019 from './migrations/0019_approval_escalation.js';
 
 /**
@@ -35,6 +36,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0014_dashboard_sessions': m0014,
   '0015_gateway': m0015,
   '0017_dual_control': m0017,
+  '0018_invoices_workflows_providers': m0018,
   '0019_approval_escalation': m0019,
 };
 

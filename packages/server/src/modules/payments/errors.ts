@@ -63,13 +63,16 @@ export function registerEnvelopeB(app: FastifyInstance, docsUrl: string): void {
         return send(413, {
           type: 'invalid_request',
           code: 'payload_too_large',
-          message: 'Request body is larger than 512 KB',
+          message: `Request body is larger than ${(req.routeOptions.bodyLimit ?? 512 * 1024) / 1024} KB`,
         });
       case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
         return send(415, {
           type: 'invalid_request',
           code: 'unsupported_media_type',
-          message: 'Content-Type must be application/json',
+          message:
+            req.routeOptions.url === '/v1/gateway/invoices'
+              ? 'Content-Type must be application/json or application/xml'
+              : 'Content-Type must be application/json',
         });
       case 'FST_ERR_CTP_INVALID_JSON_BODY':
       case 'FST_ERR_CTP_EMPTY_JSON_BODY':

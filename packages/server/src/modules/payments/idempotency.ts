@@ -16,7 +16,8 @@ const held = new WeakMap<FastifyRequest, { org: string; key: string }>();
 /**
  * Idempotency-Key on the gateway's POSTs: the first request with a key runs and its answer is kept;
  * the same key with the same method, path and canonical body replays that answer; with anything else
- * it answers 400. A server error frees the key so that the request can be sent again.
+ * it answers 400. A server error frees the key so that the request can be sent again. Keys are per
+ * project for project keys, so two projects of one organization never see each other's answers.
  */
 export function registerIdempotency(
   app: FastifyInstance,
@@ -24,15 +25,20 @@ export function registerIdempotency(
 ): void {
   app.addHook('preHandler', async (req, reply) => {
     if (req.method !== 'POST') return;
-    const key = req.headers['idempotency-key'];
-    if (key === undefined) return;
-    if (typeof key !== 'string' || !KEY_RE.test(key)) {
+    const sent = req.headers['idempotency-key'];
+    if (sent === undefined) return;
+    if (typeof sent !== 'string' || !KEY_RE.test(sent)) {
       throw gatewayError.invalidRequest(
         'Idempotency-Key must be 1-255 printable ASCII characters',
         'Idempotency-Key',
       );
     }
-    const { organizationId: org } = await deps.scope(req);
+    const scope = await deps.scope(req);
+    const org = scope.organizationId;
+    // Each project's keys have their own key space; user tokens and keys without a project share the
+    // organization's. Stored as `<project id or ->/<key>` in the organization's table.
+    const namespace = scope.principal.kind === 'apiKey' && scope.projectId ? scope.projectId : '-';
+    const key = `${namespace}/${sent}`;
     const hash = hashJson({ method: req.method, path: req.url, body: req.body ?? null });
     const now = deps.clock.now();
     for (let attempt = 0; attempt < 2; attempt++) {
@@ -82,7 +88,9 @@ export function registerIdempotency(
     const owner = held.get(req);
     if (!owner) return payload;
     held.delete(req);
-    if (reply.statusCode >= 500 || typeof payload !== 'string') {
+    // An answer that says "retry later" (Retry-After: a rate-limited or in-flight payment) is not kept either.
+    const retryLater = reply.getHeader('retry-after') !== undefined;
+    if (reply.statusCode >= 500 || retryLater || typeof payload !== 'string') {
       await deps.repo.dropKey(owner.org, owner.key);
     } else {
       await deps.repo.completeKey(owner.org, owner.key, reply.statusCode, payload);

@@ -35,6 +35,8 @@ export type GatewayTables = {
     expires_at: string;
     consumption: string | null;
     receipt_id: string | null;
+    /** While a consumed capsule's receipt is being written: when its writer claimed it (migration 0017). */
+    receipt_claimed_at: string | null;
     created_at: string;
     updated_at: string;
   };
@@ -73,6 +75,8 @@ export interface PackContent {
   quarantine_seconds: number;
   max_ttl_seconds: number;
   conditions: PackCondition[];
+  /** The pack's own workflow edge map; absent: the default map. */
+  workflow?: import('./flow-model.js').WorkflowMap;
 }
 
 export interface PackAnswer extends PackContent {
@@ -99,6 +103,8 @@ export interface Consumption {
   invoice_hash: string | null;
   consumed_at: string;
   ledger_entry_id: string;
+  /** How the payment was made (rail, provider, reference); absent on consumptions made before routing. */
+  payment?: import('./flow-model.js').PaymentAnswer;
 }
 
 export interface CapsuleAnswer {
@@ -164,6 +170,14 @@ export const gatewayError = {
       hint: `poll GET /v1/approvals/${approvalId} and mint again with approval_ref once it is approved`,
       extra: { approval_id: approvalId, payload_hash: payloadHash },
     }),
+  dualControlRequired: (approvalId: string, payloadHash: string, message: string) =>
+    new GatewayError(409, {
+      type: 'conflict',
+      code: 'dual_control_required',
+      message,
+      hint: `two people other than the requester must approve it (POST /v1/approvals/${approvalId}/resolve); then mint again with approval_ref`,
+      extra: { approval_id: approvalId, payload_hash: payloadHash },
+    }),
   approvalPayloadMismatch: (payloadHash: string, message: string) =>
     new GatewayError(409, {
       type: 'conflict',
@@ -175,6 +189,7 @@ export const gatewayError = {
   approvalDenied: make(403, 'authorization_error', 'approval_denied'),
   approvalExpired: make(409, 'conflict', 'approval_expired'),
   approvalConsumed: make(409, 'conflict', 'approval_already_consumed'),
+  approvalResolved: make(409, 'conflict', 'approval_already_resolved'),
   approvalNotFound: make(404, 'invalid_request', 'approval_not_found'),
   approvalsUnavailable: make(403, 'authorization_error', 'approvals_unavailable'),
   forbidden: make(403, 'authorization_error', 'authorization_error'),

@@ -2,6 +2,7 @@ import { Environment } from '@marcbachmann/cel-js';
 import { canonicalJson, hashJson } from '../../ledger/canonical.js';
 import { gatewayError, type PackCondition, type PackContent } from './model.js';
 import { toMicros } from './money.js';
+import { type WorkflowMapInput, workflowMapOf } from './workflows.js';
 
 /**
  * What a pack's conditions see at consume: the runtime payment and the capsule it spends.
@@ -89,6 +90,7 @@ export interface PackInput {
   quarantine_seconds?: number;
   max_ttl_seconds?: number;
   conditions?: PackCondition[];
+  workflow?: WorkflowMapInput;
 }
 
 const usd = (v: string | null | undefined, param: string): string | null => {
@@ -126,6 +128,8 @@ export function packContent(input: PackInput): PackContent {
     quarantine_seconds: input.quarantine_seconds ?? 86_400,
     max_ttl_seconds: input.max_ttl_seconds ?? 3600,
     conditions,
+    // Only a pack that defines its own workflow map carries one (the hash of others is unchanged).
+    ...(input.workflow !== undefined ? { workflow: workflowMapOf(input.workflow) } : {}),
   };
 }
 

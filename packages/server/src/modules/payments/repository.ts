@@ -9,7 +9,7 @@ export type CapsuleRow = GatewayTables['gateway_capsules'];
 
 const view = (db: Db): G => db.withTables<GatewayTables>() as unknown as G;
 
-/** The gateway's tables; every method takes the organization (no unscoped read). */
+/** The gateway's tables; every method takes the organization, except the receipt-repair sweep's read. */
 export function createGatewayRepository(base: Db) {
   const db = view(base);
   return {
@@ -103,7 +103,10 @@ export function createGatewayRepository(base: Db) {
         .executeTakeFirst();
     },
 
-    /** Moves an active capsule to `status`; false when it was no longer active. */
+    /**
+     * Moves an active capsule to `status`; false when it was no longer active. A consume also claims
+     * the write of the capsule's receipt (see claimReceipt).
+     */
     async settleCapsule(
       org: string,
       id: string,
@@ -113,7 +116,12 @@ export function createGatewayRepository(base: Db) {
     ): Promise<boolean> {
       const r = await db
         .updateTable('gateway_capsules')
-        .set({ status, consumption, updated_at: now })
+        .set({
+          status,
+          consumption,
+          updated_at: now,
+          ...(status === 'consumed' ? { receipt_claimed_at: now } : {}),
+        })
         .where('organization_id', '=', org)
         .where('id', '=', id)
         .where('status', '=', 'active')
@@ -124,9 +132,76 @@ export function createGatewayRepository(base: Db) {
     async setCapsuleReceipt(org: string, id: string, receiptId: string): Promise<void> {
       await db
         .updateTable('gateway_capsules')
-        .set({ receipt_id: receiptId })
+        .set({ receipt_id: receiptId, receipt_claimed_at: null })
         .where('organization_id', '=', org)
         .where('id', '=', id)
+        .execute();
+    },
+
+    /**
+     * Claims the write of a consumed capsule's owed receipt: false when it has its receipt, or another
+     * writer claimed it after `staleBefore` (a claim older than that belongs to a writer that died).
+     */
+    async claimReceipt(org: string, id: string, now: string, staleBefore: string): Promise<boolean> {
+      const r = await db
+        .updateTable('gateway_capsules')
+        .set({ receipt_claimed_at: now })
+        .where('organization_id', '=', org)
+        .where('id', '=', id)
+        .where('status', '=', 'consumed')
+        .where('receipt_id', 'is', null)
+        .where((eb) =>
+          eb.or([eb('receipt_claimed_at', 'is', null), eb('receipt_claimed_at', '<', staleBefore)]),
+        )
+        .executeTakeFirst();
+      return Number(r.numUpdatedRows) === 1;
+    },
+
+    /** Gives a claim back after its write failed, so the next access or sweep retries at once. */
+    async releaseReceipt(org: string, id: string, claimedAt: string): Promise<void> {
+      await db
+        .updateTable('gateway_capsules')
+        .set({ receipt_claimed_at: null })
+        .where('organization_id', '=', org)
+        .where('id', '=', id)
+        .where('receipt_claimed_at', '=', claimedAt)
+        .execute();
+    },
+
+    /** The receipt already chained for a decision (a consume's ledger entry), if any. */
+    async receiptFor(org: string, decisionId: string): Promise<string | undefined> {
+      const row = await base
+        .selectFrom('receipts')
+        .select('receipt_id')
+        .where('organization_id', '=', org)
+        .where('decision_id', '=', decisionId)
+        .executeTakeFirst();
+      return row?.receipt_id;
+    },
+
+    /** The highest version of a pack with this content saved by `at`: the one a consume ran under. */
+    async packBySha(org: string, packId: string, sha256: string, at: string): Promise<PackRow | undefined> {
+      return db
+        .selectFrom('gateway_packs')
+        .selectAll()
+        .where('organization_id', '=', org)
+        .where('pack_id', '=', packId)
+        .where('sha256', '=', sha256)
+        .where('created_at', '<=', at)
+        .orderBy('version', 'desc')
+        .limit(1)
+        .executeTakeFirst();
+    },
+
+    /** Consumed capsules still owing their receipt, oldest first, across organizations (the repair sweep's read). */
+    async owingReceipts(limit: number): Promise<CapsuleRow[]> {
+      return db
+        .selectFrom('gateway_capsules')
+        .selectAll()
+        .where('receipt_id', 'is', null)
+        .where('status', '=', 'consumed')
+        .orderBy('updated_at')
+        .limit(limit)
         .execute();
     },
 

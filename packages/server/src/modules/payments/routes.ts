@@ -1,16 +1,42 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { CAPSULE_PAYLOAD_SCHEMA } from '@svc/capsules';
 import type { AppContext } from '../../context.js';
+import { NoBody } from '../../lib/schemas.js';
+import { ResolveBody, ResolvedSchema } from '../approvals/schemas.js';
 import { createEconomicConfigRepository, createSpendLedger } from '../budgets/repository.js';
+import { createHttpFetch } from '../mcp/http-fetch.js';
 import { createOrganizationRepository } from '../organizations/repository.js';
 import { registerEnvelopeB } from './errors.js';
+import { flowRoutes, INVOICE_BODY_LIMIT } from './flow-routes.js';
 import { registerIdempotency } from './idempotency.js';
+import { createInvoiceRepository, createInvoiceService } from './invoices.js';
+import { gatewayError, type PackContent } from './model.js';
+import { createProviderService } from './providers.js';
 import { createGatewayRepository } from './repository.js';
-import { ConsumeBody, IdParams, MintBody, PackBody, PackParams, PackQuery, PayeeBody } from './schemas.js';
+import {
+  CapsuleAnswerSchema,
+  CapsuleJsonSchema,
+  ConsumeBody,
+  IdParams,
+  MintBody,
+  PackAnswerSchema,
+  PackBody,
+  PackParams,
+  PackQuery,
+  PayeeAnswerSchema,
+  PayeeBody,
+} from './schemas.js';
 import { createPaymentService } from './service.js';
+import { createWorkflowService } from './workflows.js';
+
+/** How often consumed capsules still owing their receipt are looked for. */
+const RECEIPT_REPAIR_INTERVAL_MS = 60_000;
 
 /** Bodies under the gateway are limited to 512 KB (SPEC §8). */
 export const GATEWAY_BODY_LIMIT = 512 * 1024;
+
+/** How long a payment in flight holds its capsule beyond its provider's timeout (then a retry may take it over). */
+const PAYMENT_LEASE_MARGIN_MS = 30_000;
 
 /**
  * The payment-authorization gateway under /v1/gateway: policy packs, payees and spend capsules.
@@ -18,6 +44,11 @@ export const GATEWAY_BODY_LIMIT = 512 * 1024;
  */
 export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const repo = createGatewayRepository(ctx.store.db);
+  const allowPrivate = ctx.config.mcpAllowPrivateUpstreams;
+  const credentialsKey = ctx.config.providerCredentialsKey;
+  // Provider endpoints obey the MCP upstream address guard, sockets included (DNS rebinding).
+  const http = createHttpFetch({ allowPrivate });
+  app.addHook('onClose', async () => http.close());
   const organizations = createOrganizationRepository(ctx.store.db);
   const service = createPaymentService({
     repo,
@@ -32,63 +63,146 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     clock: ctx.clock,
     issuer: ctx.config.baseUrl,
     log: ctx.log,
+    flow: {
+      client: { request: http.request, credentialsKey, allowPrivate },
+      leaseMarginMs: PAYMENT_LEASE_MARGIN_MS,
+    },
   });
+  // Consumed capsules whose receipt write failed get it at startup, then within a minute, or on read.
+  const repair = () =>
+    service.repairReceipts().catch((err) => ctx.log.error({ err }, 'capsule receipt repair sweep failed'));
+  let timer: NodeJS.Timeout | undefined;
+  app.addHook('onReady', async () => {
+    await repair();
+    timer = setInterval(() => void repair(), RECEIPT_REPAIR_INTERVAL_MS);
+    timer.unref();
+  });
+  app.addHook('onClose', async () => clearInterval(timer));
   app.addHook('onRoute', (route) => {
-    route.bodyLimit = GATEWAY_BODY_LIMIT;
+    // Invoice ingest declares its own (larger) limit; every other route gets the gateway's.
+    route.bodyLimit = route.bodyLimit === INVOICE_BODY_LIMIT ? INVOICE_BODY_LIMIT : GATEWAY_BODY_LIMIT;
   });
   registerEnvelopeB(app, ctx.config.docsUrl);
   registerIdempotency(app, { repo, scope: ctx.scope, clock: ctx.clock });
 
-  app.get('/schemas/capsule.json', { config: { auth: 'none' } }, async (_req, reply) => {
-    reply.header('cache-control', 'public, max-age=3600');
-    return CAPSULE_PAYLOAD_SCHEMA;
+  await app.register(flowRoutes, {
+    ctx,
+    services: {
+      invoices: createInvoiceService({ repo: createInvoiceRepository(ctx.store.db), clock: ctx.clock }),
+      workflows: createWorkflowService({
+        store: ctx.store.db,
+        clock: ctx.clock,
+        packContent: async (org, packId) => {
+          const row = await repo.latestPack(org, packId);
+          if (!row) throw gatewayError.packNotFound(`policy pack ${packId} not found`, 'pack_id');
+          return JSON.parse(row.content) as PackContent;
+        },
+      }),
+      providers: createProviderService({
+        store: ctx.store.db,
+        clock: ctx.clock,
+        credentialsKey,
+        allowPrivate,
+      }),
+    },
   });
 
-  app.put('/packs/:packId', { schema: { params: PackParams, body: PackBody } }, async (req, reply) => {
-    reply.code(201);
-    return service.putPack(await ctx.scope(req), req.params.packId, req.body);
-  });
+  /** Actions on one payee or capsule: no body, the record as it is now. */
+  const payeeAction = {
+    params: IdParams,
+    documented: { body: NoBody },
+    response: { 200: PayeeAnswerSchema },
+  };
+  const capsuleAction = {
+    params: IdParams,
+    documented: { body: NoBody },
+    response: { 200: CapsuleAnswerSchema },
+  };
 
-  app.get('/packs/:packId', { schema: { params: PackParams, querystring: PackQuery } }, async (req) =>
-    service.getPack(await ctx.scope(req), req.params.packId, req.query.version),
+  app.get(
+    '/schemas/capsule.json',
+    { config: { auth: 'none' }, schema: { response: { 200: CapsuleJsonSchema } } },
+    async (_req, reply) => {
+      reply.header('cache-control', 'public, max-age=3600');
+      return CAPSULE_PAYLOAD_SCHEMA;
+    },
   );
 
-  app.post('/payees', { schema: { body: PayeeBody } }, async (req, reply) => {
-    const { payee, created } = await service.registerPayee(await ctx.scope(req), req.body.details);
-    reply.code(created ? 201 : 200);
-    return payee;
-  });
-
-  app.get('/payees/:id', { schema: { params: IdParams } }, async (req) =>
-    service.getPayee(await ctx.scope(req), req.params.id),
+  app.put(
+    '/packs/:packId',
+    { schema: { params: PackParams, body: PackBody, response: { 201: PackAnswerSchema } } },
+    async (req, reply) => {
+      reply.code(201);
+      return service.putPack(await ctx.scope(req), req.params.packId, req.body);
+    },
   );
 
-  app.post('/payees/:id/hold', { schema: { params: IdParams } }, async (req) =>
+  app.get(
+    '/packs/:packId',
+    { schema: { params: PackParams, querystring: PackQuery, response: { 200: PackAnswerSchema } } },
+    async (req) => service.getPack(await ctx.scope(req), req.params.packId, req.query.version),
+  );
+
+  app.post(
+    '/payees',
+    { schema: { body: PayeeBody, response: { 200: PayeeAnswerSchema, 201: PayeeAnswerSchema } } },
+    async (req, reply) => {
+      const { payee, created } = await service.registerPayee(await ctx.scope(req), req.body.details);
+      reply.code(created ? 201 : 200);
+      return payee;
+    },
+  );
+
+  app.get(
+    '/payees/:id',
+    { schema: { params: IdParams, response: { 200: PayeeAnswerSchema } } },
+    async (req) => service.getPayee(await ctx.scope(req), req.params.id),
+  );
+
+  app.post('/payees/:id/hold', { schema: payeeAction }, async (req) =>
     service.holdPayee(await ctx.scope(req), req.params.id, true),
   );
 
-  app.post('/payees/:id/release', { schema: { params: IdParams } }, async (req) =>
+  app.post('/payees/:id/release', { schema: payeeAction }, async (req) =>
     service.holdPayee(await ctx.scope(req), req.params.id, false),
   );
 
-  app.post('/payees/:id/lift-quarantine', { schema: { params: IdParams } }, async (req) =>
+  app.post('/payees/:id/lift-quarantine', { schema: payeeAction }, async (req) =>
     service.liftQuarantine(await ctx.scope(req), req.params.id),
   );
 
-  app.post('/capsules', { schema: { body: MintBody } }, async (req, reply) => {
-    reply.code(201);
-    return service.mint(await ctx.scope(req), req.body);
-  });
-
-  app.post('/capsules/consume', { schema: { body: ConsumeBody } }, async (req) =>
-    service.consume(await ctx.scope(req), req.body),
+  app.post(
+    '/capsules',
+    { schema: { body: MintBody, response: { 201: CapsuleAnswerSchema } } },
+    async (req, reply) => {
+      reply.code(201);
+      return service.mint(await ctx.scope(req), req.body);
+    },
   );
 
-  app.get('/capsules/:id', { schema: { params: IdParams } }, async (req) =>
-    service.getCapsule(await ctx.scope(req), req.params.id),
+  app.post(
+    '/capsules/consume',
+    { schema: { body: ConsumeBody, response: { 200: CapsuleAnswerSchema } } },
+    async (req) => service.consume(await ctx.scope(req), req.body),
   );
 
-  app.post('/capsules/:id/revoke', { schema: { params: IdParams } }, async (req) =>
+  app.post(
+    '/approvals/:id/resolve',
+    {
+      config: { scopes: ['approvals:resolve'] },
+      schema: { params: IdParams, body: ResolveBody, response: { 200: ResolvedSchema } },
+    },
+    async (req) =>
+      service.resolveApproval(await ctx.scope(req), req.params.id, req.body.action, req.body.resolvedBy),
+  );
+
+  app.get(
+    '/capsules/:id',
+    { schema: { params: IdParams, response: { 200: CapsuleAnswerSchema } } },
+    async (req) => service.getCapsule(await ctx.scope(req), req.params.id),
+  );
+
+  app.post('/capsules/:id/revoke', { schema: capsuleAction }, async (req) =>
     service.revoke(await ctx.scope(req), req.params.id),
   );
 };

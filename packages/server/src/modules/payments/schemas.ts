@@ -13,6 +13,20 @@ export const PackQuery = Type.Object(
 );
 export const IdParams = Type.Object({ id: Id });
 
+const StateName = Type.String({ pattern: '^[a-z][a-z0-9_]{0,31}$' });
+/** A pack's own workflow edge map (see workflows.ts). */
+const WorkflowMapBody = Type.Object(
+  {
+    initial: Type.Optional(StateName),
+    edges: Type.Record(StateName, Type.Array(StateName, { maxItems: 32 }), { maxProperties: 32 }),
+    consume_from: Type.Optional(StateName),
+    consume_to: Type.Optional(StateName),
+    settle_to: Type.Optional(Type.Union([StateName, Type.Null()])),
+    person_states: Type.Optional(Type.Array(StateName, { maxItems: 32 })),
+  },
+  { additionalProperties: false },
+);
+
 export const PackBody = Type.Object(
   {
     entity_caps: Type.Optional(
@@ -31,6 +45,7 @@ export const PackBody = Type.Object(
     invoice_required: Type.Optional(Type.Boolean()),
     quarantine_seconds: Type.Optional(Type.Integer({ minimum: 0, maximum: 90 * 86_400 })),
     max_ttl_seconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 30 * 86_400 })),
+    workflow: Type.Optional(WorkflowMapBody),
     conditions: Type.Optional(
       Type.Array(
         Type.Object(
@@ -97,3 +112,141 @@ export const ConsumeBody = Type.Object(
   },
   { additionalProperties: false },
 );
+
+/* Answers (model.ts). Amounts are decimal strings, as in the bodies. */
+
+const Timestamp = Type.String({ description: 'ISO 8601' });
+const StringOrNull = Type.Union([Type.String(), Type.Null()]);
+
+export const PackAnswerSchema = Type.Object({
+  pack_id: Type.String(),
+  version: Type.Integer(),
+  sha256: Type.String({ description: 'sha256 of the pack content: what capsules name as policy_sha256' }),
+  created_at: Timestamp,
+  entity_caps: Type.Object({ usd_24h: StringOrNull, usd_7d: StringOrNull, usd_30d: StringOrNull }),
+  approval_threshold_usd: StringOrNull,
+  dual_control_threshold_usd: StringOrNull,
+  allowed_rails: Type.Array(Type.String()),
+  invoice_required: Type.Boolean(),
+  quarantine_seconds: Type.Integer(),
+  max_ttl_seconds: Type.Integer(),
+  conditions: Type.Array(Type.Object({ name: Type.String(), expression: Type.String() })),
+  workflow: Type.Optional(
+    Type.Unknown({ description: "The pack's own workflow edge map; absent: the default" }),
+  ),
+});
+
+export const PayeeAnswerSchema = Type.Object({
+  id: Type.String(),
+  beneficiary_hash: Type.String(),
+  details: Type.Record(Type.String(), Type.String()),
+  held: Type.Boolean(),
+  quarantine: Type.Object({ lifted_at: StringOrNull, lifted_by: StringOrNull }),
+  created_at: Timestamp,
+  updated_at: Timestamp,
+});
+
+export const CapsuleAnswerSchema = Type.Object({
+  id: Type.String(),
+  capsule: Type.String({ description: 'The signed capsule (compact JWS)' }),
+  status: Type.String({ enum: ['active', 'consumed', 'revoked'] }),
+  payee_id: Type.String(),
+  payload: Type.Record(Type.String(), Type.Unknown(), { description: 'The signed payload, decoded' }),
+  consumption: Type.Union([
+    Type.Object({
+      amount: Type.String(),
+      currency: Type.String(),
+      rail: Type.String(),
+      invoice_hash: StringOrNull,
+      consumed_at: Timestamp,
+      ledger_entry_id: Type.String(),
+      payment: Type.Optional(
+        Type.Unknown({ description: 'How the payment was made (rail, provider, reference), once routed' }),
+      ),
+    }),
+    Type.Null(),
+  ]),
+  receipt_id: StringOrNull,
+  created_at: Timestamp,
+  updated_at: Timestamp,
+});
+
+/** GET /v1/gateway/schemas/capsule.json: a JSON Schema document. */
+export const CapsuleJsonSchema = Type.Object(
+  {},
+  { additionalProperties: true, description: 'The JSON Schema of a capsule payload' },
+);
+
+/* Answers of invoices, workflows and providers (flow-model.ts). */
+
+const Terms = Type.Object({ currency: Type.String(), amount: Type.String() });
+
+export const InvoiceAnswerSchema = Type.Object({
+  id: Type.String(),
+  invoice_hash: Type.String({ description: 'sha256 of the canonical terms: what a capsule binds to' }),
+  format: Type.String({ enum: ['json', 'ubl'] }),
+  status: Type.String({ enum: ['parsed', 'parse_failed'] }),
+  invoice_number: StringOrNull,
+  issue_date: StringOrNull,
+  due_date: StringOrNull,
+  payee: Type.Union([Type.Record(Type.String(), Type.String()), Type.Null()], {
+    description: "The payee's details, normalized as beneficiaries are; null when the document did not parse",
+  }),
+  beneficiary_hash: StringOrNull,
+  amount: Type.Union([Terms, Type.Null()]),
+  parse_error: StringOrNull,
+  capsule_id: Type.Union([Type.String(), Type.Null()], { description: 'The capsule that paid it' }),
+  consumed_at: Type.Union([Timestamp, Type.Null()]),
+  created_at: Timestamp,
+});
+
+const WorkflowMapSchema = Type.Object({
+  initial: Type.String(),
+  edges: Type.Record(Type.String(), Type.Array(Type.String()), {
+    description: 'The legal next states of each state',
+  }),
+  consume_from: Type.String({ description: 'The state a bound capsule consumes in' }),
+  consume_to: Type.String({ description: 'The state the consume moves the workflow to' }),
+  settle_to: Type.Union([Type.String(), Type.Null()], {
+    description: 'Where a payment settled at consume moves it next; null: it stays',
+  }),
+  person_states: Type.Array(Type.String(), { description: 'States only a person may move it into' }),
+});
+
+export const WorkflowAnswerSchema = Type.Object({
+  entity_id: Type.String(),
+  workflow_id: Type.String(),
+  pack_id: StringOrNull,
+  state: Type.String(),
+  next_states: Type.Array(Type.String()),
+  capsule_id: StringOrNull,
+  map: WorkflowMapSchema,
+  history: Type.Array(
+    Type.Object({
+      from: StringOrNull,
+      to: Type.String(),
+      at: Timestamp,
+      by: Type.String({ description: 'Who moved it: `user:<id>`, `key:<id>` or `capsule:<id>`' }),
+      reason: StringOrNull,
+    }),
+  ),
+  created_at: Timestamp,
+  updated_at: Timestamp,
+});
+
+export const ProviderAnswerSchema = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  rail: Type.String(),
+  url: Type.String(),
+  timeout_ms: Type.Integer(),
+  enabled: Type.Boolean(),
+  credentials: Type.Object(
+    { configured: Type.Boolean(), names: Type.Array(Type.String()) },
+    { description: 'Write-only: whether credentials are set and the header names they set, never values' },
+  ),
+  created_at: Timestamp,
+  updated_at: Timestamp,
+});
+
+export const ProviderListSchema = Type.Object({ data: Type.Array(ProviderAnswerSchema) });

@@ -14,15 +14,34 @@ import { hashJson } from '../../ledger/canonical.js';
 import { argumentHash } from '../../ledger/receipt.js';
 import type { DecisionWriter } from '../../ledger/writer.js';
 import type { Clock } from '../../lib/clock.js';
+import { AppError } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { SigningKeySet } from '../../signing/keyset.js';
 import type { Db } from '../../storage/db.js';
-import { approvalsAllowed, statusAt } from '../approvals/model.js';
+import {
+  type ApprovalAction,
+  approvalsAllowed,
+  type Escalation,
+  statusAt,
+  stepsOf,
+} from '../approvals/model.js';
 import { createApprovalRepository } from '../approvals/repository.js';
 import type { ApprovalService } from '../approvals/service.js';
 import { loadEffective } from '../budgets/config.js';
-import type { EconomicConfigRepository, SpendLedger } from '../budgets/repository.js';
+import type { EconomicConfigRepository, LedgerTx, SpendLedger } from '../budgets/repository.js';
+import {
+  type ConsumeFlowDeps,
+  commitFlow,
+  endAttempt,
+  type FlowFacts,
+  prepareConsume,
+  type Route,
+  sendAttempt,
+  startAttempt,
+} from './consume-flow.js';
+import { flowError, type PaymentRow, type WorkflowRow } from './flow-model.js';
+import { createInvoiceRepository, createInvoiceService } from './invoices.js';
 import {
   type CapsuleAnswer,
   type Consumption,
@@ -33,6 +52,7 @@ import {
 } from './model.js';
 import { fromMicros, moneyMicros } from './money.js';
 import { evaluateConditions, type PackInput, packContent, packJson, packSha256 } from './packs.js';
+import { createPaymentRepository } from './providers.js';
 import {
   type CapsuleRow,
   createGatewayRepository,
@@ -40,14 +60,15 @@ import {
   type PackRow,
   type PayeeRow,
 } from './repository.js';
+import { createWorkflowRepository, visibleTo as workflowVisibleTo } from './workflows.js';
 
 export interface PaymentServiceDeps {
   repo: GatewayRepository;
   ledger: SpendLedger;
   configs: EconomicConfigRepository;
   writer: Pick<DecisionWriter, 'write'>;
-  /** Opens the approvals a mint above the pack's threshold needs, in the common approvals queue. */
-  approvals: Pick<ApprovalService, 'open'>;
+  /** Opens the approvals a mint above the pack's threshold needs, in the common approvals queue, and resolves them. */
+  approvals: Pick<ApprovalService, 'open' | 'resolve'>;
   /** Runs `fn` in one transaction of the store (the approval's use and the capsule's insert). */
   transaction<T>(fn: (db: Db) => Promise<T>): Promise<T>;
   tierOf: (organizationId: string) => Promise<string>;
@@ -57,6 +78,8 @@ export interface PaymentServiceDeps {
   clock: Clock;
   issuer: string;
   log: { error(obj: object, msg: string): void };
+  /** Invoices, workflows and the provider hand-off of a consume. */
+  flow: ConsumeFlowDeps;
 }
 
 type Caller = Pick<OrgScope, 'organizationId' | 'projectId' | 'principal'>;
@@ -65,6 +88,8 @@ type Caller = Pick<OrgScope, 'organizationId' | 'projectId' | 'principal'>;
 export const GATEWAY_CATEGORY = 'gateway';
 const GATEWAY_TOOL = 'gateway.consume';
 const DAY = 86_400_000;
+/** A receipt claim older than this belongs to a writer that died: a repair may take it over. */
+const RECEIPT_CLAIM_MS = 60_000;
 
 export interface MintInput {
   entity_id: string;
@@ -200,7 +225,24 @@ export function createPaymentService(deps: PaymentServiceDeps) {
 
   /** Everything a consume checks before it takes the lock: signature, body, rail, payee hash, amount. */
   async function precheck(scope: Caller, input: ConsumeInput) {
-    const check = await verifyCapsule(input.capsule, await deps.signing.published(), { now: clock.now() });
+    const keys = await deps.signing.published();
+    let check = await verifyCapsule(input.capsule, keys, { now: clock.now() });
+    let expired = false;
+    if (!check.ok && check.code === 'capsule_expired') {
+      // A payment handed to a provider before the capsule expired may have been made: its retry
+      // (the same key, to the same provider) must stay possible, or the payment is never recorded.
+      const signed = await verifyCapsule(input.capsule, keys, { now: new Date(0) });
+      if (signed.ok && signed.payload.organization_id === scope.organizationId) {
+        const open = await createPaymentRepository(deps.store).get(
+          scope.organizationId,
+          signed.payload.capsule_id,
+        );
+        if (open?.state === 'pending' || open?.state === 'unknown') {
+          check = signed;
+          expired = true;
+        }
+      }
+    }
     if (!check.ok) {
       const map = {
         capsule_payload_invalid: gatewayError.payloadInvalid,
@@ -238,21 +280,30 @@ export function createPaymentService(deps: PaymentServiceDeps) {
         'amount',
       );
     }
-    if (p.invoice_hash !== undefined && input.invoice_hash !== p.invoice_hash) {
-      throw gatewayError.invalidRequest('invoice_hash must be the one the capsule binds', 'invoice_hash');
+    if (input.invoice_hash !== p.invoice_hash) {
+      // A consume names exactly the invoice its capsule binds: none when it binds none.
+      throw gatewayError.invalidRequest(
+        p.invoice_hash === undefined
+          ? 'the capsule binds no invoice; consume without invoice_hash'
+          : 'invoice_hash must be the one the capsule binds',
+        'invoice_hash',
+      );
     }
-    return { payload: p, amountMicros, ceilingMicros };
+    return { payload: p, amountMicros, ceilingMicros, expired };
   }
 
   /**
-   * The approval a mint needs: without approval_ref one is opened (409 approval_required); with one,
-   * it must be approved, unused and bound to this very payload. Answers the approval's id.
+   * The approval a mint needs (`required` distinct approvers: 2 under dual control): without
+   * approval_ref one is opened (409 approval_required or dual_control_required); with one, it must be
+   * approved by as many people, unused and bound to this very payload. Answers the approval's id.
    */
   async function checkApproval(
     scope: Caller,
     ref: string | undefined,
     approvalPayload: Record<string, unknown>,
     payloadHash: string,
+    escalation: Escalation,
+    required: number,
   ): Promise<string> {
     const tier =
       scope.principal.kind === 'apiKey' ? scope.principal.tier : await deps.tierOf(scope.organizationId);
@@ -262,31 +313,57 @@ export function createPaymentService(deps: PaymentServiceDeps) {
         'amount_ceiling.amount',
       );
     }
+    const stillNeeded = (id: string, message: string) =>
+      required > 1
+        ? gatewayError.dualControlRequired(id, payloadHash, message)
+        : gatewayError.approvalRequired(id, payloadHash, message);
     if (ref === undefined) {
       const opened = await deps.approvals.open(scope, {
         decisionId: null,
         toolName: CAPSULE_APPROVAL_TOOL,
         arguments: approvalPayload,
         requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
+        escalation,
+        requestedBy: scope.principal.kind === 'user' ? scope.principal.userId : null,
+        requiredApprovals: required,
       });
-      throw gatewayError.approvalRequired(
+      throw stillNeeded(
         opened.id,
-        payloadHash,
-        "the ceiling is at or above the pack's approval_threshold_usd: a person must approve this capsule",
+        required > 1
+          ? "the ceiling is at or above the pack's dual_control_threshold_usd: two people other than the requester must approve this capsule"
+          : "the ceiling is at or above the pack's approval_threshold_usd: a person must approve this capsule",
       );
     }
     const approvals = createApprovalRepository(deps.store);
     const row = await approvals.get(scope.organizationId, ref);
-    if (!row) throw gatewayError.approvalNotFound(`approval ${ref} not found`, 'approval_ref');
+    // An API key mints only under approvals its own project's keys opened (or people did).
+    if (
+      !row ||
+      (scope.principal.kind === 'apiKey' &&
+        row.requested_by_key_id !== null &&
+        row.project_id !== scope.projectId)
+    ) {
+      throw gatewayError.approvalNotFound(`approval ${ref} not found`, 'approval_ref');
+    }
     if (row.tool_name !== CAPSULE_APPROVAL_TOOL || row.argument_hash !== payloadHash) {
       throw gatewayError.approvalPayloadMismatch(
         row.tool_name === CAPSULE_APPROVAL_TOOL ? row.argument_hash : payloadHash,
         `approval ${ref} was raised for a different capsule request`,
       );
     }
+    if (Number(row.required_approvals) < required) {
+      throw gatewayError.approvalPayloadMismatch(
+        row.argument_hash,
+        `approval ${ref} needs ${row.required_approvals} approver(s); this capsule is under dual control and needs ${required}: mint without approval_ref to open one`,
+      );
+    }
     const status = statusAt(row, now());
     if (status === 'pending') {
-      throw gatewayError.approvalRequired(ref, payloadHash, `approval ${ref} is still pending`);
+      const given = stepsOf(row).length;
+      throw stillNeeded(
+        ref,
+        `approval ${ref} is still pending (${given} of ${row.required_approvals} approvals)`,
+      );
     }
     if (status === 'denied')
       throw gatewayError.approvalDenied(`approval ${ref} was denied by ${row.resolved_by}`, 'approval_ref');
@@ -298,6 +375,108 @@ export function createPaymentService(deps: PaymentServiceDeps) {
         'approval_ref',
       );
     return ref;
+  }
+
+  /** The invoice and workflow a mint binds must exist and agree with the capsule. */
+  async function checkBindings(scope: Caller, input: MintInput, beneficiary: string): Promise<void> {
+    const org = scope.organizationId;
+    if (input.invoice_hash !== undefined) {
+      await createInvoiceService({ repo: createInvoiceRepository(deps.store), clock }).checkMint(
+        org,
+        input.invoice_hash,
+        beneficiary,
+        input.amount_ceiling,
+      );
+    }
+    if (input.workflow_id !== undefined) {
+      const workflow = await createWorkflowRepository(deps.store).get(
+        org,
+        input.entity_id,
+        input.workflow_id,
+      );
+      // An API key binds only its own project's workflows (it cannot see the others).
+      if (!workflow || !workflowVisibleTo(scope, workflow)) {
+        throw flowError.workflowNotFound(
+          `workflow ${input.workflow_id} of entity ${input.entity_id} not found`,
+          'workflow_id',
+          'POST /v1/gateway/workflows first',
+        );
+      }
+    }
+  }
+
+  /**
+   * Chains the receipt of a committed consume and records it on the capsule; with `lookFirst`, a
+   * receipt already chained for the consume's ledger entry (written before a failure) is reused.
+   */
+  async function writeReceipt(
+    row: CapsuleRow,
+    p: CapsulePayload,
+    consumption: Consumption,
+    pack: PackRow,
+    lookFirst: boolean,
+  ): Promise<string> {
+    const org = row.organization_id;
+    const found = lookFirst ? await repo.receiptFor(org, consumption.ledger_entry_id) : undefined;
+    const receiptId =
+      found ??
+      (
+        await deps.writer.write({
+          receipt: {
+            organization_id: org,
+            project_id: row.project_id,
+            decision_id: consumption.ledger_entry_id,
+            decision: 'allow',
+            mode: null,
+            tool_name: GATEWAY_TOOL,
+            argument_hash: hashJson({ capsule_id: p.capsule_id, ...consumption }),
+            policy_version: Number(pack.version),
+            policy_hash: pack.sha256,
+            reason: `capsule_consumed: ${consumption.amount} ${consumption.currency} over ${consumption.rail} (${consumption.payment?.reference})`,
+            timestamp: consumption.consumed_at,
+            source: 'gateway',
+            action_id: `capsule:${p.capsule_id}`,
+            amount_micros: moneyMicros(
+              { currency: consumption.currency, amount: consumption.amount },
+              'amount',
+            ),
+            payer: p.entity_id,
+          },
+        })
+      ).receipt_id;
+    await repo.setCapsuleReceipt(org, row.id, receiptId);
+    return receiptId;
+  }
+
+  /**
+   * A consumed capsule whose receipt is missing gets it now, unless another writer holds a fresh
+   * claim on it; the row as it then stands. Never throws: a failed repair is retried later.
+   */
+  async function repairReceipt(row: CapsuleRow): Promise<CapsuleRow> {
+    if (row.status !== 'consumed' || row.receipt_id !== null || row.consumption === null) return row;
+    const org = row.organization_id;
+    const at = now();
+    const stale = new Date(clock.now().getTime() - RECEIPT_CLAIM_MS).toISOString();
+    try {
+      if (!(await repo.claimReceipt(org, row.id, at, stale))) return (await repo.capsule(org, row.id)) ?? row;
+    } catch (err) {
+      deps.log.error({ err, capsuleId: row.id }, 'capsule receipt repair could not claim the capsule');
+      return row;
+    }
+    try {
+      const consumption = JSON.parse(row.consumption) as Consumption;
+      const p = JSON.parse(row.payload) as CapsulePayload;
+      const pack =
+        (await repo.packBySha(org, p.pack_id, p.policy_sha256, consumption.consumed_at)) ??
+        (await repo.pack(org, p.pack_id, p.pack_version));
+      if (!pack) throw new Error(`policy pack ${p.pack_id} of capsule ${row.id} is gone`);
+      const receiptId = await writeReceipt(row, p, consumption, pack, true);
+      return { ...row, receipt_id: receiptId, receipt_claimed_at: null };
+    } catch (err) {
+      await repo.releaseReceipt(org, row.id, at).catch(() => {});
+      deps.log.error({ err, capsuleId: row.id }, 'capsule receipt repair failed; it will be retried');
+      return row;
+    }
   }
 
   return {
@@ -373,19 +552,15 @@ export function createPaymentService(deps: PaymentServiceDeps) {
       }
       const threshold = (name: 'approval_threshold_usd' | 'dual_control_threshold_usd') =>
         pack[name] !== null && ceilingMicros >= moneyMicros({ currency: 'USD', amount: pack[name]! }, name);
-      // Dual control (two distinct approvers) is not offered yet: never mint what it would cover.
-      if (threshold('dual_control_threshold_usd')) {
-        throw gatewayError.notImplemented(
-          "the ceiling is at or above the pack's dual_control_threshold_usd; dual control is not available yet",
-          'amount_ceiling.amount',
-        );
-      }
-      const needsApproval = threshold('approval_threshold_usd') || input.approval_ref !== undefined;
+      // Dual control: two distinct people, neither the requester, approve one approval.
+      const dual = threshold('dual_control_threshold_usd');
+      const needsApproval = dual || threshold('approval_threshold_usd') || input.approval_ref !== undefined;
       const payee =
         'payee_id' in input.beneficiary
           ? await payeeOf(scope, input.beneficiary.payee_id)
           : (await registerPayee(scope, input.beneficiary.details, 'beneficiary.details')).row;
       if (Number(payee.held) === 1) throw gatewayError.held(`payee ${payee.id} is held`, 'beneficiary');
+      await checkBindings(scope, input, payee.beneficiary_hash);
       // What a person approves: every member of the capsule that says how much, to whom, how and under what.
       const approvalPayload = {
         entity_id: input.entity_id,
@@ -402,7 +577,23 @@ export function createPaymentService(deps: PaymentServiceDeps) {
       };
       const payloadHash = argumentHash(approvalPayload);
       const approvalRef = needsApproval
-        ? await checkApproval(scope, input.approval_ref, approvalPayload, payloadHash)
+        ? await checkApproval(
+            scope,
+            input.approval_ref,
+            approvalPayload,
+            payloadHash,
+            {
+              source: 'gateway',
+              policy: `policy pack ${packRow.pack_id}, version ${Number(packRow.version)}`,
+              constraint: dual
+                ? `the amount ceiling ${input.amount_ceiling.amount} ${input.amount_ceiling.currency} is at or above the pack's dual_control_threshold_usd of ${pack.dual_control_threshold_usd}: two people must approve`
+                : pack.approval_threshold_usd !== null
+                  ? `the amount ceiling ${input.amount_ceiling.amount} ${input.amount_ceiling.currency} is at or above the pack's approval_threshold_usd of ${pack.approval_threshold_usd}`
+                  : 'the mint named an approval_ref',
+              policyVersion: Number(packRow.version),
+            },
+            dual ? 2 : 1,
+          )
         : null;
       const issued = clock.now();
       const ttl = Math.min(input.ttl_seconds, pack.max_ttl_seconds);
@@ -445,6 +636,7 @@ export function createPaymentService(deps: PaymentServiceDeps) {
         expires_at: payload.expires_at,
         consumption: null,
         receipt_id: null,
+        receipt_claimed_at: null,
         created_at: payload.issued_at,
         updated_at: payload.issued_at,
       };
@@ -467,85 +659,95 @@ export function createPaymentService(deps: PaymentServiceDeps) {
       return capsuleAnswer(row);
     },
 
+    /**
+     * Resolves a capsule approval from the gateway, answering in envelope B: a resolve of an approval
+     * already approved or denied, or a second one by the same person (or relaying key) under dual
+     * control, is 409 approval_already_resolved.
+     */
+    async resolveApproval(scope: OrgScope, id: string, action: ApprovalAction, resolvedBy?: string) {
+      const row = await createApprovalRepository(deps.store).get(scope.organizationId, id);
+      if (!row || row.tool_name !== CAPSULE_APPROVAL_TOOL) {
+        throw gatewayError.approvalNotFound(`capsule approval ${id} not found`, 'id');
+      }
+      try {
+        return await deps.approvals.resolve(scope, id, action, resolvedBy);
+      } catch (err) {
+        if (!(err instanceof AppError)) throw err;
+        switch (err.code) {
+          case 'invalid_status':
+          case 'approval_already_resolved':
+            throw gatewayError.approvalResolved(err.message, 'id');
+          case 'expired':
+            throw gatewayError.approvalExpired(err.message, 'id');
+          case 'not_found':
+            throw gatewayError.approvalNotFound(`capsule approval ${id} not found`, 'id');
+          case 'authorization_error':
+            throw gatewayError.forbidden(err.message);
+          case 'validation_failed':
+            throw gatewayError.invalidRequest(err.message.replace(/^body\//, ''), 'resolvedBy');
+          default:
+            throw err;
+        }
+      }
+    },
+
     async getCapsule(scope: Caller, id: string): Promise<CapsuleAnswer> {
-      return capsuleAnswer(await capsuleOf(scope, id));
+      return capsuleAnswer(await repairReceipt(await capsuleOf(scope, id)));
     },
 
     async revoke(scope: Caller, id: string): Promise<CapsuleAnswer> {
       const row = await capsuleOf(scope, id);
       if (row.status === 'consumed') throw gatewayError.consumed(`capsule ${id} was already consumed`, 'id');
-      // Revoking twice is harmless: the second answers the revoked capsule.
-      await repo.settleCapsule(scope.organizationId, id, 'revoked', null, now());
-      const after = (await repo.capsule(scope.organizationId, id))!;
+      // Under the consume lock, so a revoke never lands between a provider's answer and its commit.
+      const after = await ledger.locked(scope.organizationId, now, async (tx) => {
+        const payment = await createPaymentRepository(tx.db).get(scope.organizationId, id);
+        if (payment?.state === 'pending' && payment.lease_until > tx.now) {
+          throw flowError.paymentInProgress(`a payment of capsule ${id} is in flight`, 1);
+        }
+        if (payment?.state === 'pending' || payment?.state === 'unknown') {
+          // The provider may have paid: the capsule must stay consumable so that payment is recorded.
+          throw flowError.paymentUnresolved(
+            `capsule ${id} has a payment of unknown outcome; it cannot be revoked until a consume resolves it`,
+            'id',
+          );
+        }
+        // Revoking twice is harmless: the second answers the revoked capsule.
+        const r = createGatewayRepository(tx.db);
+        await r.settleCapsule(scope.organizationId, id, 'revoked', null, tx.now);
+        return (await r.capsule(scope.organizationId, id))!;
+      });
       if (after.status === 'consumed')
         throw gatewayError.consumed(`capsule ${id} was already consumed`, 'id');
       return capsuleAnswer(after);
     },
 
     async consume(scope: Caller, input: ConsumeInput): Promise<CapsuleAnswer> {
-      const { payload: p, amountMicros, ceilingMicros } = await precheck(scope, input);
+      const { payload: p, amountMicros, ceilingMicros, expired } = await precheck(scope, input);
       const { effective: config } = await loadEffective(deps.configs, scope);
       const org = scope.organizationId;
-      const consumed = await ledger.locked(org, now, async (tx) => {
+      const facts = (pack: PackContent, projectId: string | null): FlowFacts => ({
+        org,
+        projectId,
+        payload: p,
+        amountMicros,
+        currency: input.currency,
+        rail: input.rail,
+        invoiceHash: p.invoice_hash ?? null,
+        pack,
+      });
+
+      /** The one step that spends: nonce, ledger entry, invoice, workflow and status commit together. */
+      async function spend(
+        tx: LedgerTx,
+        row: CapsuleRow,
+        latest: PackRow,
+        f: FlowFacts,
+        route: Route,
+        workflow: WorkflowRow | null,
+        attempt: PaymentRow | null,
+        reference: string | null,
+      ) {
         const r = createGatewayRepository(tx.db);
-        const row = await r.capsule(org, p.capsule_id);
-        if (!row) throw gatewayError.payloadInvalid(`capsule ${p.capsule_id} is not known`, 'capsule_id');
-        if (row.status === 'consumed') throw gatewayError.consumed(`capsule ${row.id} was already consumed`);
-        if (row.status === 'revoked') throw gatewayError.revoked(`capsule ${row.id} was revoked`);
-        const claim = await r.nonceClaim(org, p.entity_id, p.nonce);
-        if (claim) throw gatewayError.replayed(`nonce already claimed for entity ${p.entity_id}`, 'nonce');
-        const latest = await r.latestPack(org, p.pack_id);
-        if (!latest) throw gatewayError.packNotFound(`policy pack ${p.pack_id} not found`, 'pack_id');
-        if (latest.sha256 !== p.policy_sha256) {
-          throw gatewayError.packHashMismatch(
-            `policy pack ${p.pack_id} changed (now version ${latest.version}, ${latest.sha256}) since the capsule was minted`,
-            'policy_sha256',
-          );
-        }
-        const pack = JSON.parse(latest.content) as PackContent;
-        const payee = await r.payee(org, row.payee_id);
-        if (!payee) throw gatewayError.payeeNotFound(`payee ${row.payee_id} not found`, 'beneficiary');
-        if (Number(payee.held) === 1) throw gatewayError.held(`payee ${payee.id} is held`, 'beneficiary');
-        if (inQuarantine(payee, pack, Date.parse(tx.now))) {
-          throw gatewayError.quarantine(
-            `payee ${payee.id} is a first-time payee in quarantine until a person lifts it or the window ends`,
-            'beneficiary',
-            `POST /v1/gateway/payees/${payee.id}/lift-quarantine with a user token`,
-          );
-        }
-        evaluateConditions(pack.conditions, {
-          amount: amountMicros / 1e6,
-          currency: input.currency,
-          rail: input.rail,
-          entity_id: p.entity_id,
-          agent_id: p.agent_id,
-          beneficiary: p.beneficiary,
-          invoice_hash: input.invoice_hash ?? '',
-          ceiling_amount: ceilingMicros / 1e6,
-        });
-        const at = Date.parse(tx.now);
-        const windows = [
-          ['usd_24h', DAY],
-          ['usd_7d', 7 * DAY],
-          ['usd_30d', 30 * DAY],
-        ] as const;
-        const spent = await r.entitySpentSince(
-          org,
-          p.entity_id,
-          windows.map(([, ms]) => new Date(at - ms).toISOString()),
-        );
-        windows.forEach(([name, _ms], i) => {
-          const cap = pack.entity_caps[name];
-          if (cap === null) return;
-          const capMicros = moneyMicros({ currency: 'USD', amount: cap }, name);
-          if (spent[i]! + amountMicros > capMicros) {
-            throw gatewayError.overEntityCap(
-              `entity ${p.entity_id} has spent ${fromMicros(spent[i]!)} USD of its ${cap} USD cap (${name}); ${input.amount} more would exceed it`,
-              'amount',
-            );
-          }
-        });
-        // The one step that spends: nonce, status and ledger entry commit together or not at all.
         if (!(await r.claimNonce(org, p.entity_id, p.nonce, p.capsule_id, tx.now))) {
           throw gatewayError.replayed(`nonce already claimed for entity ${p.entity_id}`, 'nonce');
         }
@@ -565,6 +767,7 @@ export function createPaymentService(deps: PaymentServiceDeps) {
             category_window: windowStart(config?.categoryWindow ?? 'day', tx.now),
           },
         ]);
+        const payment = await commitFlow(tx.db, f, route, workflow, attempt, reference, entry!.id, tx.now);
         const consumption: Consumption = {
           amount: input.amount,
           currency: input.currency,
@@ -572,43 +775,170 @@ export function createPaymentService(deps: PaymentServiceDeps) {
           invoice_hash: input.invoice_hash ?? null,
           consumed_at: tx.now,
           ledger_entry_id: entry!.id,
+          payment,
         };
         if (!(await r.settleCapsule(org, row.id, 'consumed', JSON.stringify(consumption), tx.now))) {
           throw gatewayError.consumed(`capsule ${row.id} was already consumed`);
         }
         return { row: (await r.capsule(org, row.id))!, consumption, pack: latest };
-      });
-      try {
-        const receipt = await deps.writer.write({
-          receipt: {
-            organization_id: org,
-            project_id: consumed.row.project_id,
-            decision_id: consumed.consumption.ledger_entry_id,
-            decision: 'allow',
-            mode: null,
-            tool_name: GATEWAY_TOOL,
-            argument_hash: hashJson({ capsule_id: p.capsule_id, ...consumed.consumption }),
-            policy_version: Number(consumed.pack.version),
-            policy_hash: consumed.pack.sha256,
-            reason: `capsule_consumed: ${input.amount} ${input.currency} over ${input.rail}`,
-            timestamp: consumed.consumption.consumed_at,
-            source: 'gateway',
-            action_id: `capsule:${p.capsule_id}`,
-            amount_micros: amountMicros,
-            payer: p.entity_id,
-          },
+      }
+
+      const first = await ledger.locked(org, now, async (tx) => {
+        const r = createGatewayRepository(tx.db);
+        const row = await r.capsule(org, p.capsule_id);
+        if (!row) throw gatewayError.payloadInvalid(`capsule ${p.capsule_id} is not known`, 'capsule_id');
+        // An API key spends only its own project's capsules, as it reads only those.
+        if (scope.principal.kind === 'apiKey' && row.project_id !== scope.projectId) {
+          throw gatewayError.capsuleNotFound(`capsule ${p.capsule_id} not found`, 'capsule');
+        }
+        if (row.status === 'consumed') throw gatewayError.consumed(`capsule ${row.id} was already consumed`);
+        if (row.status === 'revoked') throw gatewayError.revoked(`capsule ${row.id} was revoked`);
+        const claim = await r.nonceClaim(org, p.entity_id, p.nonce);
+        if (claim) throw gatewayError.replayed(`nonce already claimed for entity ${p.entity_id}`, 'nonce');
+        // A retry of a payment handed to a provider (of unknown outcome, or pending past its lease)
+        // only asks the provider again with the same key: the gates of a new payment (expiry, pack,
+        // payee, conditions, entity caps) were passed when it started, and the provider may have paid.
+        const open = await createPaymentRepository(tx.db).get(org, p.capsule_id);
+        const resuming = open?.state === 'unknown' || open?.state === 'pending';
+        if (expired && !resuming) {
+          throw gatewayError.expired(`the capsule expired at ${p.expires_at}`, 'expires_at');
+        }
+        const latest = resuming
+          ? await r.pack(org, p.pack_id, p.pack_version)
+          : await r.latestPack(org, p.pack_id);
+        if (!latest) throw gatewayError.packNotFound(`policy pack ${p.pack_id} not found`, 'pack_id');
+        if (!resuming && latest.sha256 !== p.policy_sha256) {
+          throw gatewayError.packHashMismatch(
+            `policy pack ${p.pack_id} changed (now version ${latest.version}, ${latest.sha256}) since the capsule was minted`,
+            'policy_sha256',
+          );
+        }
+        const pack = JSON.parse(latest.content) as PackContent;
+        const payee = await r.payee(org, row.payee_id);
+        if (!payee) throw gatewayError.payeeNotFound(`payee ${row.payee_id} not found`, 'beneficiary');
+        if (!resuming && Number(payee.held) === 1)
+          throw gatewayError.held(`payee ${payee.id} is held`, 'beneficiary');
+        if (!resuming && inQuarantine(payee, pack, Date.parse(tx.now))) {
+          throw gatewayError.quarantine(
+            `payee ${payee.id} is a first-time payee in quarantine until a person lifts it or the window ends`,
+            'beneficiary',
+            `POST /v1/gateway/payees/${payee.id}/lift-quarantine with a user token`,
+          );
+        }
+        if (!resuming)
+          evaluateConditions(pack.conditions, {
+            amount: amountMicros / 1e6,
+            currency: input.currency,
+            rail: input.rail,
+            entity_id: p.entity_id,
+            agent_id: p.agent_id,
+            beneficiary: p.beneficiary,
+            invoice_hash: input.invoice_hash ?? '',
+            ceiling_amount: ceilingMicros / 1e6,
+          });
+        const f = facts(pack, row.project_id);
+        const prepared = await prepareConsume(tx.db, f, tx.now);
+        const at = Date.parse(tx.now);
+        const windows = [
+          ['usd_24h', DAY],
+          ['usd_7d', 7 * DAY],
+          ['usd_30d', 30 * DAY],
+        ] as const;
+        const spent = await r.entitySpentSince(
+          org,
+          p.entity_id,
+          windows.map(([, ms]) => new Date(at - ms).toISOString()),
+        );
+        windows.forEach(([name, _ms], i) => {
+          const cap = pack.entity_caps[name];
+          if (cap === null || resuming) return;
+          const capMicros = moneyMicros({ currency: 'USD', amount: cap }, name);
+          // Payments handed to a provider and not yet committed (or of unknown outcome) count too.
+          const counted = spent[i]! + prepared.openMicros;
+          if (counted + amountMicros > capMicros) {
+            throw gatewayError.overEntityCap(
+              `entity ${p.entity_id} has spent ${fromMicros(counted)} USD of its ${cap} USD cap (${name}); ${input.amount} more would exceed it`,
+              'amount',
+            );
+          }
         });
-        await repo.setCapsuleReceipt(org, p.capsule_id, receipt.receipt_id);
-        return capsuleAnswer({ ...consumed.row, receipt_id: receipt.receipt_id });
+        if (prepared.route.kind === 'provider') {
+          const payee = JSON.parse((await r.payee(org, row.payee_id))!.details);
+          const request = JSON.stringify({
+            capsule_id: p.capsule_id,
+            entity_id: p.entity_id,
+            agent_id: p.agent_id,
+            amount: input.amount,
+            currency: input.currency,
+            rail: input.rail,
+            beneficiary: payee,
+            invoice_hash: p.invoice_hash ?? null,
+            workflow_id: p.workflow_id ?? null,
+          });
+          const route = prepared.route;
+          const attempt = await startAttempt(tx.db, deps.flow, f, { ...prepared, route }, request, tx.now);
+          return {
+            kind: 'handoff' as const,
+            attempt,
+            previous: prepared.payment,
+            provider: route.provider,
+            latest,
+            f,
+          };
+        }
+        const done = await spend(tx, row, latest, f, prepared.route, prepared.workflow, null, null);
+        return { kind: 'done' as const, ...done };
+      });
+
+      let consumed: { row: CapsuleRow; consumption: Consumption; pack: PackRow };
+      if (first.kind === 'done') {
+        consumed = first;
+      } else {
+        // The hand-off runs outside the lock; the attempt's lease keeps other consumes of this capsule off.
+        const outcome = await sendAttempt(deps.flow, first.provider, first.attempt);
+        if (outcome.kind !== 'succeeded') {
+          await ledger.locked(org, now, (tx) =>
+            endAttempt(tx.db, org, first.attempt, first.previous, outcome, first.f, tx.now),
+          );
+          throw outcome.error;
+        }
+        // A failure from here on leaves the attempt pending: a later consume re-sends the same key.
+        consumed = await ledger.locked(org, now, async (tx) => {
+          const row = (await createGatewayRepository(tx.db).capsule(org, p.capsule_id))!;
+          const workflow =
+            p.workflow_id === undefined
+              ? null
+              : ((await createWorkflowRepository(tx.db).get(org, p.entity_id, p.workflow_id)) ?? null);
+          const route: Route = { kind: 'provider', provider: first.provider };
+          return spend(tx, row, first.latest, first.f, route, workflow, first.attempt, outcome.reference);
+        });
+      }
+      try {
+        const receiptId = await writeReceipt(consumed.row, p, consumed.consumption, consumed.pack, false);
+        return capsuleAnswer({ ...consumed.row, receipt_id: receiptId, receipt_claimed_at: null });
       } catch (err) {
+        // The spend is committed; the receipt is owed, and the next read or sweep writes it.
+        await repo.releaseReceipt(org, p.capsule_id, consumed.consumption.consumed_at).catch(() => {});
         deps.log.error(
           { err, capsuleId: p.capsule_id },
-          'capsule consumed but its receipt could not be written',
+          'capsule consumed but its receipt could not be written; it will be repaired',
         );
         throw gatewayError.unavailable(
-          'the capsule is consumed and its spend recorded, but its receipt could not be written',
+          'the capsule is consumed and its spend recorded, but its receipt could not be written yet; GET the capsule to see it once repaired',
         );
       }
+    },
+
+    /**
+     * Writes the receipts consumed capsules still owe (their consume's receipt write failed, or its
+     * process died), oldest first; runs at startup and then periodically. Answers how many it wrote.
+     */
+    async repairReceipts(limit = 100): Promise<number> {
+      let repaired = 0;
+      for (const row of await repo.owingReceipts(limit)) {
+        if ((await repairReceipt(row)).receipt_id !== null) repaired++;
+      }
+      return repaired;
     },
   };
 }

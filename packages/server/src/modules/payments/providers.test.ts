@@ -1,0 +1,568 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { gatewayKit } from '../../../test/gateway-kit.js';
+import {
+  asUser,
+  createTenant,
+  createTestApp,
+  freshDatabase,
+  type Tenant,
+  useTestApp,
+  withTestApp,
+} from '../../../test/helpers.js';
+import { TestPaymentProvider } from '../../../test/payment-provider.js';
+import { openCredentials, sealCredentials } from './providers.js';
+
+let a: Tenant;
+let b: Tenant;
+let k: ReturnType<typeof gatewayKit>;
+let provider: TestPaymentProvider;
+let offset = 0;
+const clock = { now: () => new Date(Date.now() + offset) };
+const KEY = randomBytes(32);
+
+const PAYEE = { name: 'Initech', account_number: 'US000111222333' };
+const PACK = {
+  allowed_rails: ['card', 'check', 'cheque', 'wire', 'slow', 'busy', 'ledger', 'ach'],
+  quarantine_seconds: 0,
+  entity_caps: { usd_24h: '1000' },
+};
+
+const t = useTestApp({ providerCredentialsKey: KEY }, { clock });
+beforeAll(async () => {
+  provider = await new TestPaymentProvider().start();
+  a = await createTenant(t);
+  b = await createTenant(t);
+  k = gatewayKit(t);
+});
+afterAll(async () => {
+  await provider.stop();
+});
+
+let entitySeq = 0;
+async function setup(
+  x: Tenant,
+  rail: string,
+  mode: Parameters<TestPaymentProvider['endpoint']>[1],
+  timeout = 2000,
+) {
+  const path = `${rail}-${++entitySeq}`;
+  const conn = k.ok(
+    await k.inject('POST', '/v1/gateway/providers', asUser(x), {
+      name: `psp ${path}`,
+      rail,
+      url: provider.endpoint(path, mode),
+      credentials: { authorization: `Bearer sk_${path}` },
+      timeout_ms: timeout,
+    }),
+    201,
+  );
+  return { conn, path };
+}
+
+async function capsuleFor(x: Tenant, rail: string, amount = '100') {
+  const packId = await k.pack(x, PACK);
+  const payee = await k.payee(x, PAYEE);
+  const entity = `entity-${++entitySeq}`;
+  const minted = k.ok(
+    await k.mint(x, {
+      entity_id: entity,
+      pack_id: packId,
+      rails: [rail],
+      beneficiary: { payee_id: payee.id },
+      amount_ceiling: { currency: 'USD', amount },
+    }),
+    201,
+  );
+  return { ...minted, entity } as { id: string; capsule: string; entity: string };
+}
+
+const pay = (x: Tenant, capsule: string, rail: string, amount = '100') =>
+  k.consume(x, { capsule, amount, currency: 'USD', rail, beneficiary: PAYEE });
+
+async function ledgerCommits(org: string, capsuleId: string) {
+  const rows = await t.store.db
+    .selectFrom('spend_ledger')
+    .select(['id'])
+    .where('organization_id', '=', org)
+    .where('action_id', '=', `capsule:${capsuleId}`)
+    .where('kind', '=', 'commit')
+    .execute();
+  return rows.length;
+}
+
+describe('provider connections', () => {
+  it('are configured by people, keep credentials write-only and sealed, and obey the address guard', async () => {
+    const { conn, path } = await setup(a, 'card', 'ok');
+    expect(conn).toMatchObject({ rail: 'card', credentials: { configured: true, names: ['authorization'] } });
+    expect(JSON.stringify(conn)).not.toContain(`sk_${path}`);
+    const row = await t.store.db
+      .selectFrom('gateway_providers' as never)
+      .selectAll()
+      .where('id' as never, '=', conn.id as never)
+      .executeTakeFirst();
+    // The whole secret (a short piece may occur by chance in the sealed value's base64url).
+    expect(JSON.stringify(row)).not.toContain(`sk_${path}`);
+    k.expectB(
+      await k.inject('POST', '/v1/gateway/providers', k.key(a), { name: 'x', rail: 'y', url: provider.url }),
+      403,
+      'authorization_error',
+    );
+    k.expectB(
+      await k.inject('POST', '/v1/gateway/providers', asUser(a), {
+        name: 'x',
+        rail: 'card',
+        url: provider.url,
+      }),
+      409,
+      'provider_rail_taken',
+    );
+    k.expectB(
+      await k.inject('POST', '/v1/gateway/providers', asUser(a), {
+        name: 'x',
+        rail: 'ledger',
+        url: provider.url,
+      }),
+      400,
+      'invalid_request',
+    );
+    const guarded = k.expectB(
+      await k.inject('POST', '/v1/gateway/providers', asUser(a), {
+        name: 'x',
+        rail: 'z',
+        url: 'http://169.254.169.254/pay',
+      }),
+      400,
+      'invalid_request',
+    );
+    expect(guarded['param']).toBe('url');
+    k.expectB(
+      await k.inject('POST', '/v1/gateway/providers', asUser(a), {
+        name: 'x',
+        rail: 'z',
+        url: provider.url,
+        credentials: { 'idempotency-key': 'mine' },
+      }),
+      400,
+      'invalid_request',
+    );
+    // Another organization neither sees nor changes it.
+    k.expectB(await k.inject('GET', `/v1/gateway/providers/${conn.id}`, k.key(b)), 404, 'provider_not_found');
+    k.expectB(
+      await k.inject('PATCH', `/v1/gateway/providers/${conn.id}`, asUser(b), { enabled: false }),
+      404,
+      'provider_not_found',
+    );
+    expect(k.ok(await k.inject('GET', '/v1/gateway/providers', k.key(b))).data).toEqual([]);
+    expect(
+      k.ok(await k.inject('PATCH', `/v1/gateway/providers/${conn.id}`, asUser(a), { timeout_ms: 3000 }))
+        .timeout_ms,
+    ).toBe(3000);
+  });
+
+  it('seal credentials so they open only with their key and for their own connection', () => {
+    const sealed = sealCredentials(KEY, 'org-1/conn-1', { authorization: 'Bearer sk_1' });
+    expect(sealed).not.toContain('sk_1');
+    expect(openCredentials(KEY, 'org-1/conn-1', sealed)).toEqual({ authorization: 'Bearer sk_1' });
+    expect(() => openCredentials(KEY, 'org-2/conn-1', sealed)).toThrow();
+    expect(() => openCredentials(randomBytes(32), 'org-1/conn-1', sealed)).toThrow();
+  });
+
+  it('refuse credentials when the operator set no key', async () => {
+    await withTestApp({}, {}, async (bare) => {
+      const x = await createTenant(bare);
+      const res = await bare.inject({
+        method: 'POST',
+        url: '/v1/gateway/providers',
+        headers: asUser(x),
+        payload: { name: 'p', rail: 'card', url: provider.url, credentials: { authorization: 'Bearer s' } },
+      });
+      expect(res.statusCode).toBe(503);
+      expect(res.json().error.code).toBe('credentials_key_missing');
+    });
+  });
+});
+
+describe('consume hands the payment to the rail provider', () => {
+  it('2xx: posts once with its own idempotency key and credentials, answers the provider reference', async () => {
+    const { conn, path } = await setup(a, 'wire', 'ok');
+    const c = await capsuleFor(a, 'wire');
+    const res = k.ok(await pay(a, c.capsule, 'wire'));
+    expect(res.status).toBe('consumed');
+    const sent = provider.requests.filter((r) => r.path === `/${path}`);
+    expect(sent).toHaveLength(1);
+    expect(sent[0]!.authorization).toBe(`Bearer sk_${path}`);
+    expect(sent[0]!.idempotencyKey).toBe(`capsule-${c.id}-1`);
+    expect(sent[0]!.body).toMatchObject({ capsule_id: c.id, amount: '100', currency: 'USD', rail: 'wire' });
+    expect(res.consumption.payment).toEqual({
+      rail: 'wire',
+      provider_id: conn.id,
+      reference: provider.payments.get(`capsule-${c.id}-1`),
+      state: 'succeeded',
+      attempts: 1,
+    });
+    expect(await ledgerCommits(a.orgId, c.id)).toBe(1);
+    k.expectB(await pay(a, c.capsule, 'wire'), 409, 'capsule_consumed');
+    expect(provider.requests.filter((r) => r.path === `/${path}`)).toHaveLength(1);
+  });
+
+  it('5xx: 502 provider_upstream_error with the raw code; nothing consumed or counted; the retry reuses the key', async () => {
+    const { path } = await setup(a, 'check', 'fail');
+    const c = await capsuleFor(a, 'check');
+    const err = k.expectB(await pay(a, c.capsule, 'check'), 502, 'provider_upstream_error');
+    expect(String(err['message'])).toContain('HTTP 500');
+    expect(k.ok(await k.inject('GET', `/v1/gateway/capsules/${c.id}`, k.key(a))).status).toBe('active');
+    expect(await ledgerCommits(a.orgId, c.id)).toBe(0);
+    // A retry of a payment of unknown outcome must be the same payment.
+    k.expectB(await pay(a, c.capsule, 'check', '99'), 409, 'payment_attempt_mismatch');
+    provider.modes.set(`/${path}`, 'ok');
+    const done = k.ok(await pay(a, c.capsule, 'check'));
+    const keys = provider.requests.filter((r) => r.path === `/${path}`).map((r) => r.idempotencyKey);
+    expect(keys).toEqual([`capsule-${c.id}-1`, `capsule-${c.id}-1`]);
+    expect(done.consumption.payment).toMatchObject({ state: 'succeeded', attempts: 2 });
+    expect(await ledgerCommits(a.orgId, c.id)).toBe(1);
+  });
+
+  it('4xx: a certain refusal frees the capsule, and the next attempt gets a new key', async () => {
+    const { path } = await setup(a, 'ach', 'refuse');
+    const c = await capsuleFor(a, 'ach');
+    const err = k.expectB(await pay(a, c.capsule, 'ach'), 502, 'provider_upstream_error');
+    expect(String(err['message'])).toContain('HTTP 402');
+    expect(await ledgerCommits(a.orgId, c.id)).toBe(0);
+    provider.modes.set(`/${path}`, 'ok');
+    k.ok(await pay(a, c.capsule, 'ach', '60'));
+    const keys = provider.requests.filter((r) => r.path === `/${path}`).map((r) => r.idempotencyKey);
+    expect(keys).toEqual([`capsule-${c.id}-1`, `capsule-${c.id}-2`]);
+  });
+
+  it('429: provider_rate_limited passing Retry-After; the Idempotency-Key of the request is freed', async () => {
+    const { path } = await setup(a, 'busy', 'limited');
+    const c = await capsuleFor(a, 'busy');
+    const body = { capsule: c.capsule, amount: '100', currency: 'USD', rail: 'busy', beneficiary: PAYEE };
+    const headers = { ...k.key(a), 'idempotency-key': `retry-${c.id}` };
+    const res = await k.inject('POST', '/v1/gateway/capsules/consume', headers, body);
+    k.expectB(res, 429, 'provider_rate_limited');
+    expect(res.headers['retry-after']).toBe('7');
+    provider.modes.set(`/${path}`, 'ok');
+    const again = await k.inject('POST', '/v1/gateway/capsules/consume', headers, body);
+    expect(k.ok(again).status).toBe('consumed');
+  });
+
+  it('never answers: 504 provider_timeout, the capsule stays usable', async () => {
+    const { path } = await setup(a, 'slow', 'never', 200);
+    const c = await capsuleFor(a, 'slow');
+    k.expectB(await pay(a, c.capsule, 'slow'), 504, 'provider_timeout');
+    expect(k.ok(await k.inject('GET', `/v1/gateway/capsules/${c.id}`, k.key(a))).status).toBe('active');
+    expect(await ledgerCommits(a.orgId, c.id)).toBe(0);
+    provider.modes.set(`/${path}`, 'ok');
+    k.ok(await pay(a, c.capsule, 'slow'));
+  });
+
+  it('a payment of unknown outcome counts against entity caps, and holds its invoice and workflow', async () => {
+    const { path } = await setup(a, 'cheque', 'fail');
+    const packId = await k.pack(a, { ...PACK, allowed_rails: ['cheque'], entity_caps: { usd_24h: '150' } });
+    const payee = await k.payee(a, PAYEE);
+    k.ok(
+      await k.inject('POST', '/v1/gateway/workflows', k.key(a), { entity_id: 'capped', workflow_id: 'w1' }),
+      201,
+    );
+    k.ok(await k.inject('POST', '/v1/gateway/workflows/capped/w1/transition', asUser(a), { to: 'approved' }));
+    const mint = (workflow?: string) =>
+      k.mint(a, {
+        entity_id: 'capped',
+        pack_id: packId,
+        rails: ['cheque'],
+        beneficiary: { payee_id: payee.id },
+        amount_ceiling: { currency: 'USD', amount: '100' },
+        ...(workflow ? { workflow_id: workflow } : {}),
+      });
+    const first = k.ok(await mint('w1'), 201);
+    const second = k.ok(await mint(), 201);
+    k.expectB(await pay(a, first.capsule, 'cheque'), 502, 'provider_upstream_error');
+    // 100 may have been paid: another 100 would take the entity over its 150.
+    k.expectB(await pay(a, second.capsule, 'cheque'), 403, 'amount_exceeds_entity_cap');
+    // The workflow stays with the capsule whose payment is unresolved.
+    const held = k.ok(await k.inject('GET', '/v1/gateway/workflows/capped/w1', k.key(a)));
+    expect(held).toMatchObject({ state: 'approved', capsule_id: first.id });
+    k.expectB(
+      await k.inject('POST', '/v1/gateway/workflows/capped/w1/transition', asUser(a), { to: 'cancelled' }),
+      409,
+      'workflow_invalid_transition',
+    );
+    provider.modes.set(`/${path}`, 'ok');
+    k.ok(await pay(a, first.capsule, 'cheque'));
+    expect(k.ok(await k.inject('GET', '/v1/gateway/workflows/capped/w1', k.key(a))).state).toBe('consumed');
+  });
+
+  it('the ledger rail settles internally without a provider', async () => {
+    const c = await capsuleFor(a, 'ledger', '30');
+    const res = k.ok(await pay(a, c.capsule, 'ledger', '30'));
+    expect(res.consumption.payment).toMatchObject({
+      rail: 'ledger',
+      provider_id: null,
+      state: 'settled',
+      reference: `ledger:${res.consumption.ledger_entry_id}`,
+    });
+  });
+});
+
+async function paymentRow(org: string, capsuleId: string) {
+  return (await t.store.db
+    .selectFrom('gateway_payments' as never)
+    .selectAll()
+    .where('organization_id' as never, '=', org as never)
+    .where('capsule_id' as never, '=', capsuleId as never)
+    .executeTakeFirst()) as { state: string; idempotency_key: string; attempts: number } | undefined;
+}
+
+/** Seals the connection's credentials under another key: they no longer open, nothing is sent. */
+async function breakCredentials(providerId: string) {
+  await t.store.db
+    .updateTable('gateway_providers' as never)
+    .set({ credentials: sealCredentials(randomBytes(32), 'x/y', { authorization: 'z' }) } as never)
+    .where('id' as never, '=', providerId as never)
+    .execute();
+}
+
+describe('a hand-off that sends nothing, or a refusal of a key sent before', () => {
+  it('credentials that do not open leave a payment of unknown outcome as it was, with its key', async () => {
+    const x = await createTenant(t);
+    const { conn, path } = await setup(x, 'wire', 'fail');
+    const c = await capsuleFor(x, 'wire');
+    k.expectB(await pay(x, c.capsule, 'wire'), 502, 'provider_upstream_error');
+    expect(await paymentRow(x.orgId, c.id)).toMatchObject({ state: 'unknown', attempts: 1 });
+    await breakCredentials(conn.id);
+    const err = k.expectB(await pay(x, c.capsule, 'wire'), 503, 'credentials_key_missing');
+    expect(String(err['message'])).toContain('do not open');
+    expect(await paymentRow(x.orgId, c.id)).toMatchObject({
+      state: 'unknown',
+      attempts: 1,
+      idempotency_key: `capsule-${c.id}-1`,
+    });
+    k.ok(
+      await k.inject('PATCH', `/v1/gateway/providers/${conn.id}`, asUser(x), {
+        credentials: { authorization: `Bearer sk_${path}` },
+      }),
+    );
+    provider.modes.set(`/${path}`, 'ok');
+    const done = k.ok(await pay(x, c.capsule, 'wire'));
+    const keys = provider.requests.filter((r) => r.path === `/${path}`).map((r) => r.idempotencyKey);
+    expect(keys).toEqual([`capsule-${c.id}-1`, `capsule-${c.id}-1`]);
+    expect(done.consumption.payment).toMatchObject({ state: 'succeeded', attempts: 2 });
+    expect(await ledgerCommits(x.orgId, c.id)).toBe(1);
+  });
+
+  it('nothing sent on a first attempt leaves no payment row; the next attempt sends the first key', async () => {
+    const x = await createTenant(t);
+    const { conn, path } = await setup(x, 'wire', 'ok');
+    const c = await capsuleFor(x, 'wire');
+    await breakCredentials(conn.id);
+    k.expectB(await pay(x, c.capsule, 'wire'), 503, 'credentials_key_missing');
+    expect(await paymentRow(x.orgId, c.id)).toBeUndefined();
+    k.ok(
+      await k.inject('PATCH', `/v1/gateway/providers/${conn.id}`, asUser(x), {
+        credentials: { authorization: `Bearer sk_${path}` },
+      }),
+    );
+    k.ok(await pay(x, c.capsule, 'wire'));
+    const keys = provider.requests.filter((r) => r.path === `/${path}`).map((r) => r.idempotencyKey);
+    expect(keys).toEqual([`capsule-${c.id}-1`]);
+  });
+
+  it('a refusal of a key the provider saw before keeps the payment unknown and the key', async () => {
+    const x = await createTenant(t);
+    const { path } = await setup(x, 'wire', 'fail');
+    const c = await capsuleFor(x, 'wire');
+    k.expectB(await pay(x, c.capsule, 'wire'), 502, 'provider_upstream_error');
+    provider.modes.set(`/${path}`, 'refuse');
+    k.expectB(await pay(x, c.capsule, 'wire'), 502, 'provider_upstream_error');
+    expect(await paymentRow(x.orgId, c.id)).toMatchObject({ state: 'unknown' });
+    provider.modes.set(`/${path}`, 'ok');
+    k.ok(await pay(x, c.capsule, 'wire'));
+    const keys = provider.requests.filter((r) => r.path === `/${path}`).map((r) => r.idempotencyKey);
+    expect(keys).toEqual([`capsule-${c.id}-1`, `capsule-${c.id}-1`, `capsule-${c.id}-1`]);
+  });
+});
+
+describe('an attempt whose lease ran out while it was in flight', () => {
+  it('changes nothing when it ends after another consume took the payment over', async () => {
+    const x = await createTenant(t);
+    const { path } = await setup(x, 'wire', 'refuse');
+    const packId = await k.pack(x, PACK);
+    const payee = await k.payee(x, PAYEE);
+    k.ok(
+      await k.inject('POST', '/v1/gateway/workflows', k.key(x), { entity_id: 'lease', workflow_id: 'w' }),
+      201,
+    );
+    k.ok(await k.inject('POST', '/v1/gateway/workflows/lease/w/transition', asUser(x), { to: 'approved' }));
+    const c = k.ok(
+      await k.mint(x, {
+        entity_id: 'lease',
+        pack_id: packId,
+        rails: ['wire'],
+        beneficiary: { payee_id: payee.id },
+        amount_ceiling: { currency: 'USD', amount: '100' },
+        workflow_id: 'w',
+      }),
+      201,
+    );
+    let takeover: Awaited<ReturnType<typeof pay>> | null = null;
+    provider.beforeAnswer = async (req) => {
+      if (req.path !== `/${path}`) return;
+      provider.beforeAnswer = null;
+      // The first attempt's lease runs out; another consume takes the payment over and pays.
+      offset = 120_000;
+      provider.modes.set(`/${path}`, 'ok');
+      takeover = await pay(x, c.capsule, 'wire');
+    };
+    try {
+      // The first attempt is then refused: too late, the payment is no longer its own.
+      k.expectB(await pay(x, c.capsule, 'wire'), 502, 'provider_upstream_error');
+    } finally {
+      provider.beforeAnswer = null;
+      offset = 0;
+    }
+    expect(k.ok(takeover!).status).toBe('consumed');
+    expect(await paymentRow(x.orgId, c.id)).toMatchObject({ state: 'succeeded' });
+    const wf = k.ok(await k.inject('GET', '/v1/gateway/workflows/lease/w', k.key(x)));
+    expect(wf).toMatchObject({ state: 'consumed', capsule_id: c.id });
+  });
+});
+
+describe('a payment of unknown outcome', () => {
+  it('is retried with its key even after its capsule expired and its pack and payee changed', async () => {
+    const x = await createTenant(t);
+    const { path } = await setup(x, 'wire', 'fail');
+    const packId = await k.pack(x, PACK);
+    const payee = await k.payee(x, PAYEE);
+    const c = k.ok(
+      await k.mint(x, {
+        entity_id: 'strand',
+        pack_id: packId,
+        rails: ['wire'],
+        beneficiary: { payee_id: payee.id },
+        amount_ceiling: { currency: 'USD', amount: '100' },
+      }),
+      201,
+    );
+    const other = await capsuleFor(x, 'wire');
+    k.expectB(await pay(x, c.capsule, 'wire'), 502, 'provider_upstream_error');
+    // Everything a new payment is checked against changes; the one in doubt must still be asked for.
+    k.ok(
+      await k.inject('PUT', `/v1/gateway/packs/${packId}`, asUser(x), { ...PACK, allowed_rails: ['ach'] }),
+      201,
+    );
+    k.ok(await k.inject('POST', `/v1/gateway/payees/${payee.id}/hold`, k.key(x)));
+    provider.modes.set(`/${path}`, 'ok');
+    offset = 3_600_000;
+    try {
+      const done = k.ok(await pay(x, c.capsule, 'wire'));
+      expect(done.consumption.payment).toMatchObject({ state: 'succeeded', attempts: 2 });
+      const keys = provider.requests.filter((r) => r.path === `/${path}`).map((r) => r.idempotencyKey);
+      expect(keys).toEqual([`capsule-${c.id}-1`, `capsule-${c.id}-1`]);
+      expect(await ledgerCommits(x.orgId, c.id)).toBe(1);
+      // A capsule without a payment in doubt still expires.
+      k.expectB(await pay(x, other.capsule, 'wire'), 403, 'capsule_expired');
+    } finally {
+      offset = 0;
+    }
+  });
+
+  it('keeps its capsule from being revoked and its provider from being deleted', async () => {
+    const x = await createTenant(t);
+    const { conn, path } = await setup(x, 'wire', 'never', 200);
+    const c = await capsuleFor(x, 'wire');
+    k.expectB(await pay(x, c.capsule, 'wire'), 504, 'provider_timeout');
+    k.expectB(
+      await k.inject('POST', `/v1/gateway/capsules/${c.id}/revoke`, k.key(x)),
+      409,
+      'payment_unresolved',
+    );
+    k.expectB(
+      await k.inject('DELETE', `/v1/gateway/providers/${conn.id}`, asUser(x)),
+      409,
+      'payment_unresolved',
+    );
+    provider.modes.set(`/${path}`, 'ok');
+    k.ok(await pay(x, c.capsule, 'wire'));
+    const gone = await k.inject('DELETE', `/v1/gateway/providers/${conn.id}`, asUser(x));
+    expect(gone.statusCode).toBe(204);
+    k.expectB(
+      await k.inject('DELETE', `/v1/gateway/providers/${conn.id}`, asUser(x)),
+      404,
+      'provider_not_found',
+    );
+  });
+});
+
+describe('a service stopped between the provider answer and the commit', () => {
+  it('leaves the payment pending; a later consume re-sends the same key and commits it once', async () => {
+    const database = await freshDatabase();
+    let shift = 0;
+    const shared = { now: () => new Date(Date.now() + shift) };
+    const one = await createTestApp({ providerCredentialsKey: KEY }, { database, clock: shared });
+    const two = await createTestApp({ providerCredentialsKey: KEY }, { database, clock: shared });
+    const kOne = gatewayKit(one);
+    const kTwo = gatewayKit(two);
+    try {
+      const x = await createTenant(one);
+      const path = `crash-${++entitySeq}`;
+      kOne.ok(
+        await kOne.inject('POST', '/v1/gateway/providers', asUser(x), {
+          name: 'psp',
+          rail: 'wire',
+          url: provider.endpoint(path, 'ok'),
+          timeout_ms: 5000,
+        }),
+        201,
+      );
+      const packId = await kOne.pack(x, PACK);
+      const payee = await kOne.payee(x, PAYEE);
+      const c = kOne.ok(
+        await kOne.mint(x, {
+          entity_id: 'crash',
+          pack_id: packId,
+          rails: ['wire'],
+          beneficiary: { payee_id: payee.id },
+          amount_ceiling: { currency: 'USD', amount: '100' },
+        }),
+        201,
+      );
+      // The provider pays; the first instance loses its store before the answer arrives.
+      provider.beforeAnswer = async (req) => {
+        if (req.path === `/${path}`) {
+          provider.beforeAnswer = null;
+          // As if the process died: its store is gone before it could record the answer.
+          await one.store.close();
+        }
+      };
+      const body = { capsule: c.capsule, amount: '100', currency: 'USD', rail: 'wire', beneficiary: PAYEE };
+      const first = await kOne
+        .inject('POST', '/v1/gateway/capsules/consume', kOne.key(x), body)
+        .catch((e) => e);
+      expect(first?.statusCode).not.toBe(200);
+      expect(provider.payments.size).toBeGreaterThan(0);
+      // While the attempt's lease runs, another consume waits rather than paying again.
+      const waiting = await kTwo.inject('POST', '/v1/gateway/capsules/consume', kTwo.key(x), body);
+      kTwo.expectB(waiting, 409, 'payment_in_progress');
+      expect(Number(waiting.headers['retry-after'])).toBeGreaterThan(0);
+      shift = 60_000;
+      const done = kTwo.ok(await kTwo.inject('POST', '/v1/gateway/capsules/consume', kTwo.key(x), body));
+      const sent = provider.requests.filter((r) => r.path === `/${path}`);
+      expect(sent.map((r) => r.idempotencyKey)).toEqual([`capsule-${c.id}-1`, `capsule-${c.id}-1`]);
+      expect(done.consumption.payment.reference).toBe(provider.payments.get(`capsule-${c.id}-1`));
+      const commits = await two.store.db
+        .selectFrom('spend_ledger')
+        .select(['id'])
+        .where('organization_id', '=', x.orgId)
+        .where('action_id', '=', `capsule:${c.id}`)
+        .execute();
+      expect(commits).toHaveLength(1);
+    } finally {
+      provider.beforeAnswer = null;
+      await one.app.close().catch(() => undefined);
+      await two.close();
+      await database.drop();
+    }
+  });
+});
