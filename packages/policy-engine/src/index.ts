@@ -31,6 +31,7 @@ export {
 } from './compile.js';
 export { CONSTRAINT_TYPES, type ConstraintType } from './constraint-types.js';
 export { CONSTRAINT_FIELDS, checkPolicyDefinition } from './definition-check.js';
+export { describeConstraint, describePolicy } from './describe.js';
 export {
   type CompiledDraft,
   compileDraftRules,

@@ -46,7 +46,7 @@ import { signingKeyRoutes } from './modules/signing-keys/routes.js';
 import { toolRoutes } from './modules/tools/routes.js';
 import { validationRoutes } from './modules/validation/routes.js';
 import { registerAuth } from './plugins/auth.js';
-import { DASHBOARD_DIR, dashboardRoutes } from './plugins/dashboard.js';
+import { DASHBOARD_DIR, dashboardIndex, dashboardRoutes } from './plugins/dashboard.js';
 import {
   clientErrorHandler,
   frameworkErrors,
@@ -204,7 +204,7 @@ export async function buildApp({
     await app.register(mcpRoutes, { ctx });
     await app.register(budgetRoutes, { ctx });
     await app.register(paymentRoutes, { ctx, prefix: '/v1/gateway' });
-    await app.register(charterRoutes, { ctx });
+    await app.register(charterRoutes, { ctx, dashboardPage: dashboardIndex(dashboardDir) });
     await app.register(sessionRoutes, { ctx });
     await app.register(dashboardRoutes, { dir: dashboardDir });
     return { app, ctx };

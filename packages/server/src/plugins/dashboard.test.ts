@@ -2,22 +2,19 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestApp, expectError, type TestApp } from '../../test/helpers.js';
+import { expectError, useTestApp, withTestApp } from '../../test/helpers.js';
 
 let dir: string;
-let t: TestApp;
-
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'svc-dashboard-'));
   mkdirSync(join(dir, 'assets'));
   writeFileSync(join(dir, 'index.html'), '<!doctype html><title>dash</title>');
   writeFileSync(join(dir, 'assets', 'app-1234.js'), 'console.log(1)');
-  t = await createTestApp({}, { dashboardDir: dir });
 });
 afterAll(async () => {
-  await t?.close();
   rmSync(dir, { recursive: true, force: true });
 });
+const t = useTestApp({}, () => ({ dashboardDir: dir }));
 
 describe('the dashboard', () => {
   it('is served at / with its assets', async () => {
@@ -53,12 +50,9 @@ describe('the dashboard', () => {
   });
 
   it('is left out when not built: the API still serves', async () => {
-    const bare = await createTestApp({}, { dashboardDir: join(dir, 'absent') });
-    try {
+    await withTestApp({}, { dashboardDir: join(dir, 'absent') }, async (bare) => {
       expectError(await bare.inject({ method: 'GET', url: '/' }), 404, 'not_found');
       expect((await bare.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
-    } finally {
-      await bare.close();
-    }
+    });
   });
 });

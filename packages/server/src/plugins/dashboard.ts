@@ -14,8 +14,15 @@ export const CLIENT_ROUTES = [
   '/policies',
   '/drafts',
   '/charter',
+  '/budgets',
   '/settings',
 ];
+
+/** The dashboard's index.html as built, or null when it is not built (the API only). */
+export function dashboardIndex(dir: string): Buffer | null {
+  const path = join(dir, 'index.html');
+  return existsSync(path) ? readFileSync(path) : null;
+}
 
 const TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',

@@ -356,6 +356,15 @@ export interface LoginLinksTable {
   used_at: string | null;
 }
 
+/** An OpenID Connect sign-in under way: the PKCE verifier and nonce, found by the state's hash. */
+export interface OidcSignInsTable {
+  state_hash: string;
+  code_verifier: string;
+  nonce: string;
+  created_at: string;
+  expires_at: string;
+}
+
 /** A dashboard session opened by a login link; only the session id's hash is kept. */
 export interface UserSessionsTable {
   id_hash: string;
@@ -391,4 +400,5 @@ export interface Database {
   charter_verifications: CharterVerificationsTable;
   login_links: LoginLinksTable;
   user_sessions: UserSessionsTable;
+  oidc_sign_ins: OidcSignInsTable;
 }

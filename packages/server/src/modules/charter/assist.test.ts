@@ -1,10 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTenant, createTestApp, keyHeader, type Tenant, type TestApp } from '../../../test/helpers.js';
+import { createTenant, keyHeader, type Tenant, useTestApp } from '../../../test/helpers.js';
 import { type FakeModelServer, fakeLlmEnv, startFakeModelServer } from '../../../test/llm-providers.js';
 import { loadLlmSettings } from '../llm-judge/config.js';
 
 let server: FakeModelServer;
-let t: TestApp;
 let tenant: Tenant;
 
 const rule = (over: Record<string, unknown>) => ({
@@ -21,7 +20,12 @@ const rule = (over: Record<string, unknown>) => ({
 
 beforeAll(async () => {
   server = await startFakeModelServer(() => ({ status: 500 }));
-  t = await createTestApp({ llm: loadLlmSettings(fakeLlmEnv(server.url, { SVC_LLM_TIMEOUT_MS: '2000' })) });
+});
+afterAll(async () => server.close());
+const t = useTestApp(() => ({
+  llm: loadLlmSettings(fakeLlmEnv(server.url, { SVC_LLM_TIMEOUT_MS: '2000' })),
+}));
+beforeAll(async () => {
   tenant = await createTenant(t);
   await t.inject({
     method: 'POST',
@@ -39,10 +43,6 @@ beforeAll(async () => {
       ],
     },
   });
-});
-afterAll(async () => {
-  await t.close();
-  await server.close();
 });
 
 const turn = (payload: Record<string, unknown>) =>

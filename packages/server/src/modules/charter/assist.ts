@@ -1,8 +1,8 @@
 import type { Constraint } from '@svc/policy-engine';
+import { describePolicy } from '@svc/policy-engine';
 import { z } from 'zod';
 import type { Assisted } from '../llm-judge/model.js';
 import type { LivePolicy } from './chat.js';
-import { describePolicy } from './describe.js';
 import type { CompiledRule, NotUnderstood, ToolInfo } from './model.js';
 
 /** A structured call to the configured model (the judge's providers), or null when none is configured. */

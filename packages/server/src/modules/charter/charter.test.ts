@@ -1,19 +1,14 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   asUser,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 const PAYMENT_TOOL = {
   name: 'send_payment',

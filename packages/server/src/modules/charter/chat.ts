@@ -1,7 +1,6 @@
-import { compilePolicy, evaluate, type PolicyDefinition } from '@svc/policy-engine';
+import { compilePolicy, describePolicy, evaluate, type PolicyDefinition } from '@svc/policy-engine';
 import type { ProviderName } from '../llm-judge/model.js';
 import { namePattern } from './compile.js';
-import { describePolicy } from './describe.js';
 import type { ToolInfo, TurnResult } from './model.js';
 import { NUM, numberOf } from './numbers.js';
 

@@ -1,4 +1,4 @@
-import { describePolicy } from './describe.js';
+import { describePolicy } from '@svc/policy-engine';
 import type { Verification } from './model.js';
 
 const esc = (s: string) =>
@@ -44,7 +44,7 @@ table{border-collapse:collapse;width:100%}td,th{border:1px solid #ccc;padding:.4
 <h1>Policy change waiting for review</h1>
 <p>Status: <strong>${esc(v.status)}</strong>${v.resolvedBy ? ` by ${esc(v.resolvedBy)} at ${esc(v.resolvedAt ?? '')}` : ''}. Proposed ${esc(v.createdAt)}.</p>
 <p>${esc(v.summary)}</p>
-<p>Nothing here is live until a person approves it. Approve: <code>POST ${esc(api)}/approve</code>; reject: <code>POST ${esc(api)}/reject</code>, each with a user token (<code>Authorization: Bearer &lt;JWT&gt;</code>, <code>X-Organization-Id</code>).</p>
+<p>Nothing here is live until a person approves it. Signed in to the dashboard, this link opens the review with approve and reject buttons (sign in, then open the link again). Through the API: approve with <code>POST ${esc(api)}/approve</code>; reject with <code>POST ${esc(api)}/reject</code>, each with a user token (<code>Authorization: Bearer &lt;JWT&gt;</code>, <code>X-Organization-Id</code>).</p>
 ${tools}${sections.join('\n')}
 </body></html>`;
 }

@@ -1,14 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTenant, createTestApp, keyHeader, type TestApp } from '../../../test/helpers.js';
+import { describe, expect, it } from 'vitest';
+import { createTenant, keyHeader, useTestApp } from '../../../test/helpers.js';
 import { definitionOf } from '../policies/cache.js';
 import { createPolicyRepository, type PolicyRepository } from '../policies/repository.js';
 import { applyDraftRules } from './apply.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 describe('applyDraftRules under a concurrent policy update', () => {
   it('merges into the newer policy instead of overwriting the update it raced with', async () => {

@@ -1,20 +1,15 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { collectEvents, createKey } from '../../../test/approvals.js';
 import {
   asUser,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 const cond = (field: string, operator: string, value?: unknown) => ({ field, operator, value });
 const rule = (id: string, action: string, tools: string[], conditions: object[], extra = {}) => ({

@@ -1,21 +1,16 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { collectEvents } from '../../../test/approvals.js';
 import {
   asUser,
   bearer,
   createTenant,
-  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
-  type TestApp,
+  useTestApp,
 } from '../../../test/helpers.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(async () => t.close());
+const t = useTestApp();
 
 const UNKNOWN = '00000000-0000-7000-8000-000000000000';
 

@@ -1,10 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
+import type { DraftRule } from '@svc/policy-engine';
 import type { AppContext } from '../../context.js';
-import { IdParams } from '../../lib/schemas.js';
+import { IdParams, NoBody } from '../../lib/schemas.js';
 import type { KeyScope } from '../api-keys/model.js';
 import { createPolicyRepository } from '../policies/repository.js';
 import { createProjectRepository } from '../projects/repository.js';
+import { DEFAULT_REPLAY_LIMIT, replayDraft } from './replay.js';
 import { createDraftRepository } from './repository.js';
 import {
   ApprovedDraft,
@@ -13,6 +15,8 @@ import {
   DraftSchema,
   ListDraftsQuery,
   PatchDraftBody,
+  ReplayBody,
+  ReplaySchema,
 } from './schemas.js';
 import { createDraftService } from './service.js';
 
@@ -22,10 +26,11 @@ const APPROVE: readonly KeyScope[] = ['policy-drafts:approve'];
 
 export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const projects = createProjectRepository(ctx.store.db);
+  const policies = createPolicyRepository(ctx.store.db);
   const service = createDraftService({
     db: ctx.store.db,
     drafts: createDraftRepository(ctx.store.db),
-    policies: createPolicyRepository(ctx.store.db),
+    policies,
     cache: ctx.policies,
     events: ctx.events,
     clock: ctx.clock,
@@ -57,20 +62,47 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
     async (req) => ({ data: await service.get(await ctx.scope(req), req.params.id) }),
   );
 
+  // What approving would have changed: the draft replayed against recent recorded decisions.
+  app.post(
+    '/v1/policy-drafts/:id/replay',
+    {
+      config: { scopes: REVIEW },
+      schema: { params: IdParams, body: ReplayBody, response: { 200: ReplaySchema } },
+    },
+    async (req) => {
+      const scope = await ctx.scope(req);
+      const draft = await service.get(scope, req.params.id);
+      return {
+        data: await replayDraft(
+          ctx.store.db,
+          policies,
+          scope.organizationId,
+          // Stored rules passed the schema on write; the compiler screens each one again.
+          { id: draft.id, rules: draft.rules as DraftRule[] },
+          req.body?.limit ?? DEFAULT_REPLAY_LIMIT,
+        ),
+      };
+    },
+  );
+
   app.patch(
     '/v1/policy-drafts/:id',
     { schema: { params: IdParams, body: PatchDraftBody, response: { 200: DraftEnvelope } } },
     async (req) => ({ data: await service.update(await ctx.scope(req), req.params.id, req.body) }),
   );
 
-  app.delete('/v1/policy-drafts/:id', { schema: { params: IdParams } }, async (req, reply) => {
-    await service.delete(await ctx.scope(req), req.params.id);
-    return reply.code(204).send();
-  });
+  app.delete(
+    '/v1/policy-drafts/:id',
+    { schema: { params: IdParams, response: { 204: Type.Null({ description: 'The draft is deleted' }) } } },
+    async (req, reply) => {
+      await service.delete(await ctx.scope(req), req.params.id);
+      return reply.code(204).send(null);
+    },
+  );
 
   app.post(
     '/v1/policy-drafts/:id/submit',
-    { schema: { params: IdParams, response: { 200: DraftEnvelope } } },
+    { schema: { params: IdParams, documented: { body: NoBody }, response: { 200: DraftEnvelope } } },
     async (req) => ({ data: await service.submit(await ctx.scope(req), req.params.id) }),
   );
 
@@ -78,13 +110,19 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
   // that created the draft; see the service).
   app.post(
     '/v1/policy-drafts/:id/approve',
-    { config: { scopes: APPROVE }, schema: { params: IdParams, response: { 200: ApprovedDraft } } },
+    {
+      config: { scopes: APPROVE },
+      schema: { params: IdParams, documented: { body: NoBody }, response: { 200: ApprovedDraft } },
+    },
     async (req) => service.approve(await ctx.scope(req), req.params.id),
   );
 
   app.post(
     '/v1/policy-drafts/:id/reject',
-    { config: { scopes: REVIEW }, schema: { params: IdParams, response: { 200: DraftEnvelope } } },
+    {
+      config: { scopes: REVIEW },
+      schema: { params: IdParams, documented: { body: NoBody }, response: { 200: DraftEnvelope } },
+    },
     async (req) => ({ data: await service.reject(await ctx.scope(req), req.params.id) }),
   );
 };

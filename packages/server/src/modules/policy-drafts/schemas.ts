@@ -83,3 +83,51 @@ export const ApprovedDraft = Type.Object({
     Type.Object({ ruleId: Type.String(), toolName: Type.Optional(Type.String()), reason: Type.String() }),
   ),
 });
+
+export const ReplayBody = Type.Object(
+  {
+    limit: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 1000,
+        description: "How many of the most recent decisions for the draft's tools to replay (default 100)",
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+const Failed = Type.Object({
+  parameter: Type.String(),
+  constraint_type: Type.String(),
+  expected: Type.Unknown(),
+  actual: Type.Unknown(),
+  message: Type.String(),
+});
+
+export const ReplaySchema = Type.Object({
+  data: Type.Object({
+    draftId: Type.String(),
+    tools: Type.Array(Type.String()),
+    examined: Type.Integer(),
+    changed: Type.Array(
+      Type.Object({
+        decisionId: Type.String(),
+        toolName: Type.String(),
+        arguments: Type.Record(Type.String(), Type.Unknown()),
+        createdAt: Type.String(),
+        agentId: Type.Optional(Type.String()),
+        sessionId: Type.Optional(Type.String()),
+        before: Type.Object({ decision: Type.String(), reason: Type.String() }),
+        after: Type.Object({
+          decision: OneOf(['allow', 'deny', 'require_approval']),
+          reason: Type.String(),
+          failedConstraints: Type.Array(Failed),
+        }),
+      }),
+    ),
+    skipped: Type.Array(
+      Type.Object({ ruleId: Type.String(), toolName: Type.Optional(Type.String()), reason: Type.String() }),
+    ),
+  }),
+});

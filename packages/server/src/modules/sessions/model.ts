@@ -23,3 +23,16 @@ export const CSRF_HEADER = 'x-csrf-token';
 export const SESSION_TTL_SECONDS = 12 * 3600;
 export const LOGIN_LINK_DEFAULT_TTL_SECONDS = 15 * 60;
 export const LOGIN_LINK_MAX_TTL_SECONDS = 24 * 3600;
+
+/** An OpenID Connect sign-in under way: what the provider's answer is checked with. */
+export interface PendingSignIn {
+  codeVerifier: string;
+  nonce: string;
+}
+
+/** How long a person has at the identity provider before the sign-in must start again. */
+export const OIDC_SIGN_IN_TTL_SECONDS = 10 * 60;
+/** Sign-ins under way at once (begun and not finished or expired); beyond, new ones are refused. */
+export const OIDC_SIGN_INS_MAX = 10_000;
+/** Cookie binding a sign-in to the browser that began it (so nobody can finish someone else's). */
+export const OIDC_STATE_COOKIE = 'svc_oidc_state';

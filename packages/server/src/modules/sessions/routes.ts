@@ -2,8 +2,11 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { AppError } from '../../lib/errors.js';
-import { clearSessionCookie, setSessionCookie } from './cookie.js';
-import { SESSION_TTL_SECONDS } from './model.js';
+import { NoBody } from '../../lib/schemas.js';
+import { clearSessionCookie, readCookie, setSessionCookie, stateCookie } from './cookie.js';
+import { OIDC_SIGN_IN_TTL_SECONDS, OIDC_STATE_COOKIE, SESSION_TTL_SECONDS } from './model.js';
+import { createOidcSignIn, SignInFailed } from './oidc.js';
+import { secret } from './service.js';
 
 const SessionSchema = Type.Object({
   userId: Type.String(),
@@ -11,15 +14,113 @@ const SessionSchema = Type.Object({
   expiresAt: Type.String(),
 });
 
-/** Dashboard sign-in: a login link opens a cookie session; the SPA reads it back and signs out. */
+const MethodsSchema = Type.Object({
+  loginLink: Type.Boolean({ description: 'One-time links printed by `svc login-link` always work.' }),
+  oidc: Type.Union([Type.Object({ name: Type.String() }), Type.Null()], {
+    description: 'Sign-in through the configured OpenID Connect provider, or null when none is configured.',
+  }),
+});
+
+const Redirect = { 303: Type.Null({ description: 'To the dashboard, or to the identity provider.' }) };
+
+/**
+ * Dashboard sign-in: a login link, or the configured OpenID Connect provider, opens a cookie
+ * session; the SPA reads it back and signs out.
+ */
 export const sessionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const { sessions, config } = ctx;
+  const oidc = config.oidc
+    ? createOidcSignIn(config.oidc, `${config.baseUrl}/v1/auth/oidc/callback`, app.log)
+    : null;
+
+  app.get(
+    '/v1/auth/methods',
+    { config: { auth: 'none' }, schema: { response: { 200: MethodsSchema } } },
+    async () => ({ loginLink: true, oidc: oidc ? { name: oidc.displayName } : null }),
+  );
+
+  app.get(
+    '/v1/auth/oidc/login',
+    { config: { auth: 'none' }, schema: { response: Redirect } },
+    async (req, reply) => {
+      if (!oidc)
+        throw new AppError('not_found', 'Sign-in through an OpenID Connect provider is not configured');
+      const state = secret();
+      let url: string;
+      try {
+        const begun = await oidc.begin(state);
+        if (!(await sessions.beginSignIn(state, begun.pending))) {
+          req.log.warn('OpenID sign-in refused: too many sign-ins under way');
+          return reply.redirect('/?signin=busy', 303);
+        }
+        url = begun.url;
+      } catch (err) {
+        if (!(err instanceof SignInFailed)) throw err;
+        return reply.redirect(`/?signin=${err.reason}`, 303);
+      }
+      return reply
+        .header('set-cookie', stateCookie(req, config.baseUrl, state, OIDC_SIGN_IN_TTL_SECONDS))
+        .header('cache-control', 'no-store')
+        .redirect(url, 303);
+    },
+  );
+
+  app.get(
+    '/v1/auth/oidc/callback',
+    {
+      config: { auth: 'none' },
+      schema: {
+        querystring: Type.Object(
+          { state: Type.Optional(Type.String({ maxLength: 200 })) },
+          { additionalProperties: true },
+        ),
+        response: Redirect,
+      },
+    },
+    async (req, reply) => {
+      if (!oidc)
+        throw new AppError('not_found', 'Sign-in through an OpenID Connect provider is not configured');
+      const state = req.query.state;
+      // The state must be the one this browser was sent off with (its cookie), and not used before.
+      const pending =
+        state !== undefined && readCookie(req, OIDC_STATE_COOKIE) === state
+          ? await sessions.takeSignIn(state)
+          : null;
+      // The state cookie has served its purpose whatever happens next.
+      reply.header('cache-control', 'no-store').header('set-cookie', stateCookie(req, config.baseUrl, '', 0));
+      if (!pending || state === undefined) {
+        req.log.info('OpenID sign-in callback without a matching sign-in under way');
+        return reply.redirect('/?signin=invalid', 303);
+      }
+      let userId: string;
+      try {
+        userId = await oidc.finish(new URL(req.url, config.baseUrl), state, pending);
+      } catch (err) {
+        if (!(err instanceof SignInFailed)) throw err;
+        req.log.warn({ reason: err.reason, err: err.message }, 'OpenID sign-in failed');
+        return reply.redirect(`/?signin=${err.reason}`, 303);
+      }
+      const opened = await sessions.open(userId);
+      req.log.info({ userId }, 'dashboard session opened through the OpenID provider');
+      return reply
+        .header('set-cookie', setSessionCookie(req, config.baseUrl, opened.sessionId, SESSION_TTL_SECONDS))
+        .redirect('/', 303);
+    },
+  );
 
   app.get(
     '/v1/auth/login',
     {
       config: { auth: 'none' },
-      schema: { querystring: Type.Object({ token: Type.String({ maxLength: 200 }) }) },
+      schema: {
+        querystring: Type.Object({ token: Type.String({ maxLength: 200 }) }),
+        response: {
+          303: Type.Null({
+            description:
+              'To the dashboard (`/`) with the session cookie set, or to `/?signin=invalid` when the link is unknown, used or expired.',
+          }),
+        },
+      },
     },
     async (req, reply) => {
       const opened = await sessions.redeem(req.query.token);
@@ -46,9 +147,19 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     },
   );
 
-  app.post('/v1/auth/logout', { config: { auth: 'jwt' } }, async (req, reply) => {
-    const p = req.principal;
-    if (p?.kind === 'user' && p.session) await sessions.end(p.session.id);
-    return reply.header('set-cookie', clearSessionCookie(req, config.baseUrl)).code(204).send();
-  });
+  app.post(
+    '/v1/auth/logout',
+    {
+      config: { auth: 'jwt' },
+      schema: {
+        documented: { body: NoBody },
+        response: { 204: Type.Null({ description: 'The session is ended and its cookie cleared' }) },
+      },
+    },
+    async (req, reply) => {
+      const p = req.principal;
+      if (p?.kind === 'user' && p.session) await sessions.end(p.session.id);
+      return reply.header('set-cookie', clearSessionCookie(req, config.baseUrl)).code(204).send(null);
+    },
+  );
 };

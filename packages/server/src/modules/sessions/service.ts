@@ -5,13 +5,17 @@ import type { Database } from '../../storage/schema.js';
 import {
   LOGIN_LINK_MAX_TTL_SECONDS,
   type LoginLink,
+  OIDC_SIGN_IN_TTL_SECONDS,
+  OIDC_SIGN_INS_MAX,
   type OpenedSession,
+  type PendingSignIn,
   SESSION_TTL_SECONDS,
   type SessionInfo,
 } from './model.js';
 
 const hash = (secret: string) => createHash('sha256').update(secret).digest('hex');
-const secret = () => randomBytes(32).toString('base64url');
+/** 256 random bits as 43 base64url characters: session ids, link tokens, CSRF tokens, OIDC states. */
+export const secret = () => randomBytes(32).toString('base64url');
 /** Cookie and link secrets are 43 base64url characters; anything else is not worth a lookup. */
 const SECRET_RE = /^[A-Za-z0-9_-]{43}$/;
 
@@ -23,7 +27,7 @@ export function createSessionService(deps: { db: Kysely<Database>; clock: Clock;
   const now = () => clock.now();
   const later = (seconds: number) => new Date(now().getTime() + seconds * 1000).toISOString();
 
-  return {
+  const service = {
     async createLoginLink(userId: string, ttlSeconds: number): Promise<LoginLink> {
       if (!userId.trim() || userId.length > 200) throw new Error('the user id must be 1 to 200 characters');
       if (!Number.isInteger(ttlSeconds) || ttlSeconds < 1 || ttlSeconds > LOGIN_LINK_MAX_TTL_SECONDS) {
@@ -63,10 +67,16 @@ export function createSessionService(deps: { db: Kysely<Database>; clock: Clock;
         .select('user_id')
         .where('token_hash', '=', tokenHash)
         .executeTakeFirstOrThrow();
+      return service.open(link.user_id);
+    },
+
+    /** Opens a session for a person whose identity was proven (a login link or the identity provider). */
+    async open(userId: string): Promise<OpenedSession> {
+      const at = now().toISOString();
       const sessionId = secret();
       const opened: OpenedSession = {
         sessionId,
-        userId: link.user_id,
+        userId,
         csrfToken: secret(),
         expiresAt: later(SESSION_TTL_SECONDS),
       };
@@ -80,10 +90,56 @@ export function createSessionService(deps: { db: Kysely<Database>; clock: Clock;
           expires_at: opened.expiresAt,
         })
         .execute();
-      // Housekeeping on a rare path: expired links and sessions are useless, drop them.
+      // Housekeeping on a rare path: expired links, sign-ins and sessions are useless, drop them.
       await db.deleteFrom('login_links').where('expires_at', '<=', at).execute();
+      await db.deleteFrom('oidc_sign_ins').where('expires_at', '<=', at).execute();
       await db.deleteFrom('user_sessions').where('expires_at', '<=', at).execute();
       return opened;
+    },
+
+    /**
+     * Keeps what the identity provider's answer to `state` will be checked with (ten minutes, once);
+     * false when OIDC_SIGN_INS_MAX sign-ins are already under way.
+     */
+    async beginSignIn(state: string, pending: PendingSignIn): Promise<boolean> {
+      // Anyone may begin a sign-in: expired rows go first, and the live ones are capped.
+      const at = now().toISOString();
+      await db.deleteFrom('oidc_sign_ins').where('expires_at', '<=', at).execute();
+      const live = await db
+        .selectFrom('oidc_sign_ins')
+        .select((eb) => eb.fn.countAll<number | string>().as('n'))
+        .executeTakeFirstOrThrow();
+      if (Number(live.n) >= OIDC_SIGN_INS_MAX) return false;
+      await db
+        .insertInto('oidc_sign_ins')
+        .values({
+          state_hash: hash(state),
+          code_verifier: pending.codeVerifier,
+          nonce: pending.nonce,
+          created_at: now().toISOString(),
+          expires_at: later(OIDC_SIGN_IN_TTL_SECONDS),
+        })
+        .execute();
+      return true;
+    },
+
+    /** Takes (and spends) the sign-in begun with `state`; null if unknown, already used or expired. */
+    async takeSignIn(state: string): Promise<PendingSignIn | null> {
+      if (!SECRET_RE.test(state)) return null;
+      const stateHash = hash(state);
+      const row = await db
+        .selectFrom('oidc_sign_ins')
+        .select(['code_verifier', 'nonce', 'expires_at'])
+        .where('state_hash', '=', stateHash)
+        .executeTakeFirst();
+      if (!row) return null;
+      // The delete is the single-use guarantee: of two concurrent callbacks one deletes the row.
+      const taken = await db
+        .deleteFrom('oidc_sign_ins')
+        .where('state_hash', '=', stateHash)
+        .executeTakeFirst();
+      if (Number(taken.numDeletedRows) !== 1 || row.expires_at <= now().toISOString()) return null;
+      return { codeVerifier: row.code_verifier, nonce: row.nonce };
     },
 
     /** The live session behind a cookie value, or null (unknown, signed out or expired). */
@@ -103,4 +159,5 @@ export function createSessionService(deps: { db: Kysely<Database>; clock: Clock;
       await db.deleteFrom('user_sessions').where('id_hash', '=', hash(sessionId)).execute();
     },
   };
+  return service;
 }

@@ -1,15 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ManualClock, openApproval, setTier } from '../../../test/approvals.js';
-import { bearer, createTenant, createTestApp, expectError, type TestApp } from '../../../test/helpers.js';
+import { bearer, createTenant, expectError, useTestApp, withTestApp } from '../../../test/helpers.js';
 import { SESSION_COOKIE } from './model.js';
 
-let t: TestApp;
 const clock = new ManualClock();
 
-beforeAll(async () => {
-  t = await createTestApp({}, { clock });
-});
-afterAll(async () => t?.close());
+const t = useTestApp({}, { clock });
 
 /** Redeems a fresh link for `userId`; the cookie header value and the session's CSRF token. */
 async function signIn(userId: string): Promise<{ cookie: string; csrf: string }> {
@@ -53,16 +49,13 @@ describe('login links', () => {
   });
 
   it('mark the cookie Secure when the service is reached over HTTPS', async () => {
-    const s = await createTestApp({ baseUrl: 'https://svc.example' });
-    try {
+    await withTestApp({ baseUrl: 'https://svc.example' }, async (s) => {
       const link = await s.ctx.sessions.createLoginLink('alice', 900);
       expect(link.url.startsWith('https://svc.example/v1/auth/login?token=')).toBe(true);
       const url = new URL(link.url);
       const res = await s.inject({ method: 'GET', url: url.pathname + url.search });
       expect(String(res.headers['set-cookie'])).toMatch(/; Secure$/);
-    } finally {
-      await s.close();
-    }
+    });
   });
 });
 

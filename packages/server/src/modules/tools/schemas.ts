@@ -74,7 +74,7 @@ export const SyncResponse = Type.Object({
 });
 
 /** Arguments come back as registered, including register's enum/minimum/maximum/pattern. */
-const StoredArgument = Type.Object({
+export const StoredArgument = Type.Object({
   name: Type.String(),
   type: Type.String(),
   description: Type.Optional(Type.String()),

@@ -1,4 +1,5 @@
-import type { Constraint, PolicyDefinition } from '@svc/policy-engine';
+/* Policies in words: the review pages of the service and of the dashboard word them alike. */
+import type { Constraint, PolicyDefinition } from './types.js';
 
 const list = (vs: string[]) => vs.map((v) => `"${v}"`).join(', ');
 

@@ -1,0 +1,129 @@
+import {
+  type CompiledPolicy,
+  compileDraftRules,
+  compilePolicy,
+  type Decision,
+  type DraftRule,
+  evaluate,
+  type FailedConstraint,
+} from '@svc/policy-engine';
+import type { Kysely } from 'kysely';
+import type { Database } from '../../storage/schema.js';
+import type { PolicyRepository } from '../policies/repository.js';
+import type { SkippedDraftRule } from './apply.js';
+
+export const DEFAULT_REPLAY_LIMIT = 100;
+export const MAX_REPLAY_LIMIT = 1000;
+
+/** One recorded decision whose outcome the draft would have changed. */
+export interface ChangedDecision {
+  decisionId: string;
+  toolName: string;
+  arguments: Record<string, unknown>;
+  createdAt: string;
+  agentId?: string;
+  sessionId?: string;
+  before: { decision: string; reason: string };
+  after: { decision: Decision; reason: string; failedConstraints: FailedConstraint[] };
+}
+
+export interface ReplayResult {
+  draftId: string;
+  /** The tools whose recorded decisions were replayed. */
+  tools: string[];
+  /** How many recorded decisions were replayed (at most the limit asked for). */
+  examined: number;
+  changed: ChangedDecision[];
+  /** Rules (or tools) the replay left out, as approving would. */
+  skipped: SkippedDraftRule[];
+}
+
+const RANK: Record<Decision, number> = { allow: 0, require_approval: 1, deny: 2 };
+
+function isDecision(d: string): d is Decision {
+  return d === 'allow' || d === 'deny' || d === 'require_approval';
+}
+
+function contextOf(json: string): Record<string, unknown> {
+  try {
+    const ctx = JSON.parse(json) as unknown;
+    return ctx && typeof ctx === 'object' && !Array.isArray(ctx) ? (ctx as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
+/**
+ * Replays a draft against the organization's most recent recorded decisions for the tools it names:
+ * which of them would have ended otherwise had the draft been approved before they were made.
+ *
+ * Approving appends the draft's constraints to each tool's policy (applyDraftRules) and never
+ * weakens it, so a decision after approval is the stricter of what was recorded and what the draft's
+ * own constraints answer for the same arguments (deny over require_approval over allow). Tools with
+ * an llm-mode policy are left out, as approving leaves them unchanged. Nothing is written.
+ */
+export async function replayDraft(
+  db: Kysely<Database>,
+  policies: PolicyRepository,
+  organizationId: string,
+  draft: { id: string; rules: DraftRule[] },
+  limit: number,
+): Promise<ReplayResult> {
+  const compiled = compileDraftRules(draft.rules);
+  const skipped: SkippedDraftRule[] = [...compiled.skipped];
+  const checks = new Map<string, CompiledPolicy>();
+  for (const { toolName, constraints } of compiled.policies) {
+    const current = await policies.get(organizationId, toolName);
+    if (current?.mode === 'llm') {
+      const already = new Set(skipped.map((s) => s.ruleId));
+      for (const r of draft.rules) {
+        if (r.tools.includes(toolName) && r.enabled !== false && !already.has(r.id)) {
+          skipped.push({
+            ruleId: r.id,
+            toolName,
+            reason: `tool "${toolName}" has an llm-mode policy; approving leaves it unchanged`,
+          });
+        }
+      }
+      continue;
+    }
+    checks.set(toolName, compilePolicy({ mode: 'deterministic', constraints }));
+  }
+  const tools = [...checks.keys()];
+  if (tools.length === 0) return { draftId: draft.id, tools, examined: 0, changed: [], skipped };
+
+  const rows = await db
+    .selectFrom('decisions')
+    .select(['id', 'tool_name', 'arguments', 'context', 'decision', 'reason', 'created_at'])
+    .where('organization_id', '=', organizationId)
+    .where('tool_name', 'in', tools)
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .limit(limit)
+    .execute();
+
+  const changed: ChangedDecision[] = [];
+  for (const row of rows) {
+    if (!isDecision(row.decision)) continue;
+    const args = JSON.parse(row.arguments) as Record<string, unknown>;
+    const ctx = contextOf(row.context);
+    const verdict = evaluate(checks.get(row.tool_name)!, args);
+    if (RANK[verdict.decision] <= RANK[row.decision]) continue;
+    const after = verdict.decision;
+    changed.push({
+      decisionId: row.id,
+      toolName: row.tool_name,
+      arguments: args,
+      createdAt: row.created_at,
+      ...(typeof ctx.agent_id === 'string' ? { agentId: ctx.agent_id } : {}),
+      ...(typeof ctx.session_id === 'string' ? { sessionId: ctx.session_id } : {}),
+      before: { decision: row.decision, reason: row.reason },
+      after: {
+        decision: after,
+        reason: verdict.reason ?? '',
+        failedConstraints: [...verdict.failedConstraints],
+      },
+    });
+  }
+  return { draftId: draft.id, tools, examined: rows.length, changed, skipped };
+}
