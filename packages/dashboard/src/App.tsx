@@ -1,6 +1,7 @@
 import { useCallback, useEffect, useState } from 'react';
-import { Approvals } from './Approvals.js';
 import { ApiError, api, loadSession, type Organization, type Session, signOut } from './api.js';
+import { PAGES, pageOf } from './pages.js';
+import { Link, usePath } from './router.js';
 import { SignIn } from './SignIn.js';
 
 const orgKey = (userId: string) => `svc.organization.${userId}`;
@@ -23,6 +24,8 @@ function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () 
   const [organizations, setOrganizations] = useState<Organization[] | null>(null);
   const [current, setCurrent] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const page = pageOf(usePath());
+  const Current = page.component;
 
   useEffect(() => {
     api<{ data: Organization[] }>('/v1/organizations').then(
@@ -59,9 +62,11 @@ function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () 
       <header className="bar">
         <strong className="brand">svc</strong>
         <nav aria-label="Main">
-          <a href="/approvals" aria-current="page">
-            Approvals
-          </a>
+          {PAGES.map((p) => (
+            <Link key={p.path} to={p.path} current={p === page}>
+              {p.label}
+            </Link>
+          ))}
         </nav>
         {organizations && organizations.length > 0 && (
           <label className="org">
@@ -86,7 +91,7 @@ function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () 
           <p>You belong to no organization yet. Create one with POST /v1/organizations, then reload.</p>
         )}
         {/* Keyed by organization: switching drops everything shown for the previous one. */}
-        {current && <Approvals key={current} organizationId={current} userId={session.userId} />}
+        {current && <Current key={current} organizationId={current} userId={session.userId} />}
       </main>
     </>
   );

@@ -1,5 +1,7 @@
 import { useCallback, useEffect, useState } from 'react';
+import { ApprovalDetails, boundAction } from './ApprovalDetails.js';
 import { api, type BatchResult, type PendingApproval, type ResolvedApproval } from './api.js';
+import { ErrorLine, TableHead } from './ui.js';
 
 type Action = 'approve' | 'deny';
 type Live = 'connecting' | 'live' | 'polling';
@@ -103,11 +105,7 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
                 : 'Connecting…'}
           </span>
         </div>
-        {message && (
-          <p role="alert" className="error">
-            {message}
-          </p>
-        )}
+        <ErrorLine error={message} alert />
         {pending.length === 0 ? (
           <p className="empty">Nothing is waiting for a decision.</p>
         ) : (
@@ -139,7 +137,15 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
                     </label>
                     <span className="left">{timeLeft(a.expiresAt, now)} left</span>
                   </div>
-                  <pre>{JSON.stringify(a.arguments, null, 2)}</pre>
+                  <ApprovalDetails approval={a} userId={userId} />
+                  {boundAction(a) ? (
+                    <details>
+                      <summary>All arguments</summary>
+                      <pre>{JSON.stringify(a.arguments, null, 2)}</pre>
+                    </details>
+                  ) : (
+                    <pre>{JSON.stringify(a.arguments, null, 2)}</pre>
+                  )}
                   <div className="meta">
                     {a.agentId && <>Agent {a.agentId} · </>}
                     {a.sessionId && <>Session {a.sessionId} · </>}
@@ -148,7 +154,7 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
                   <div className="actions">
                     <button
                       type="button"
-                      disabled={busy}
+                      disabled={busy || a.approvers?.some((g) => g.resolvedBy === userId)}
                       onClick={() => resolve([a.id], 'approve')}
                       aria-label={`Approve ${a.toolName} ${a.id}`}
                     >
@@ -177,14 +183,7 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
         ) : (
           <div className="scroll">
             <table>
-              <thead>
-                <tr>
-                  <th scope="col">Tool</th>
-                  <th scope="col">Decision</th>
-                  <th scope="col">By</th>
-                  <th scope="col">When</th>
-                </tr>
-              </thead>
+              <TableHead columns={['Tool', 'Decision', 'By', 'When']} scoped />
               <tbody>
                 {resolved.map((a) => (
                   <tr key={a.id} data-approval-id={a.id}>

@@ -1,17 +1,52 @@
+import { useEffect, useState } from 'react';
+
+interface Methods {
+  loginLink: boolean;
+  oidc: { name: string } | null;
+}
+
+/** What a failed sign-in sent the person back with (`/?signin=<reason>`), in words. */
+const FAILURES: Record<string, string> = {
+  invalid:
+    'That sign-in did not work: the link was already used, it expired or it was mistyped, or the sign-in was started in another browser. Start again.',
+  provider_unreachable:
+    'The identity provider could not be reached. Try again in a moment, or ask an operator.',
+  provider_refused: 'The identity provider refused the sign-in.',
+  invalid_answer:
+    "The identity provider's answer failed the service's checks. Ask an operator to look at the log.",
+  no_user:
+    'The identity provider did not say who you are (no usable user claim, or an email address it has not verified).',
+  busy: 'Too many sign-ins are under way right now. Try again in a few minutes.',
+};
+
 export function SignIn() {
-  const failed = new URLSearchParams(window.location.search).get('signin') === 'invalid';
+  const reason = new URLSearchParams(window.location.search).get('signin');
+  const [methods, setMethods] = useState<Methods | null>(null);
+
+  useEffect(() => {
+    fetch('/v1/auth/methods')
+      .then((res) => (res.ok ? (res.json() as Promise<Methods>) : null))
+      .then(setMethods, () => setMethods(null));
+  }, []);
+
   return (
     <main className="signin">
       <h1>Sign in to svc</h1>
-      {failed && (
+      {reason && (
         <p role="alert" className="error">
-          That sign-in link is not valid: it was already used, it expired, or it was mistyped. Ask for a new
-          one.
+          {FAILURES[reason] ?? 'The sign-in did not work. Start again.'}
+        </p>
+      )}
+      {methods?.oidc && (
+        <p>
+          <a className="button" href="/v1/auth/oidc/login">
+            Sign in with {methods.oidc.name}
+          </a>
         </p>
       )}
       <p>
-        The dashboard has no password form. An operator of this service creates a one-time sign-in link for
-        you:
+        {methods?.oidc ? 'Or use a one-time sign-in link. ' : 'The dashboard has no password form. '}
+        An operator of this service creates a one-time sign-in link for you:
       </p>
       <pre>
         <code>svc login-link --sub YOUR_USER_ID</code>

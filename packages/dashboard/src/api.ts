@@ -13,6 +13,15 @@ export interface Organization {
   tier: string;
 }
 
+/** What asked for a person: a tool's policy, the spend budgets, or a payment policy pack. */
+export interface Escalation {
+  source: 'policy' | 'economic' | 'gateway';
+  policy: string;
+  constraint: string;
+  policyVersion?: number;
+  constraints?: { parameter: string; constraint_type: string; message: string }[];
+}
+
 export interface PendingApproval {
   id: string;
   toolName: string;
@@ -21,6 +30,11 @@ export interface PendingApproval {
   createdAt: string;
   agentId?: string;
   sessionId?: string;
+  escalation?: Escalation;
+  /** Dual control: how many distinct people must approve (1 when absent). */
+  requiredApprovals?: number;
+  /** Dual control: the approvals given so far. */
+  approvers?: { resolvedBy: string; resolvedAt: string }[];
 }
 
 export interface ResolvedApproval {
@@ -39,6 +53,137 @@ export interface BatchResult {
   error?: { code: string; message: string };
 }
 
+export interface DraftRule {
+  id: string;
+  action: string;
+  tools: string[];
+  conditions: { field: string; operator: string; value?: unknown }[];
+  severity: string;
+  enabled?: boolean;
+}
+
+export interface PolicyDraft {
+  id: string;
+  projectId: string;
+  name: string;
+  description: string;
+  status: 'draft' | 'pending_review' | 'approved' | 'rejected';
+  createdByAgentId: string;
+  rules: DraftRule[];
+  createdAt: string;
+  updatedAt: string;
+  reviewedBy: string | null;
+  reviewedAt: string | null;
+}
+
+export interface FailedConstraint {
+  parameter: string;
+  constraint_type: string;
+  message: string;
+}
+
+export interface DraftReplay {
+  draftId: string;
+  tools: string[];
+  examined: number;
+  changed: {
+    decisionId: string;
+    toolName: string;
+    arguments: Record<string, unknown>;
+    createdAt: string;
+    agentId?: string;
+    sessionId?: string;
+    before: { decision: string; reason: string };
+    after: { decision: string; reason: string; failedConstraints: FailedConstraint[] };
+  }[];
+  skipped: { ruleId: string; toolName?: string; reason: string }[];
+}
+
+/** A policy definition as Charter shows it (current and proposed). */
+/** The policy definition and constraint shapes are the engine's own. */
+export type { Constraint, PolicyDefinition } from '@svc/policy-engine';
+
+import type { PolicyDefinition } from '@svc/policy-engine';
+
+export interface PolicyChange {
+  toolName: string;
+  current: { version: number; definition: PolicyDefinition } | null;
+  proposed: PolicyDefinition;
+  rules: string[];
+  quality: { valid: boolean; score: number; issues: string[] };
+  analysis: {
+    findings: { kind: string; message: string }[];
+    examples: { arguments: Record<string, unknown>; decision: string; reason: string }[];
+  };
+}
+
+export interface Verification {
+  id: string;
+  kind: 'policy_change' | 'tool_registration';
+  status: 'pending' | 'approved' | 'rejected';
+  summary: string;
+  changes: PolicyChange[];
+  tools: { name: string; arguments: { name: string; type: string; required?: boolean }[] }[];
+  createdAt: string;
+  resolvedAt: string | null;
+  resolvedBy: string | null;
+  applied: { toolName: string; version: number }[] | null;
+}
+
+export interface CharterTurn {
+  conversationId: string;
+  mode: 'chat' | 'compile';
+  reply: string;
+  understood: string[];
+  notUnderstood: { text: string; why: string }[];
+  changes: PolicyChange[];
+  dryRuns: { toolName: string; arguments: Record<string, unknown>; decision: string; reason: string }[];
+  verification: { required: true; id: string; status: string; linkUrl: string } | { required: false };
+}
+
+export interface ScopeBudget {
+  limitUsd: number | null;
+  spentUsd: number;
+  reservedUsd: number;
+  remainingUsd: number | null;
+}
+
+export interface Budget {
+  currency: 'USD';
+  asOf: string;
+  session?: ScopeBudget;
+  agent?: ScopeBudget;
+  category?: ScopeBudget;
+}
+
+export interface EconomicConfigView {
+  defaultPayer: string | null;
+  approvedPayers: string[];
+  perActionApprovalThresholdUsd: number | null;
+  sessionLimitUsd: number | null;
+  agentLimitUsd: number | null;
+  categoryPolicies: Record<string, { limitUsd: number | null; approvalThresholdUsd: number | null }>;
+  approvalWindowSeconds: number;
+  agentWindow: string;
+  categoryWindow: string;
+}
+
+export interface EconomicConfig {
+  scope: 'organization' | 'project';
+  config: EconomicConfigView | null;
+  effective: EconomicConfigView | null;
+  authority: string;
+  updatedAt: string | null;
+}
+
+export interface EconomicStatus {
+  enabled: boolean;
+  authority: string;
+  healthy: boolean;
+  pendingApprovals: string[];
+  budget: Budget | null;
+}
+
 export class ApiError extends Error {
   constructor(
     readonly status: number,
@@ -51,8 +196,19 @@ export class ApiError extends Error {
 
 let csrfToken: string | null = null;
 
+/** A query string of the values that are set (empty strings and undefined are left out). */
+export function query(params: Record<string, string | number | undefined>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== '') q.set(k, String(v));
+  const s = q.toString();
+  return s ? `?${s}` : '';
+}
+
+/** The message to show for a failed call: the API's own message, else the error's. */
+export const messageOf = (err: unknown): string => (err instanceof Error ? err.message : String(err));
+
 interface CallOptions {
-  method?: 'GET' | 'POST';
+  method?: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
   body?: unknown;
   organizationId?: string;
 }

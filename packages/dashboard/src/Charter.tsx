@@ -1,0 +1,367 @@
+import { describePolicy } from '@svc/policy-engine';
+import { type FormEvent, useEffect, useId, useState } from 'react';
+import {
+  ApiError,
+  api,
+  type CharterTurn,
+  type Organization,
+  type PolicyChange,
+  type Verification,
+} from './api.js';
+import type { PageProps } from './pages.js';
+import { Link, usePath } from './router.js';
+import { ErrorLine, TableHead, useReload } from './ui.js';
+
+type Mode = 'auto' | 'chat' | 'compile';
+
+interface Entry {
+  who: 'you' | 'charter';
+  text: string;
+  turn?: CharterTurn;
+}
+
+/** A path in the dashboard for a link the server gave (absolute, with its secret). */
+const pathOf = (url: string) => {
+  const u = new URL(url, window.location.origin);
+  return u.pathname + u.search;
+};
+
+/**
+ * Charter, the policy assistant: a conversation that answers questions about the policies and
+ * proposes changes, the changes waiting for review, and the review of one (/charter/verify/:id, the
+ * link Charter gives, or /charter/reviews/:id from the list).
+ */
+export function Charter({ organizationId, userId }: PageProps) {
+  const path = usePath();
+  const review = /^\/charter\/(?:verify|reviews)\/([^/]+)$/.exec(path);
+  if (review)
+    return <Review id={decodeURIComponent(review[1]!)} organizationId={organizationId} userId={userId} />;
+  return <Chat organizationId={organizationId} />;
+}
+
+function Chat({ organizationId }: { organizationId: string }) {
+  const [entries, setEntries] = useState<Entry[]>([]);
+  const [conversationId, setConversationId] = useState<string | undefined>(undefined);
+  const [text, setText] = useState('');
+  const [mode, setMode] = useState<Mode>('auto');
+  const [busy, setBusy] = useState(false);
+  const [message, setMessage] = useState<string | null>(null);
+  const [pending, setPending] = useState<Verification[]>([]);
+  const messageId = useId();
+  const modeId = useId();
+
+  const reload = useReload(
+    async () =>
+      setPending((await api<{ data: Verification[] }>('/v1/charter/verifications', { organizationId })).data),
+    setMessage,
+    organizationId,
+  );
+
+  async function send(e: FormEvent) {
+    e.preventDefault();
+    const said = text.trim();
+    if (!said) return;
+    setBusy(true);
+    setMessage(null);
+    setEntries((es) => [...es, { who: 'you', text: said }]);
+    try {
+      const turn = await api<CharterTurn>('/v1/charter/turn', {
+        method: 'POST',
+        body: { message: said, mode, surface: 'dashboard', ...(conversationId ? { conversationId } : {}) },
+        organizationId,
+      });
+      setConversationId(turn.conversationId);
+      setEntries((es) => [...es, { who: 'charter', text: turn.reply, turn }]);
+      setText('');
+      if (turn.verification.required) await reload();
+    } catch (err) {
+      setMessage((err as Error).message);
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  return (
+    <>
+      <section aria-labelledby="charter-title">
+        <h1 id="charter-title">Charter</h1>
+        <p className="empty">
+          Ask about your policies, or say in plain words what an agent may do. Proposed changes wait for a
+          person's review; nothing is live before.
+        </p>
+        <ul className="chat" aria-live="polite">
+          {entries.map((e, i) => (
+            // biome-ignore lint/suspicious/noArrayIndexKey: the conversation only grows
+            <li key={i} className={e.who}>
+              <strong>{e.who === 'you' ? 'You' : 'Charter'}:</strong> {e.text}
+              {e.turn && <TurnDetails turn={e.turn} />}
+            </li>
+          ))}
+        </ul>
+        <ErrorLine error={message} alert />
+        <form className="form" onSubmit={send}>
+          <label htmlFor={messageId} style={{ flex: '1 1 100%' }}>
+            Message
+            <textarea
+              id={messageId}
+              value={text}
+              onChange={(e) => setText(e.target.value)}
+              maxLength={20_000}
+              placeholder="Block send_payment over $1,000 and ask a person above $500"
+            />
+          </label>
+          <label htmlFor={modeId}>
+            Mode
+            <select id={modeId} value={mode} onChange={(e) => setMode(e.target.value as Mode)}>
+              <option value="auto">Let Charter decide</option>
+              <option value="chat">Ask a question</option>
+              <option value="compile">Propose a change</option>
+            </select>
+          </label>
+          <button type="submit" disabled={busy || !text.trim()}>
+            {busy ? 'Sending…' : 'Send'}
+          </button>
+          {conversationId && (
+            <button
+              type="button"
+              className="deny"
+              onClick={() => {
+                setConversationId(undefined);
+                setEntries([]);
+              }}
+            >
+              New conversation
+            </button>
+          )}
+        </form>
+      </section>
+      <section aria-labelledby="reviews-title">
+        <h2 id="reviews-title">Changes waiting for review</h2>
+        {pending.length === 0 ? (
+          <p className="empty">No change is waiting.</p>
+        ) : (
+          <ul>
+            {pending.map((v) => (
+              <li key={v.id} data-verification-id={v.id}>
+                <Link to={`/charter/reviews/${v.id}`}>{v.summary}</Link>{' '}
+                <span className="meta">proposed {new Date(v.createdAt).toLocaleString()}</span>
+              </li>
+            ))}
+          </ul>
+        )}
+      </section>
+    </>
+  );
+}
+
+function TurnDetails({ turn }: { turn: CharterTurn }) {
+  return (
+    <div className="meta">
+      {turn.understood.length > 0 && <p>Understood: {turn.understood.join('; ')}</p>}
+      {turn.notUnderstood.length > 0 && (
+        <p>Not understood: {turn.notUnderstood.map((n) => `"${n.text}" (${n.why})`).join('; ')}</p>
+      )}
+      {turn.dryRuns.map((d, i) => (
+        // biome-ignore lint/suspicious/noArrayIndexKey: a fixed list
+        <p key={i}>
+          {d.toolName} {JSON.stringify(d.arguments)} → {d.decision}: {d.reason}
+        </p>
+      ))}
+      {turn.verification.required && (
+        <p>
+          <Link to={pathOf(turn.verification.linkUrl)}>Review the proposed change</Link>
+        </p>
+      )}
+    </div>
+  );
+}
+
+/**
+ * One proposed change beside what is live, with approve and reject. The link names no organization:
+ * it is looked up in the chosen one first, then in the person's other organizations.
+ */
+function Review({ id, organizationId, userId }: { id: string; organizationId: string; userId: string }) {
+  const [found, setFound] = useState<{ v: Verification; org: Organization | null; orgId: string } | null>(
+    null,
+  );
+  const [missing, setMissing] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const [message, setMessage] = useState<string | null>(null);
+
+  useEffect(() => {
+    let stop = false;
+    (async () => {
+      const read = async (orgId: string) => {
+        try {
+          return await api<Verification>(`/v1/charter/verifications/${encodeURIComponent(id)}`, {
+            organizationId: orgId,
+          });
+        } catch (err) {
+          if (err instanceof ApiError && (err.status === 404 || err.status === 400)) return null;
+          throw err;
+        }
+      };
+      const here = await read(organizationId);
+      if (here) {
+        if (!stop) setFound({ v: here, org: null, orgId: organizationId });
+        return;
+      }
+      const { data } = await api<{ data: Organization[] }>('/v1/organizations');
+      for (const o of data) {
+        if (o._id === organizationId) continue;
+        const there = await read(o._id);
+        if (there) {
+          if (!stop) setFound({ v: there, org: o, orgId: o._id });
+          return;
+        }
+      }
+      if (!stop) setMissing(true);
+    })().catch((err: Error) => !stop && setMessage(err.message));
+    return () => {
+      stop = true;
+    };
+  }, [id, organizationId]);
+
+  async function decide(action: 'approve' | 'reject') {
+    if (!found) return;
+    setBusy(true);
+    setMessage(null);
+    try {
+      const v = await api<Verification>(`/v1/charter/verifications/${found.v.id}/${action}`, {
+        method: 'POST',
+        organizationId: found.orgId,
+      });
+      setFound({ ...found, v });
+    } catch (err) {
+      setMessage((err as Error).message);
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  if (missing)
+    return (
+      <section aria-labelledby="review-title">
+        <h1 id="review-title">Change not found</h1>
+        <p>None of your organizations has this proposed change.</p>
+        <Link to="/charter">Back to Charter</Link>
+      </section>
+    );
+  if (!found)
+    return message ? (
+      <p role="alert" className="error">
+        {message}
+      </p>
+    ) : (
+      <p aria-busy="true">Loading…</p>
+    );
+  const { v, org } = found;
+  return (
+    <section aria-labelledby="review-title" data-verification-id={v.id}>
+      <p>
+        <Link to="/charter">← Charter</Link>
+      </p>
+      <h1 id="review-title">Review a policy change</h1>
+      {org && <p className="dual">This change belongs to organization {org.name}.</p>}
+      <p>{v.summary}</p>
+      <p role="status" data-status={v.status}>
+        {v.status === 'pending'
+          ? `Waiting for review since ${new Date(v.createdAt).toLocaleString()}. Nothing of it is live yet.`
+          : `${v.status === 'approved' ? 'Approved' : 'Rejected'} by ${v.resolvedBy === userId ? `${v.resolvedBy} (you)` : v.resolvedBy}${v.resolvedAt ? ` on ${new Date(v.resolvedAt).toLocaleString()}` : ''}${v.applied?.length ? `: live as ${v.applied.map((a) => `${a.toolName} version ${a.version}`).join(', ')}` : ''}.`}
+      </p>
+      <ErrorLine error={message} alert />
+      {v.tools.length > 0 && (
+        <>
+          <h2>Tools to register</h2>
+          <ul>
+            {v.tools.map((t) => (
+              <li key={t.name}>
+                {t.name}(
+                {t.arguments.map((a) => `${a.name}: ${a.type}${a.required ? ', required' : ''}`).join('; ')})
+              </li>
+            ))}
+          </ul>
+        </>
+      )}
+      {v.changes.map((c) => (
+        <ChangeView key={c.toolName} change={c} />
+      ))}
+      {v.status === 'pending' && (
+        <div className="actions">
+          <button type="button" disabled={busy} onClick={() => decide('approve')}>
+            Approve change
+          </button>
+          <button type="button" className="deny" disabled={busy} onClick={() => decide('reject')}>
+            Reject change
+          </button>
+        </div>
+      )}
+    </section>
+  );
+}
+
+function ChangeView({ change: c }: { change: PolicyChange }) {
+  return (
+    <article aria-label={`Change to ${c.toolName}`}>
+      <h2 className="tool">{c.toolName}</h2>
+      <div className="side">
+        <div>
+          <h3>Now{c.current ? ` (version ${c.current.version})` : ''}</h3>
+          <ul>
+            {(c.current?.definition
+              ? describePolicy(c.current.definition)
+              : ['No policy: every call is allowed without checks']
+            ).map((l) => (
+              <li key={l}>{l}</li>
+            ))}
+          </ul>
+        </div>
+        <div data-proposed>
+          <h3>Proposed</h3>
+          <ul>
+            {describePolicy(c.proposed).map((l) => (
+              <li key={l}>{l}</li>
+            ))}
+          </ul>
+        </div>
+      </div>
+      {c.analysis.findings.length > 0 && (
+        <>
+          <h3>Review findings</h3>
+          <ul>
+            {c.analysis.findings.map((f) => (
+              <li key={f.message}>
+                {f.kind.replaceAll('_', ' ')}: {f.message}
+              </li>
+            ))}
+          </ul>
+        </>
+      )}
+      <p className="meta">
+        Quality: {c.quality.valid ? 'valid' : 'invalid'}, score {c.quality.score}
+        {c.quality.issues.length > 0 ? ` — ${c.quality.issues.join('; ')}` : ''}
+      </p>
+      {c.analysis.examples.length > 0 && (
+        <div className="scroll">
+          <table>
+            <caption className="meta" style={{ textAlign: 'left' }}>
+              Example calls under the proposed policy
+            </caption>
+            <TableHead columns={['Arguments', 'Decision', 'Reason']} scoped />
+            <tbody>
+              {c.analysis.examples.map((e) => (
+                <tr key={JSON.stringify(e.arguments)}>
+                  <td>
+                    <code>{JSON.stringify(e.arguments)}</code>
+                  </td>
+                  <td className={e.decision}>{e.decision}</td>
+                  <td>{e.reason}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </article>
+  );
+}

@@ -1,0 +1,398 @@
+import { type FormEvent, useCallback, useEffect, useId, useState } from 'react';
+import { api, messageOf, query } from './api.js';
+import type { PageProps } from './pages.js';
+import { ErrorLine, Field, ProjectOptions, TableHead } from './ui.js';
+import { type ChainVerification, verifyChain, verifyOneReceipt } from './verify.js';
+
+interface Decision {
+  id: string;
+  projectId: string | null;
+  toolName: string;
+  arguments: Record<string, unknown>;
+  context: Record<string, unknown>;
+  decision: string;
+  mode: string;
+  reason: string;
+  failedArgument: string | null;
+  policyVersion: number | null;
+  latencyMs: number;
+  receipt: { receipt_id: string; receipt_hash: string; previous_receipt_hash: string; merkle_root: string };
+  createdAt: string;
+}
+
+interface Project {
+  _id: string;
+  name: string;
+}
+
+interface Filters {
+  toolName: string;
+  decision: string;
+  projectId: string;
+  startDate: string;
+  endDate: string;
+}
+
+const NO_FILTERS: Filters = { toolName: '', decision: '', projectId: '', startDate: '', endDate: '' };
+const PAGE = 50;
+
+const short = (hash: string) => hash.replace(/^sha256:/, '').slice(0, 12);
+
+/** The decision log with the API's filters, each decision's receipt, and the chain verified here. */
+export function Decisions({ organizationId }: PageProps) {
+  const [draft, setDraft] = useState<Filters>(NO_FILTERS);
+  const [filters, setFilters] = useState<Filters>(NO_FILTERS);
+  const [offset, setOffset] = useState(0);
+  const [rows, setRows] = useState<Decision[] | null>(null);
+  const [total, setTotal] = useState(0);
+  const [projects, setProjects] = useState<Project[]>([]);
+  const [error, setError] = useState<string | null>(null);
+  const [open, setOpen] = useState<string | null>(null);
+  const ids = useId();
+
+  const load = useCallback(async () => {
+    try {
+      const res = await api<{ data: Decision[]; pagination: { total: number } }>(
+        `/v1/decisions${query({ ...filters, limit: PAGE, offset })}`,
+        { organizationId },
+      );
+      setRows(res.data);
+      setTotal(res.pagination.total);
+      setError(null);
+    } catch (err) {
+      setError(messageOf(err));
+    }
+  }, [filters, offset, organizationId]);
+
+  useEffect(() => {
+    void load();
+  }, [load]);
+
+  useEffect(() => {
+    api<{ data: Project[] }>(`/v1/projects${query({ organizationId })}`, { organizationId }).then(
+      ({ data }) => setProjects(data),
+      () => setProjects([]),
+    );
+  }, [organizationId]);
+
+  const apply = (e: FormEvent) => {
+    e.preventDefault();
+    setOffset(0);
+    setFilters(draft);
+  };
+  const set = (key: keyof Filters) => (e: { target: { value: string } }) =>
+    setDraft((d) => ({ ...d, [key]: e.target.value }));
+
+  return (
+    <>
+      <div className="heading">
+        <h1>Decisions</h1>
+      </div>
+      <ChainCheck organizationId={organizationId} />
+
+      <form className="filters" onSubmit={apply} aria-label="Filter decisions">
+        <Field id={`${ids}-tool`} label="Tool">
+          <input id={`${ids}-tool`} value={draft.toolName} onChange={set('toolName')} maxLength={200} />
+        </Field>
+        <Field id={`${ids}-decision`} label="Decision">
+          <select id={`${ids}-decision`} value={draft.decision} onChange={set('decision')}>
+            <option value="">Any</option>
+            <option value="allow">allow</option>
+            <option value="deny">deny</option>
+            <option value="require_approval">require_approval</option>
+          </select>
+        </Field>
+        <Field id={`${ids}-project`} label="Project">
+          <select id={`${ids}-project`} value={draft.projectId} onChange={set('projectId')}>
+            <option value="">Any</option>
+            <ProjectOptions projects={projects} />
+          </select>
+        </Field>
+        <Field id={`${ids}-from`} label="From">
+          <input id={`${ids}-from`} type="date" value={draft.startDate} onChange={set('startDate')} />
+        </Field>
+        <Field id={`${ids}-to`} label="To">
+          <input id={`${ids}-to`} type="date" value={draft.endDate} onChange={set('endDate')} />
+        </Field>
+        <div className="filter-actions">
+          <button type="submit">Apply filters</button>
+          <button
+            type="button"
+            className="secondary"
+            onClick={() => {
+              setDraft(NO_FILTERS);
+              setFilters(NO_FILTERS);
+              setOffset(0);
+            }}
+          >
+            Clear
+          </button>
+        </div>
+      </form>
+
+      <ErrorLine error={error} alert />
+      {rows?.length === 0 && <p className="empty">No decision matches.</p>}
+      {rows && rows.length > 0 && (
+        <>
+          <p className="meta">
+            {offset + 1}–{offset + rows.length} of {total}
+          </p>
+          <div className="scroll">
+            <table>
+              <TableHead columns={['Time', 'Tool', 'Decision', 'Reason', 'Receipt']} />
+              <tbody>
+                {rows.map((d) => (
+                  <DecisionRow
+                    key={d.id}
+                    decision={d}
+                    open={open === d.id}
+                    onToggle={() => setOpen(open === d.id ? null : d.id)}
+                    organizationId={organizationId}
+                  />
+                ))}
+              </tbody>
+            </table>
+          </div>
+          <nav className="pager" aria-label="Pages of decisions">
+            <button
+              type="button"
+              className="secondary"
+              disabled={offset === 0}
+              onClick={() => setOffset(Math.max(0, offset - PAGE))}
+            >
+              Newer
+            </button>
+            <button
+              type="button"
+              className="secondary"
+              disabled={offset + rows.length >= total}
+              onClick={() => setOffset(offset + PAGE)}
+            >
+              Older
+            </button>
+          </nav>
+        </>
+      )}
+    </>
+  );
+}
+
+function DecisionRow({
+  decision: d,
+  open,
+  onToggle,
+  organizationId,
+}: {
+  decision: Decision;
+  open: boolean;
+  onToggle: () => void;
+  organizationId: string;
+}) {
+  return (
+    <>
+      <tr data-decision-id={d.id}>
+        <td>{new Date(d.createdAt).toLocaleString()}</td>
+        <td className="tool">{d.toolName}</td>
+        <td className={`verdict ${d.decision}`}>{d.decision}</td>
+        <td>{d.reason}</td>
+        <td>
+          <button
+            type="button"
+            className="secondary"
+            aria-expanded={open}
+            aria-label={`Receipt of ${d.toolName} ${d.id}`}
+            onClick={onToggle}
+          >
+            {short(d.receipt.receipt_hash)}
+          </button>
+        </td>
+      </tr>
+      {open && (
+        <tr className="detail">
+          <td colSpan={5}>
+            <Receipt decision={d} organizationId={organizationId} />
+          </td>
+        </tr>
+      )}
+    </>
+  );
+}
+
+function Receipt({ decision, organizationId }: { decision: Decision; organizationId: string }) {
+  const [receipt, setReceipt] = useState<Record<string, unknown> | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [check, setCheck] = useState<string | null>(null);
+  const [checkOk, setCheckOk] = useState<boolean | null>(null);
+  const [busy, setBusy] = useState(false);
+
+  useEffect(() => {
+    api<Record<string, unknown>>(`/v1/decisions/${decision.id}/receipt`, { organizationId }).then(
+      setReceipt,
+      (err) => setError(messageOf(err)),
+    );
+  }, [decision.id, organizationId]);
+
+  const verify = async () => {
+    if (!receipt) return;
+    setBusy(true);
+    setCheck(null);
+    try {
+      const r = await verifyOneReceipt(organizationId, receipt);
+      setCheckOk(r.ok);
+      setCheck(
+        r.ok
+          ? `Verified: this receipt is leaf ${String(receipt.sequence)} of the signed checkpoint of ${r.treeSize} receipts.`
+          : `Not verified: ${r.reason}`,
+      );
+    } catch (err) {
+      setCheckOk(false);
+      setCheck(`Could not verify: ${messageOf(err)}`);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <div className="receipt">
+      <h3>Decision</h3>
+      <pre>
+        {JSON.stringify(
+          {
+            arguments: decision.arguments,
+            context: decision.context,
+            mode: decision.mode,
+            policyVersion: decision.policyVersion,
+            latencyMs: decision.latencyMs,
+          },
+          null,
+          2,
+        )}
+      </pre>
+      <h3>Receipt</h3>
+      <ErrorLine error={error} />
+      {receipt ? <pre data-receipt>{JSON.stringify(receipt, null, 2)}</pre> : !error && <p>Loading…</p>}
+      <div className="actions">
+        <button type="button" onClick={verify} disabled={!receipt || busy}>
+          Verify this receipt
+        </button>
+      </div>
+      {check && (
+        <p role="status" className={checkOk ? 'ok' : 'error'}>
+          {check}
+        </p>
+      )}
+    </div>
+  );
+}
+
+/** The whole chain and its signed checkpoints, verified in this browser. */
+function ChainCheck({ organizationId }: { organizationId: string }) {
+  const [result, setResult] = useState<ChainVerification | null>(null);
+  const [progress, setProgress] = useState<string | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const [signed, setSigned] = useState<string | null>(null);
+
+  const verify = async () => {
+    setBusy(true);
+    setResult(null);
+    setError(null);
+    setSigned(null);
+    setProgress('Verifying…');
+    try {
+      const r = await verifyChain(organizationId, (n) => setProgress(`Verifying… ${n} receipts read`));
+      setResult(r);
+      setProgress(null);
+    } catch (err) {
+      setProgress(null);
+      setError(`The chain could not be verified: ${messageOf(err)}`);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const sign = async () => {
+    setBusy(true);
+    setSigned(null);
+    setResult(null);
+    setError(null);
+    try {
+      const c = await api<{ tree_size: number }>('/v1/receipts/checkpoints', {
+        method: 'POST',
+        organizationId,
+      });
+      setSigned(`Checkpoint of ${c.tree_size} receipts signed.`);
+    } catch (err) {
+      setError(messageOf(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const checked = result?.checkpoints.filter((c) => c.status === 'ok').length ?? 0;
+  return (
+    <section className="panel" aria-labelledby="chain-heading">
+      <h2 id="chain-heading">Receipt chain</h2>
+      <p className="meta">
+        Downloads the chain and its signed checkpoints and verifies them in this browser: every receipt hash,
+        link and Merkle root, and every checkpoint signature against the published key set.
+      </p>
+      <div className="actions">
+        <button type="button" onClick={verify} disabled={busy}>
+          Verify chain
+        </button>
+        <button type="button" className="secondary" onClick={sign} disabled={busy}>
+          Sign a checkpoint now
+        </button>
+      </div>
+      <div role="status" aria-live="polite" className="chain-result">
+        {progress && <p>{progress}</p>}
+        {signed && <p>{signed}</p>}
+        <ErrorLine error={error} />
+        {result?.ok && (
+          <p className="ok" data-verified="true">
+            Verified: {result.chain.count} receipt(s), chain intact
+            {result.chain.merkleRoot ? ` (root ${short(result.chain.merkleRoot)})` : ''};{' '}
+            {checked === 0 ? 'no signed checkpoint to check yet.' : `${checked} signed checkpoint(s) match.`}
+          </p>
+        )}
+        {result && !result.ok && (
+          <p className="error" data-verified="false">
+            Broken at {result.firstBreak}
+          </p>
+        )}
+      </div>
+      {result && (result.chain.errors.length > 0 || result.checkpoints.length > 0) && (
+        <details className="chain-details">
+          <summary>Details</summary>
+          {result.chain.errors.length > 0 && (
+            <ul>
+              {result.chain.errors.map((e) => (
+                <li key={`${e.line}-${e.problem}`}>
+                  {e.sequence === null ? `line ${e.line}` : `receipt ${e.sequence}`}: {e.problem}
+                </li>
+              ))}
+            </ul>
+          )}
+          {result.chain.warnings.length > 0 && (
+            <ul>
+              {result.chain.warnings.map((w) => (
+                <li key={w}>{w}</li>
+              ))}
+            </ul>
+          )}
+          {result.checkpoints.length > 0 && (
+            <ul>
+              {result.checkpoints.map((c) => (
+                <li key={c.tree_size}>
+                  Checkpoint {c.tree_size} ({c.timestamp}, key {c.kid}): {c.status}
+                  {c.problem ? `: ${c.problem}` : ''}
+                </li>
+              ))}
+            </ul>
+          )}
+        </details>
+      )}
+    </section>
+  );
+}

@@ -1,0 +1,541 @@
+import { type FormEvent, type ReactNode, useCallback, useEffect, useId, useState } from 'react';
+import { api, messageOf, type Organization, query } from './api.js';
+import type { PageProps } from './pages.js';
+import {
+  ACTIONS_COLUMN,
+  ConfirmButton,
+  ErrorLine,
+  Field,
+  ProjectOptions,
+  TableHead,
+  useBusy,
+  useList,
+} from './ui.js';
+
+interface Project {
+  _id: string;
+  name: string;
+  isDefault: boolean;
+  createdAt: string;
+}
+
+const SCOPES = ['api', 'approvals:resolve', 'policy-drafts:approve'] as const;
+type Scope = (typeof SCOPES)[number];
+
+const SCOPE_HELP: Record<Scope, string> = {
+  api: 'validate calls, log decisions, manage policies',
+  'approvals:resolve': 'approve or deny pending approvals',
+  'policy-drafts:approve': 'approve policy drafts',
+};
+
+interface ApiKey {
+  id: string;
+  name: string;
+  keyPrefix: string;
+  projectId: string | null;
+  scopes: Scope[];
+  isRevoked: boolean;
+  lastUsedAt: string | null;
+  createdAt: string;
+}
+
+interface Upstream {
+  id: string;
+  name: string;
+  slug: string;
+  transport: string;
+  url: string;
+  timeoutMs: number;
+  enabled: boolean;
+  projectId: string | null;
+  headers: Record<string, string>;
+}
+
+/** A secret shown once, right after it was made: the service keeps only its hash. */
+interface Secret {
+  label: string;
+  key: string;
+}
+
+/** Settings of the organization: its projects, API keys, MCP upstreams, name and plan. */
+export function Settings({ organizationId }: PageProps) {
+  const [projects, setProjects] = useState<Project[]>([]);
+  const [secret, setSecret] = useState<Secret | null>(null);
+  const [keysVersion, setKeysVersion] = useState(0);
+
+  const loadProjects = useCallback(async () => {
+    const { data } = await api<{ data: Project[] }>(`/v1/projects${query({ organizationId })}`, {
+      organizationId,
+    });
+    setProjects(data);
+  }, [organizationId]);
+
+  useEffect(() => {
+    loadProjects().catch(() => setProjects([]));
+  }, [loadProjects]);
+
+  return (
+    <>
+      <div className="heading">
+        <h1>Settings</h1>
+      </div>
+      {secret && <SecretBox secret={secret} onDone={() => setSecret(null)} />}
+      <OrganizationSection organizationId={organizationId} />
+      <ProjectsSection
+        organizationId={organizationId}
+        projects={projects}
+        onCreated={async (project, key) => {
+          setSecret({ label: `API key of the new project ${project.name}`, key });
+          await loadProjects();
+          setKeysVersion((v) => v + 1);
+        }}
+      />
+      <KeysSection
+        key={keysVersion}
+        organizationId={organizationId}
+        projects={projects}
+        onCreated={(name, key) => setSecret({ label: `API key ${name}`, key })}
+      />
+      <UpstreamsSection organizationId={organizationId} projects={projects} />
+    </>
+  );
+}
+
+function Section({ title, children }: { title: string; children: ReactNode }) {
+  const id = useId();
+  return (
+    <section className="panel" aria-labelledby={id}>
+      <h2 id={id}>{title}</h2>
+      {children}
+    </section>
+  );
+}
+
+/** A required name of at most 100 characters, with its label. */
+function NameField({
+  id,
+  label,
+  value,
+  onChange,
+}: {
+  id: string;
+  label: string;
+  value: string;
+  onChange: (value: string) => void;
+}) {
+  return (
+    <Field id={id} label={label}>
+      <input id={id} value={value} onChange={(e) => onChange(e.target.value)} required maxLength={100} />
+    </Field>
+  );
+}
+
+function SecretBox({ secret, onDone }: { secret: Secret; onDone: () => void }) {
+  const [copied, setCopied] = useState(false);
+  return (
+    <div className="secret" role="alert">
+      <p>
+        <strong>{secret.label}</strong>: copy it now. It is shown only this once; the service keeps only its
+        hash.
+      </p>
+      <code data-secret>{secret.key}</code>
+      <div className="actions">
+        <button
+          type="button"
+          onClick={() =>
+            navigator.clipboard?.writeText(secret.key).then(
+              () => setCopied(true),
+              () => setCopied(false),
+            )
+          }
+        >
+          {copied ? 'Copied' : 'Copy'}
+        </button>
+        <button type="button" className="secondary" onClick={onDone}>
+          I have stored it
+        </button>
+      </div>
+    </div>
+  );
+}
+
+function OrganizationSection({ organizationId }: { organizationId: string }) {
+  const ids = useId();
+  const [org, setOrg] = useState<Organization | null>(null);
+  const [name, setName] = useState('');
+  const [error, setError] = useState<string | null>(null);
+  const [message, setMessage] = useState<string | null>(null);
+
+  useEffect(() => {
+    api<Organization>(`/v1/organizations/${organizationId}`, { organizationId }).then(
+      (o) => {
+        setOrg(o);
+        setName(o.name);
+      },
+      (err) => setError(messageOf(err)),
+    );
+  }, [organizationId]);
+
+  const save = async (e: FormEvent) => {
+    e.preventDefault();
+    setError(null);
+    setMessage(null);
+    try {
+      const o = await api<Organization>(`/v1/organizations/${organizationId}`, {
+        method: 'PUT',
+        body: { name: name.trim() },
+        organizationId,
+      });
+      setOrg(o);
+      setName(o.name);
+      setMessage('Saved. The organization menu shows the new name after a reload.');
+    } catch (err) {
+      setError(messageOf(err));
+    }
+  };
+
+  return (
+    <Section title="Organization">
+      {org && (
+        <form className="row-form" onSubmit={save}>
+          <NameField id={`${ids}-name`} label="Name" value={name} onChange={setName} />
+          <button type="submit" disabled={!name.trim() || name.trim() === org.name}>
+            Rename
+          </button>
+        </form>
+      )}
+      {org && (
+        <dl className="facts">
+          <dt>Plan</dt>
+          <dd data-plan>{org.tier}</dd>
+          <dt>Slug</dt>
+          <dd>{org.slug}</dd>
+          <dt>ID</dt>
+          <dd>
+            <code>{org._id}</code>
+          </dd>
+        </dl>
+      )}
+      {org && <p className="meta">The plan is set by the service's operator.</p>}
+      <ErrorLine error={error} />
+      <p role="status" className="meta">
+        {message}
+      </p>
+    </Section>
+  );
+}
+
+function ProjectsSection({
+  organizationId,
+  projects,
+  onCreated,
+}: {
+  organizationId: string;
+  projects: Project[];
+  onCreated: (project: Project, key: string) => Promise<void>;
+}) {
+  const ids = useId();
+  const [name, setName] = useState('');
+  const [error, setError] = useState<string | null>(null);
+  const { busy, run } = useBusy(setError);
+
+  const create = async (e: FormEvent) => {
+    e.preventDefault();
+    await run(async () => {
+      const p = await api<Project & { apiKey: string }>('/v1/projects', {
+        method: 'POST',
+        body: { organizationId, name: name.trim() },
+        organizationId,
+      });
+      setName('');
+      await onCreated(p, p.apiKey);
+    });
+  };
+
+  return (
+    <Section title="Projects">
+      {projects.length === 0 ? (
+        <p className="empty">No project yet.</p>
+      ) : (
+        <ul className="plain">
+          {projects.map((p) => (
+            <li key={p._id} data-project-id={p._id}>
+              <strong>{p.name}</strong>
+              {p.isDefault ? ' (default)' : ''} <span className="meta">{p._id}</span>
+            </li>
+          ))}
+        </ul>
+      )}
+      <form className="row-form" onSubmit={create}>
+        <NameField id={`${ids}-name`} label="New project name" value={name} onChange={setName} />
+        <button type="submit" disabled={busy || !name.trim()}>
+          Create project
+        </button>
+      </form>
+      <p className="meta">A new project comes with its first API key, shown once.</p>
+      <ErrorLine error={error} />
+    </Section>
+  );
+}
+
+function KeysSection({
+  organizationId,
+  projects,
+  onCreated,
+}: {
+  organizationId: string;
+  projects: Project[];
+  onCreated: (name: string, key: string) => void;
+}) {
+  const ids = useId();
+  const { data: keys, load, error, setError } = useList<ApiKey>('/v1/api-keys', organizationId);
+  const { busy, run } = useBusy(setError);
+  const [name, setName] = useState('');
+  const [projectId, setProjectId] = useState('');
+  const [scopes, setScopes] = useState<Set<Scope>>(new Set(['api']));
+  const [confirm, setConfirm] = useState<string | null>(null);
+
+  const project = projectId || projects.find((p) => p.isDefault)?._id || projects[0]?._id || '';
+  const projectName = (id: string | null) => projects.find((p) => p._id === id)?.name ?? id ?? '—';
+
+  const create = async (e: FormEvent) => {
+    e.preventDefault();
+    await run(async () => {
+      const created = await api<{ name: string; key: string }>('/v1/api-keys', {
+        method: 'POST',
+        body: { name: name.trim(), projectId: project, scopes: SCOPES.filter((s) => scopes.has(s)) },
+        organizationId,
+      });
+      setName('');
+      onCreated(created.name, created.key);
+      await load();
+    });
+  };
+
+  const revoke = (id: string) =>
+    run(
+      async () => {
+        await api(`/v1/api-keys/${id}/revoke`, { method: 'POST', organizationId });
+        await load();
+      },
+      () => setConfirm(null),
+    );
+
+  const toggleScope = (s: Scope) =>
+    setScopes((cur) => {
+      const next = new Set(cur);
+      if (next.has(s)) next.delete(s);
+      else next.add(s);
+      return next;
+    });
+
+  return (
+    <Section title="API keys">
+      {keys?.length === 0 && <p className="empty">No API key yet.</p>}
+      {keys && keys.length > 0 && (
+        <div className="scroll">
+          <table>
+            <TableHead columns={['Name', 'Key', 'Project', 'Scopes', 'State', 'Last used', ACTIONS_COLUMN]} />
+            <tbody>
+              {keys.map((k) => (
+                <tr key={k.id} data-key-id={k.id}>
+                  <td>{k.name}</td>
+                  <td>
+                    <code>{k.keyPrefix}…</code>
+                  </td>
+                  <td>{projectName(k.projectId)}</td>
+                  <td>{k.scopes.join(', ')}</td>
+                  <td className={k.isRevoked ? 'denied' : 'approved'}>
+                    {k.isRevoked ? 'revoked' : 'active'}
+                  </td>
+                  <td>{k.lastUsedAt ? new Date(k.lastUsedAt).toLocaleString() : 'never'}</td>
+                  <td>
+                    {!k.isRevoked && (
+                      <ConfirmButton
+                        asking={confirm === k.id}
+                        onAsk={() => setConfirm(k.id)}
+                        onCancel={() => setConfirm(null)}
+                        onConfirm={() => void revoke(k.id)}
+                        busy={busy}
+                        label="Revoke"
+                        ariaLabel={`Revoke ${k.name}`}
+                        confirmLabel="Confirm revoke"
+                        pairClassName="actions"
+                      />
+                    )}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      <form className="stack-form" onSubmit={create}>
+        <h3>New API key</h3>
+        <NameField id={`${ids}-name`} label="Key name" value={name} onChange={setName} />
+        <Field id={`${ids}-project`} label="Project">
+          <select id={`${ids}-project`} value={project} onChange={(e) => setProjectId(e.target.value)}>
+            <ProjectOptions projects={projects} />
+          </select>
+        </Field>
+        <fieldset>
+          <legend>Scopes</legend>
+          {SCOPES.map((s) => (
+            <label key={s} className="check">
+              <input type="checkbox" checked={scopes.has(s)} onChange={() => toggleScope(s)} />
+              <code>{s}</code> <span className="meta">{SCOPE_HELP[s]}</span>
+            </label>
+          ))}
+        </fieldset>
+        <div className="actions">
+          <button type="submit" disabled={busy || !name.trim() || !project || scopes.size === 0}>
+            Create key
+          </button>
+        </div>
+      </form>
+      {projects.length === 0 && <p className="meta">Create a project first: every key belongs to one.</p>}
+      <ErrorLine error={error} />
+    </Section>
+  );
+}
+
+function UpstreamsSection({ organizationId, projects }: { organizationId: string; projects: Project[] }) {
+  const ids = useId();
+  const empty = {
+    name: '',
+    slug: '',
+    url: '',
+    transport: 'mcp-streamable-http',
+    projectId: '',
+    header: '',
+    value: '',
+  };
+  const { data: upstreams, load, error, setError } = useList<Upstream>('/v1/mcp/upstreams', organizationId);
+  const { busy, run } = useBusy(setError);
+  const [form, setForm] = useState(empty);
+  const [confirm, setConfirm] = useState<string | null>(null);
+
+  const set = (key: keyof typeof empty) => (e: { target: { value: string } }) =>
+    setForm((f) => ({ ...f, [key]: e.target.value }));
+
+  const create = async (e: FormEvent) => {
+    e.preventDefault();
+    await run(async () => {
+      const body: Record<string, unknown> = {
+        name: form.name.trim(),
+        slug: form.slug.trim(),
+        url: form.url.trim(),
+        transport: form.transport,
+      };
+      if (form.projectId) body.projectId = form.projectId;
+      if (form.header.trim()) body.headers = { [form.header.trim()]: form.value };
+      await api('/v1/mcp/upstreams', { method: 'POST', body, organizationId });
+      setForm(empty);
+      await load();
+    });
+  };
+
+  const remove = (id: string) =>
+    run(
+      async () => {
+        await api(`/v1/mcp/upstreams/${id}`, { method: 'DELETE', organizationId });
+        await load();
+      },
+      () => setConfirm(null),
+    );
+
+  return (
+    <Section title="MCP upstreams">
+      <p className="meta">
+        MCP servers the gateway proxies at <code>/v1/mcp/&lt;slug&gt;</code>, every tool call checked against
+        the policies.
+      </p>
+      {upstreams?.length === 0 && <p className="empty">No upstream yet.</p>}
+      {upstreams && upstreams.length > 0 && (
+        <ul className="cards">
+          {upstreams.map((u) => (
+            <li key={u.id} className="card" data-upstream={u.slug}>
+              <div className="card-head">
+                <span>
+                  <strong>{u.name}</strong> <code>{u.slug}</code>
+                </span>
+                <span className="meta">
+                  {u.transport} · {u.enabled ? 'enabled' : 'disabled'} · timeout {u.timeoutMs} ms
+                </span>
+              </div>
+              <p className="meta">
+                {u.url}
+                {u.projectId
+                  ? ` · project ${projects.find((p) => p._id === u.projectId)?.name ?? u.projectId}`
+                  : ''}
+                {Object.keys(u.headers).length > 0 ? ` · headers: ${Object.keys(u.headers).join(', ')}` : ''}
+              </p>
+              <div className="actions">
+                <ConfirmButton
+                  asking={confirm === u.id}
+                  onAsk={() => setConfirm(u.id)}
+                  onCancel={() => setConfirm(null)}
+                  onConfirm={() => void remove(u.id)}
+                  busy={busy}
+                  label="Delete"
+                  ariaLabel={`Delete upstream ${u.slug}`}
+                  confirmLabel="Confirm delete"
+                />
+              </div>
+            </li>
+          ))}
+        </ul>
+      )}
+      <form className="stack-form" onSubmit={create}>
+        <h3>New upstream</h3>
+        <Field id={`${ids}-name`} label="Upstream name">
+          <input id={`${ids}-name`} value={form.name} onChange={set('name')} required maxLength={100} />
+        </Field>
+        <Field id={`${ids}-slug`} label="Slug">
+          <input id={`${ids}-slug`} value={form.slug} onChange={set('slug')} required maxLength={100} />
+        </Field>
+        <Field id={`${ids}-url`} label="URL">
+          <input
+            id={`${ids}-url`}
+            type="url"
+            value={form.url}
+            onChange={set('url')}
+            required
+            maxLength={2048}
+          />
+        </Field>
+        <Field id={`${ids}-transport`} label="Transport">
+          <select id={`${ids}-transport`} value={form.transport} onChange={set('transport')}>
+            <option value="mcp-streamable-http">Streamable HTTP</option>
+            <option value="mcp-sse">SSE (legacy)</option>
+          </select>
+        </Field>
+        <Field id={`${ids}-project`} label="Restrict to project">
+          <select id={`${ids}-project`} value={form.projectId} onChange={set('projectId')}>
+            <option value="">Whole organization</option>
+            <ProjectOptions projects={projects} />
+          </select>
+        </Field>
+        <Field id={`${ids}-header`} label="Header name (optional, e.g. Authorization)">
+          <input id={`${ids}-header`} value={form.header} onChange={set('header')} maxLength={200} />
+        </Field>
+        <Field id={`${ids}-value`} label="Header value (write-only)">
+          <input
+            id={`${ids}-value`}
+            type="password"
+            value={form.value}
+            onChange={set('value')}
+            autoComplete="off"
+            disabled={!form.header.trim()}
+          />
+        </Field>
+        <div className="actions">
+          <button type="submit" disabled={busy}>
+            Add upstream
+          </button>
+        </div>
+      </form>
+      <ErrorLine error={error} />
+    </Section>
+  );
+}

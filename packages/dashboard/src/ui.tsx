@@ -1,0 +1,174 @@
+import { type ReactNode, useCallback, useEffect, useState } from 'react';
+import { api, messageOf } from './api.js';
+
+/**
+ * A list the page reads from `path` (`{ data: T[] }`) when it mounts and whenever `load` is called:
+ * `null` until the first answer. A failed read keeps what was shown and sets `error`.
+ */
+export function useList<T>(path: string, organizationId: string) {
+  const [data, setData] = useState<T[] | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const load = useReload(
+    async () => setData((await api<{ data: T[] }>(path, { organizationId })).data),
+    setError,
+    `${organizationId} ${path}`,
+  );
+  return { data, load, error, setError };
+}
+
+/**
+ * `read` run when the page mounts and again whenever `key` (what `read` depends on, e.g. the
+ * organization's id) changes; the returned function runs it on demand. A failure's message goes to
+ * `onError`.
+ */
+export function useReload(
+  read: () => Promise<void>,
+  onError: (message: string) => void,
+  key: string,
+): () => Promise<void> {
+  // biome-ignore lint/correctness/useExhaustiveDependencies: `key` stands for everything `read` depends on
+  const reload = useCallback(async () => {
+    try {
+      await read();
+    } catch (err) {
+      onError(messageOf(err));
+    }
+  }, [key]);
+
+  useEffect(() => {
+    void reload();
+  }, [reload]);
+
+  return reload;
+}
+
+/**
+ * Runs one change at a time: `busy` while it runs, the error cleared before and set from a failure;
+ * `after` runs once it is over, whatever the outcome.
+ */
+export function useBusy(setError: (error: string | null) => void) {
+  const [busy, setBusy] = useState(false);
+  const run = async (change: () => Promise<void>, after?: () => void) => {
+    setBusy(true);
+    setError(null);
+    try {
+      await change();
+    } catch (err) {
+      setError(messageOf(err));
+    } finally {
+      after?.();
+      setBusy(false);
+    }
+  };
+  return { busy, run };
+}
+
+/** An error line; `alert` announces it as it appears. Nothing when there is no error. */
+export function ErrorLine({ error, alert = false }: { error: string | null | undefined; alert?: boolean }) {
+  if (!error) return null;
+  return (
+    <p role={alert ? 'alert' : undefined} className="error">
+      {error}
+    </p>
+  );
+}
+
+/** A form control with its label above it; the control carries `id`. */
+export function Field({ id, label, children }: { id: string; label: ReactNode; children: ReactNode }) {
+  return (
+    <div className="field">
+      <label htmlFor={id}>{label}</label>
+      {children}
+    </div>
+  );
+}
+
+/** The hidden heading of a table's column of row actions. */
+export const ACTIONS_COLUMN = <span className="visually-hidden">Actions</span>;
+
+/** A table's header row; `scoped` marks every heading as a column heading (`scope="col"`). */
+export function TableHead({ columns, scoped = false }: { columns: ReactNode[]; scoped?: boolean }) {
+  return (
+    <thead>
+      <tr>
+        {columns.map((c, i) => (
+          // The columns are fixed for a table: their position is their identity.
+          // biome-ignore lint/suspicious/noArrayIndexKey: see above
+          <th key={i} scope={scoped ? 'col' : undefined}>
+            {c}
+          </th>
+        ))}
+      </tr>
+    </thead>
+  );
+}
+
+/**
+ * A destructive action asked for twice: `label` first, then `confirmLabel` and `cancelLabel` side by side
+ * (wrapped in a span of `pairClassName` when given). Whether it is asking is the caller's, so that one
+ * list has at most one question open.
+ */
+export function ConfirmButton({
+  asking,
+  onAsk,
+  onCancel,
+  onConfirm,
+  busy,
+  label,
+  confirmLabel,
+  cancelLabel = 'Cancel',
+  ariaLabel,
+  disableAsk = false,
+  pairClassName,
+}: {
+  asking: boolean;
+  onAsk: () => void;
+  onCancel: () => void;
+  onConfirm: () => void;
+  busy: boolean;
+  label: string;
+  confirmLabel: string;
+  cancelLabel?: string;
+  ariaLabel?: string;
+  /** The first button is disabled while busy too. */
+  disableAsk?: boolean;
+  pairClassName?: string;
+}) {
+  if (!asking) {
+    return (
+      <button
+        type="button"
+        className="deny"
+        aria-label={ariaLabel}
+        disabled={disableAsk ? busy : undefined}
+        onClick={onAsk}
+      >
+        {label}
+      </button>
+    );
+  }
+  const pair = (
+    <>
+      <button type="button" className="deny" disabled={busy} onClick={onConfirm}>
+        {confirmLabel}
+      </button>
+      <button type="button" className="secondary" onClick={onCancel}>
+        {cancelLabel}
+      </button>
+    </>
+  );
+  return pairClassName ? <span className={pairClassName}>{pair}</span> : pair;
+}
+
+/** One option a project, its id the value. */
+export function ProjectOptions({ projects }: { projects: { _id: string; name: string }[] }) {
+  return (
+    <>
+      {projects.map((p) => (
+        <option key={p._id} value={p._id}>
+          {p.name}
+        </option>
+      ))}
+    </>
+  );
+}
