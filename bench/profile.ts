@@ -1,7 +1,11 @@
 /**
  * CPU profile of `svc serve` under the validate load: node --import tsx bench/profile.ts
- * PROFILE_DB=sqlite (default) or a postgres:// URL; PROFILE_SECONDS (default 10).
- * Writes the .cpuprofile (open it in Chrome DevTools) and prints self time by function and by area.
+ * PROFILE_DB=sqlite (default) or a postgres:// URL; PROFILE_SECONDS (default 10); PROFILE_RATE
+ * (requests/s, default: as fast as 32 connections go); PROFILE_CPU_PROF=false to measure without
+ * the profiler. Writes the .cpuprofile (open it in Chrome DevTools), prints self time by function
+ * and by area, and the server process's CPU time (user + system, all threads) per answered request
+ * over the measured phase: the figure that compares code versions on a machine shared with others.
+ * PROFILE_TARGET=baseline measures the bare node:http baseline (bench/baseline-server.ts) instead.
  */
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,21 +21,50 @@ const dbUrl = db === 'sqlite' ? `sqlite:${join(dir, 'svc.db')}` : db;
 const port = 18580;
 const base = `http://127.0.0.1:${port}`;
 
+const cpuProf = process.env.PROFILE_CPU_PROF !== 'false';
+const rate = process.env.PROFILE_RATE ? Number(process.env.PROFILE_RATE) : undefined;
+const baseline = process.env.PROFILE_TARGET === 'baseline';
 const svc = await startChild(
   'node',
-  ['--cpu-prof', `--cpu-prof-dir=${dir}`, join(ROOT, 'packages/server/bin/svc.js'), 'serve'],
-  serviceEnv(port, dbUrl),
-  `${base}/readyz`,
+  [
+    ...(cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${dir}`] : []),
+    ...(baseline
+      ? ['--import', 'tsx', join(ROOT, 'bench/baseline-server.ts')]
+      : [join(ROOT, 'packages/server/bin/svc.js'), 'serve']),
+  ],
+  baseline ? { PORT: String(port) } : serviceEnv(port, dbUrl),
+  baseline ? `${base}/` : `${base}/readyz`,
 );
+
+/** utime + stime of a process, all its threads, in µs (Linux /proc). */
+function cpuMicros(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  const ticks = Number(fields[11]) + Number(fields[12]);
+  return (ticks * 1e6) / 100; // USER_HZ is 100 on Linux
+}
+
 let rps = 0;
 try {
-  const key = await provision(base);
-  const opts = { url: `${base}/v1/tools/validate`, connections: 32, headers: { 'x-service-api-key': key } };
+  const key = baseline ? '' : await provision(base);
+  const opts = {
+    url: `${base}/v1/tools/validate`,
+    connections: 32,
+    headers: { 'x-service-api-key': key },
+    ...(rate ? { overallRate: rate } : {}),
+  };
   await load({ ...opts, durationS: 2, bodies: BODIES });
-  rps = (await load({ ...opts, durationS: seconds, bodies: BODIES })).rps;
+  const cpu0 = cpuMicros(svc.proc.pid!);
+  const r = await load({ ...opts, durationS: seconds, bodies: BODIES });
+  const cpu = cpuMicros(svc.proc.pid!) - cpu0;
+  rps = r.rps;
+  console.log(
+    `server CPU ${(cpu / 1e6).toFixed(2)} s for ${r.ok} answered (${r.non2xx} non-2xx): ${(cpu / Math.max(1, r.ok)).toFixed(1)} µs per request` +
+      `  (${rps.toFixed(0)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms)`,
+  );
 } finally {
   await svc.stop();
 }
+if (!cpuProf) process.exit(0);
 
 interface Node {
   id: number;

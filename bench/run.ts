@@ -2,7 +2,7 @@
  * npm run bench — every benchmark in one run, each printing its command, figures and verdict.
  * BENCH_DURATION (seconds per measured phase, default 10) and BENCH_RATE (default 5000) tune it;
  * BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test; `none` skips) the PostgreSQL phase;
- * BENCH_ONLY (comma list of engine, validate, postgres, gateway, economic, startup, sdk) runs a subset.
+ * BENCH_ONLY (comma list of engine, validate, postgres, gateway, economic, payments, startup, sdk) runs a subset.
  * BENCH_GATEWAY_CALLS (calls per path of the gateway bench, default 3000) tunes the gateway phase.
  */
 
@@ -10,6 +10,7 @@ import { diskCommitLatency } from './disk.js';
 import { runEconomicBench } from './economic.js';
 import { runEngineBench } from './engine.js';
 import { runGatewayBench } from './gateway.js';
+import { runPaymentsBench } from './payments.js';
 import { runPostgresBench } from './postgres.js';
 import { runSdkBench } from './sdk.js';
 import { runStartupBench } from './startup.js';
@@ -86,6 +87,16 @@ if (runs('economic')) {
   const e = await runEconomicBench({ durationS, port: 18510 });
   console.log(
     `${verdict(e.failed === 0 && e.spentUsd === e.expectedSpentUsd)} ledger exact: ${e.answered} pairs measured, ${e.failed} failed, spent equals the committed actuals`,
+  );
+}
+
+if (runs('payments')) {
+  console.log(
+    '\n## payment gateway: mint + consume pairs on the embedded store (node --conditions=@svc/source --import tsx bench/payments.ts)',
+  );
+  const p = await runPaymentsBench({ durationS, port: 18530 });
+  console.log(
+    `${verdict(p.failed === 0 && p.recorded === p.consumed)} store whole: ${p.answered} pairs measured, ${p.failed} failed, ${p.recorded} of ${p.consumed} consumed capsules with ledger entry and receipt`,
   );
 }
 
