@@ -30,6 +30,9 @@ export const NoBody = Type.Object(
   },
 );
 
+/** A stored version number: at least 1 and within a 32-bit integer column (PostgreSQL `integer`). */
+export const VersionNumber = Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 });
+
 /** A JSON object with any members: tool arguments, call context. */
 export const JsonObject = Type.Record(Type.String(), Type.Unknown());
 

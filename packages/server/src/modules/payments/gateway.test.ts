@@ -271,6 +271,17 @@ describe('capsules', () => {
     const packId = await pack(a);
     expectB(await mint(a, 'missing-pack'), 404, 'policy_pack_not_found');
     expectB(await mint(a, packId, { pack_version: 7 }), 404, 'policy_pack_not_found');
+    // Beyond what a version column holds: refused as a bad request, never looked up.
+    for (const pack_version of [2 ** 31, 1e308]) {
+      expect(expectB(await mint(a, packId, { pack_version }), 400, 'invalid_request')['param']).toBe(
+        'pack_version',
+      );
+    }
+    expectB(
+      await inject('GET', `/v1/gateway/packs/${packId}?version=2147483648`, asUser(a)),
+      400,
+      'invalid_request',
+    );
     expectB(await mint(a, packId, { rails: ['wire'] }), 403, 'rail_not_in_allowlist');
     expectB(
       await mint(a, packId, { amount_ceiling: { currency: 'USD', amount: '1.005' } }),

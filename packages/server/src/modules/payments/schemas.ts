@@ -1,4 +1,5 @@
 import { Type } from '@sinclair/typebox';
+import { VersionNumber } from '../../lib/schemas.js';
 
 const Id = Type.String({ minLength: 1, maxLength: 200, pattern: '^[^\\x00-\\x1f\\x7f]+$' });
 const Decimal = Type.String({ minLength: 1, maxLength: 32 });
@@ -8,7 +9,7 @@ const UsdOrNull = Type.Union([Decimal, Type.Null()]);
 
 export const PackParams = Type.Object({ packId: Type.String({ pattern: '^[A-Za-z0-9._-]{1,100}$' }) });
 export const PackQuery = Type.Object(
-  { version: Type.Optional(Type.Integer({ minimum: 1 })) },
+  { version: Type.Optional(VersionNumber) },
   { additionalProperties: false },
 );
 export const IdParams = Type.Object({ id: Id });
@@ -86,7 +87,7 @@ export const MintBody = Type.Object(
     entity_id: Id,
     agent_id: Id,
     pack_id: Type.String({ pattern: '^[A-Za-z0-9._-]{1,100}$' }),
-    pack_version: Type.Optional(Type.Integer({ minimum: 1 })),
+    pack_version: Type.Optional(VersionNumber),
     rails: Type.Array(Rail, { minItems: 1, maxItems: 16 }),
     beneficiary: Type.Union([
       Type.Object({ payee_id: Id }, { additionalProperties: false }),
