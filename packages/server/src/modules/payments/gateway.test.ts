@@ -277,11 +277,11 @@ describe('capsules', () => {
         'pack_version',
       );
     }
-    expectB(
-      await inject('GET', `/v1/gateway/packs/${packId}?version=2147483648`, asUser(a)),
-      400,
-      'invalid_request',
-    );
+    // Not a version either: too large, or not written as a plain integer (never read as version 1).
+    for (const version of ['2147483648', '1e308', '1.5', '0']) {
+      const res = await inject('GET', `/v1/gateway/packs/${packId}?version=${version}`, asUser(a));
+      expect(expectB(res, 400, 'invalid_request')['param']).toBe('version');
+    }
     expectB(await mint(a, packId, { rails: ['wire'] }), 403, 'rail_not_in_allowlist');
     expectB(
       await mint(a, packId, { amount_ceiling: { currency: 'USD', amount: '1.005' } }),

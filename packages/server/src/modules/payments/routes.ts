@@ -1,7 +1,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Value } from '@sinclair/typebox/value';
 import { CAPSULE_PAYLOAD_SCHEMA } from '@svc/capsules';
 import type { AppContext } from '../../context.js';
-import { NoBody } from '../../lib/schemas.js';
+import { NoBody, VersionNumber } from '../../lib/schemas.js';
 import { ResolveBody, ResolvedSchema } from '../approvals/schemas.js';
 import { createEconomicConfigRepository, createSpendLedger } from '../budgets/repository.js';
 import { createHttpFetch } from '../mcp/http-fetch.js';
@@ -140,7 +141,14 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
   app.get(
     '/packs/:packId',
     { schema: { params: PackParams, querystring: PackQuery, response: { 200: PackAnswerSchema } } },
-    async (req) => service.getPack(await ctx.scope(req), req.params.packId, req.query.version),
+    async (req) => {
+      const raw = req.query.version;
+      const version = raw === undefined ? undefined : Number(raw);
+      if (version !== undefined && !Value.Check(VersionNumber, version)) {
+        throw gatewayError.invalidRequest(`version must be an integer from 1 to ${2 ** 31 - 1}`, 'version');
+      }
+      return service.getPack(await ctx.scope(req), req.params.packId, version);
+    },
   );
 
   app.post(

@@ -9,7 +9,8 @@ const UsdOrNull = Type.Union([Decimal, Type.Null()]);
 
 export const PackParams = Type.Object({ packId: Type.String({ pattern: '^[A-Za-z0-9._-]{1,100}$' }) });
 export const PackQuery = Type.Object(
-  { version: Type.Optional(VersionNumber) },
+  // A string, as every integer query of the API: the query parser's own conversion reads "1e308" as 1.
+  { version: Type.Optional(Type.String({ pattern: '^[0-9]{1,10}$' })) },
   { additionalProperties: false },
 );
 export const IdParams = Type.Object({ id: Id });
