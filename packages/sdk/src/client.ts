@@ -104,10 +104,7 @@ export function createClient(options: ClientOptions): Client {
       : null;
   stream?.start();
 
-  /**
-   * Records a decision taken here in the background log: a compact record holding the caller's
-   * argument and context objects, serialized when the batch is sent (or now, with log.snapshot).
-   */
+  /** Records a decision taken here in the background log (DecisionLog.add: what it keeps). */
   function logLocal(
     tool: string,
     args: ToolArgs,
@@ -116,16 +113,15 @@ export function createClient(options: ClientOptions): Client {
     started: number,
     policy?: CachedPolicy,
   ) {
-    const deniedByPolicy = r.decision === 'deny' && policy?.kind === 'local';
     log.add(
       tool,
-      snapshot ? JSON.stringify(args) : args,
-      context === undefined ? undefined : snapshot ? JSON.stringify(context) : context,
+      args,
+      context,
       r.decision === 'allow' ? ALLOW : DENY,
-      // A policy's denial is held as the compiled policy (shared, nothing retained per call); its
-      // reason is evaluated again from the same policy and arguments when the batch is written.
-      deniedByPolicy && !snapshot ? policy.compiled : r.reason,
+      r.reason,
+      r.decision === 'deny' && policy?.kind === 'local' ? policy.compiled : undefined,
       performance.now() - started,
+      snapshot,
     );
   }
 

@@ -68,26 +68,56 @@ export class DecisionLog {
   }
 
   /**
-   * One local decision. `args` and `context` are the caller's objects, serialized when the batch is
-   * sent (no work and no allocation on the decision path), or their JSON text when the client takes
-   * a snapshot at decision time (`log.snapshot`); a string is sent as it is.
+   * One local decision. `args` and `context` are the caller's objects. With `copy` (the client's
+   * `log.snapshot`) the log keeps what they hold now, so it records what was decided even if the
+   * caller changes them afterwards: a plain object of at most MAX_FLAT_KEYS strings, numbers,
+   * booleans, nulls and undefineds (what most calls pass) as its keys and values in the chunk's
+   * slab (no object allocated per call), anything else as its JSON text, which throws here, before
+   * anything is held, for what cannot be serialized. Without `copy` the references are kept and
+   * serialized when the batch is sent (no work on the decision path). A denial by a compiled policy
+   * is held as that policy (shared, nothing retained per call) when the arguments are held as they
+   * were: its reason is evaluated again from them when the batch is written; else as `reason`.
    */
   add(
     tool: string,
-    args: object | string,
-    context: object | string | undefined,
+    args: object,
+    context: object | undefined,
     decision: typeof ALLOW | typeof DENY,
-    reason: string | CompiledPolicy,
+    reason: string,
+    compiled: CompiledPolicy | undefined,
     latencyMs: number,
+    copy: boolean,
   ): void {
     const at = this.head + this.size;
     const n = at >> CHUNK_BITS;
     const chunk = n < this.chunks.length ? this.chunks[n]! : this.newChunk();
     const i = at & CHUNK_MASK;
+    let a: unknown = args;
+    let x: unknown = context;
+    if (copy) {
+      const slab = chunk.slab;
+      const start = slab.length;
+      const argN = hold(slab, args);
+      try {
+        a = argN >= 0 ? FLAT : JSON.stringify(args);
+        chunk.argAt[i] = start;
+        chunk.argN[i] = argN;
+        if (context !== undefined) {
+          const ctxAt = slab.length;
+          const ctxN = hold(slab, context);
+          x = ctxN >= 0 ? FLAT : JSON.stringify(context);
+          chunk.ctxAt[i] = ctxAt;
+          chunk.ctxN[i] = ctxN;
+        }
+      } catch (err) {
+        slab.length = start;
+        throw err;
+      }
+    }
     chunk.tools[i] = tool;
-    chunk.args[i] = args;
-    chunk.contexts[i] = context;
-    chunk.reasons[i] = reason;
+    chunk.args[i] = a;
+    chunk.contexts[i] = x;
+    chunk.reasons[i] = compiled !== undefined && (!copy || a === FLAT) ? compiled : reason;
     chunk.decisions[i] = decision;
     chunk.latencies[i] = latencyMs;
     this.size++;
@@ -120,19 +150,24 @@ export class DecisionLog {
     const at = this.head + k;
     const c = this.chunks[at >> CHUNK_BITS]!;
     const i = at & CHUNK_MASK;
+    const held = c.args[i];
     const context = c.contexts[i];
     let reason: string;
     let args: string;
     let ctx: string | undefined;
     try {
+      const value = held === FLAT ? unfold(c.slab, c.argAt[i]!, c.argN[i]!) : held;
       const why = c.reasons[i];
       // A denial by a compiled policy: the same evaluation as at decision time, same reason.
       reason =
         typeof why === 'string'
           ? why
-          : (evaluate(why as CompiledPolicy, c.args[i] as Record<string, unknown>).reason ?? '');
-      args = json(c.args[i]);
-      ctx = context === undefined ? undefined : json(context);
+          : (evaluate(why as CompiledPolicy, value as Record<string, unknown>).reason ?? '');
+      args = json(value);
+      ctx =
+        context === undefined
+          ? undefined
+          : json(context === FLAT ? unfold(c.slab, c.ctxAt[i]!, c.ctxN[i]!) : context);
     } catch (err) {
       const what = `{"tool_name":${JSON.stringify(c.tools[i])},"decision":"${DECISION_NAMES[c.decisions[i]!]}"}`;
       return new LogRejectedError(
@@ -291,6 +326,39 @@ export class DecisionLog {
   }
 }
 
+/** An arguments or context slot held as `argN`/`ctxN` key/value pairs of the chunk's slab. */
+const FLAT = Symbol('flat');
+const MAX_FLAT_KEYS = 255;
+
+/**
+ * Appends the keys and values of a plain object whose values are all primitives JSON writes as
+ * they are (string, number, boolean, null, undefined) to the slab, and answers how many; -1, with
+ * the slab as it was, for anything else. Keys come in the order JSON.stringify writes them.
+ */
+function hold(slab: unknown[], value: object): number {
+  const proto = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) return -1;
+  const start = slab.length;
+  let n = 0;
+  for (const k in value) {
+    const v = (value as Record<string, unknown>)[k];
+    const t = typeof v;
+    if ((t !== 'string' && t !== 'number' && t !== 'boolean' && v != null) || ++n > MAX_FLAT_KEYS) {
+      slab.length = start;
+      return -1;
+    }
+    slab.push(k, v);
+  }
+  return n;
+}
+
+/** The object held by hold() (its own keys even when one is "__proto__"). */
+function unfold(slab: unknown[], at: number, n: number): Record<string, unknown> {
+  const o: Record<string, unknown> = Object.create(null);
+  for (let j = at, end = at + 2 * n; j < end; j += 2) o[slab[j] as string] = slab[j + 1];
+  return o;
+}
+
 /** JSON text of what the caller passed (a string is JSON text already: the snapshot). */
 function json(value: unknown): string {
   if (typeof value === 'string') return value;
@@ -311,4 +379,10 @@ class Chunk {
   readonly reasons: unknown[] = new Array(CHUNK).fill(undefined);
   readonly decisions = new Uint8Array(CHUNK);
   readonly latencies = new Float64Array(CHUNK);
+  /** Keys and values of the flat objects held (FLAT slots): where in `slab` and how many pairs. */
+  readonly slab: unknown[] = [];
+  readonly argAt = new Uint32Array(CHUNK);
+  readonly argN = new Uint8Array(CHUNK);
+  readonly ctxAt = new Uint32Array(CHUNK);
+  readonly ctxN = new Uint8Array(CHUNK);
 }

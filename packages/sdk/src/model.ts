@@ -68,9 +68,9 @@ export interface ClientOptions {
      */
     whenFull?: 'server' | 'wait' | 'throw';
     /**
-     * Serialize the arguments and context of a local decision when it is taken (true, default: the
-     * log records exactly what was decided, and arguments that cannot be written as JSON make the
-     * call throw before the tool runs). false keeps references and serializes them when the batch
+     * Copy the arguments and context of a local decision when it is taken (true, default: the log
+     * records exactly what was decided, and arguments that cannot be written as JSON make the call
+     * throw before the tool runs). false keeps references and serializes them when the batch
      * is sent (nothing copied on the decision path): only for code that never changes an arguments
      * or context object after the call — `wrap` passes the same object to the tool, so a tool that
      * edits its input in place would be logged as edited.

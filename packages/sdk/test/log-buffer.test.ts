@@ -182,6 +182,30 @@ describe('what the log records', () => {
     expect((await decisionsOf(other))[0]!.arguments).toEqual({ amount: 5, note: 'after' });
   });
 
+  it('keeps flat and nested arguments as they were, and a denial the reason of the arguments at the call', async () => {
+    const tenant = await tenantWithPolicy();
+    const c = client(tenant);
+    const denied: Record<string, unknown> = { amount: 500, note: 'big' };
+    expect(await c.validate('pay', denied)).toMatchObject({ decision: 'deny', source: 'local' });
+    denied.amount = 5;
+    delete denied.note;
+    const nested = { amount: 7, meta: { k: 'before' } };
+    await c.validate('pay', nested, { session: { step: 1 } });
+    nested.meta.k = 'after';
+    await c.validate('pay', { amount: 8, skipped: undefined, when: null });
+    await c.validate('pay', { amount: 9, at: new Date(0) });
+    await c.close();
+    const byAmount = new Map((await decisionsOf(tenant)).map((d) => [d.arguments.amount, d]));
+    expect(byAmount.get(500)).toMatchObject({ decision: 'deny', arguments: { amount: 500, note: 'big' } });
+    expect(byAmount.get(500)!.reason).toMatch(/amount/);
+    expect(byAmount.get(7)).toMatchObject({
+      arguments: { meta: { k: 'before' } },
+      context: { session: { step: 1 } },
+    });
+    expect(byAmount.get(8)!.arguments).toEqual({ amount: 8, when: null });
+    expect(byAmount.get(9)!.arguments).toEqual({ amount: 9, at: '1970-01-01T00:00:00.000Z' });
+  });
+
   it('records thousands of local decisions across several chunks and batches, each once', async () => {
     const tenant = await tenantWithPolicy();
     const c = client(tenant, { log: { flushIntervalMs: 60_000 } });
