@@ -9,7 +9,8 @@ import {
 } from '@svc/sdk';
 import { afterEach, describe, expect, it } from 'vitest';
 import { resolveApproval, setTier } from '../../server/test/approvals.js';
-import { asUser, type Tenant, useTestApp } from '../../server/test/helpers.js';
+import { useTestApp } from '../../server/test/fixture.js';
+import { asUser, type Tenant } from '../../server/test/helpers.js';
 import { connectedClient, createTenant, putPolicy } from './live.js';
 
 const clients: Client[] = [];

@@ -2,7 +2,8 @@ import corpus from '@svc/policy-engine/corpus.json' with { type: 'json' };
 import type { Client, ValidationResult } from '@svc/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setTier } from '../../server/test/approvals.js';
-import { keyHeader, type Tenant, useTestApp } from '../../server/test/helpers.js';
+import { useTestApp } from '../../server/test/fixture.js';
+import { keyHeader, type Tenant } from '../../server/test/helpers.js';
 import { connectedClient, createTenant, putPolicy } from './live.js';
 
 interface CorpusCase {

@@ -2,14 +2,8 @@ import type { Client, ClientOptions } from '@svc/sdk';
 import { createClient } from '@svc/sdk';
 import { afterAll, beforeAll } from 'vitest';
 import { resolveApproval, setTier } from '../../server/test/approvals.js';
-import {
-  asUser,
-  createTenant,
-  createTestApp,
-  type Tenant,
-  type TestApp,
-  useTestApp,
-} from '../../server/test/helpers.js';
+import { useTestApp } from '../../server/test/fixture.js';
+import { asUser, createTenant, createTestApp, type Tenant, type TestApp } from '../../server/test/helpers.js';
 
 /**
  * The service listening on a real port, so the SDK talks HTTP to it exactly as in production. Tests

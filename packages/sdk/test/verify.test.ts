@@ -12,7 +12,8 @@ import {
 } from '@svc/sdk/verify';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { merkleTreeHash } from '../../server/src/ledger/merkle.js';
-import { keyHeader, type Tenant, useTestApp } from '../../server/test/helpers.js';
+import { useTestApp } from '../../server/test/fixture.js';
+import { keyHeader, type Tenant } from '../../server/test/helpers.js';
 import { createTenant, putPolicy } from './live.js';
 
 let tenant: Tenant;

@@ -6,7 +6,8 @@ import { promisify } from 'node:util';
 import { jwtVerify } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_FLAGS, SVC_BIN } from '../test/bin.js';
-import { createTenant, keyHeader, type Tenant, useTestApp } from '../test/helpers.js';
+import { useTestApp } from '../test/fixture.js';
+import { createTenant, keyHeader, type Tenant } from '../test/helpers.js';
 
 const run = promisify(execFile);
 const dir = mkdtempSync(join(tmpdir(), 'svc-cli-'));

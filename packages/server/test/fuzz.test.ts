@@ -12,9 +12,10 @@ import fc from 'fast-check';
 import type { FastifyInstance, InjectOptions, RouteOptions } from 'fastify';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { STATUS_BY_CODE } from '../src/lib/errors.js';
+import { useTestApp } from './fixture.js';
 import { authsFor, poolsOf, type Seeded, seedTenant, snapshot } from './fuzz/fixtures.js';
 import { type Auth, type HostileRequest, type Pools, type RouteSpec, requestArb } from './fuzz/hostile.js';
-import { keyHeader, type TestApp, useTestApp } from './helpers.js';
+import { keyHeader, type TestApp } from './helpers.js';
 
 // The app registers its routes while it is built; this records each one with its schemas, as Fastify
 // hands them to onRoute, without changing anything else about the instance.

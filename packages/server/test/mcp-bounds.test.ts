@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_UPSTREAM_LIMITS } from '../src/modules/mcp/model.js';
-import { createTenant, type Tenant, useTestApp } from './helpers.js';
+import { useTestApp } from './fixture.js';
+import { createTenant, type Tenant } from './helpers.js';
 import { createUpstream, gatewayClient, rawRpc } from './mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from './mcp-upstream.js';
 

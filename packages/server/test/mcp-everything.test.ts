@@ -13,7 +13,8 @@ import {
   ResourceUpdatedNotificationSchema,
 } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTenant, type Tenant, useTestApp } from './helpers.js';
+import { useTestApp } from './fixture.js';
+import { createTenant, type Tenant } from './helpers.js';
 import { type Everything, type EverythingMode, startEverything } from './mcp-everything.js';
 import { createUpstream, rawRpc } from './mcp-helpers.js';
 

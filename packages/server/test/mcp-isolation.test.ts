@@ -2,7 +2,8 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTenant, type Tenant, useTestApp } from './helpers.js';
+import { useTestApp } from './fixture.js';
+import { createTenant, type Tenant } from './helpers.js';
 import { type Everything, startEverything } from './mcp-everything.js';
 import { createUpstream } from './mcp-helpers.js';
 

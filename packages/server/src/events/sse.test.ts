@@ -1,4 +1,5 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { useTestApp } from '../../test/fixture.js';
 import {
   asUser,
   bearer,
@@ -7,7 +8,6 @@ import {
   keyHeader,
   type Tenant,
   type TestApp,
-  useTestApp,
   withTestApp,
 } from '../../test/helpers.js';
 import { SseClient, waitFor } from '../../test/streams.js';

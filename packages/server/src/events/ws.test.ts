@@ -1,11 +1,11 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { useTestApp } from '../../test/fixture.js';
 import {
   bearer,
   createTenant,
   keyHeader,
   type Tenant,
   type TestApp,
-  useTestApp,
   withTestApp,
 } from '../../test/helpers.js';
 import { WsClient, waitFor } from '../../test/streams.js';

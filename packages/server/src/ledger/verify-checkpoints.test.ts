@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_FLAGS, SVC_BIN } from '../../test/bin.js';
-import { createTenant, keyHeader, type Tenant, useTestApp } from '../../test/helpers.js';
+import { useTestApp } from '../../test/fixture.js';
+import { createTenant, keyHeader, type Tenant } from '../../test/helpers.js';
 import { rewriteChain } from '../../test/ledger.js';
 
 const run = promisify(execFile);

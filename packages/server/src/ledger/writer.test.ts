@@ -1,6 +1,7 @@
 import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { describe, expect, it } from 'vitest';
-import { createTenant, TEST_PG_URL, useTestApp } from '../../test/helpers.js';
+import { useTestApp } from '../../test/fixture.js';
+import { createTenant, TEST_PG_URL } from '../../test/helpers.js';
 import { openStore, type Store } from '../storage/db.js';
 import type { WriteItem } from './model.js';
 import { argumentHash } from './receipt.js';

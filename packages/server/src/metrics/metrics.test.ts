@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveApproval } from '../../test/approvals.js';
+import { useTestApp } from '../../test/fixture.js';
 import {
   ADMIN_TOKEN,
   bearer,
@@ -7,7 +8,6 @@ import {
   expectError,
   keyHeader,
   type Tenant,
-  useTestApp,
   withTestApp,
 } from '../../test/helpers.js';
 import { createUpstream, gatewayClient, setTier } from '../../test/mcp-helpers.js';

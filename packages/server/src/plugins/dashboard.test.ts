@@ -2,7 +2,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { expectError, useTestApp, withTestApp } from '../../test/helpers.js';
+import { useTestApp } from '../../test/fixture.js';
+import { expectError, withTestApp } from '../../test/helpers.js';
 
 let dir: string;
 beforeAll(async () => {

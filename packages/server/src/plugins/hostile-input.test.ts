@@ -1,7 +1,8 @@
 import { connect } from 'node:net';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { setTier } from '../../test/approvals.js';
-import { asUser, createTenant, expectError, keyHeader, type Tenant, useTestApp } from '../../test/helpers.js';
+import { useTestApp } from '../../test/fixture.js';
+import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../test/helpers.js';
 import { WsClient, waitFor } from '../../test/streams.js';
 import { bodyJsonProblem, MAX_BODY_DEPTH, MAX_JSON_DEPTH } from '../lib/json.js';
 import { MAX_PARAM_LENGTH } from './errors.js';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { bearer, createTenant, expectError, keyHeader, useTestApp, withTestApp } from '../../test/helpers.js';
+import { useTestApp } from '../../test/fixture.js';
+import { bearer, createTenant, expectError, keyHeader, withTestApp } from '../../test/helpers.js';
 
 const t = useTestApp();
 

@@ -1,13 +1,7 @@
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import {
-  bearer,
-  expectError,
-  JWT_SECRET,
-  type TestApp,
-  useTestApp,
-  withTestApp,
-} from '../../test/helpers.js';
+import { useTestApp } from '../../test/fixture.js';
+import { bearer, expectError, JWT_SECRET, type TestApp, withTestApp } from '../../test/helpers.js';
 import { type LocalProvider, PROVIDER_ALGORITHMS, startLocalProvider } from '../../test/oidc-provider.js';
 import { loadConfig } from '../config.js';
 import { createJwtVerifier } from '../lib/jwt.js';

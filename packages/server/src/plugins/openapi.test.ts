@@ -2,7 +2,8 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import type { FastifyServerOptions, RouteOptions } from 'fastify';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
-import { useTestApp, withTestApp } from '../../test/helpers.js';
+import { useTestApp } from '../../test/fixture.js';
+import { withTestApp } from '../../test/helpers.js';
 import { invoiceAnswer } from '../modules/payments/invoices.js';
 import { providerAnswer } from '../modules/payments/providers.js';
 import {

@@ -1,12 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import {
-  asUser,
-  createTenant,
-  keyHeader,
-  type Tenant,
-  type TestApp,
-  useTestApp,
-} from '../../test/helpers.js';
+import { useTestApp } from '../../test/fixture.js';
+import { asUser, createTenant, keyHeader, type Tenant, type TestApp } from '../../test/helpers.js';
 import {
   dropRedisKeys,
   redisPrefix,

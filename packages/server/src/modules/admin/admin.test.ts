@@ -1,12 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import {
-  ADMIN_TOKEN,
-  bearer,
-  createTenant,
-  expectError,
-  useTestApp,
-  withTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { ADMIN_TOKEN, bearer, createTenant, expectError, withTestApp } from '../../../test/helpers.js';
 
 const t = useTestApp();
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { asUser, createTenant, expectError, keyHeader, useTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, expectError, keyHeader } from '../../../test/helpers.js';
 import { hashApiKey } from './keys.js';
 
 const t = useTestApp();

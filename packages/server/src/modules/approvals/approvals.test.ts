@@ -9,14 +9,8 @@ import {
   resolveApproval,
   setTier,
 } from '../../../test/approvals.js';
-import {
-  asUser,
-  createTenant,
-  expectError,
-  keyHeader,
-  type Tenant,
-  useTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { approvalHash } from './model.js';
 
 const t = useTestApp();

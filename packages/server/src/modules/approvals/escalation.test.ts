@@ -1,6 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { openApproval, setTier } from '../../../test/approvals.js';
-import { asUser, createTenant, keyHeader, type Tenant, useTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
 
 let a: Tenant;
 let b: Tenant;

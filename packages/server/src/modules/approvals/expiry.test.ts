@@ -8,14 +8,8 @@ import {
   resolveApproval,
   setTier,
 } from '../../../test/approvals.js';
-import {
-  asUser,
-  createTenant,
-  expectError,
-  keyHeader,
-  type Tenant,
-  useTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { LocalEventBus, type ServiceEvent } from '../../events/bus.js';
 import { createApprovalRepository } from './repository.js';
 import { createApprovalService } from './service.js';

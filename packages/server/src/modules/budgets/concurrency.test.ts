@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { asUser, createTenant, keyHeader, useTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, keyHeader } from '../../../test/helpers.js';
 import { createSpendLedger } from './repository.js';
 
 const t = useTestApp();

@@ -1,13 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { collectEvents, ManualClock, setTier } from '../../../test/approvals.js';
-import {
-  asUser,
-  createTenant,
-  expectError,
-  keyHeader,
-  type Tenant,
-  useTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 
 const clock = new ManualClock();
 let seq = 0;

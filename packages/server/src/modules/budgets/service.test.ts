@@ -1,5 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createTenant, type Tenant, useTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { createTenant, type Tenant } from '../../../test/helpers.js';
 import { AppError } from '../../lib/errors.js';
 import type { OrgScope } from '../../lib/scope.js';
 import { createSpendReceipts, type SpendReceipts } from './receipts.js';

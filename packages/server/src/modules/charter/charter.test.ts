@@ -1,12 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import {
-  asUser,
-  createTenant,
-  expectError,
-  keyHeader,
-  type Tenant,
-  useTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 
 const t = useTestApp();
 

@@ -1,14 +1,7 @@
 import type { PolicyDefinition } from '@svc/policy-engine';
 import { beforeAll, describe, expect, it } from 'vitest';
-import {
-  asUser,
-  bearer,
-  createTenant,
-  expectError,
-  keyHeader,
-  type Tenant,
-  useTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, bearer, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { computeReceiptHash } from '../../ledger/receipt.js';
 import type { Clock } from '../../lib/clock.js';
 import { createPolicyRepository } from '../policies/repository.js';

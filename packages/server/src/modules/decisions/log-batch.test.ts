@@ -1,6 +1,7 @@
 import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { describe, expect, it, vi } from 'vitest';
-import { asUser, createTenant, expectError, keyHeader, useTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, expectError, keyHeader } from '../../../test/helpers.js';
 import type { Clock } from '../../lib/clock.js';
 import { MAX_LOG_BATCH } from './schemas.js';
 

@@ -1,13 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import {
-  asUser,
-  bearer,
-  createTenant,
-  expectError,
-  keyHeader,
-  type Tenant,
-  useTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, bearer, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { argumentHash } from '../../ledger/receipt.js';
 import type { Clock } from '../../lib/clock.js';
 import { uuidv7 } from '../../lib/ids.js';

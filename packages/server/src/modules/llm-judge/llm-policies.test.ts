@@ -1,6 +1,7 @@
 import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTenant, keyHeader, type Tenant, useTestApp, withTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { createTenant, keyHeader, type Tenant, withTestApp } from '../../../test/helpers.js';
 import { type FakeModelServer, fakeLlmEnv, startFakeModelServer } from '../../../test/llm-providers.js';
 import { loadLlmSettings } from './config.js';
 

@@ -2,7 +2,8 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, describe, expect, it } from 'vitest';
-import { asUser, createTenant, keyHeader, type Tenant, useTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { rawRpc } from '../../../test/mcp-helpers.js';
 
 const clients: Client[] = [];

@@ -1,6 +1,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useTestApp } from '../../../test/fixture.js';
 import {
   asUser,
   bearer,
@@ -8,7 +9,6 @@ import {
   expectError,
   keyHeader,
   type Tenant,
-  useTestApp,
   withTestApp,
 } from '../../../test/helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';

@@ -1,6 +1,7 @@
 import { beneficiaryHash, CAPSULE_PAYLOAD_SCHEMA, capsuleSigningInput, compactCapsule } from '@svc/capsules';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { asUser, createTenant, keyHeader, type Tenant, useTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { createGatewayRepository } from './repository.js';
 
 let a: Tenant;

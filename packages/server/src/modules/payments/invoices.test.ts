@@ -1,6 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
+import { useTestApp } from '../../../test/fixture.js';
 import { gatewayKit } from '../../../test/gateway-kit.js';
-import { createTenant, type Tenant, useTestApp } from '../../../test/helpers.js';
+import { createTenant, type Tenant } from '../../../test/helpers.js';
 import { BILLION_LAUGHS, ublInvoice } from '../../../test/payment-provider.js';
 
 let a: Tenant;

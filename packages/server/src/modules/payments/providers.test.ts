@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useTestApp } from '../../../test/fixture.js';
 import { gatewayKit } from '../../../test/gateway-kit.js';
 import {
   asUser,
@@ -7,7 +8,6 @@ import {
   createTestApp,
   freshDatabase,
   type Tenant,
-  useTestApp,
   withTestApp,
 } from '../../../test/helpers.js';
 import { TestPaymentProvider } from '../../../test/payment-provider.js';

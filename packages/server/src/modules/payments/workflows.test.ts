@@ -1,6 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
+import { useTestApp } from '../../../test/fixture.js';
 import { gatewayKit } from '../../../test/gateway-kit.js';
-import { asUser, createTenant, type Tenant, useTestApp } from '../../../test/helpers.js';
+import { asUser, createTenant, type Tenant } from '../../../test/helpers.js';
 
 let a: Tenant;
 let b: Tenant;

@@ -1,13 +1,7 @@
 import { CONSTRAINT_FIELDS } from '@svc/policy-engine';
 import { describe, expect, it } from 'vitest';
-import {
-  asUser,
-  createTenant,
-  expectError,
-  keyHeader,
-  type Tenant,
-  useTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import type { ServiceEvent } from '../../events/bus.js';
 import { ConstraintSchema } from './schemas.js';
 

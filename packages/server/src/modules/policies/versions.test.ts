@@ -1,5 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createTenant, expectError, keyHeader, type Tenant, useTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { hashJson } from '../../ledger/canonical.js';
 
 let a: Tenant;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { createTenant, keyHeader, useTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { createTenant, keyHeader } from '../../../test/helpers.js';
 import { definitionOf } from '../policies/cache.js';
 import { createPolicyRepository, type PolicyRepository } from '../policies/repository.js';
 import { applyDraftRules } from './apply.js';

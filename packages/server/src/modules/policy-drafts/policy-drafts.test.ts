@@ -1,14 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { collectEvents } from '../../../test/approvals.js';
-import {
-  asUser,
-  bearer,
-  createTenant,
-  expectError,
-  keyHeader,
-  type Tenant,
-  useTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, bearer, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 
 const t = useTestApp();
 

@@ -1,5 +1,6 @@
 import { verifyCheckpointSignature, verifyConsistency, verifyInclusion } from '@svc/sdk/verify';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { useTestApp } from '../../../test/fixture.js';
 import {
   ADMIN_TOKEN,
   asUser,
@@ -8,7 +9,6 @@ import {
   expectError,
   keyHeader,
   type Tenant,
-  useTestApp,
   withTestApp,
 } from '../../../test/helpers.js';
 import { rewriteChain } from '../../../test/ledger.js';

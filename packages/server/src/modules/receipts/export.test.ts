@@ -1,14 +1,7 @@
 import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { beforeAll, describe, expect, it } from 'vitest';
-import {
-  asUser,
-  bearer,
-  createTenant,
-  expectError,
-  keyHeader,
-  type Tenant,
-  useTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, bearer, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { EXPORT_PAGE } from './export.js';
 
 let a: Tenant;

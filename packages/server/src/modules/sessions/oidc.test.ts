@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestApp, expectError, type TestApp, useTestApp, withTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { createTestApp, expectError, type TestApp, withTestApp } from '../../../test/helpers.js';
 import { type SignInProvider, startSignInProvider } from '../../../test/oidc-sign-in-provider.js';
 import { loadOidcSettings } from '../../config.js';
 import { OIDC_SIGN_INS_MAX, OIDC_STATE_COOKIE, SESSION_COOKIE } from './model.js';

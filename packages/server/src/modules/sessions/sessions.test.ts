@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock, openApproval, setTier } from '../../../test/approvals.js';
-import { bearer, createTenant, expectError, useTestApp, withTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { bearer, createTenant, expectError, withTestApp } from '../../../test/helpers.js';
 import { SESSION_COOKIE } from './model.js';
 
 const clock = new ManualClock();

@@ -2,14 +2,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import {
-  ADMIN_TOKEN,
-  bearer,
-  createTenant,
-  createTestApp,
-  useTestApp,
-  withTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { ADMIN_TOKEN, bearer, createTenant, createTestApp, withTestApp } from '../../../test/helpers.js';
 
 const t = useTestApp();
 

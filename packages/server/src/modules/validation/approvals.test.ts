@@ -9,7 +9,8 @@ import {
   resolveApproval,
   setTier,
 } from '../../../test/approvals.js';
-import { createTenant, keyHeader, type Tenant, useTestApp } from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
 
 const clock = new ManualClock();
 const t = useTestApp({}, { clock });

@@ -1,13 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { setTier } from '../../../test/approvals.js';
-import {
-  asUser,
-  createTenant,
-  expectError,
-  keyHeader,
-  type Tenant,
-  useTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../../lib/json.js';
 
 let tenant: Tenant;

@@ -1,13 +1,7 @@
 import { verifyCheckpointSignature, verifyInclusion } from '@svc/sdk/verify';
 import { beforeAll, describe, expect, it } from 'vitest';
-import {
-  asUser,
-  createTenant,
-  expectError,
-  keyHeader,
-  type Tenant,
-  useTestApp,
-} from '../../../test/helpers.js';
+import { useTestApp } from '../../../test/fixture.js';
+import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { untagDigest } from '../../ledger/canonical.js';
 import { leafHash } from '../../ledger/merkle.js';
 import { computeReceiptHash, receiptLeafData } from '../../ledger/receipt.js';

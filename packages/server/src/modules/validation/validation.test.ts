@@ -1,6 +1,7 @@
 import type { PolicyDefinition } from '@svc/policy-engine';
 import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { describe, expect, it } from 'vitest';
+import { useTestApp } from '../../../test/fixture.js';
 import {
   ADMIN_TOKEN,
   bearer,
@@ -8,7 +9,6 @@ import {
   expectError,
   keyHeader,
   type Tenant,
-  useTestApp,
 } from '../../../test/helpers.js';
 import type { Clock } from '../../lib/clock.js';
 import { createPolicyRepository } from '../policies/repository.js';
