@@ -33,8 +33,9 @@ export interface Config {
   /** How often each grown receipt chain gets a signed checkpoint (SVC_CHECKPOINT_INTERVAL; 0 = on demand only). */
   checkpointIntervalMs: number;
   /**
-   * Embedded store: commit decisions in a worker thread, off the event loop (default off: on a
-   * two-core machine shared with other work it measured slower, see docs/benchmarks.md).
+   * Embedded store in a file: commit decisions in a worker thread, off the event loop (default on:
+   * the event loop keeps serving during each fsync, which keeps the tail latency under load down;
+   * SVC_WRITER_THREAD=false commits on the event loop, see docs/benchmarks.md).
    */
   writerThread: boolean;
   /** Model providers for llm-mode policies and the policy assistant (SVC_LLM_*). */
@@ -118,9 +119,10 @@ function duration(name: string, value: string | undefined, fallback: number): nu
   }
 }
 
-function flag(name: string, value: string | undefined): boolean {
+function flag(name: string, value: string | undefined, fallback = false): boolean {
   const v = nonEmpty(value)?.toLowerCase();
-  if (v === null || v === undefined || v === 'false' || v === '0') return false;
+  if (v === null || v === undefined) return fallback;
+  if (v === 'false' || v === '0') return false;
   if (v === 'true' || v === '1') return true;
   throw new Error(`${name} must be true or false, got "${value}"`);
 }
@@ -174,7 +176,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     oidc: loadOidcSettings(env),
     signingKeyOverlapSeconds: duration('SVC_SIGNING_KEY_OVERLAP', env.SVC_SIGNING_KEY_OVERLAP, 30 * 86400),
     checkpointIntervalMs: duration('SVC_CHECKPOINT_INTERVAL', env.SVC_CHECKPOINT_INTERVAL, 5) * 1000,
-    writerThread: flag('SVC_WRITER_THREAD', env.SVC_WRITER_THREAD),
+    writerThread: flag('SVC_WRITER_THREAD', env.SVC_WRITER_THREAD, true),
     llm: loadLlmSettings(env),
   };
 }
