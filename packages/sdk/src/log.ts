@@ -97,8 +97,9 @@ export class DecisionLog {
     if (copy) {
       const slab = chunk.slab;
       const start = slab.length;
-      const argN = hold(slab, args);
       try {
+        // A getter may throw (as it would in JSON.stringify): the slab is then put back as it was.
+        const argN = hold(slab, args);
         a = argN >= 0 ? FLAT : JSON.stringify(args);
         chunk.argAt[i] = start;
         chunk.argN[i] = argN;
@@ -341,6 +342,8 @@ function hold(slab: unknown[], value: object): number {
   const start = slab.length;
   let n = 0;
   for (const k in value) {
+    // for...in also lists enumerable properties added to Object.prototype; JSON does not.
+    if (!Object.hasOwn(value, k)) continue;
     const v = (value as Record<string, unknown>)[k];
     const t = typeof v;
     if ((t !== 'string' && t !== 'number' && t !== 'boolean' && v != null) || ++n > MAX_FLAT_KEYS) {

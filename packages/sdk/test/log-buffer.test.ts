@@ -206,6 +206,27 @@ describe('what the log records', () => {
     expect(byAmount.get(9)!.arguments).toEqual({ amount: 9, at: '1970-01-01T00:00:00.000Z' });
   });
 
+  it('records neither a call whose arguments throw while copied nor what Object.prototype gained', async () => {
+    const tenant = await tenantWithPolicy();
+    const c = client(tenant);
+    const throwing = {
+      amount: 1,
+      get note(): string {
+        throw new Error('no note');
+      },
+    };
+    await expect(c.validate('pay', throwing)).rejects.toThrow('no note');
+    const proto = Object.prototype as Record<string, unknown>;
+    Object.defineProperty(proto, 'polluted', { value: 'x', enumerable: true, configurable: true });
+    try {
+      await c.validate('pay', { amount: 2, note: 'kept' });
+    } finally {
+      delete proto.polluted;
+    }
+    await c.close();
+    expect((await decisionsOf(tenant)).map((d) => d.arguments)).toEqual([{ amount: 2, note: 'kept' }]);
+  });
+
   it('records thousands of local decisions across several chunks and batches, each once', async () => {
     const tenant = await tenantWithPolicy();
     const c = client(tenant, { log: { flushIntervalMs: 60_000 } });
