@@ -1,8 +1,10 @@
 /**
  * MCP gateway overhead against the reference server `@modelcontextprotocol/server-everything`
  * (Streamable HTTP, run as it ships): `tools/call echo` with the official SDK client, straight to the
- * server and through the gateway, one call in flight, the two paths interleaved call by call so both
- * see the same machine. The server and the service run in child processes; the client runs here.
+ * server, through the gateway, and through a bare pass-through proxy (bench/passthrough-proxy.ts: the
+ * extra hop alone, the floor under any gateway), one call in flight, the three paths interleaved call
+ * by call so all see the same machine. The server, the service and the proxy run in child processes;
+ * the clients run here.
  * Run: node --import tsx bench/gateway.ts (BENCH_GATEWAY_CALLS sets the calls per path, default 3000).
  */
 import { spawn } from 'node:child_process';
@@ -28,8 +30,12 @@ export interface PathFigures {
 export interface GatewayBenchResult {
   direct: PathFigures;
   gateway: PathFigures;
+  proxy: PathFigures;
   addedP50: number;
   addedP99: number;
+  /** Added by the bare pass-through proxy: the hop's own share of the gateway's added latency. */
+  hopP50: number;
+  hopP99: number;
   recorded: number;
   answered: number;
   lines: string[];
@@ -104,10 +110,12 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
     console.log(s);
   };
   const upPort = opts.port + 1;
+  const proxyPort = opts.port + 2;
   const everything = await startEverything(upPort);
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-gw-'));
   const svcBase = `http://127.0.0.1:${opts.port}`;
   let svc: Child | null = null;
+  let proxy: Child | null = null;
   const clients: Client[] = [];
   try {
     svc = await startChild(
@@ -145,9 +153,16 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
       headers,
       body: { name: 'Everything', slug: 'everything', url: upstreamUrl, timeoutMs: 5000 },
     });
+    proxy = await startChild(
+      'node',
+      ['--import', 'tsx', join(ROOT, 'bench/passthrough-proxy.ts')],
+      { PORT: String(proxyPort), UPSTREAM: `http://127.0.0.1:${upPort}/` },
+      `http://127.0.0.1:${proxyPort}/readyz`,
+    );
     const direct = await connect(upstreamUrl, {});
     const gateway = await connect(`${svcBase}/v1/mcp/everything`, headers);
-    clients.push(direct, gateway);
+    const viaProxy = await connect(`http://127.0.0.1:${proxyPort}/mcp`, {});
+    clients.push(direct, gateway, viaProxy);
 
     const call = { name: 'echo', arguments: { message: 'hello gateway' } };
     const time = async (c: Client, into: number[]): Promise<boolean> => {
@@ -163,43 +178,50 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
     };
     const warmDirect: number[] = [];
     const warmGateway: number[] = [];
+    const warmProxy: number[] = [];
     for (let i = 0; i < Math.min(300, opts.calls); i++) {
       await time(direct, warmDirect);
       await time(gateway, warmGateway);
+      await time(viaProxy, warmProxy);
     }
     const cpuBefore = [cpuMs(svc.proc.pid), cpuMs(everything.proc.pid)];
-    const d: number[] = [];
-    const g: number[] = [];
-    let dErr = 0;
-    let gErr = 0;
+    const paths = [
+      { client: direct, times: [] as number[], errors: 0 },
+      { client: gateway, times: [] as number[], errors: 0 },
+      { client: viaProxy, times: [] as number[], errors: 0 },
+    ];
     for (let i = 0; i < opts.calls; i++) {
-      // Alternate which path goes first, so neither always follows the other.
-      if (i % 2 === 0) {
-        if (!(await time(direct, d))) dErr++;
-        if (!(await time(gateway, g))) gErr++;
-      } else {
-        if (!(await time(gateway, g))) gErr++;
-        if (!(await time(direct, d))) dErr++;
+      // Rotate which path goes first, so none always follows another.
+      for (let k = 0; k < paths.length; k++) {
+        const path = paths[(i + k) % paths.length]!;
+        if (!(await time(path.client, path.times))) path.errors++;
       }
     }
     const cpuAfter = [cpuMs(svc.proc.pid), cpuMs(everything.proc.pid)];
-    const df = figures(d, dErr);
-    const gf = figures(g, gErr);
+    const [df, gf, pf] = paths.map((p) => figures(p.times, p.errors)) as [
+      PathFigures,
+      PathFigures,
+      PathFigures,
+    ];
     const addedP50 = round3(gf.p50 - df.p50);
     const addedP99 = round3(gf.p99 - df.p99);
+    const hopP50 = round3(pf.p50 - df.p50);
+    const hopP99 = round3(pf.p99 - df.p99);
     const line = (label: string, f: PathFigures) =>
-      `${label.padEnd(44)}${f.calls} calls, one in flight  p50 ${f.p50} ms  p99 ${f.p99} ms  errors ${f.errors}`;
+      `${label.padEnd(47)}${f.calls} calls, one in flight  p50 ${f.p50} ms  p99 ${f.p99} ms  errors ${f.errors}`;
     log('command: node --import tsx bench/gateway.ts (BENCH_GATEWAY_CALLS sets the calls per path)');
     log(line('tools/call echo straight to server-everything', df));
     log(line('tools/call echo through the gateway', gf));
+    log(line('tools/call echo through a bare proxy', pf));
     log(
-      `added by the gateway                        p50 ${addedP50} ms (goal <= 1 ms)  p99 ${addedP99} ms (goal <= 5 ms)`,
+      `added by the gateway                           p50 ${addedP50} ms (goal <= 1 ms)  p99 ${addedP99} ms (goal <= 5 ms)`,
     );
+    log(`added by the bare proxy (the hop alone)        p50 ${hopP50} ms  p99 ${hopP99} ms`);
     if (cpuBefore.every((x) => x !== null) && cpuAfter.every((x) => x !== null)) {
       // Load-independent: CPU the service spends per gateway call, and the upstream per call (it serves both paths).
       const perCall = (i: number, n: number) => round3((cpuAfter[i]! - cpuBefore[i]!) / n);
       log(
-        `CPU per call: service ${perCall(0, opts.calls)} ms per gateway call, server-everything ${perCall(1, 2 * opts.calls)} ms per call`,
+        `CPU per call: service ${perCall(0, opts.calls)} ms per gateway call, server-everything ${perCall(1, paths.length * opts.calls)} ms per call`,
       );
     }
     const listed = await api(svcBase, '/v1/decisions?limit=1', { headers });
@@ -207,10 +229,22 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
     // Every answered gateway call is a recorded decision.
     const answered = warmGateway.length + gf.calls - gf.errors;
     log(`gateway calls answered ${answered}, decisions recorded ${recorded}`);
-    return { direct: df, gateway: gf, addedP50, addedP99, recorded, answered, lines };
+    return {
+      direct: df,
+      gateway: gf,
+      proxy: pf,
+      addedP50,
+      addedP99,
+      hopP50,
+      hopP99,
+      recorded,
+      answered,
+      lines,
+    };
   } finally {
     await Promise.all(clients.map((c) => c.close().catch(() => {})));
     await svc?.stop();
+    await proxy?.stop();
     await everything.stop();
     rmSync(dir, { recursive: true, force: true });
   }

@@ -80,6 +80,8 @@ if (runs('gateway')) {
   const g = await runGatewayBench({ calls: Number(process.env.BENCH_GATEWAY_CALLS ?? 3000), port: 18490 });
   console.log(`${verdict(g.addedP50 <= 1)} added latency p50 ${g.addedP50} ms (goal <= 1 ms)`);
   console.log(`${verdict(g.addedP99 <= 5)} added latency p99 ${g.addedP99} ms (goal <= 5 ms)`);
+  // The floor: what the extra hop alone adds, measured by a bare proxy in the same run.
+  console.log(`floor: a bare pass-through proxy adds p50 ${g.hopP50} ms, p99 ${g.hopP99} ms`);
   console.log(
     `${verdict(g.recorded >= g.answered)} durability: ${g.answered} answered, ${g.recorded} recorded`,
   );
