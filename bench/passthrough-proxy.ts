@@ -17,9 +17,13 @@ const server = createServer((req, res) => {
     return;
   }
   const headers = { ...req.headers, host: upstream.host };
+  let answered = false;
   const out = request(
     { host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers, agent },
     (answer) => {
+      answer.on('end', () => {
+        answered = true;
+      });
       res.writeHead(answer.statusCode ?? 502, answer.headers);
       answer.pipe(res);
     },
@@ -28,8 +32,11 @@ const server = createServer((req, res) => {
     if (!res.headersSent) res.writeHead(502);
     res.end();
   });
-  // A client that goes away (the end of a GET stream) ends the upstream request too.
-  res.on('close', () => out.destroy());
+  // A client that goes away before the answer ended (a GET stream it closes) ends the upstream
+  // request too; a finished one keeps its connection for the next request.
+  res.on('close', () => {
+    if (!answered) out.destroy();
+  });
   req.pipe(out);
 });
 server.listen(port, '127.0.0.1');
