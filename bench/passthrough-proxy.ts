@@ -21,6 +21,8 @@ const server = createServer((req, res) => {
   const out = request(
     { host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers, agent },
     (answer) => {
+      // An answer cut off (the client left, the upstream closed) just ends here.
+      answer.on('error', () => res.destroy());
       answer.on('end', () => {
         answered = true;
       });
@@ -37,6 +39,7 @@ const server = createServer((req, res) => {
   res.on('close', () => {
     if (!answered) out.destroy();
   });
+  req.on('error', () => out.destroy());
   req.pipe(out);
 });
 server.listen(port, '127.0.0.1');
