@@ -47,8 +47,6 @@ export interface LoadOptions {
   durationS: number;
   headers?: Record<string, string>;
   bodies: string[];
-  /** Fixed total rate (requests/s); latencies are then corrected for coordinated omission. */
-  overallRate?: number;
 }
 
 export interface LoadResult {
@@ -68,7 +66,6 @@ export async function load(o: LoadOptions): Promise<LoadResult> {
     duration: o.durationS,
     headers: { 'content-type': 'application/json', ...o.headers },
     requests: o.bodies.map((body) => ({ method: 'POST', body })),
-    ...(o.overallRate ? { overallRate: o.overallRate } : {}),
   });
   return {
     rps: result.requests.average,

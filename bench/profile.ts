@@ -11,6 +11,7 @@ import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { load, serviceEnv, startChild } from './lib.js';
+import { steadyLoad } from './steady.js';
 import { BODIES, provision } from './validate.js';
 
 const ROOT = join(import.meta.dirname, '..');
@@ -36,9 +37,10 @@ const svc = await startChild(
   baseline ? `${base}/` : `${base}/readyz`,
 );
 
-/** utime + stime of a process, all its threads, in µs (Linux /proc). */
-function cpuMicros(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+/** utime + stime of a process (all its threads) or of one thread, in µs (Linux /proc). */
+function cpuMicros(pid: number, tid?: number): number {
+  const path = tid === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${tid}/stat`;
+  const fields = readFileSync(path, 'utf8').split(') ')[1]!.split(' ');
   const ticks = Number(fields[11]) + Number(fields[12]);
   return (ticks * 1e6) / 100; // USER_HZ is 100 on Linux
 }
@@ -50,15 +52,23 @@ try {
     url: `${base}/v1/tools/validate`,
     connections: 32,
     headers: { 'x-service-api-key': key },
-    ...(rate ? { overallRate: rate } : {}),
+    bodies: BODIES,
   };
-  await load({ ...opts, durationS: 2, bodies: BODIES });
-  const cpu0 = cpuMicros(svc.proc.pid!);
-  const r = await load({ ...opts, durationS: seconds, bodies: BODIES });
-  const cpu = cpuMicros(svc.proc.pid!) - cpu0;
+  // A fixed rate is sent steadily (open loop, bench/steady.ts); otherwise 32 connections go flat out.
+  const phase = (durationS: number) =>
+    rate ? steadyLoad({ ...opts, rate, durationS }) : load({ ...opts, durationS });
+  await phase(2);
+  const pid = svc.proc.pid!;
+  const cpu0 = cpuMicros(pid);
+  const main0 = cpuMicros(pid, pid); // the main thread's id is the process id
+  const r = await phase(seconds);
+  const cpu = cpuMicros(pid) - cpu0;
+  const main = cpuMicros(pid, pid) - main0;
   rps = r.rps;
+  const per = (t: number) => (t / Math.max(1, r.ok)).toFixed(1);
   console.log(
-    `server CPU ${(cpu / 1e6).toFixed(2)} s for ${r.ok} answered (${r.non2xx} non-2xx): ${(cpu / Math.max(1, r.ok)).toFixed(1)} µs per request` +
+    `server CPU ${(cpu / 1e6).toFixed(2)} s for ${r.ok} answered (${r.non2xx} non-2xx): ${per(cpu)} µs per request` +
+      ` (main thread ${per(main)}, other threads ${per(cpu - main)})` +
       `  (${rps.toFixed(0)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms)`,
   );
 } finally {

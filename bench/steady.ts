@@ -1,0 +1,191 @@
+/**
+ * Open-loop load at a steady rate: request i is due at start + i / rate, whatever happened to the
+ * ones before it, and its latency is measured from that due time (so a stall of the server, or of
+ * this generator, counts against every request it delays: no coordinated omission).
+ *
+ * autocannon's `overallRate` is not steady: each connection sends as fast as it can until it has
+ * made its share of the second, then waits for the next second (lib/httpClient.js), so the load
+ * arrives as a saturating burst at the start of every second; and its correction for coordinated
+ * omission assumes an expected interval of `Math.ceil(1 / rate)` = 1 ms per connection
+ * (lib/run.js), which adds one synthetic sample per millisecond of every response. Neither is
+ * the "steady rate" a fixed-rate latency goal is about, hence this generator.
+ *
+ * Requests go over keep-alive TCP connections, one request in flight per connection (no
+ * pipelining); a due request with no idle connection waits in a queue and its wait is counted.
+ * Answers are read by Content-Length (what Fastify and node:http send for JSON bodies).
+ */
+import { connect, type Socket } from 'node:net';
+
+export interface SteadyOptions {
+  url: string;
+  /** Requests per second, spread evenly (due times are computed, not slept). */
+  rate: number;
+  durationS: number;
+  /** Keep-alive connections opened up front; more than rate × p99 latency avoids queueing here. */
+  connections?: number;
+  headers?: Record<string, string>;
+  bodies: string[];
+}
+
+export interface SteadyResult {
+  /** Answered requests per second over the phase. */
+  rps: number;
+  sent: number;
+  ok: number;
+  non2xx: number;
+  errors: number;
+  /** Latency from each request's due time to its whole answer, ms. */
+  p50: number;
+  p99: number;
+  p999: number;
+  max: number;
+  /** How late the generator sent requests (send time - due time), p99 in ms: its own lag. */
+  sendLagP99: number;
+}
+
+interface Conn {
+  socket: Socket;
+  buf: Buffer;
+  /** Due time of the request in flight, or -1 when idle. */
+  due: number;
+}
+
+const HEADER_END = Buffer.from('\r\n\r\n');
+
+function percentile(sorted: Float64Array, q: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]!;
+}
+
+export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
+  const url = new URL(o.url);
+  const port = Number(url.port || 80);
+  const requests = o.bodies.map((body) => {
+    const head = [
+      `POST ${url.pathname}${url.search} HTTP/1.1`,
+      `host: ${url.host}`,
+      'content-type: application/json',
+      ...Object.entries(o.headers ?? {}).map(([k, v]) => `${k}: ${v}`),
+      `content-length: ${Buffer.byteLength(body)}`,
+      '',
+      '',
+    ].join('\r\n');
+    return Buffer.from(head + body);
+  });
+  const total = Math.round(o.rate * o.durationS);
+  const latencies = new Float64Array(total);
+  const lags = new Float64Array(total);
+  let sent = 0;
+  let done = 0;
+  let ok = 0;
+  let non2xx = 0;
+  let errors = 0;
+  const waiting: number[] = []; // due times of requests with no idle connection yet
+  const idle: Conn[] = [];
+  const interval = 1000 / o.rate;
+
+  let finish: () => void = () => {};
+  const finished = new Promise<void>((r) => {
+    finish = r;
+  });
+
+  const send = (c: Conn, due: number) => {
+    c.due = due;
+    lags[sent] = performance.now() - due;
+    c.socket.write(requests[sent % requests.length]!);
+    sent++;
+  };
+  const complete = (c: Conn, status: number) => {
+    latencies[done++] = performance.now() - c.due;
+    if (status >= 200 && status < 300) ok++;
+    else non2xx++;
+    c.due = -1;
+    const next = waiting.shift();
+    if (next !== undefined) send(c, next);
+    else idle.push(c);
+    if (done === total) finish();
+  };
+  const onData = (c: Conn, chunk: Buffer) => {
+    c.buf = c.buf.length === 0 ? chunk : Buffer.concat([c.buf, chunk]);
+    for (;;) {
+      const end = c.buf.indexOf(HEADER_END);
+      if (end < 0) return;
+      const head = c.buf.toString('latin1', 0, end);
+      const m = /\r\ncontent-length: *(\d+)/i.exec(head);
+      if (!m) throw new Error(`answer without content-length: ${head.slice(0, 200)}`);
+      const size = end + 4 + Number(m[1]);
+      if (c.buf.length < size) return;
+      const status = Number(head.slice(9, 12));
+      c.buf = c.buf.subarray(size);
+      complete(c, status);
+    }
+  };
+
+  const conns = await Promise.all(
+    Array.from(
+      { length: o.connections ?? 64 },
+      () =>
+        new Promise<Conn>((resolve, reject) => {
+          const socket = connect({ host: url.hostname, port, noDelay: true });
+          const c: Conn = { socket, buf: Buffer.alloc(0), due: -1 };
+          socket.once('connect', () => resolve(c));
+          socket.once('error', reject);
+          socket.on('data', (chunk) => onData(c, chunk));
+        }),
+    ),
+  );
+  for (const c of conns) {
+    c.socket.removeAllListeners('error');
+    c.socket.on('error', () => {
+      errors++;
+      // Requests in flight on a broken connection count as errors; the phase still ends.
+      if (c.due >= 0) {
+        latencies[done++] = performance.now() - c.due;
+        c.due = -1;
+        if (done === total) finish();
+      }
+    });
+    idle.push(c);
+  }
+
+  const start = performance.now();
+  let due = 0; // index of the next request to release
+  const tick = () => {
+    const now = performance.now();
+    while (due < total && start + due * interval <= now) {
+      const at = start + due * interval;
+      due++;
+      const c = idle.pop();
+      if (c) send(c, at);
+      else waiting.push(at);
+    }
+    // A timer, not setImmediate: a spinning generator would take a core from the server. Requests
+    // due within one timer period go out together, late by up to about a millisecond, and that
+    // lateness is counted in their latency (sendLagP99 shows it).
+    if (due < total) setTimeout(tick, 1);
+  };
+  tick();
+  // Answers still missing 30 s after the last request was due count as errors.
+  const give = setTimeout(finish, (o.durationS + 30) * 1000);
+  await finished;
+  clearTimeout(give);
+  errors += total - done;
+  const elapsed = (performance.now() - start) / 1000;
+  for (const c of conns) c.socket.destroy();
+
+  const sorted = latencies.subarray(0, done).sort();
+  const lagSorted = lags.subarray(0, sent).sort();
+  const ms = (x: number) => Math.round(x * 100) / 100;
+  return {
+    rps: ok / elapsed,
+    sent,
+    ok,
+    non2xx,
+    errors,
+    p50: ms(percentile(sorted, 0.5)),
+    p99: ms(percentile(sorted, 0.99)),
+    p999: ms(percentile(sorted, 0.999)),
+    max: ms(sorted[sorted.length - 1] ?? Number.NaN),
+    sendLagP99: ms(percentile(lagSorted, 0.99)),
+  };
+}
