@@ -48,6 +48,7 @@ interface Conn {
   buf: Buffer;
   /** Due time of the request in flight, or -1 when idle. */
   due: number;
+  dead: boolean;
 }
 
 const HEADER_END = Buffer.from('\r\n\r\n');
@@ -76,7 +77,6 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
   const latencies = new Float64Array(total);
   const lags = new Float64Array(total);
   let sent = 0;
-  let done = 0;
   let ok = 0;
   let non2xx = 0;
   let errors = 0;
@@ -95,15 +95,37 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     c.socket.write(requests[sent % requests.length]!);
     sent++;
   };
+  let answered = 0; // latencies recorded
+  let settled = 0; // requests answered or failed
+  let live = o.connections ?? 64;
+  const settle = () => {
+    if (++settled === total) finish();
+  };
   const complete = (c: Conn, status: number) => {
-    latencies[done++] = performance.now() - c.due;
+    latencies[answered++] = performance.now() - c.due;
     if (status >= 200 && status < 300) ok++;
     else non2xx++;
     c.due = -1;
+    settle();
     const next = waiting.shift();
     if (next !== undefined) send(c, next);
     else idle.push(c);
-    if (done === total) finish();
+  };
+  /** A connection that broke or was closed is never used again; its request in flight failed. */
+  const lose = (c: Conn) => {
+    if (c.dead) return;
+    c.dead = true;
+    c.socket.destroy();
+    live--;
+    const at = idle.indexOf(c);
+    if (at >= 0) idle.splice(at, 1);
+    if (c.due >= 0) {
+      errors++;
+      c.due = -1;
+      settle();
+    }
+    // With no connection left, what is still waiting can never be sent.
+    if (live === 0) finish();
   };
   const onData = (c: Conn, chunk: Buffer) => {
     c.buf = c.buf.length === 0 ? chunk : Buffer.concat([c.buf, chunk]);
@@ -112,7 +134,8 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
       if (end < 0) return;
       const head = c.buf.toString('latin1', 0, end);
       const m = /\r\ncontent-length: *(\d+)/i.exec(head);
-      if (!m) throw new Error(`answer without content-length: ${head.slice(0, 200)}`);
+      // Only Content-Length framing is read: anything else fails its request and the connection.
+      if (!m) return lose(c);
       const size = end + 4 + Number(m[1]);
       if (c.buf.length < size) return;
       const status = Number(head.slice(9, 12));
@@ -123,11 +146,11 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
 
   const conns = await Promise.all(
     Array.from(
-      { length: o.connections ?? 64 },
+      { length: live },
       () =>
         new Promise<Conn>((resolve, reject) => {
           const socket = connect({ host: url.hostname, port, noDelay: true });
-          const c: Conn = { socket, buf: Buffer.alloc(0), due: -1 };
+          const c: Conn = { socket, buf: Buffer.alloc(0), due: -1, dead: false };
           socket.once('connect', () => resolve(c));
           socket.once('error', reject);
           socket.on('data', (chunk) => onData(c, chunk));
@@ -136,15 +159,8 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
   );
   for (const c of conns) {
     c.socket.removeAllListeners('error');
-    c.socket.on('error', () => {
-      errors++;
-      // Requests in flight on a broken connection count as errors; the phase still ends.
-      if (c.due >= 0) {
-        latencies[done++] = performance.now() - c.due;
-        c.due = -1;
-        if (done === total) finish();
-      }
-    });
+    c.socket.on('error', () => lose(c));
+    c.socket.on('close', () => lose(c));
     idle.push(c);
   }
 
@@ -165,15 +181,18 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     if (due < total) setTimeout(tick, 1);
   };
   tick();
-  // Answers still missing 30 s after the last request was due count as errors.
+  // Requests still unanswered 30 s after the last one was due count as errors, as do those never sent.
   const give = setTimeout(finish, (o.durationS + 30) * 1000);
   await finished;
   clearTimeout(give);
-  errors += total - done;
   const elapsed = (performance.now() - start) / 1000;
-  for (const c of conns) c.socket.destroy();
+  for (const c of conns) {
+    c.dead = true;
+    c.socket.destroy();
+  }
+  errors = total - answered;
 
-  const sorted = latencies.subarray(0, done).sort();
+  const sorted = latencies.subarray(0, answered).sort();
   const lagSorted = lags.subarray(0, sent).sort();
   const ms = (x: number) => Math.round(x * 100) / 100;
   return {
