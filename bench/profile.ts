@@ -1,17 +1,21 @@
 /**
  * CPU profile of `svc serve` under the validate load: node --import tsx bench/profile.ts
  * PROFILE_DB=sqlite (default) or a postgres:// URL; PROFILE_SECONDS (default 10); PROFILE_RATE
- * (requests/s, default: as fast as 32 connections go); PROFILE_CPU_PROF=false to measure without
- * the profiler. Writes the .cpuprofile (open it in Chrome DevTools), prints self time by function
- * and by area, and the server process's CPU time (user + system, all threads) per answered request
- * over the measured phase: the figure that compares code versions on a machine shared with others.
+ * (requests/s sent at a steady rate, open loop: bench/steady.ts; default: as fast as 32 autocannon
+ * connections go); PROFILE_CPU_PROF=false to measure without the profiler (whose own thread
+ * otherwise counts among the other threads). Writes the .cpuprofile (open it in Chrome DevTools),
+ * prints self time by function and by area, and the server process's CPU time (user + system) per
+ * answered request over the measured phase, in all, on the main thread, on the busiest other thread
+ * (the decision writer's, when it runs) and per commit batch: the figures that compare code
+ * versions on a machine shared with others. With PROFILE_RATE it also prints when the slowest 1 %
+ * of requests were due, in 100 ms windows, which shows whether the tail comes in stalls.
  * PROFILE_TARGET=baseline measures the bare node:http baseline (bench/baseline-server.ts) instead.
  */
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { load, serviceEnv, startChild } from './lib.js';
-import { steadyLoad } from './steady.js';
+import { ADMIN, type LoadResult, load, serviceEnv, startChild } from './lib.js';
+import { type SteadyResult, steadyLoad } from './steady.js';
 import { BODIES, provision } from './validate.js';
 
 const ROOT = join(import.meta.dirname, '..');
@@ -37,12 +41,30 @@ const svc = await startChild(
   baseline ? `${base}/` : `${base}/readyz`,
 );
 
-/** utime + stime of a process (all its threads) or of one thread, in µs (Linux /proc). */
-function cpuMicros(pid: number, tid?: number): number {
-  const path = tid === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${tid}/stat`;
-  const fields = readFileSync(path, 'utf8').split(') ')[1]!.split(' ');
-  const ticks = Number(fields[11]) + Number(fields[12]);
-  return (ticks * 1e6) / 100; // USER_HZ is 100 on Linux
+/** utime + stime of each thread of a process, in µs (Linux /proc; USER_HZ is 100). */
+function threadMicros(pid: number): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const fields = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      out.set(Number(tid), ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100);
+    } catch {
+      // The thread ended between the listing and the read.
+    }
+  }
+  return out;
+}
+
+/** Commit batches and the decisions in them so far, from the service's /metrics. */
+async function batchCounters(): Promise<{ batches: number; decisions: number } | null> {
+  const res = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } });
+  if (!res.ok) return null;
+  const text = await res.text();
+  const value = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
+  return {
+    batches: value('svc_decision_commit_batch_size_count'),
+    decisions: value('svc_decision_commit_batch_size_sum'),
+  };
 }
 
 let rps = 0;
@@ -50,27 +72,54 @@ try {
   const key = baseline ? '' : await provision(base);
   const opts = {
     url: `${base}/v1/tools/validate`,
-    connections: 32,
     headers: { 'x-service-api-key': key },
     bodies: BODIES,
   };
   // A fixed rate is sent steadily (open loop, bench/steady.ts); otherwise 32 connections go flat out.
-  const phase = (durationS: number) =>
-    rate ? steadyLoad({ ...opts, rate, durationS }) : load({ ...opts, durationS });
+  const phase = (durationS: number, record = false): Promise<LoadResult | SteadyResult> =>
+    rate ? steadyLoad({ ...opts, rate, durationS, record }) : load({ ...opts, connections: 32, durationS });
   await phase(2);
   const pid = svc.proc.pid!;
-  const cpu0 = cpuMicros(pid);
-  const main0 = cpuMicros(pid, pid); // the main thread's id is the process id
-  const r = await phase(seconds);
-  const cpu = cpuMicros(pid) - cpu0;
-  const main = cpuMicros(pid, pid) - main0;
+  const counters0 = baseline ? null : await batchCounters();
+  const before = threadMicros(pid);
+  const r = await phase(seconds, true);
+  const steady = 'sendLagP99' in r ? r : null;
+  const after = threadMicros(pid);
+  const counters1 = baseline ? null : await batchCounters();
   rps = r.rps;
+  const used = [...after].map(([tid, t]) => [tid, t - (before.get(tid) ?? 0)] as const);
+  const cpu = used.reduce((a, [, t]) => a + t, 0);
+  const main = used.find(([tid]) => tid === pid)?.[1] ?? 0; // the main thread's id is the process id
+  const busiest = Math.max(0, ...used.filter(([tid]) => tid !== pid).map(([, t]) => t));
   const per = (t: number) => (t / Math.max(1, r.ok)).toFixed(1);
   console.log(
     `server CPU ${(cpu / 1e6).toFixed(2)} s for ${r.ok} answered (${r.non2xx} non-2xx): ${per(cpu)} µs per request` +
-      ` (main thread ${per(main)}, other threads ${per(cpu - main)})` +
+      ` (main thread ${per(main)}, busiest other thread ${per(busiest)}, the rest ${per(cpu - main - busiest)})` +
       `  (${rps.toFixed(0)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms)`,
   );
+  if (counters0 && counters1) {
+    const batches = counters1.batches - counters0.batches;
+    const decisions = counters1.decisions - counters0.decisions;
+    const perBatch = (t: number) => (t / Math.max(1, batches)).toFixed(0);
+    console.log(
+      `commit batches ${batches}, ${(decisions / Math.max(1, batches)).toFixed(1)} decisions each; per batch: ` +
+        `${perBatch(cpu)} µs of CPU in all, main thread ${perBatch(main)}, busiest other thread ${perBatch(busiest)}`,
+    );
+  }
+  if (steady?.trace) {
+    const { due, latency } = steady.trace;
+    console.log(
+      `steady: p99.9 ${steady.p999} ms, max ${steady.max} ms, ${steady.errors} failed, generator lateness p99 ${steady.sendLagP99} ms`,
+    );
+    // When were the slowest 1 % due? Counted per 100 ms window: a few crowded windows mean stalls.
+    const cut =
+      [...latency].sort((a, b) => b - a)[Math.floor(latency.length / 100)] ?? Number.POSITIVE_INFINITY;
+    const windows = new Map<number, number>();
+    for (const [i, l] of latency.entries())
+      if (l > cut) windows.set(Math.floor(due[i]! / 100), (windows.get(Math.floor(due[i]! / 100)) ?? 0) + 1);
+    const list = [...windows].sort((a, b) => a[0] - b[0]).map(([w, n]) => `${(w / 10).toFixed(1)} s: ${n}`);
+    console.log(`slowest 1 % (over ${cut.toFixed(1)} ms) by due time, per 100 ms window: ${list.join(', ')}`);
+  }
 } finally {
   await svc.stop();
 }

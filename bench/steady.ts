@@ -25,6 +25,8 @@ export interface SteadyOptions {
   connections?: number;
   headers?: Record<string, string>;
   bodies: string[];
+  /** Keep each answered request's due time and latency (SteadyResult.trace). */
+  record?: boolean;
 }
 
 export interface SteadyResult {
@@ -41,6 +43,10 @@ export interface SteadyResult {
   max: number;
   /** How late the generator sent requests (send time - due time), p99 in ms: its own lag. */
   sendLagP99: number;
+  /** Connections that broke or were closed by the server during the phase. */
+  lost: number;
+  /** With `record`: each answered request's due time (ms from the start) and latency (ms). */
+  trace?: { due: Float64Array; latency: Float64Array };
 }
 
 interface Conn {
@@ -75,11 +81,12 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
   });
   const total = Math.round(o.rate * o.durationS);
   const latencies = new Float64Array(total);
+  const dues = o.record ? new Float64Array(total) : null;
+  let start = 0;
   const lags = new Float64Array(total);
   let sent = 0;
   let ok = 0;
   let non2xx = 0;
-  let errors = 0;
   const waiting: number[] = []; // due times of requests with no idle connection yet
   const idle: Conn[] = [];
   const interval = 1000 / o.rate;
@@ -102,6 +109,7 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     if (++settled === total) finish();
   };
   const complete = (c: Conn, status: number) => {
+    if (dues) dues[answered] = c.due - start;
     latencies[answered++] = performance.now() - c.due;
     if (status >= 200 && status < 300) ok++;
     else non2xx++;
@@ -120,7 +128,6 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     const at = idle.indexOf(c);
     if (at >= 0) idle.splice(at, 1);
     if (c.due >= 0) {
-      errors++;
       c.due = -1;
       settle();
     }
@@ -138,25 +145,37 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
       if (!m) return lose(c);
       const size = end + 4 + Number(m[1]);
       if (c.buf.length < size) return;
+      // An answer with no request in flight: the connection is out of step, so it is dropped.
+      if (c.due < 0) return lose(c);
       const status = Number(head.slice(9, 12));
       c.buf = c.buf.subarray(size);
       complete(c, status);
     }
   };
 
-  const conns = await Promise.all(
+  const opened = await Promise.allSettled(
     Array.from(
       { length: live },
       () =>
         new Promise<Conn>((resolve, reject) => {
-          const socket = connect({ host: url.hostname, port, noDelay: true });
+          const socket = connect({ host: url.hostname, port, noDelay: true, timeout: 10_000 });
           const c: Conn = { socket, buf: Buffer.alloc(0), due: -1, dead: false };
-          socket.once('connect', () => resolve(c));
+          socket.once('connect', () => {
+            socket.setTimeout(0);
+            resolve(c);
+          });
+          socket.once('timeout', () => reject(new Error(`no connection to ${url.host} within 10 s`)));
           socket.once('error', reject);
           socket.on('data', (chunk) => onData(c, chunk));
         }),
     ),
   );
+  const conns = opened.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  const failed = opened.find((r) => r.status === 'rejected');
+  if (failed) {
+    for (const c of conns) c.socket.destroy();
+    throw failed.reason;
+  }
   for (const c of conns) {
     c.socket.removeAllListeners('error');
     c.socket.on('error', () => lose(c));
@@ -164,34 +183,40 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     idle.push(c);
   }
 
-  const start = performance.now();
+  start = performance.now();
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
   let due = 0; // index of the next request to release
   const tick = () => {
     const now = performance.now();
     while (due < total && start + due * interval <= now) {
       const at = start + due * interval;
       due++;
-      const c = idle.pop();
+      // Oldest idle first: every connection stays in use, so none reaches a keep-alive timeout.
+      const c = idle.shift();
       if (c) send(c, at);
       else waiting.push(at);
     }
     // A timer, not setImmediate: a spinning generator would take a core from the server. Requests
     // due within one timer period go out together, late by up to about a millisecond, and that
     // lateness is counted in their latency (sendLagP99 shows it).
-    if (due < total) setTimeout(tick, 1);
+    if (due < total && !stopped) timer = setTimeout(tick, 1);
   };
   tick();
   // Requests still unanswered 30 s after the last one was due count as errors, as do those never sent.
   const give = setTimeout(finish, (o.durationS + 30) * 1000);
   await finished;
+  stopped = true;
+  clearTimeout(timer);
   clearTimeout(give);
   const elapsed = (performance.now() - start) / 1000;
   for (const c of conns) {
     c.dead = true;
     c.socket.destroy();
   }
-  errors = total - answered;
+  const errors = total - answered;
 
+  const trace = dues ? { due: dues.slice(0, answered), latency: latencies.slice(0, answered) } : undefined;
   const sorted = latencies.subarray(0, answered).sort();
   const lagSorted = lags.subarray(0, sent).sort();
   const ms = (x: number) => Math.round(x * 100) / 100;
@@ -206,5 +231,7 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     p999: ms(percentile(sorted, 0.999)),
     max: ms(sorted[sorted.length - 1] ?? Number.NaN),
     sendLagP99: ms(percentile(lagSorted, 0.99)),
+    lost: (o.connections ?? 64) - live,
+    ...(trace ? { trace } : {}),
   };
 }

@@ -18,6 +18,8 @@ export interface ValidateBenchResult {
   fixedRateAchieved: number;
   p50AtRate: number;
   p99AtRate: number;
+  /** Requests of the steady phase that failed or were not answered 2xx. */
+  failedAtRate: number;
   answered: number;
   recorded: number;
   lines: string[];
@@ -111,7 +113,7 @@ export async function runValidateBench(opts: {
     const r = await steadyLoad({ url, rate: opts.rate, durationS: opts.durationS, headers, bodies: BODIES });
     answered += r.ok;
     log(
-      `validate at ${fmt(opts.rate)} req/s steady (open loop): achieved ${fmt(r.rps)} req/s  p50 ${r.p50} ms  p99 ${r.p99} ms  p99.9 ${r.p999} ms  max ${r.max} ms (goal p99 <= 10 ms)  non-2xx ${r.non2xx}  errors ${r.errors}`,
+      `validate at ${fmt(opts.rate)} req/s steady (open loop): achieved ${fmt(r.rps)} req/s  p50 ${r.p50} ms  p99 ${r.p99} ms  p99.9 ${r.p999} ms  max ${r.max} ms (goal p99 <= 10 ms)  non-2xx ${r.non2xx}  errors ${r.errors}  connections lost ${r.lost}`,
     );
     log(
       `  the load generator's own lateness in sending, p99: ${r.sendLagP99} ms (counted in the latencies above)`,
@@ -130,6 +132,7 @@ export async function runValidateBench(opts: {
       fixedRateAchieved: r.rps,
       p50AtRate: r.p50,
       p99AtRate: r.p99,
+      failedAtRate: r.errors + r.non2xx,
       answered,
       recorded,
       lines,
