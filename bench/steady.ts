@@ -15,6 +15,13 @@
  * Answers are read by Content-Length (what Fastify and node:http send for JSON bodies).
  */
 import { connect, type Socket } from 'node:net';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+
+// A full collection before the phase: garbage left by earlier phases of the same process (autocannon
+// keeps large histograms) must not be collected while this phase's requests are due.
+setFlagsFromString('--expose-gc');
+const collectGarbage = runInNewContext('gc') as () => void;
 
 export interface SteadyOptions {
   url: string;
@@ -183,6 +190,7 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     idle.push(c);
   }
 
+  collectGarbage();
   start = performance.now();
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
