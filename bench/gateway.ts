@@ -8,7 +8,7 @@
  * Run: node --import tsx bench/gateway.ts (BENCH_GATEWAY_CALLS sets the calls per path, default 3000).
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,7 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { api, type Child, provisionKey, serviceEnv, startChild } from './lib.js';
+import { api, type Child, provisionKey, serviceEnv, startChild, statCpuMs } from './lib.js';
 
 const ROOT = join(import.meta.dirname, '..');
 
@@ -81,9 +81,7 @@ async function connect(url: string, headers: Record<string, string>): Promise<Cl
 /** CPU ms used so far by a process (Linux /proc; null elsewhere). */
 function cpuMs(pid: number | undefined): number | null {
   try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    // utime and stime, fields 14 and 15 of stat, in clock ticks (100 per second on Linux).
-    return (Number(fields[11]) + Number(fields[12])) * 10;
+    return statCpuMs(`/proc/${pid}/stat`);
   } catch {
     return null;
   }

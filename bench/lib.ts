@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import autocannon from 'autocannon';
 import { signUserToken } from '../packages/server/src/lib/jwt.js';
@@ -75,6 +76,15 @@ export async function load(o: LoadOptions): Promise<LoadResult> {
     non2xx: result.non2xx,
     errors: result.errors + result.timeouts,
   };
+}
+
+/**
+ * CPU time (utime + stime) in ms from a Linux stat file: /proc/PID/stat for a whole process,
+ * /proc/PID/task/TID/stat for one thread. Fields 14 and 15, in clock ticks of 10 ms.
+ */
+export function statCpuMs(path: string): number {
+  const fields = readFileSync(path, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
 export const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits });

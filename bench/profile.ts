@@ -14,7 +14,7 @@
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ADMIN, type LoadResult, load, serviceEnv, startChild } from './lib.js';
+import { ADMIN, type LoadResult, load, serviceEnv, startChild, statCpuMs } from './lib.js';
 import { type SteadyResult, steadyLoad } from './steady.js';
 import { BODIES, provision } from './validate.js';
 
@@ -41,13 +41,12 @@ const svc = await startChild(
   baseline ? `${base}/` : `${base}/readyz`,
 );
 
-/** utime + stime of each thread of a process, in µs (Linux /proc; USER_HZ is 100). */
+/** utime + stime of each thread of a process, in µs (Linux /proc). */
 function threadMicros(pid: number): Map<number, number> {
   const out = new Map<number, number>();
   for (const tid of readdirSync(`/proc/${pid}/task`)) {
     try {
-      const fields = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-      out.set(Number(tid), ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100);
+      out.set(Number(tid), statCpuMs(`/proc/${pid}/task/${tid}/stat`) * 1000);
     } catch {
       // The thread ended between the listing and the read.
     }
@@ -115,8 +114,11 @@ try {
     const cut =
       [...latency].sort((a, b) => b - a)[Math.floor(latency.length / 100)] ?? Number.POSITIVE_INFINITY;
     const windows = new Map<number, number>();
-    for (const [i, l] of latency.entries())
-      if (l > cut) windows.set(Math.floor(due[i]! / 100), (windows.get(Math.floor(due[i]! / 100)) ?? 0) + 1);
+    for (const [i, l] of latency.entries()) {
+      if (l <= cut) continue;
+      const w = Math.floor(due[i]! / 100);
+      windows.set(w, (windows.get(w) ?? 0) + 1);
+    }
     const list = [...windows].sort((a, b) => a[0] - b[0]).map(([w, n]) => `${(w / 10).toFixed(1)} s: ${n}`);
     console.log(`slowest 1 % (over ${cut.toFixed(1)} ms) by due time, per 100 ms window: ${list.join(', ')}`);
   }

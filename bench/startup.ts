@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
+import { statCpuMs } from './lib.js';
 
 export const COMMAND = 'npm run build && node --import tsx bench/startup.ts';
 
@@ -29,11 +30,7 @@ export interface StartFigures {
   rssMiB: number;
 }
 
-/** utime + stime of /proc/PID/stat, in ms (clock ticks of 10 ms on Linux). */
-function cpuMs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * 10;
-}
+const cpuMs = (pid: number): number => statCpuMs(`/proc/${pid}/stat`);
 
 function rssMiB(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');

@@ -192,7 +192,6 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
 
   collectGarbage();
   start = performance.now();
-  let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let due = 0; // index of the next request to release
   const tick = () => {
@@ -208,13 +207,12 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     // A timer, not setImmediate: a spinning generator would take a core from the server. Requests
     // due within one timer period go out together, late by up to about a millisecond, and that
     // lateness is counted in their latency (sendLagP99 shows it).
-    if (due < total && !stopped) timer = setTimeout(tick, 1);
+    if (due < total) timer = setTimeout(tick, 1);
   };
   tick();
   // Requests still unanswered 30 s after the last one was due count as errors, as do those never sent.
   const give = setTimeout(finish, (o.durationS + 30) * 1000);
   await finished;
-  stopped = true;
   clearTimeout(timer);
   clearTimeout(give);
   const elapsed = (performance.now() - start) / 1000;
