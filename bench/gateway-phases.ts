@@ -5,7 +5,8 @@
  * checked (enforce entered), the upstream request sent, its answer, the record handed to the group
  * commit, the commit done, the response written. On a loaded machine every phase stretches, but
  * their order and relative size show what the answer waits for.
- * Run: node --conditions=@svc/source --import tsx bench/gateway-phases.ts (BENCH_GATEWAY_CALLS, default 1000)
+ * Run: node --conditions=@svc/source --import tsx bench/gateway-phases.ts (BENCH_GATEWAY_CALLS, default 1000;
+ * SVC_WRITER_THREAD=false commits every batch on the event loop)
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -46,7 +47,7 @@ DecisionWriter.prototype.write = function (this: DecisionWriter, item) {
 
 const calls = Number(process.env.BENCH_GATEWAY_CALLS ?? 1000);
 const everything = await startEverything('streamableHttp');
-const t = await createTestApp();
+const t = await createTestApp({ writerThread: process.env.SVC_WRITER_THREAD !== 'false' });
 try {
   const enforcement = t.ctx.enforcement as unknown as { enforce: (r: unknown) => Promise<unknown> };
   const enforce = enforcement.enforce;

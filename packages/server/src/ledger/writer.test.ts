@@ -117,3 +117,54 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
     await expect(writer.write(item('x', 1))).rejects.toThrow(/closed/);
   });
 });
+
+describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after an idle spell', () => {
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  function recorder() {
+    const on: string[] = [];
+    return { on, metrics: { commitBatch: (_size: number, _s: number, where: string) => on.push(where) } };
+  }
+
+  it('commits lone items on the event loop and a burst in the thread, on one chain', async () => {
+    const { orgId } = await createTenant(t);
+    const { on, metrics } = recorder();
+    const writer = new DecisionWriter(t.store, { thread: true, metrics });
+    try {
+      await writer.write(item(orgId, 0));
+      await sleep(5);
+      await writer.write(item(orgId, 1));
+      await sleep(5);
+      await Promise.all(Array.from({ length: 40 }, (_, i) => writer.write(item(orgId, 2 + i))));
+      // The first lone item after a burst still goes to the thread, the next ones do not.
+      await sleep(5);
+      await writer.write(item(orgId, 42));
+      await sleep(5);
+      const last = await writer.write(item(orgId, 43));
+      expect(last.sequence).toBe(43);
+    } finally {
+      await writer.close();
+    }
+    expect(on[0]).toBe('event_loop');
+    expect(on[1]).toBe('event_loop');
+    expect(on.slice(2, -1).every((w) => w === 'thread')).toBe(true);
+    expect(on.slice(-2)).toEqual(['thread', 'event_loop']);
+    const report = await verifyReceipts(await chainOf(orgId));
+    expect(report.errors).toEqual([]);
+    expect(report.count).toBe(44);
+  });
+
+  it('sends lone items to the thread while the writer is busy', async () => {
+    const { orgId } = await createTenant(t);
+    const { on, metrics } = recorder();
+    // An idle spell of a minute never passes here: only the very first item finds the writer idle.
+    const writer = new DecisionWriter(t.store, { thread: true, metrics, inlineAfterIdleMs: 60_000 });
+    try {
+      for (let i = 0; i < 5; i++) await writer.write(item(orgId, i));
+    } finally {
+      await writer.close();
+    }
+    expect(on).toEqual(['event_loop', 'thread', 'thread', 'thread', 'thread']);
+    expect((await verifyReceipts(await chainOf(orgId))).ok).toBe(true);
+  });
+});

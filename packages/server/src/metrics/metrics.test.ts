@@ -115,6 +115,10 @@ describe('GET /metrics', () => {
     ).toBe(4);
     expect(moved('svc_decision_commit_batch_size_sum')).toBeGreaterThanOrEqual(4);
     expect(moved('svc_decision_commit_duration_seconds_count')).toBeGreaterThanOrEqual(1);
+    // Every commit is counted once, where it ran.
+    expect(
+      moved('svc_decision_commits_total{on="event_loop"}') + moved('svc_decision_commits_total{on="thread"}'),
+    ).toBe(moved('svc_decision_commit_duration_seconds_count'));
     expect(moved('svc_approvals_total{state="requested"}')).toBe(1);
     expect(moved('svc_approvals_total{state="approved"}')).toBe(1);
     expect(moved('svc_rate_limit_rejections_total{limit="validate"}')).toBe(1);

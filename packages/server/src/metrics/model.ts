@@ -7,8 +7,8 @@ export interface Metrics {
   decision(decision: string, mode: string): void;
   /** Time to answer a validation route (POST /v1/tools/validate, /v1/validate), by HTTP status. */
   validateLatency(route: string, status: number, seconds: number): void;
-  /** One group-commit transaction of the decision log. */
-  commitBatch(size: number, seconds: number): void;
+  /** One group-commit transaction of the decision log, committed by the writer thread or the event loop. */
+  commitBatch(size: number, seconds: number, on: 'thread' | 'event_loop'): void;
   /** A request refused by a rate limit; `limit` names the limit (validate, decisions…). */
   rateLimited(limit: string): void;
   /** One request to an MCP upstream; outcome `ok` or the failure kind. */

@@ -48,6 +48,12 @@ export function createMetrics(): Metrics {
     buckets: LATENCY,
     registers,
   });
+  const commits = new Counter({
+    name: 'svc_decision_commits_total',
+    help: 'Group-commit transactions of the decision log, by where they ran (thread or event_loop)',
+    labelNames: ['on'] as const,
+    registers,
+  });
   const rateLimited = new Counter({
     name: 'svc_rate_limit_rejections_total',
     help: 'Requests refused with 429 by a rate limit',
@@ -87,7 +93,8 @@ export function createMetrics(): Metrics {
   return {
     decision: (decision, mode) => decisions.inc({ decision, mode }),
     validateLatency: (route, status, seconds) => validate.observe({ route, status: String(status) }, seconds),
-    commitBatch(size, seconds) {
+    commitBatch(size, seconds, on) {
+      commits.inc({ on });
       batchSize.observe(size);
       commitTime.observe(seconds);
     },
