@@ -16,7 +16,7 @@ import {
   rpcError,
   rpcResult,
 } from './jsonrpc.js';
-import type { UpstreamLimits } from './model.js';
+import type { FeedEvent, UpstreamLimits } from './model.js';
 import type { PendingReply } from './reply.js';
 import type { UpstreamRow } from './repository.js';
 import { toTarget } from './service.js';
@@ -254,7 +254,8 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
         tool,
       });
     }
-    sessions.publish({
+    // After the answer is written: the client waits for its answer, not for its watchers' event.
+    const event: FeedEvent = {
       keyId: key.keyId,
       upstreamId: upstream.id,
       sessionId: caller.connectionId,
@@ -272,7 +273,8 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
         ...(done.approvalId ? { approvalId: done.approvalId } : {}),
         createdAt: clock.now().toISOString(),
       },
-    });
+    };
+    setImmediate(() => sessions.publish(event));
     const data = { tool, reason: done.reason, decisionId: done.decisionId, receipt: done.receipt };
     if (done.decision === 'deny')
       return rpcError(id, RPC.policyDenied, `Denied by policy: ${done.reason}`, data);
