@@ -101,6 +101,8 @@ export interface OrgBatch {
 /** Commits whole batches (every organization's segment in one transaction) and returns the receipts. */
 export interface BatchStore {
   commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>>;
+  /** Starts what the first commit would start (a thread), so that commit does not wait for it. */
+  warm?(): void;
   /** Releases what the store holds (a thread, a connection); called once nothing is in flight. */
   close?(): Promise<void>;
 }

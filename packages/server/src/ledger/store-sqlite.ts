@@ -1,5 +1,5 @@
 import type SQLite from 'better-sqlite3';
-import type { Store } from '../storage/db.js';
+import { SQLITE_BUSY_TIMEOUT_MS, type Store } from '../storage/db.js';
 import type { BatchStore, ChainHead, OrgBatch, Receipt } from './model.js';
 import { appendReceipts, emptyChainHead } from './receipt.js';
 import { rowsFor } from './rows.js';
@@ -111,20 +111,39 @@ export function createSqliteCommit(db: SQLite.Database): SqliteCommit {
   return (batches) => tx.immediate(batches);
 }
 
+/** SQLite's answer when another connection holds the write lock (SQLITE_BUSY and its variants). */
+export function isSqliteBusy(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.startsWith('SQLITE_BUSY');
+}
+
 /**
  * The embedded store's batch commit on the calling thread. It holds Kysely's connection lock while
- * it runs, so it never interleaves with another transaction on the same connection.
+ * it runs, so it never interleaves with another transaction on the same connection. With `noWait`,
+ * a write lock held by another connection fails the commit at once (SQLITE_BUSY, nothing written)
+ * instead of blocking the thread for up to the busy timeout.
  */
 export class SqliteBatchStore implements BatchStore {
   private run: SqliteCommit | null = null;
 
-  constructor(private readonly store: Store) {}
+  constructor(
+    private readonly store: Store,
+    private readonly options: { noWait?: boolean } = {},
+  ) {}
 
   async commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
     return this.store.db.connection().execute(async () => {
+      const db = this.store.sqlite as SQLite.Database;
       // Prepared on first use, when the schema is certainly migrated.
-      this.run ??= createSqliteCommit(this.store.sqlite as SQLite.Database);
-      return this.run(batches);
+      this.run ??= createSqliteCommit(db);
+      if (!this.options.noWait) return this.run(batches);
+      // Not a statement prepared once: SQLite applies this pragma when it is compiled, not when run.
+      db.pragma('busy_timeout = 0');
+      try {
+        return this.run(batches);
+      } finally {
+        db.pragma(`busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
+      }
     });
   }
 }

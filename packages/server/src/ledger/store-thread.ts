@@ -64,6 +64,13 @@ export class ThreadBatchStore implements BatchStore {
     return worker;
   }
 
+  warm(): void {
+    if (this.worker) return;
+    this.worker = this.start();
+    // Idle until its first batch: it must not keep the process alive.
+    this.worker.unref();
+  }
+
   commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
     this.worker ??= this.start();
     const id = this.nextId++;

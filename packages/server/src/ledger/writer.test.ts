@@ -2,7 +2,7 @@ import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { describe, expect, it } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
 import { createTenant, TEST_PG_URL } from '../../test/helpers.js';
-import { openStore, type Store } from '../storage/db.js';
+import { openSqliteHandle, openStore, type Store } from '../storage/db.js';
 import type { WriteItem } from './model.js';
 import { argumentHash } from './receipt.js';
 import { DecisionWriter } from './writer.js';
@@ -129,7 +129,8 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
   it('commits lone items on the event loop and a burst in the thread, on one chain', async () => {
     const { orgId } = await createTenant(t);
     const { on, metrics } = recorder();
-    const writer = new DecisionWriter(t.store, { thread: true, metrics });
+    // No pause after a slow commit here (a busy test machine's fsync can take more than 2 ms).
+    const writer = new DecisionWriter(t.store, { thread: true, metrics, inlineMaxMs: Infinity });
     try {
       await writer.write(item(orgId, 0));
       await sleep(5);
@@ -166,5 +167,76 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
     }
     expect(on).toEqual(['event_loop', 'thread', 'thread', 'thread', 'thread']);
     expect((await verifyReceipts(await chainOf(orgId))).ok).toBe(true);
+  });
+
+  it('hands a lone item to the thread when another connection holds the write lock, without blocking the loop', async () => {
+    const { orgId } = await createTenant(t);
+    const { on, metrics } = recorder();
+    const writer = new DecisionWriter(t.store, { thread: true, metrics });
+    const other = openSqliteHandle(t.store.sqlitePath!);
+    let releasedAfter = 0;
+    try {
+      other.prepare('BEGIN IMMEDIATE').run();
+      const started = performance.now();
+      setTimeout(() => {
+        releasedAfter = performance.now() - started;
+        other.prepare('COMMIT').run();
+      }, 150);
+      const receipt = await writer.write(item(orgId, 0));
+      expect(receipt.sequence).toBe(0);
+    } finally {
+      other.close();
+      await writer.close();
+    }
+    expect(on).toEqual(['thread']);
+    // The timer that releases the lock ran on time: the event loop did not wait out the busy
+    // timeout (5 s) while the thread waited for the lock.
+    expect(releasedAfter).toBeGreaterThan(0);
+    expect(releasedAfter).toBeLessThan(2000);
+    expect((await verifyReceipts(await chainOf(orgId))).ok).toBe(true);
+  });
+
+  it('sends batches to the thread for a while after a slow commit on the event loop', async () => {
+    const { orgId } = await createTenant(t);
+    const { on, metrics } = recorder();
+    // Every commit is slower than 0 ms: the second one (the first has its statements to prepare, so
+    // its time is not held against the disk) pauses the event loop path for the default 10 s.
+    const writer = new DecisionWriter(t.store, { thread: true, metrics, inlineMaxMs: 0 });
+    try {
+      for (let i = 0; i < 3; i++) {
+        await writer.write(item(orgId, i));
+        await sleep(5);
+      }
+    } finally {
+      await writer.close();
+    }
+    expect(on).toEqual(['event_loop', 'event_loop', 'thread']);
+  });
+
+  it('never forks the chain when one process commits lone items on its event loop and another bursts', async () => {
+    const { orgId } = await createTenant(t);
+    const second: Store = openStore(t.database.url);
+    const lone = recorder();
+    const w1 = new DecisionWriter(t.store, { thread: true, metrics: lone.metrics });
+    const w2 = new DecisionWriter(second, { thread: true });
+    try {
+      const writes: Promise<unknown>[] = [];
+      for (let round = 0; round < 15; round++) {
+        writes.push(w1.write(item(orgId, round * 10)));
+        for (let i = 1; i < 6; i++) writes.push(w2.write(item(orgId, round * 10 + i)));
+        await sleep(3);
+      }
+      await Promise.all(writes);
+    } finally {
+      await w1.close();
+      await w2.close();
+      await second.close();
+    }
+    expect(lone.on).toContain('event_loop');
+    const chain = await chainOf(orgId);
+    expect(chain).toHaveLength(90);
+    const report = await verifyReceipts(chain);
+    expect(report.errors).toEqual([]);
+    expect(report.ok).toBe(true);
   });
 });

@@ -4,7 +4,7 @@ import type { Metrics } from '../metrics/model.js';
 import type { Store } from '../storage/db.js';
 import type { BatchStore, OrgBatch, Receipt, WriteItem } from './model.js';
 import { PostgresBatchStore } from './store-postgres.js';
-import { SqliteBatchStore } from './store-sqlite.js';
+import { isSqliteBusy, SqliteBatchStore } from './store-sqlite.js';
 import { ThreadBatchStore } from './store-thread.js';
 
 interface Pending {
@@ -28,9 +28,14 @@ export interface DecisionWriterOptions {
    * With the thread: a batch of one item that follows another batch of one and arrives after the
    * writer has been idle this long (default 1 ms) is committed on the event loop instead. At such
    * low rates blocking the loop for one commit costs less than the two thread hand-offs it saves;
-   * under load batches hold more items and go to the thread.
+   * under load batches hold more items and go to the thread. Such a commit never waits for another
+   * connection's write lock (the batch goes to the thread instead), and one that takes longer than
+   * `inlineMaxMs` (default 2 ms: a slow disk, a WAL checkpoint) sends every batch to the thread for
+   * the next `inlinePauseMs` (default 10 s).
    */
   inlineAfterIdleMs?: number;
+  inlineMaxMs?: number;
+  inlinePauseMs?: number;
   log?: FastifyBaseLogger;
   metrics?: Pick<Metrics, 'commitBatch'>;
 }
@@ -54,7 +59,12 @@ export class DecisionWriter {
   /** Set with the thread: the event loop's own batch store, for a lone item after an idle spell. */
   private readonly inline: BatchStore | null = null;
   private readonly inlineAfterIdleMs: number;
-  /** When the writer was last busy: its last flush ended, or an item came into an empty queue. */
+  private readonly inlineMaxMs: number;
+  private readonly inlinePauseMs: number;
+  /** No commit on the event loop before this time (performance.now()): the last one was slow. */
+  private inlinePausedUntil = Number.NEGATIVE_INFINITY;
+  private inlinePrepared = false;
+  /** When the writer's last flush ended (performance.now()). */
   private lastBusy = Number.NEGATIVE_INFINITY;
   /** The idle spell that preceded the current batch's first item, in ms. */
   private idleBefore = 0;
@@ -67,10 +77,12 @@ export class DecisionWriter {
   ) {
     this.maxBatch = options.maxBatch ?? 512;
     this.inlineAfterIdleMs = options.inlineAfterIdleMs ?? 1;
+    this.inlineMaxMs = options.inlineMaxMs ?? 2;
+    this.inlinePauseMs = options.inlinePauseMs ?? 10_000;
     if (!store.sqlite) this.batches = new PostgresBatchStore(store);
     else if (store.sqlitePath && options.thread === true) {
       this.batches = new ThreadBatchStore(store.sqlitePath);
-      this.inline = new SqliteBatchStore(store);
+      this.inline = new SqliteBatchStore(store, { noWait: true });
     } else this.batches = new SqliteBatchStore(store);
   }
 
@@ -104,9 +116,7 @@ export class DecisionWriter {
   ): void {
     this.queue.push({ item, group, receiptId: uuidv7(), resolve, reject });
     if (this.queue.length === 1 && !this.flushing) {
-      const now = performance.now();
-      this.idleBefore = now - this.lastBusy;
-      this.lastBusy = now;
+      this.idleBefore = performance.now() - this.lastBusy;
       this.idle = new Promise((r) => {
         this.markIdle = r;
       });
@@ -180,12 +190,31 @@ export class DecisionWriter {
     // (a burst ends in an idle spell too, while its answers are written), so the event loop has
     // nothing else to do meanwhile.
     const lone = batch.length === 1 && this.previousSize === 1;
-    const inline = lone && this.idleBefore >= this.inlineAfterIdleMs ? this.inline : null;
+    const inline =
+      lone && this.idleBefore >= this.inlineAfterIdleMs && started >= this.inlinePausedUntil
+        ? this.inline
+        : null;
     // Only the first batch after the idle spell: the next one has been waiting for this one.
     this.idleBefore = 0;
     this.previousSize = batch.length;
-    const receipts = await (inline ?? this.batches).commit(groups);
-    const on = inline || !this.inline ? 'event_loop' : 'thread';
+    let receipts: Map<string, Receipt> | null = null;
+    if (inline) {
+      try {
+        receipts = await inline.commit(groups);
+      } catch (err) {
+        // Another connection holds the write lock: the thread waits for it, the event loop does not.
+        if (!isSqliteBusy(err)) throw err;
+      }
+      // The first one prepares its statements: its time says nothing about the disk.
+      const took = performance.now() - started;
+      if (took > this.inlineMaxMs && this.inlinePrepared)
+        this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
+      this.inlinePrepared = true;
+      // Started now, so the first burst does not wait for the thread to start.
+      this.batches.warm?.();
+    }
+    const on = receipts || !this.inline ? 'event_loop' : 'thread';
+    receipts ??= await this.batches.commit(groups);
     this.options.metrics?.commitBatch(batch.length, (performance.now() - started) / 1000, on);
     return batch.map((p) => receipts.get(p.receiptId)!);
   }

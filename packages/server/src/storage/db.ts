@@ -30,6 +30,9 @@ pg.types.setTypeParser(20, (v) => Number(v));
 // numeric as number as well (SUM over integer columns yields numeric).
 pg.types.setTypeParser(1700, (v) => Number(v));
 
+/** How long a connection to the embedded database waits for another's write lock (busy_timeout). */
+export const SQLITE_BUSY_TIMEOUT_MS = 5000;
+
 /** A connection to the embedded database with the settings every connection to it uses. */
 export function openSqliteHandle(path: string): SQLite.Database {
   const handle = new SQLite(path);
@@ -37,7 +40,7 @@ export function openSqliteHandle(path: string): SQLite.Database {
   handle.pragma('journal_mode = WAL');
   handle.pragma('synchronous = FULL');
   handle.pragma('foreign_keys = ON');
-  handle.pragma('busy_timeout = 5000');
+  handle.pragma(`busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
   return handle;
 }
 
