@@ -54,8 +54,8 @@ function threadMicros(pid: number): Map<number, number> {
   return out;
 }
 
-/** Commit batches and the decisions in them so far, from the service's /metrics. */
-async function batchCounters(): Promise<{ batches: number; decisions: number } | null> {
+/** Commit batches, the decisions in them, and the batches committed on the event loop so far, from /metrics. */
+async function batchCounters(): Promise<{ batches: number; decisions: number; onLoop: number } | null> {
   const res = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } });
   if (!res.ok) return null;
   const text = await res.text();
@@ -63,6 +63,7 @@ async function batchCounters(): Promise<{ batches: number; decisions: number } |
   return {
     batches: value('svc_decision_commit_batch_size_count'),
     decisions: value('svc_decision_commit_batch_size_sum'),
+    onLoop: value('svc_decision_commits_total\\{on="event_loop"\\}') || 0,
   };
 }
 
@@ -100,8 +101,9 @@ try {
     const batches = counters1.batches - counters0.batches;
     const decisions = counters1.decisions - counters0.decisions;
     const perBatch = (t: number) => (t / Math.max(1, batches)).toFixed(0);
+    const onLoop = counters1.onLoop - counters0.onLoop;
     console.log(
-      `commit batches ${batches}, ${(decisions / Math.max(1, batches)).toFixed(1)} decisions each; per batch: ` +
+      `commit batches ${batches} (${onLoop} on the event loop), ${(decisions / Math.max(1, batches)).toFixed(1)} decisions each; per batch: ` +
         `${perBatch(cpu)} µs of CPU in all, main thread ${perBatch(main)}, busiest other thread ${perBatch(busiest)}`,
     );
   }
