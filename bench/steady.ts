@@ -111,7 +111,8 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
   };
   let answered = 0; // latencies recorded
   let settled = 0; // requests answered or failed
-  let live = o.connections ?? 64;
+  const connections = o.connections ?? 64;
+  let live = connections;
   const settle = () => {
     if (++settled === total) finish();
   };
@@ -237,7 +238,7 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     p999: ms(percentile(sorted, 0.999)),
     max: ms(sorted[sorted.length - 1] ?? Number.NaN),
     sendLagP99: ms(percentile(lagSorted, 0.99)),
-    lost: (o.connections ?? 64) - live,
+    lost: connections - live,
     ...(trace ? { trace } : {}),
   };
 }

@@ -111,12 +111,6 @@ export function createSqliteCommit(db: SQLite.Database): SqliteCommit {
   return (batches) => tx.immediate(batches);
 }
 
-/** SQLite's answer when another connection holds the write lock (SQLITE_BUSY and its variants). */
-export function isSqliteBusy(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && code.startsWith('SQLITE_BUSY');
-}
-
 /**
  * The embedded store's batch commit on the calling thread. It holds Kysely's connection lock while
  * it runs, so it never interleaves with another transaction on the same connection. With `noWait`,

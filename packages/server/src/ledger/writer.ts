@@ -2,9 +2,10 @@ import type { FastifyBaseLogger } from 'fastify';
 import { uuidv7 } from '../lib/ids.js';
 import type { Metrics } from '../metrics/model.js';
 import type { Store } from '../storage/db.js';
+import { isSqliteBusy } from '../storage/errors.js';
 import type { BatchStore, OrgBatch, Receipt, WriteItem } from './model.js';
 import { PostgresBatchStore } from './store-postgres.js';
-import { isSqliteBusy, SqliteBatchStore } from './store-sqlite.js';
+import { SqliteBatchStore } from './store-sqlite.js';
 import { ThreadBatchStore } from './store-thread.js';
 
 interface Pending {
@@ -64,10 +65,8 @@ export class DecisionWriter {
   /** No commit on the event loop before this time (performance.now()): the last one was slow. */
   private inlinePausedUntil = Number.NEGATIVE_INFINITY;
   private inlinePrepared = false;
-  /** When the writer's last flush ended (performance.now()). */
-  private lastBusy = Number.NEGATIVE_INFINITY;
-  /** The idle spell that preceded the current batch's first item, in ms. */
-  private idleBefore = 0;
+  /** When the last commit ended (performance.now()): the writer has been idle since. */
+  private lastCommitted = Number.NEGATIVE_INFINITY;
   /** Items in the previous batch (1 before the first: an idle writer). */
   private previousSize = 1;
 
@@ -116,7 +115,6 @@ export class DecisionWriter {
   ): void {
     this.queue.push({ item, group, receiptId: uuidv7(), resolve, reject });
     if (this.queue.length === 1 && !this.flushing) {
-      this.idleBefore = performance.now() - this.lastBusy;
       this.idle = new Promise((r) => {
         this.markIdle = r;
       });
@@ -158,7 +156,6 @@ export class DecisionWriter {
       }
     } finally {
       this.flushing = false;
-      this.lastBusy = performance.now();
       this.markIdle?.();
       this.markIdle = null;
     }
@@ -186,37 +183,44 @@ export class DecisionWriter {
     // Organizations in a fixed order: heads are locked in that order (no deadlock between processes).
     const groups = [...byOrg.values()].sort((a, b) => (a.organizationId < b.organizationId ? -1 : 1));
     const started = performance.now();
-    // A lone item after an idle spell, and after another lone item: the service is not under load
-    // (a burst ends in an idle spell too, while its answers are written), so the event loop has
-    // nothing else to do meanwhile.
-    const lone = batch.length === 1 && this.previousSize === 1;
-    const inline =
-      lone && this.idleBefore >= this.inlineAfterIdleMs && started >= this.inlinePausedUntil
-        ? this.inline
-        : null;
-    // Only the first batch after the idle spell: the next one has been waiting for this one.
-    this.idleBefore = 0;
+    const inline = this.inlineFor(batch.length, started);
     this.previousSize = batch.length;
-    let receipts: Map<string, Receipt> | null = null;
-    if (inline) {
-      try {
-        receipts = await inline.commit(groups);
-      } catch (err) {
-        // Another connection holds the write lock: the thread waits for it, the event loop does not.
-        if (!isSqliteBusy(err)) throw err;
+    try {
+      let receipts: Map<string, Receipt> | null = null;
+      if (inline) {
+        try {
+          receipts = await inline.commit(groups);
+        } catch (err) {
+          // Another connection holds the write lock: the thread waits for it, the event loop does not.
+          if (!isSqliteBusy(err)) throw err;
+        }
+        // The first one prepares its statements: its time says nothing about the disk.
+        const took = performance.now() - started;
+        if (took > this.inlineMaxMs && this.inlinePrepared)
+          this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
+        this.inlinePrepared = true;
+        // Started now, so the first burst does not wait for the thread to start.
+        this.batches.warm?.();
       }
-      // The first one prepares its statements: its time says nothing about the disk.
-      const took = performance.now() - started;
-      if (took > this.inlineMaxMs && this.inlinePrepared)
-        this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
-      this.inlinePrepared = true;
-      // Started now, so the first burst does not wait for the thread to start.
-      this.batches.warm?.();
+      const on = receipts || !this.inline ? 'event_loop' : 'thread';
+      receipts ??= await this.batches.commit(groups);
+      this.options.metrics?.commitBatch(batch.length, (performance.now() - started) / 1000, on);
+      return batch.map((p) => receipts.get(p.receiptId)!);
+    } finally {
+      this.lastCommitted = performance.now();
     }
-    const on = receipts || !this.inline ? 'event_loop' : 'thread';
-    receipts ??= await this.batches.commit(groups);
-    this.options.metrics?.commitBatch(batch.length, (performance.now() - started) / 1000, on);
-    return batch.map((p) => receipts.get(p.receiptId)!);
+  }
+
+  /**
+   * The event loop's store for a batch starting now, or null for the usual one. A lone item after
+   * an idle spell, and after another lone item: the service is not under load (a burst ends in an
+   * idle spell too, while its answers are written), so the event loop has nothing else to do
+   * meanwhile. A batch that waited for the previous commit finds no idle spell.
+   */
+  private inlineFor(size: number, now: number): BatchStore | null {
+    const lone = size === 1 && this.previousSize === 1;
+    const idle = now - this.lastCommitted >= this.inlineAfterIdleMs;
+    return lone && idle && now >= this.inlinePausedUntil ? this.inline : null;
   }
 
   /** Waits until everything accepted so far is committed (or failed). */
