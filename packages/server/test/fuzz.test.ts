@@ -35,9 +35,20 @@ vi.mock('fastify', async (importOriginal) => {
 const SEED = Number(process.env.FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const RUNS = Number(process.env.FUZZ_RUNS ?? 1500);
 const VICTIM_MARK = 'victim-marker-7f3a9c';
+/**
+ * The path and query the server receives: inject parses the URL as WHATWG URLs are parsed, so dot
+ * segments, encoded ones included (`%2e%2e`), are resolved before the request reaches the routes.
+ * As inject does (light-my-request's parse-url), a URL starting with `//` is a path, not a host.
+ */
+function delivered(req: HostileRequest): { path: string; url: string } {
+  const base = 'http://localhost';
+  const u = new URL(req.url.startsWith('//') ? base + req.url : req.url, base);
+  return { path: u.pathname, url: u.pathname + u.search };
+}
+
 /** POST /v1/mcp/charter and /v1/mcp/:upstreamSlug answer in JSON-RPC, not the envelope (docs/api-notes.md). */
 const speaksJsonRpc = (req: HostileRequest) =>
-  req.method === 'POST' && /^\/v1\/mcp\/(?!upstreams(?:[/?]|$))[^/?]+(?:\?|$)/.test(req.url);
+  req.method === 'POST' && /^\/v1\/mcp\/(?!upstreams(?:[/?]|$))[^/?]+(?:\?|$)/.test(delivered(req).url);
 
 interface Answer {
   statusCode: number;
@@ -81,7 +92,7 @@ async function withinTime<T>(answer: Promise<T>, what: string, ms = 15_000): Pro
 
 /** Answers in envelope B: anything under the payment gateway's prefix, and the key set's own route (GET). */
 function speaksEnvelopeB(req: HostileRequest): boolean {
-  const path = req.url.split('?')[0]!;
+  const { path } = delivered(req);
   if (path === '/.well-known/svc-keys.json') return req.method === 'GET';
   return path === '/v1/gateway' || path.startsWith('/v1/gateway/');
 }
