@@ -1,5 +1,5 @@
 import type SQLite from 'better-sqlite3';
-import { SQLITE_BUSY_TIMEOUT_MS, type Store } from '../storage/db.js';
+import { openSqliteHandle, type Store } from '../storage/db.js';
 import type { BatchStore, ChainHead, OrgBatch, Receipt } from './model.js';
 import { appendReceipts, emptyChainHead } from './receipt.js';
 import { rowsFor } from './rows.js';
@@ -112,32 +112,47 @@ export function createSqliteCommit(db: SQLite.Database): SqliteCommit {
 }
 
 /**
- * The embedded store's batch commit on the calling thread. It holds Kysely's connection lock while
- * it runs, so it never interleaves with another transaction on the same connection. With `noWait`,
- * a write lock held by another connection fails the commit at once (SQLITE_BUSY, nothing written)
- * instead of blocking the thread for up to the busy timeout.
+ * The embedded store's batch commit on the calling thread, on the store's own connection. It holds
+ * Kysely's connection lock while it runs, so it never interleaves with another transaction on that
+ * connection.
  */
 export class SqliteBatchStore implements BatchStore {
   private run: SqliteCommit | null = null;
 
-  constructor(
-    private readonly store: Store,
-    private readonly options: { noWait?: boolean } = {},
-  ) {}
+  constructor(private readonly store: Store) {}
 
   async commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
     return this.store.db.connection().execute(async () => {
-      const db = this.store.sqlite as SQLite.Database;
       // Prepared on first use, when the schema is certainly migrated.
-      this.run ??= createSqliteCommit(db);
-      if (!this.options.noWait) return this.run(batches);
-      // Not a statement prepared once: SQLite applies this pragma when it is compiled, not when run.
-      db.pragma('busy_timeout = 0');
-      try {
-        return this.run(batches);
-      } finally {
-        db.pragma(`busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
-      }
+      this.run ??= createSqliteCommit(this.store.sqlite as SQLite.Database);
+      return this.run(batches);
     });
+  }
+}
+
+/**
+ * Batch commits on the calling thread through a connection of their own that never waits for
+ * another connection's write lock: while one is held, the commit fails at once (SQLITE_BUSY,
+ * nothing written) instead of blocking the thread for up to the busy timeout. Opened on first use.
+ */
+export class NoWaitSqliteBatchStore implements BatchStore {
+  private db: SQLite.Database | null = null;
+  private run: SqliteCommit | null = null;
+
+  constructor(private readonly path: string) {}
+
+  async commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
+    if (!this.run) {
+      this.db = openSqliteHandle(this.path);
+      this.db.pragma('busy_timeout = 0');
+      this.run = createSqliteCommit(this.db);
+    }
+    return this.run(batches);
+  }
+
+  async close(): Promise<void> {
+    this.db?.close();
+    this.db = null;
+    this.run = null;
   }
 }

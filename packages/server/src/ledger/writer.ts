@@ -5,7 +5,7 @@ import type { Store } from '../storage/db.js';
 import { isSqliteBusy } from '../storage/errors.js';
 import type { BatchStore, OrgBatch, Receipt, WriteItem } from './model.js';
 import { PostgresBatchStore } from './store-postgres.js';
-import { SqliteBatchStore } from './store-sqlite.js';
+import { NoWaitSqliteBatchStore, SqliteBatchStore } from './store-sqlite.js';
 import { ThreadBatchStore } from './store-thread.js';
 
 interface Pending {
@@ -29,10 +29,11 @@ export interface DecisionWriterOptions {
    * With the thread: a batch of one item that follows another batch of one and arrives after the
    * writer has been idle this long (default 1 ms) is committed on the event loop instead. At such
    * low rates blocking the loop for one commit costs less than the two thread hand-offs it saves;
-   * under load batches hold more items and go to the thread. Such a commit never waits for another
-   * connection's write lock (the batch goes to the thread instead), and one that takes longer than
-   * `inlineMaxMs` (default 2 ms: a slow disk, a WAL checkpoint) sends every batch to the thread for
-   * the next `inlinePauseMs` (default 10 s).
+   * under load batches hold more items and go to the thread. Such a commit runs on a connection of
+   * its own that never waits for another connection's write lock (the batch goes to the thread
+   * instead). Two such commits in a row that each take longer than `inlineMaxMs` (default 5 ms: a
+   * slow disk) send every batch to the thread for the next `inlinePauseMs` (default 10 s); one slow
+   * commit alone (a WAL checkpoint, the file growing) does not.
    */
   inlineAfterIdleMs?: number;
   inlineMaxMs?: number;
@@ -62,9 +63,11 @@ export class DecisionWriter {
   private readonly inlineAfterIdleMs: number;
   private readonly inlineMaxMs: number;
   private readonly inlinePauseMs: number;
-  /** No commit on the event loop before this time (performance.now()): the last one was slow. */
+  /** No commit on the event loop before this time (performance.now()): the last two were slow. */
   private inlinePausedUntil = Number.NEGATIVE_INFINITY;
   private inlinePrepared = false;
+  /** Commits on the event loop in a row that were slower than inlineMaxMs. */
+  private inlineSlow = 0;
   /** When the last commit ended (performance.now()): the writer has been idle since. */
   private lastCommitted = Number.NEGATIVE_INFINITY;
   /** Items in the previous batch (1 before the first: an idle writer). */
@@ -76,12 +79,12 @@ export class DecisionWriter {
   ) {
     this.maxBatch = options.maxBatch ?? 512;
     this.inlineAfterIdleMs = options.inlineAfterIdleMs ?? 1;
-    this.inlineMaxMs = options.inlineMaxMs ?? 2;
+    this.inlineMaxMs = options.inlineMaxMs ?? 5;
     this.inlinePauseMs = options.inlinePauseMs ?? 10_000;
     if (!store.sqlite) this.batches = new PostgresBatchStore(store);
     else if (store.sqlitePath && options.thread === true) {
       this.batches = new ThreadBatchStore(store.sqlitePath);
-      this.inline = new SqliteBatchStore(store, { noWait: true });
+      this.inline = new NoWaitSqliteBatchStore(store.sqlitePath);
     } else this.batches = new SqliteBatchStore(store);
   }
 
@@ -194,10 +197,14 @@ export class DecisionWriter {
           // Another connection holds the write lock: the thread waits for it, the event loop does not.
           if (!isSqliteBusy(err)) throw err;
         }
-        // The first one prepares its statements: its time says nothing about the disk.
-        const took = performance.now() - started;
-        if (took > this.inlineMaxMs && this.inlinePrepared)
+        // The first one opens its connection and prepares its statements: its time says nothing
+        // about the disk.
+        const slow = this.inlinePrepared && performance.now() - started > this.inlineMaxMs;
+        this.inlineSlow = slow ? this.inlineSlow + 1 : 0;
+        if (this.inlineSlow >= 2) {
           this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
+          this.inlineSlow = 0;
+        }
         this.inlinePrepared = true;
         // Started now, so the first burst does not wait for the thread to start.
         this.batches.warm?.();
@@ -232,6 +239,7 @@ export class DecisionWriter {
     this.closed = true;
     await this.drain();
     await this.batches.close?.();
+    await this.inline?.close?.();
   }
 }
 

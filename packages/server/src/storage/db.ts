@@ -31,7 +31,7 @@ pg.types.setTypeParser(20, (v) => Number(v));
 pg.types.setTypeParser(1700, (v) => Number(v));
 
 /** How long a connection to the embedded database waits for another's write lock (busy_timeout). */
-export const SQLITE_BUSY_TIMEOUT_MS = 5000;
+const SQLITE_BUSY_TIMEOUT_MS = 5000;
 
 /** A connection to the embedded database with the settings every connection to it uses. */
 export function openSqliteHandle(path: string): SQLite.Database {
