@@ -143,9 +143,16 @@ export class NoWaitSqliteBatchStore implements BatchStore {
 
   async commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
     if (!this.run) {
-      this.db = openSqliteHandle(this.path);
-      this.db.pragma('busy_timeout = 0');
-      this.run = createSqliteCommit(this.db);
+      // No wait from the first statement on: opening while another connection writes fails at once too.
+      const db = openSqliteHandle(this.path, 0);
+      try {
+        this.run = createSqliteCommit(db);
+      } catch (err) {
+        // Opened again at the next commit.
+        db.close();
+        throw err;
+      }
+      this.db = db;
     }
     return this.run(batches);
   }

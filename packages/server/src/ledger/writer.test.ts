@@ -7,7 +7,9 @@ import type { WriteItem } from './model.js';
 import { argumentHash } from './receipt.js';
 import { DecisionWriter } from './writer.js';
 
-const t = useTestApp();
+// No checkpoint timer: its pass writes on the app's own connection, which waits (on the event loop,
+// up to the busy timeout) for a write lock that a test below holds on purpose.
+const t = useTestApp({ checkpointIntervalMs: 0 });
 
 function item(org: string, n: number): WriteItem {
   return {

@@ -33,14 +33,22 @@ pg.types.setTypeParser(1700, (v) => Number(v));
 /** How long a connection to the embedded database waits for another's write lock (busy_timeout). */
 const SQLITE_BUSY_TIMEOUT_MS = 5000;
 
-/** A connection to the embedded database with the settings every connection to it uses. */
-export function openSqliteHandle(path: string): SQLite.Database {
-  const handle = new SQLite(path);
-  // Durable before answered: WAL with synchronous=FULL fsyncs every commit.
-  handle.pragma('journal_mode = WAL');
-  handle.pragma('synchronous = FULL');
-  handle.pragma('foreign_keys = ON');
-  handle.pragma(`busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
+/**
+ * A connection to the embedded database with the settings every connection to it uses. It waits up
+ * to `busyTimeoutMs` for another connection's lock, from its first statement on (0: it never waits;
+ * a statement that would fails at once with SQLITE_BUSY).
+ */
+export function openSqliteHandle(path: string, busyTimeoutMs = SQLITE_BUSY_TIMEOUT_MS): SQLite.Database {
+  const handle = new SQLite(path, { timeout: busyTimeoutMs });
+  try {
+    // Durable before answered: WAL with synchronous=FULL fsyncs every commit.
+    handle.pragma('journal_mode = WAL');
+    handle.pragma('synchronous = FULL');
+    handle.pragma('foreign_keys = ON');
+  } catch (err) {
+    handle.close();
+    throw err;
+  }
   return handle;
 }
 
