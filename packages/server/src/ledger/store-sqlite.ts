@@ -36,7 +36,8 @@ export type SqliteCommit = (batches: readonly OrgBatch[]) => Map<string, Receipt
 /**
  * Batch commits on the embedded store with statements prepared once and run synchronously inside
  * one IMMEDIATE transaction: no SQL is built or parsed per call. Prepare it once the schema is
- * migrated. Used on the event loop (SqliteBatchStore) or in the writer thread (thread.ts).
+ * migrated. Used on the event loop (SqliteBatchStore, NoWaitSqliteBatchStore) or in the writer
+ * thread (thread.ts).
  */
 export function createSqliteCommit(db: SQLite.Database): SqliteCommit {
   const selectHead = db.prepare(
@@ -106,8 +107,9 @@ export function createSqliteCommit(db: SQLite.Database): SqliteCommit {
     }
     return out;
   });
-  // IMMEDIATE takes the write lock at BEGIN, so another process's writer waits (busy_timeout)
-  // instead of failing on a lock upgrade.
+  // IMMEDIATE takes the write lock at BEGIN, so a writer on another connection waits there for its
+  // busy timeout (or, with none, fails at once with nothing written) instead of failing later on a
+  // lock upgrade.
   return (batches) => tx.immediate(batches);
 }
 

@@ -26,14 +26,16 @@ export interface DecisionWriterOptions {
    */
   thread?: boolean;
   /**
-   * With the thread: a batch of one item that follows another batch of one and arrives after the
-   * writer has been idle this long (default 1 ms) is committed on the event loop instead. At such
+   * With the thread: a batch of one item that is the first or follows another batch of one, and
+   * arrives after the writer has been idle this long (default 1 ms), is committed on the event loop
+   * instead. At such
    * low rates blocking the loop for one commit costs less than the two thread hand-offs it saves;
    * under load batches hold more items and go to the thread. Such a commit runs on a connection of
    * its own that never waits for another connection's write lock (the batch goes to the thread
    * instead). Two such commits in a row that each take longer than `inlineMaxMs` (default 5 ms: a
-   * slow disk) send every batch to the thread for the next `inlinePauseMs` (default 10 s); one slow
-   * commit alone (a WAL checkpoint, the file growing) does not.
+   * slow disk), with none in the thread between them, send every batch to the thread for the next
+   * `inlinePauseMs` (default 10 s); one slow commit alone (a WAL checkpoint, the file growing) does
+   * not.
    */
   inlineAfterIdleMs?: number;
   inlineMaxMs?: number;
@@ -66,7 +68,7 @@ export class DecisionWriter {
   /** No commit on the event loop before this time (performance.now()): the last two were slow. */
   private inlinePausedUntil = Number.NEGATIVE_INFINITY;
   private inlinePrepared = false;
-  /** Commits on the event loop in a row that were slower than inlineMaxMs. */
+  /** Commits on the event loop in a row (none in the thread between them) slower than inlineMaxMs. */
   private inlineSlow = 0;
   /** When the last commit ended (performance.now()): the writer has been idle since. */
   private lastCommitted = Number.NEGATIVE_INFINITY;
@@ -197,19 +199,23 @@ export class DecisionWriter {
           // Another connection holds the write lock: the thread waits for it, the event loop does not.
           if (!isSqliteBusy(err)) throw err;
         }
-        // The first one opens its connection and prepares its statements: its time says nothing
-        // about the disk.
-        const slow = this.inlinePrepared && performance.now() - started > this.inlineMaxMs;
-        this.inlineSlow = slow ? this.inlineSlow + 1 : 0;
-        if (this.inlineSlow >= 2) {
-          this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
-          this.inlineSlow = 0;
+        if (receipts) {
+          // The first one opens its connection and prepares its statements: its time says nothing
+          // about the disk.
+          const slow = this.inlinePrepared && performance.now() - started > this.inlineMaxMs;
+          this.inlineSlow = slow ? this.inlineSlow + 1 : 0;
+          if (this.inlineSlow >= 2) {
+            this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
+            this.inlineSlow = 0;
+          }
+          this.inlinePrepared = true;
         }
-        this.inlinePrepared = true;
         // Started now, so the first burst does not wait for the thread to start.
         this.batches.warm?.();
       }
       const on = receipts || !this.inline ? 'event_loop' : 'thread';
+      // "In a row" means with no batch committed in the thread in between.
+      if (!receipts) this.inlineSlow = 0;
       receipts ??= await this.batches.commit(groups);
       this.options.metrics?.commitBatch(batch.length, (performance.now() - started) / 1000, on);
       return batch.map((p) => receipts.get(p.receiptId)!);
