@@ -103,15 +103,17 @@ export interface BatchStore {
   commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>>;
   /** Starts what the first commit would start (a thread), so that commit does not wait for it. */
   warm?(): void;
+  /**
+   * Moves the WAL's committed frames into the database file without waiting for other connections
+   * (PASSIVE), off the event loop, for commits made on a connection that does not do it itself.
+   */
+  checkpoint?(): Promise<void>;
   /** Releases what the store holds (a thread, a connection); called once nothing is in flight. */
   close?(): Promise<void>;
 }
 
-/** A batch sent to the writer thread. */
-export interface ThreadRequest {
-  id: number;
-  batches: readonly OrgBatch[];
-}
+/** A batch sent to the writer thread, or a request to checkpoint the WAL (answered with no receipts). */
+export type ThreadRequest = { id: number; batches: readonly OrgBatch[] } | { id: number; checkpoint: true };
 
 /** The writer thread's answer: the committed receipts, or why the batch failed (nothing committed). */
 export type ThreadReply =

@@ -135,7 +135,8 @@ export class SqliteBatchStore implements BatchStore {
 /**
  * Batch commits on the calling thread through a connection of their own that never waits for
  * another connection's write lock: while one is held, the commit fails at once (SQLITE_BUSY,
- * nothing written) instead of blocking the thread for up to the busy timeout. Opened on first use.
+ * nothing written) instead of blocking the thread for up to the busy timeout. It never checkpoints
+ * the WAL either; its owner has that done elsewhere (BatchStore.checkpoint). Opened on first use.
  */
 export class NoWaitSqliteBatchStore implements BatchStore {
   private db: SQLite.Database | null = null;
@@ -148,6 +149,8 @@ export class NoWaitSqliteBatchStore implements BatchStore {
       // No wait from the first statement on: opening while another connection writes fails at once too.
       const db = openSqliteHandle(this.path, 0);
       try {
+        // A checkpoint takes as long as several commits: the caller has another connection do it.
+        db.pragma('wal_autocheckpoint = 0');
         this.run = createSqliteCommit(db);
       } catch (err) {
         // Opened again at the next commit.

@@ -3,7 +3,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import type { BatchStore, OrgBatch, Receipt, ThreadReply } from './model.js';
+import type { BatchStore, OrgBatch, Receipt, ThreadReply, ThreadRequest } from './model.js';
 
 interface InFlight {
   resolve: (r: Map<string, Receipt>) => void;
@@ -72,14 +72,23 @@ export class ThreadBatchStore implements BatchStore {
   }
 
   commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
+    return this.send((id) => ({ id, batches }));
+  }
+
+  /** The thread runs a PASSIVE checkpoint of the WAL on its connection. */
+  async checkpoint(): Promise<void> {
+    await this.send((id) => ({ id, checkpoint: true }));
+  }
+
+  private send(request: (id: number) => ThreadRequest): Promise<Map<string, Receipt>> {
     this.worker ??= this.start();
     const id = this.nextId++;
     const worker = this.worker;
-    // Keeps the process alive only while a batch is in flight.
+    // Keeps the process alive only while a request is in flight.
     if (this.inFlight.size === 0) worker.ref();
     return new Promise<Map<string, Receipt>>((resolve, reject) => {
       this.inFlight.set(id, { resolve, reject });
-      worker.postMessage({ id, batches });
+      worker.postMessage(request(id));
     }).finally(() => {
       if (this.inFlight.size === 0 && this.worker === worker) worker.unref();
     });

@@ -20,8 +20,13 @@ port.on('message', (msg: ThreadRequest | 'close') => {
   }
   let reply: ThreadReply;
   try {
-    commit ??= createSqliteCommit(db);
-    reply = { id: msg.id, receipts: [...commit(msg.batches).values()] };
+    if ('checkpoint' in msg) {
+      db.pragma('wal_checkpoint(PASSIVE)');
+      reply = { id: msg.id, receipts: [] };
+    } else {
+      commit ??= createSqliteCommit(db);
+      reply = { id: msg.id, receipts: [...commit(msg.batches).values()] };
+    }
   } catch (err) {
     const e = err instanceof Error ? err : new Error(String(err));
     reply = { id: msg.id, error: { name: e.name, message: e.message } };

@@ -1,10 +1,12 @@
+import { statSync } from 'node:fs';
 import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
 import { createTenant, TEST_PG_URL } from '../../test/helpers.js';
 import { openSqliteHandle, openStore, type Store } from '../storage/db.js';
 import type { WriteItem } from './model.js';
 import { argumentHash } from './receipt.js';
+import { ThreadBatchStore } from './store-thread.js';
 import { DecisionWriter } from './writer.js';
 
 // No checkpoint timer: its pass writes on the app's own connection, which waits (on the event loop,
@@ -200,12 +202,12 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
     expect((await verifyReceipts(await chainOf(orgId))).ok).toBe(true);
   });
 
-  it('sends batches to the thread for a while after two slow commits in a row on the event loop', async () => {
+  it('sends batches to the thread for a while once commits on the event loop are slow on average', async () => {
     const { orgId } = await createTenant(t);
     const { on, metrics } = recorder();
     // Every commit is slower than 0 ms. The first opens its connection and prepares its statements,
-    // so its time is not held against the disk; the second is one slow commit, which alone does not
-    // pause; the third makes two in a row and pauses the event loop path for the default 10 s.
+    // so its time is not held against the disk; the second lifts the moving average above 0 ms and
+    // pauses the event loop path for the default 10 s.
     const writer = new DecisionWriter(t.store, { thread: true, metrics, inlineMaxMs: 0 });
     try {
       for (let i = 0; i < 4; i++) {
@@ -215,7 +217,65 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
     } finally {
       await writer.close();
     }
-    expect(on).toEqual(['event_loop', 'event_loop', 'event_loop', 'thread']);
+    expect(on).toEqual(['event_loop', 'event_loop', 'thread', 'thread']);
+  });
+
+  it('resumes commits on the event loop when the pause ends', async () => {
+    const { orgId } = await createTenant(t);
+    const { on, metrics } = recorder();
+    const writer = new DecisionWriter(t.store, { thread: true, metrics, inlineMaxMs: 0, inlinePauseMs: 300 });
+    try {
+      for (let i = 0; i < 3; i++) {
+        await writer.write(item(orgId, i));
+        await sleep(5);
+      }
+      await sleep(350);
+      await writer.write(item(orgId, 3));
+    } finally {
+      await writer.close();
+    }
+    // Paused after the second; the third waited in the thread; the fourth came after the pause.
+    expect(on).toEqual(['event_loop', 'event_loop', 'thread', 'event_loop']);
+  });
+
+  it('has the thread checkpoint the WAL for the commits made on the event loop', async () => {
+    const { orgId } = await createTenant(t);
+    const { on, metrics } = recorder();
+    const checkpoints: Promise<void>[] = [];
+    const real = ThreadBatchStore.prototype.checkpoint;
+    const spy = vi.spyOn(ThreadBatchStore.prototype, 'checkpoint').mockImplementation(function (
+      this: ThreadBatchStore,
+    ) {
+      const done = real.call(this);
+      checkpoints.push(done);
+      return done;
+    });
+    const path = t.store.sqlitePath!;
+    // Whatever the app's connection wrote so far is in the database file, not in the WAL.
+    const direct = openSqliteHandle(path);
+    direct.pragma('wal_checkpoint(TRUNCATE)');
+    direct.close();
+    const before = statSync(path).size;
+    const writer = new DecisionWriter(t.store, {
+      thread: true,
+      metrics,
+      inlineMaxMs: Infinity,
+      inlineCheckpointEvery: 20,
+    });
+    try {
+      for (let i = 0; i < 45; i++) {
+        await writer.write(item(orgId, i));
+        await sleep(2);
+      }
+      await Promise.all(checkpoints);
+    } finally {
+      await writer.close();
+      spy.mockRestore();
+    }
+    expect(on.every((w) => w === 'event_loop')).toBe(true);
+    expect(checkpoints).toHaveLength(2);
+    // The event loop's connection never checkpoints: only the thread's moved these pages.
+    expect(statSync(path).size).toBeGreaterThan(before);
   });
 
   it('never forks the chain when one process commits lone items on its event loop and another bursts', async () => {

@@ -8,6 +8,9 @@ import { PostgresBatchStore } from './store-postgres.js';
 import { NoWaitSqliteBatchStore, SqliteBatchStore } from './store-sqlite.js';
 import { ThreadBatchStore } from './store-thread.js';
 
+/** The weight of the newest commit in the moving average of event-loop commit times. */
+const INLINE_WEIGHT = 0.2;
+
 interface Pending {
   item: WriteItem;
   /** Items written together by writeAll share this: one transaction, all or nothing. */
@@ -28,18 +31,18 @@ export interface DecisionWriterOptions {
   /**
    * With the thread: a batch of one item that is the first or follows another batch of one, and
    * arrives after the writer has been idle this long (default 1 ms), is committed on the event loop
-   * instead. At such
-   * low rates blocking the loop for one commit costs less than the two thread hand-offs it saves;
-   * under load batches hold more items and go to the thread. Such a commit runs on a connection of
-   * its own that never waits for another connection's write lock (the batch goes to the thread
-   * instead). Two such commits in a row that each take longer than `inlineMaxMs` (default 5 ms: a
-   * slow disk), with none in the thread between them, send every batch to the thread for the next
-   * `inlinePauseMs` (default 10 s); one slow commit alone (a WAL checkpoint, the file growing) does
-   * not.
+   * instead. At such low rates blocking the loop for one commit costs less than the two thread
+   * hand-offs it saves; under load batches hold more items and go to the thread. Such a commit runs
+   * on a connection of its own that never waits for another connection's write lock (the batch goes
+   * to the thread instead) and never checkpoints the WAL (every `inlineCheckpointEvery` such
+   * commits, default 100, the thread does). When the moving average of their times (each new one
+   * weighs 1/5) exceeds `inlineMaxMs` (default 5 ms: a slow disk), every batch goes to the thread
+   * for the next `inlinePauseMs` (default 10 s); a few slow commits among fast ones do not get there.
    */
   inlineAfterIdleMs?: number;
   inlineMaxMs?: number;
   inlinePauseMs?: number;
+  inlineCheckpointEvery?: number;
   log?: FastifyBaseLogger;
   metrics?: Pick<Metrics, 'commitBatch'>;
 }
@@ -65,11 +68,14 @@ export class DecisionWriter {
   private readonly inlineAfterIdleMs: number;
   private readonly inlineMaxMs: number;
   private readonly inlinePauseMs: number;
-  /** No commit on the event loop before this time (performance.now()): the last two were slow. */
+  /** No commit on the event loop before this time (performance.now()): they have been slow. */
   private inlinePausedUntil = Number.NEGATIVE_INFINITY;
   private inlinePrepared = false;
-  /** Commits on the event loop in a row (none in the thread between them) slower than inlineMaxMs. */
-  private inlineSlow = 0;
+  /** Moving average of the commits on the event loop, in ms (each new one weighs INLINE_WEIGHT). */
+  private inlineAverageMs = 0;
+  private readonly inlineCheckpointEvery: number;
+  /** Commits on the event loop since the thread last checkpointed the WAL for them. */
+  private inlineSinceCheckpoint = 0;
   /** When the last commit ended (performance.now()): the writer has been idle since. */
   private lastCommitted = Number.NEGATIVE_INFINITY;
   /** Items in the previous batch (1 before the first: an idle writer). */
@@ -83,6 +89,7 @@ export class DecisionWriter {
     this.inlineAfterIdleMs = options.inlineAfterIdleMs ?? 1;
     this.inlineMaxMs = options.inlineMaxMs ?? 5;
     this.inlinePauseMs = options.inlinePauseMs ?? 10_000;
+    this.inlineCheckpointEvery = options.inlineCheckpointEvery ?? 100;
     if (!store.sqlite) this.batches = new PostgresBatchStore(store);
     else if (store.sqlitePath && options.thread === true) {
       this.batches = new ThreadBatchStore(store.sqlitePath);
@@ -199,23 +206,30 @@ export class DecisionWriter {
           // Another connection holds the write lock: the thread waits for it, the event loop does not.
           if (!isSqliteBusy(err)) throw err;
         }
-        if (receipts) {
-          // The first one opens its connection and prepares its statements: its time says nothing
-          // about the disk.
-          const slow = this.inlinePrepared && performance.now() - started > this.inlineMaxMs;
-          this.inlineSlow = slow ? this.inlineSlow + 1 : 0;
-          if (this.inlineSlow >= 2) {
+        // The first one opens its connection and prepares its statements: its time says nothing
+        // about the disk.
+        if (receipts && this.inlinePrepared) {
+          const took = performance.now() - started;
+          this.inlineAverageMs += (took - this.inlineAverageMs) * INLINE_WEIGHT;
+          // The average stays: after the pause, one more slow commit resumes it.
+          if (this.inlineAverageMs > this.inlineMaxMs)
             this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
-            this.inlineSlow = 0;
-          }
+        }
+        if (receipts) {
           this.inlinePrepared = true;
+          // That connection leaves the WAL to grow: the thread moves it into the database file,
+          // off the event loop, without waiting for anyone (PASSIVE).
+          if (++this.inlineSinceCheckpoint >= this.inlineCheckpointEvery) {
+            this.inlineSinceCheckpoint = 0;
+            this.batches
+              .checkpoint?.()
+              .catch((err) => this.options.log?.warn({ err }, 'WAL checkpoint failed'));
+          }
         }
         // Started now, so the first burst does not wait for the thread to start.
         this.batches.warm?.();
       }
       const on = receipts || !this.inline ? 'event_loop' : 'thread';
-      // "In a row" means with no batch committed in the thread in between.
-      if (!receipts) this.inlineSlow = 0;
       receipts ??= await this.batches.commit(groups);
       this.options.metrics?.commitBatch(batch.length, (performance.now() - started) / 1000, on);
       return batch.map((p) => receipts.get(p.receiptId)!);
