@@ -211,7 +211,7 @@ export class DecisionWriter {
         if (receipts && this.inlinePrepared) {
           const took = performance.now() - started;
           this.inlineAverageMs += (took - this.inlineAverageMs) * INLINE_WEIGHT;
-          // The average stays: after the pause, one more slow commit resumes it.
+          // The average is kept: after the pause, one more slow commit starts the next one.
           if (this.inlineAverageMs > this.inlineMaxMs)
             this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
         }
