@@ -70,12 +70,11 @@ export class DecisionWriter {
   private readonly inlinePauseMs: number;
   /** No commit on the event loop before this time (performance.now()): they have been slow. */
   private inlinePausedUntil = Number.NEGATIVE_INFINITY;
-  private inlinePrepared = false;
+  /** Commits made on the event loop so far. */
+  private inlineCommits = 0;
   /** Moving average of the commits on the event loop, in ms (each new one weighs INLINE_WEIGHT). */
   private inlineAverageMs = 0;
   private readonly inlineCheckpointEvery: number;
-  /** Commits on the event loop since the thread last checkpointed the WAL for them. */
-  private inlineSinceCheckpoint = 0;
   /** When the last commit ended (performance.now()): the writer has been idle since. */
   private lastCommitted = Number.NEGATIVE_INFINITY;
   /** Items in the previous batch (1 before the first: an idle writer). */
@@ -206,21 +205,19 @@ export class DecisionWriter {
           // Another connection holds the write lock: the thread waits for it, the event loop does not.
           if (!isSqliteBusy(err)) throw err;
         }
-        // The first one opens its connection and prepares its statements: its time says nothing
-        // about the disk.
-        if (receipts && this.inlinePrepared) {
-          const took = performance.now() - started;
-          this.inlineAverageMs += (took - this.inlineAverageMs) * INLINE_WEIGHT;
-          // The average is kept: after the pause, one more slow commit starts the next one.
-          if (this.inlineAverageMs > this.inlineMaxMs)
-            this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
-        }
         if (receipts) {
-          this.inlinePrepared = true;
+          // The first one opens its connection and prepares its statements: its time says nothing
+          // about the disk.
+          if (this.inlineCommits > 0) {
+            const took = performance.now() - started;
+            this.inlineAverageMs += (took - this.inlineAverageMs) * INLINE_WEIGHT;
+            // The average is kept: after the pause, one more slow commit starts the next one.
+            if (this.inlineAverageMs > this.inlineMaxMs)
+              this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
+          }
           // That connection leaves the WAL to grow: the thread moves it into the database file,
           // off the event loop, without waiting for anyone (PASSIVE).
-          if (++this.inlineSinceCheckpoint >= this.inlineCheckpointEvery) {
-            this.inlineSinceCheckpoint = 0;
+          if (++this.inlineCommits % this.inlineCheckpointEvery === 0) {
             this.batches
               .checkpoint?.()
               .catch((err) => this.options.log?.warn({ err }, 'WAL checkpoint failed'));
