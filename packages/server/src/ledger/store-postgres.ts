@@ -1,41 +1,65 @@
 import { CompiledQuery, type Insertable, type Transaction } from 'kysely';
 import type { Store } from '../storage/db.js';
 import type { Database, DecisionsTable, SessionCountersTable } from '../storage/schema.js';
-import type { BatchRows, BatchStore, ChainHead, OrgBatch, Receipt } from './model.js';
+import type { BatchStore, ChainHead, OrgBatch, Receipt } from './model.js';
 import { appendReceipts, emptyChainHead } from './receipt.js';
 import { rowsFor } from './rows.js';
 
+/** Organizations whose chain head a PostgresBatchStore remembers (the most recently committed). */
+const REMEMBERED_HEADS = 1024;
+
 /**
- * Batch commits on PostgreSQL through Kysely. Each organization's chain head is read under a row lock
- * (SELECT ... FOR UPDATE) once per batch; heads are locked in organization order, so two processes
- * can never deadlock on each other's heads. An organization's rows and head go in with one statement.
+ * Batch commits on PostgreSQL through Kysely. A batch of one organization whose chain head this
+ * store wrote last goes in with one statement and no transaction around it: its receipts extend the
+ * remembered head, and the statement writes the rows and moves the head only if the head in the
+ * database is still that one (same sequence and last hash; PostgreSQL re-checks that condition on
+ * the newest row version if another process moved it meanwhile). Otherwise, and for a batch of
+ * several organizations, the heads are read under a row lock (SELECT ... FOR UPDATE) in one
+ * transaction, once per batch and in organization order, so two processes can never deadlock on
+ * each other's heads or fork a chain. Either way an organization's rows and head go in with one
+ * statement.
  */
 export class PostgresBatchStore implements BatchStore {
+  /** The head each organization's chain had after this store's last commit to it, in use order. */
+  private readonly heads = new Map<string, ChainHead>();
+
   constructor(private readonly store: Store) {}
 
   async commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
+    const only = batches.length === 1 ? batches[0]! : undefined;
+    const known = only && this.heads.get(only.organizationId);
+    if (only && known) {
+      this.heads.delete(only.organizationId);
+      const { out, sql, next } = prepare(only, known);
+      // A failed statement leaves the head unknown: the next batch reads it under the lock.
+      const { rows } = await this.store.db.executeQuery<{ moved: boolean }>(sql);
+      if (rows[0]?.moved) {
+        this.remember(only.organizationId, next);
+        return out;
+      }
+      // Another process extended the chain since: nothing was written.
+    }
     const out = new Map<string, Receipt>();
+    const nexts: [string, ChainHead][] = [];
     await this.store.db.transaction().execute(async (trx) => {
       for (const batch of batches) {
         const head = await this.lockHead(trx, batch.organizationId);
-        const {
-          receipts,
-          head: next,
-          payloads,
-        } = appendReceipts(
-          head,
-          batch.items.map(({ item, receiptId }) => ({ ...item.receipt, receipt_id: receiptId })),
-        );
-        for (const r of receipts) out.set(r.receipt_id, r);
-        const rows = rowsFor(
-          batch.items.map((i) => i.item),
-          receipts,
-          payloads,
-        );
-        await this.writeRows(trx, batch.organizationId, rows, next);
+        const prepared = prepare(batch, head);
+        const { rows } = await trx.executeQuery<{ moved: boolean }>(prepared.sql);
+        // The head is locked by this transaction, so it is the one the receipts extend.
+        if (!rows[0]?.moved) throw new Error(`chain head of organization ${batch.organizationId} moved`);
+        for (const [id, r] of prepared.out) out.set(id, r);
+        nexts.push([batch.organizationId, prepared.next]);
       }
     });
+    for (const [org, next] of nexts) this.remember(org, next);
     return out;
+  }
+
+  private remember(org: string, head: ChainHead): void {
+    this.heads.delete(org);
+    this.heads.set(org, head);
+    if (this.heads.size > REMEMBERED_HEADS) this.heads.delete(this.heads.keys().next().value!);
   }
 
   private async lockHead(trx: Transaction<Database>, org: string): Promise<ChainHead> {
@@ -62,27 +86,42 @@ export class PostgresBatchStore implements BatchStore {
     if (!row) throw new Error(`chain head of organization ${org} could not be created`);
     return { sequence: Number(row.sequence), lastHash: row.last_hash, frontier: JSON.parse(row.frontier) };
   }
+}
 
-  /**
-   * All of one organization's rows and its new chain head in one statement: column arrays unnested
-   * into each table (data-modifying CTEs), so the statement text and its parameter count are the
-   * same for any batch size. One round trip instead of one per table and per session counter, and
-   * PostgreSQL parses and plans a 38-parameter statement instead of a 20-column multi-row VALUES.
-   */
-  private async writeRows(
-    trx: Transaction<Database>,
-    organizationId: string,
-    rows: BatchRows,
-    head: ChainHead,
-  ): Promise<void> {
-    const params: unknown[] = [];
-    for (const c of DECISION_COLUMNS) params.push(rows.decisions.map((d) => d[c.name] ?? null));
-    for (const c of RECEIPT_COLUMNS) params.push(rows.receipts.map((r) => r[c.name] ?? null));
-    for (const c of SESSION_COLUMNS) params.push(rows.sessions.map((r) => r[c.name] ?? null));
-    params.push(head.sequence, head.lastHash, JSON.stringify(head.frontier), new Date().toISOString());
-    params.push(organizationId);
-    await trx.executeQuery(CompiledQuery.raw(WRITE_BATCH_SQL, params));
-  }
+/**
+ * One organization's receipts extending `head`, and the statement that writes all of its rows and
+ * moves its head from `head` to `next`, if the head is still `head` (column `moved`): column arrays
+ * unnested into each table (data-modifying CTEs that insert only once the head moved), so the
+ * statement text and its parameter count are the same for any batch size. One round trip instead
+ * of one per table and per session counter, and PostgreSQL parses and plans a 40-parameter
+ * statement instead of a 20-column multi-row VALUES.
+ */
+function prepare(
+  batch: OrgBatch,
+  head: ChainHead,
+): { out: Map<string, Receipt>; sql: CompiledQuery; next: ChainHead } {
+  const {
+    receipts,
+    head: next,
+    payloads,
+  } = appendReceipts(
+    head,
+    batch.items.map(({ item, receiptId }) => ({ ...item.receipt, receipt_id: receiptId })),
+  );
+  const rows = rowsFor(
+    batch.items.map((i) => i.item),
+    receipts,
+    payloads,
+  );
+  const params: unknown[] = [];
+  for (const c of DECISION_COLUMNS) params.push(rows.decisions.map((d) => d[c.name] ?? null));
+  for (const c of RECEIPT_COLUMNS) params.push(rows.receipts.map((r) => r[c.name] ?? null));
+  for (const c of SESSION_COLUMNS) params.push(rows.sessions.map((r) => r[c.name] ?? null));
+  params.push(next.sequence, next.lastHash, JSON.stringify(next.frontier), new Date().toISOString());
+  params.push(batch.organizationId, head.sequence, head.lastHash);
+  const out = new Map<string, Receipt>();
+  for (const r of receipts) out.set(r.receipt_id, r);
+  return { out, sql: CompiledQuery.raw(WRITE_BATCH_SQL, params), next };
 }
 
 interface Column<T> {
@@ -138,19 +177,24 @@ function unnestInsert(
   firstParam: number,
 ): string {
   const arrays = columns.map((c, i) => `$${firstParam + i}::${c.type}[]`).join(', ');
-  return `INSERT INTO ${table} (${columns.map((c) => c.name).join(', ')}) SELECT * FROM unnest(${arrays})`;
+  return `INSERT INTO ${table} (${columns.map((c) => c.name).join(', ')})
+    SELECT * FROM unnest(${arrays}) WHERE EXISTS (SELECT 1 FROM h)`;
 }
 
 const S = DECISION_COLUMNS.length + RECEIPT_COLUMNS.length + 1;
 const H = S + SESSION_COLUMNS.length;
-// Session counters: every counted call adds one, so `calls` orders the writes. With several
-// instances two commits can land out of order, and the older one must not overwrite the newer.
-// rowsFor keeps one row per counter, so no row is affected twice by the statement.
-const WRITE_BATCH_SQL = `WITH d AS (${unnestInsert('decisions', DECISION_COLUMNS, 1)}),
+// The head moves first (h), and only if it is where the receipts start; every insert reads h, so
+// none happens without it. Session counters: every counted call adds one, so `calls` orders the
+// writes. With several instances two commits can land out of order, and the older one must not
+// overwrite the newer. rowsFor keeps one row per counter, so no row is affected twice.
+const WRITE_BATCH_SQL = `WITH h AS (
+    UPDATE chain_heads SET sequence = $${H}, last_hash = $${H + 1}, frontier = $${H + 2}, updated_at = $${H + 3}
+    WHERE organization_id = $${H + 4} AND sequence = $${H + 5} AND last_hash = $${H + 6}
+    RETURNING 1),
+  d AS (${unnestInsert('decisions', DECISION_COLUMNS, 1)}),
   r AS (${unnestInsert('receipts', RECEIPT_COLUMNS, DECISION_COLUMNS.length + 1)}),
   s AS (${unnestInsert('session_counters', SESSION_COLUMNS, S)}
     ON CONFLICT (organization_id, session_id, tool_name) DO UPDATE SET
       calls = excluded.calls, cumulative = excluded.cumulative, updated_at = excluded.updated_at
     WHERE session_counters.calls <= excluded.calls)
-UPDATE chain_heads SET sequence = $${H}, last_hash = $${H + 1}, frontier = $${H + 2}, updated_at = $${H + 3}
-WHERE organization_id = $${H + 4}`;
+SELECT EXISTS (SELECT 1 FROM h) AS moved`;

@@ -3,9 +3,11 @@ import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
 import { createTenant, TEST_PG_URL } from '../../test/helpers.js';
+import { uuidv7 } from '../lib/ids.js';
 import { openSqliteHandle, openStore, type Store } from '../storage/db.js';
-import type { WriteItem } from './model.js';
+import type { OrgBatch, WriteItem } from './model.js';
 import { argumentHash } from './receipt.js';
+import { PostgresBatchStore } from './store-postgres.js';
 import { ThreadBatchStore } from './store-thread.js';
 import { DecisionWriter } from './writer.js';
 
@@ -120,6 +122,44 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
     const writer = new DecisionWriter(t.store, { thread });
     await writer.close();
     await expect(writer.write(item('x', 1))).rejects.toThrow(/closed/);
+  });
+});
+
+describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
+  const batchOf = (org: string, n: number): OrgBatch[] => [
+    { organizationId: org, items: [{ item: item(org, n), receiptId: uuidv7() }] },
+  ];
+
+  it('extends the head it wrote last with one statement, and takes the lock once another process moved it', async () => {
+    const { orgId } = await createTenant(t);
+    const second: Store = openStore(t.database.url);
+    const mine = new PostgresBatchStore(t.store);
+    const theirs = new PostgresBatchStore(second);
+    const transactions = vi.spyOn(t.store.db, 'transaction');
+    const sequences: number[] = [];
+    const commit = async (store: PostgresBatchStore, n: number) => {
+      for (const r of (await store.commit(batchOf(orgId, n))).values()) sequences.push(r.sequence);
+    };
+    try {
+      await commit(mine, 1); // the head is not known yet: read under the lock
+      expect(transactions).toHaveBeenCalledTimes(1);
+      await commit(mine, 2); // the head it wrote: one statement, no transaction
+      await commit(mine, 3);
+      expect(transactions).toHaveBeenCalledTimes(1);
+      await commit(theirs, 4); // another process moves the head
+      await commit(mine, 5); // its statement finds the head moved, writes nothing, and the lock path runs
+      expect(transactions).toHaveBeenCalledTimes(2);
+      await commit(theirs, 6);
+    } finally {
+      transactions.mockRestore();
+      await second.close();
+    }
+    expect(sequences).toEqual([0, 1, 2, 3, 4, 5]);
+    const chain = await chainOf(orgId);
+    expect(chain.map((p) => JSON.parse(p).tool_name)).toEqual([1, 2, 3, 4, 5, 6].map((n) => `tool-${n}`));
+    const report = await verifyReceipts(chain);
+    expect(report.errors).toEqual([]);
+    expect(report.ok).toBe(true);
   });
 });
 
