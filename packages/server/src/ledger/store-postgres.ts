@@ -8,16 +8,20 @@ import { rowsFor } from './rows.js';
 /** Organizations whose chain head a PostgresBatchStore remembers (the most recently committed). */
 const REMEMBERED_HEADS = 1024;
 
+/** A remembered chain head is no longer the one in the database: another process extended it. */
+class HeadMoved extends Error {}
+
 /**
- * Batch commits on PostgreSQL through Kysely. A batch of one organization whose chain head this
- * store wrote last goes in with one statement and no transaction around it: its receipts extend the
- * remembered head, and the statement writes the rows and moves the head only if the head in the
- * database is still that one (same sequence and last hash; PostgreSQL re-checks that condition on
- * the newest row version if another process moved it meanwhile). Otherwise, and for a batch of
- * several organizations, the heads are read under a row lock (SELECT ... FOR UPDATE) in one
- * transaction, once per batch and in organization order, so two processes can never deadlock on
- * each other's heads or fork a chain. Either way an organization's rows and head go in with one
- * statement.
+ * Batch commits on PostgreSQL through Kysely. Each organization's rows and head go in with one
+ * statement that moves the head only if it is still the one the batch's receipts extend (same
+ * sequence and last hash; PostgreSQL re-checks that condition on the newest row version if another
+ * process moved it meanwhile), and inserts the rows only if it moved. The store remembers the head
+ * it wrote last for each organization: a batch of one such organization is that statement alone,
+ * without a transaction; a batch of several runs their statements in one transaction, reading
+ * under a row lock (SELECT ... FOR UPDATE) only the heads it does not remember. Heads are locked in
+ * organization order, so two processes can never deadlock on each other's heads, and a chain never
+ * forks. If a remembered head moved, nothing of the batch is written and it runs again with every
+ * head read under the lock.
  */
 export class PostgresBatchStore implements BatchStore {
   /** The head each organization's chain had after this store's last commit to it, in use order. */
@@ -29,27 +33,41 @@ export class PostgresBatchStore implements BatchStore {
     const only = batches.length === 1 ? batches[0]! : undefined;
     const known = only && this.heads.get(only.organizationId);
     if (only && known) {
-      this.heads.delete(only.organizationId);
       const { out, sql, next } = prepare(only, known);
-      // A failed statement leaves the head unknown: the next batch reads it under the lock.
       const { rows } = await this.store.db.executeQuery<{ moved: boolean }>(sql);
       if (rows[0]?.moved) {
         this.remember(only.organizationId, next);
         return out;
       }
-      // Another process extended the chain since: nothing was written.
+      // Nothing was written.
+      this.heads.delete(only.organizationId);
     }
+    try {
+      return await this.inTransaction(batches);
+    } catch (err) {
+      if (!(err instanceof HeadMoved)) throw err;
+      // Rolled back; the head that moved is forgotten, so this time it is read under the lock.
+      return this.inTransaction(batches);
+    }
+  }
+
+  private async inTransaction(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
     const out = new Map<string, Receipt>();
     const nexts: [string, ChainHead][] = [];
     await this.store.db.transaction().execute(async (trx) => {
       for (const batch of batches) {
-        const head = await this.lockHead(trx, batch.organizationId);
-        const prepared = prepare(batch, head);
+        const org = batch.organizationId;
+        const known = this.heads.get(org);
+        const prepared = prepare(batch, known ?? (await this.lockHead(trx, org)));
         const { rows } = await trx.executeQuery<{ moved: boolean }>(prepared.sql);
-        // The head is locked by this transaction, so it is the one the receipts extend.
-        if (!rows[0]?.moved) throw new Error(`chain head of organization ${batch.organizationId} moved`);
+        if (!rows[0]?.moved) {
+          // A head locked by this transaction cannot have moved.
+          if (!known) throw new Error(`chain head of organization ${org} moved under its lock`);
+          this.heads.delete(org);
+          throw new HeadMoved();
+        }
         for (const [id, r] of prepared.out) out.set(id, r);
-        nexts.push([batch.organizationId, prepared.next]);
+        nexts.push([org, prepared.next]);
       }
     });
     for (const [org, next] of nexts) this.remember(org, next);

@@ -126,9 +126,21 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
 });
 
 describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
-  const batchOf = (org: string, n: number): OrgBatch[] => [
-    { organizationId: org, items: [{ item: item(org, n), receiptId: uuidv7() }] },
-  ];
+  /** One organization's part of a batch: items named `tool-<n>`. */
+  const part = (org: string, ...ns: number[]): OrgBatch => ({
+    organizationId: org,
+    items: ns.map((n) => ({ item: item(org, n), receiptId: uuidv7() })),
+  });
+  // In organization order, as the writer sends them.
+  const batch = (...parts: OrgBatch[]) =>
+    [...parts].sort((a, b) => (a.organizationId < b.organizationId ? -1 : 1));
+  const names = async (org: string) => {
+    const chain = await chainOf(org);
+    const report = await verifyReceipts(chain);
+    expect(report.errors).toEqual([]);
+    expect(report.ok).toBe(true);
+    return chain.map((p) => JSON.parse(p).tool_name);
+  };
 
   it('extends the head it wrote last with one statement, and takes the lock once another process moved it', async () => {
     const { orgId } = await createTenant(t);
@@ -138,7 +150,7 @@ describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
     const transactions = vi.spyOn(t.store.db, 'transaction');
     const sequences: number[] = [];
     const commit = async (store: PostgresBatchStore, n: number) => {
-      for (const r of (await store.commit(batchOf(orgId, n))).values()) sequences.push(r.sequence);
+      for (const r of (await store.commit([part(orgId, n)])).values()) sequences.push(r.sequence);
     };
     try {
       await commit(mine, 1); // the head is not known yet: read under the lock
@@ -155,11 +167,42 @@ describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
       await second.close();
     }
     expect(sequences).toEqual([0, 1, 2, 3, 4, 5]);
-    const chain = await chainOf(orgId);
-    expect(chain.map((p) => JSON.parse(p).tool_name)).toEqual([1, 2, 3, 4, 5, 6].map((n) => `tool-${n}`));
-    const report = await verifyReceipts(chain);
-    expect(report.errors).toEqual([]);
-    expect(report.ok).toBe(true);
+    expect(await names(orgId)).toEqual([1, 2, 3, 4, 5, 6].map((n) => `tool-${n}`));
+  });
+
+  it('locks only the heads it does not remember in a batch of several organizations, and all of them once one moved', async () => {
+    const a = (await createTenant(t)).orgId;
+    const b = (await createTenant(t)).orgId;
+    const second: Store = openStore(t.database.url);
+    const mine = new PostgresBatchStore(t.store);
+    const theirs = new PostgresBatchStore(second);
+    const locks = vi.spyOn(
+      PostgresBatchStore.prototype as unknown as { lockHead: () => unknown },
+      'lockHead',
+    );
+    try {
+      await mine.commit(batch(part(a, 1)));
+      await mine.commit(batch(part(b, 1)));
+      expect(locks).toHaveBeenCalledTimes(2);
+      await mine.commit(batch(part(a, 2), part(b, 2))); // both remembered
+      expect(locks).toHaveBeenCalledTimes(2);
+      await theirs.commit(batch(part(b, 3))); // another process moves b's head (and locks it)
+      expect(locks).toHaveBeenCalledTimes(3);
+      // b's statement finds its head moved: the transaction rolls back, a's part included, and runs
+      // again with b's head read under the lock.
+      const receipts = await mine.commit(batch(part(a, 4, 5), part(b, 4)));
+      expect(locks).toHaveBeenCalledTimes(4);
+      expect([...receipts.values()].map((r) => [r.tool_name, r.sequence]).sort()).toEqual([
+        ['tool-4', 2],
+        ['tool-4', 3],
+        ['tool-5', 3],
+      ]);
+    } finally {
+      locks.mockRestore();
+      await second.close();
+    }
+    expect(await names(a)).toEqual(['tool-1', 'tool-2', 'tool-4', 'tool-5']);
+    expect(await names(b)).toEqual(['tool-1', 'tool-2', 'tool-3', 'tool-4']);
   });
 });
 
