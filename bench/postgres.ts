@@ -1,8 +1,9 @@
 /**
  * POST /v1/tools/validate on PostgreSQL, against the baseline of the same run: one instance with 32
  * connections; then two organizations (16 connections each) served by one instance, and by two
- * instances on the same database, one organization each. Each organization's receipt chain has one
- * head, locked per commit, so instances add throughput across organizations, not within one.
+ * instances on the same database, one organization each; then one organization served by both
+ * instances, which take turns on its one receipt chain. Each organization's chain has one head,
+ * moved by one commit at a time, so instances add throughput across organizations, not within one.
  * BENCH_PG_URL selects the server (a fresh schema is created and dropped).
  */
 import { randomBytes } from 'node:crypto';
@@ -94,6 +95,15 @@ export async function runPostgresBench(opts: {
       const twoRps = two.rps;
       console.log(
         `two organizations, two instances        ${fmt(two.rps)} req/s  p99 ${two.p99} ms  = ${(two.rps / single.rps).toFixed(2)} x one instance`,
+      );
+      // One organization on both instances, as behind a load balancer: they take turns on one chain.
+      const [x, y] = await Promise.all([
+        load({ ...target(baseA, 16), durationS: opts.durationS }),
+        load({ ...target(baseB, 16), durationS: opts.durationS }),
+      ]);
+      answered += x.ok + y.ok;
+      console.log(
+        `one organization, two instances         ${fmt(x.rps + y.rps)} req/s  p99 ${Math.max(x.p99, y.p99)} ms`,
       );
       const listed = await api(baseA, '/v1/decisions?limit=1', { headers });
       const recorded = listed.pagination.total as number;

@@ -1,15 +1,21 @@
-import { CompiledQuery, type Insertable, type Transaction } from 'kysely';
+import { CompiledQuery, type Insertable, type Kysely, type Transaction } from 'kysely';
 import type { Store } from '../storage/db.js';
 import type { Database, DecisionsTable, SessionCountersTable } from '../storage/schema.js';
 import type { BatchStore, ChainHead, OrgBatch, Receipt } from './model.js';
 import { appendReceipts, emptyChainHead } from './receipt.js';
 import { rowsFor } from './rows.js';
 
-/** Organizations whose chain head a PostgresBatchStore remembers (the most recently committed). */
+/** Organizations whose chain head a PostgresBatchStore remembers (the most recently written). */
 const REMEMBERED_HEADS = 1024;
 
-/** A remembered chain head is no longer the one in the database: another process extended it. */
-class HeadMoved extends Error {}
+export interface PostgresBatchStoreOptions {
+  /**
+   * How long (ms, default 1,000) an organization's head is read under the lock again after another
+   * process turned out to have extended its chain: while two processes take turns on one chain, a
+   * remembered head would be stale at almost every batch, and each would cost a wasted statement.
+   */
+  contendedMs?: number;
+}
 
 /**
  * Batch commits on PostgreSQL through Kysely. Each organization's rows and head go in with one
@@ -18,73 +24,84 @@ class HeadMoved extends Error {}
  * process moved it meanwhile), and inserts the rows only if it moved. The store remembers the head
  * it wrote last for each organization: a batch of one such organization is that statement alone,
  * without a transaction; a batch of several runs their statements in one transaction, reading
- * under a row lock (SELECT ... FOR UPDATE) only the heads it does not remember. Heads are locked in
- * organization order, so two processes can never deadlock on each other's heads, and a chain never
- * forks. If a remembered head moved, nothing of the batch is written and it runs again with every
- * head read under the lock.
+ * under a row lock (SELECT ... FOR UPDATE) only the heads it does not remember. When a remembered
+ * head has moved, that statement writes nothing and the organization's part runs again on its head
+ * read under the lock (in the transaction, for a batch of one). Heads are locked in organization
+ * order, so two processes can never deadlock on each other's heads, and a chain never forks.
  */
 export class PostgresBatchStore implements BatchStore {
-  /** The head each organization's chain had after this store's last commit to it, in use order. */
+  /** The head each organization's chain had after this store's last write to it, oldest first. */
   private readonly heads = new Map<string, ChainHead>();
+  /** Organizations whose chain another process extended lately: until when to lock their head. */
+  private readonly contended = new Map<string, number>();
+  private readonly contendedMs: number;
 
-  constructor(private readonly store: Store) {}
+  constructor(
+    private readonly store: Store,
+    options: PostgresBatchStoreOptions = {},
+  ) {
+    this.contendedMs = options.contendedMs ?? 1000;
+  }
 
   async commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
     const only = batches.length === 1 ? batches[0]! : undefined;
     const known = only && this.heads.get(only.organizationId);
     if (only && known) {
-      const { out, sql, next } = prepare(only, known);
-      const { rows } = await this.store.db.executeQuery<{ moved: boolean }>(sql);
-      if (rows[0]?.moved) {
-        this.remember(only.organizationId, next);
-        return out;
+      const written = await writeOrg(this.store.db, only, known);
+      if (written) {
+        this.remember(only.organizationId, written.next);
+        return written.out;
       }
-      // Nothing was written.
-      this.heads.delete(only.organizationId);
+      this.moved(only.organizationId);
     }
-    try {
-      return await this.inTransaction(batches);
-    } catch (err) {
-      if (!(err instanceof HeadMoved)) throw err;
-      // Rolled back; the head that moved is forgotten, so this time it is read under the lock.
-      return this.inTransaction(batches);
-    }
-  }
-
-  private async inTransaction(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
     const out = new Map<string, Receipt>();
     const nexts: [string, ChainHead][] = [];
     await this.store.db.transaction().execute(async (trx) => {
       for (const batch of batches) {
         const org = batch.organizationId;
         const known = this.heads.get(org);
-        const prepared = prepare(batch, known ?? (await this.lockHead(trx, org)));
-        const { rows } = await trx.executeQuery<{ moved: boolean }>(prepared.sql);
-        if (!rows[0]?.moved) {
-          // A head locked by this transaction cannot have moved.
-          if (!known) throw new Error(`chain head of organization ${org} moved under its lock`);
-          this.heads.delete(org);
-          throw new HeadMoved();
+        let written = known ? await writeOrg(trx, batch, known) : null;
+        if (!written) {
+          if (known) this.moved(org);
+          // Organizations come in order, so this lock is taken after those of the earlier ones.
+          written = await writeOrg(trx, batch, await this.lockHead(trx, org));
+          if (!written) throw new Error(`chain head of organization ${org} moved under its lock`);
         }
-        for (const [id, r] of prepared.out) out.set(id, r);
-        nexts.push([org, prepared.next]);
+        for (const [id, r] of written.out) out.set(id, r);
+        nexts.push([org, written.next]);
       }
     });
     for (const [org, next] of nexts) this.remember(org, next);
     return out;
   }
 
+  /** Another process extended the organization's chain: its head is locked for a while. */
+  private moved(org: string): void {
+    this.heads.delete(org);
+    this.contended.delete(org);
+    this.contended.set(org, performance.now() + this.contendedMs);
+    if (this.contended.size > REMEMBERED_HEADS) this.contended.delete(this.contended.keys().next().value!);
+  }
+
   private remember(org: string, head: ChainHead): void {
+    const until = this.contended.get(org);
+    if (until !== undefined) {
+      if (performance.now() < until) return;
+      this.contended.delete(org);
+    }
     this.heads.delete(org);
     this.heads.set(org, head);
     if (this.heads.size > REMEMBERED_HEADS) this.heads.delete(this.heads.keys().next().value!);
   }
 
   private async lockHead(trx: Transaction<Database>, org: string): Promise<ChainHead> {
-    const select = () => {
-      const q = trx.selectFrom('chain_heads').selectAll().where('organization_id', '=', org);
-      return (this.store.dialect === 'postgres' ? q.forUpdate() : q).executeTakeFirst();
-    };
+    const select = () =>
+      trx
+        .selectFrom('chain_heads')
+        .selectAll()
+        .where('organization_id', '=', org)
+        .forUpdate()
+        .executeTakeFirst();
     let row = await select();
     if (!row) {
       const empty = emptyChainHead();
@@ -107,17 +124,18 @@ export class PostgresBatchStore implements BatchStore {
 }
 
 /**
- * One organization's receipts extending `head`, and the statement that writes all of its rows and
- * moves its head from `head` to `next`, if the head is still `head` (column `moved`): column arrays
- * unnested into each table (data-modifying CTEs that insert only once the head moved), so the
- * statement text and its parameter count are the same for any batch size. One round trip instead
- * of one per table and per session counter, and PostgreSQL parses and plans a 40-parameter
- * statement instead of a 20-column multi-row VALUES.
+ * Writes one organization's part of a batch extending `head`, if the head is still `head`: its
+ * receipts, and the statement that writes all of its rows and moves its head, which answers whether
+ * it did (column arrays unnested into each table by data-modifying CTEs that insert only once the
+ * head moved, so the statement text and its parameter count are the same for any batch size: one
+ * round trip instead of one per table and per session counter). Null: the head had moved, and
+ * nothing was written.
  */
-function prepare(
+async function writeOrg(
+  db: Pick<Kysely<Database>, 'executeQuery'>,
   batch: OrgBatch,
   head: ChainHead,
-): { out: Map<string, Receipt>; sql: CompiledQuery; next: ChainHead } {
+): Promise<{ out: Map<string, Receipt>; next: ChainHead } | null> {
   const {
     receipts,
     head: next,
@@ -137,9 +155,13 @@ function prepare(
   for (const c of SESSION_COLUMNS) params.push(rows.sessions.map((r) => r[c.name] ?? null));
   params.push(next.sequence, next.lastHash, JSON.stringify(next.frontier), new Date().toISOString());
   params.push(batch.organizationId, head.sequence, head.lastHash);
+  const { rows: answer } = await db.executeQuery<{ moved: boolean }>(
+    CompiledQuery.raw(WRITE_BATCH_SQL, params),
+  );
+  if (!answer[0]?.moved) return null;
   const out = new Map<string, Receipt>();
   for (const r of receipts) out.set(r.receipt_id, r);
-  return { out, sql: CompiledQuery.raw(WRITE_BATCH_SQL, params), next };
+  return { out, next };
 }
 
 interface Column<T> {

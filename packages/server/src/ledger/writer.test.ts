@@ -126,10 +126,44 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
 });
 
 describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
-  /** One organization's part of a batch: items named `tool-<n>`. */
+  /** A decision of `tool-<n>`, with its decision row and session counter (n calls so far). */
+  const decided = (org: string, n: number): WriteItem => {
+    const id = uuidv7();
+    const at = new Date(Date.UTC(2026, 0, 1, 0, 0, n)).toISOString();
+    return {
+      receipt: { ...item(org, n).receipt, decision_id: id, timestamp: at },
+      decision: {
+        id,
+        organization_id: org,
+        project_id: null,
+        tool_name: `tool-${n}`,
+        arguments: '{}',
+        context: '{}',
+        decision: 'allow',
+        mode: 'deterministic',
+        reason: 'test',
+        failed_argument: null,
+        matched_exception: null,
+        validations: null,
+        latency_ms: 1,
+        source: 'server',
+        policy_version: null,
+        created_at: at,
+      },
+      session: {
+        organization_id: org,
+        session_id: 's',
+        tool_name: 'any',
+        calls: n,
+        cumulative: '{}',
+        updated_at: at,
+      },
+    };
+  };
+  /** One organization's part of a batch. */
   const part = (org: string, ...ns: number[]): OrgBatch => ({
     organizationId: org,
-    items: ns.map((n) => ({ item: item(org, n), receiptId: uuidv7() })),
+    items: ns.map((n) => ({ item: decided(org, n), receiptId: uuidv7() })),
   });
   // In organization order, as the writer sends them.
   const batch = (...parts: OrgBatch[]) =>
@@ -170,16 +204,17 @@ describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
     expect(await names(orgId)).toEqual([1, 2, 3, 4, 5, 6].map((n) => `tool-${n}`));
   });
 
-  it('locks only the heads it does not remember in a batch of several organizations, and all of them once one moved', async () => {
+  it('locks only the heads it does not remember in a batch of several organizations, and those that moved', async () => {
     const a = (await createTenant(t)).orgId;
     const b = (await createTenant(t)).orgId;
     const second: Store = openStore(t.database.url);
-    const mine = new PostgresBatchStore(t.store);
+    const mine = new PostgresBatchStore(t.store, { contendedMs: 0 });
     const theirs = new PostgresBatchStore(second);
     const locks = vi.spyOn(
       PostgresBatchStore.prototype as unknown as { lockHead: () => unknown },
       'lockHead',
     );
+    const transactions = vi.spyOn(t.store.db, 'transaction');
     try {
       await mine.commit(batch(part(a, 1)));
       await mine.commit(batch(part(b, 1)));
@@ -188,21 +223,65 @@ describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
       expect(locks).toHaveBeenCalledTimes(2);
       await theirs.commit(batch(part(b, 3))); // another process moves b's head (and locks it)
       expect(locks).toHaveBeenCalledTimes(3);
-      // b's statement finds its head moved: the transaction rolls back, a's part included, and runs
-      // again with b's head read under the lock.
+      // b's statement finds its head moved and writes nothing; b's part runs again on its locked
+      // head, in the same transaction.
       const receipts = await mine.commit(batch(part(a, 4, 5), part(b, 4)));
       expect(locks).toHaveBeenCalledTimes(4);
+      expect(transactions).toHaveBeenCalledTimes(4);
       expect([...receipts.values()].map((r) => [r.tool_name, r.sequence]).sort()).toEqual([
         ['tool-4', 2],
         ['tool-4', 3],
         ['tool-5', 3],
       ]);
+      // Both heads moved by another process: both locked, in one transaction.
+      await theirs.commit(batch(part(a, 6), part(b, 6)));
+      await mine.commit(batch(part(a, 7), part(b, 7)));
+      expect(locks).toHaveBeenCalledTimes(8);
+      expect(transactions).toHaveBeenCalledTimes(5);
     } finally {
       locks.mockRestore();
+      transactions.mockRestore();
       await second.close();
     }
-    expect(await names(a)).toEqual(['tool-1', 'tool-2', 'tool-4', 'tool-5']);
-    expect(await names(b)).toEqual(['tool-1', 'tool-2', 'tool-3', 'tool-4']);
+    expect(await names(a)).toEqual(['tool-1', 'tool-2', 'tool-4', 'tool-5', 'tool-6', 'tool-7']);
+    expect(await names(b)).toEqual(['tool-1', 'tool-2', 'tool-3', 'tool-4', 'tool-6', 'tool-7']);
+    // Every decision row and session counter went in once, with its receipt.
+    for (const org of [a, b]) {
+      const decisions = await t.store.db
+        .selectFrom('decisions')
+        .select('tool_name')
+        .where('organization_id', '=', org)
+        .orderBy('created_at')
+        .execute();
+      expect(decisions.map((d) => d.tool_name)).toEqual(await names(org));
+      const counter = await t.store.db
+        .selectFrom('session_counters')
+        .select('calls')
+        .where('organization_id', '=', org)
+        .executeTakeFirstOrThrow();
+      expect(counter.calls).toBe(7);
+    }
+  });
+
+  it('locks the head of a chain another process extended for a while, instead of expecting it to be stale again', async () => {
+    const { orgId } = await createTenant(t);
+    const second: Store = openStore(t.database.url);
+    const mine = new PostgresBatchStore(t.store, { contendedMs: 60_000 });
+    const theirs = new PostgresBatchStore(second);
+    const transactions = vi.spyOn(t.store.db, 'transaction');
+    try {
+      await mine.commit(batch(part(orgId, 1)));
+      await mine.commit(batch(part(orgId, 2))); // remembered: no transaction
+      expect(transactions).toHaveBeenCalledTimes(1);
+      await theirs.commit(batch(part(orgId, 3)));
+      await mine.commit(batch(part(orgId, 4))); // stale: locked
+      await mine.commit(batch(part(orgId, 5))); // contended: locked again, no statement wasted first
+      expect(transactions).toHaveBeenCalledTimes(3);
+    } finally {
+      transactions.mockRestore();
+      await second.close();
+    }
+    expect(await names(orgId)).toEqual([1, 2, 3, 4, 5].map((n) => `tool-${n}`));
   });
 });
 

@@ -50,9 +50,11 @@ export interface DecisionWriterOptions {
 /**
  * Group commit for decisions and receipts. Calls arriving while a transaction is in flight (or
  * within the same event-loop tick) are committed together in the next one, so durability costs one
- * fsync per batch instead of one per call. Each organization's chain head is read under a row lock
- * (PostgreSQL: SELECT ... FOR UPDATE) once per batch, never once per decision, so several processes
- * on one database extend the chain without forking it. A promise resolves only after COMMIT.
+ * fsync per batch instead of one per call. Each organization's chain head is moved once per batch,
+ * never once per decision, under the store's write lock (SQLite) or from the head the batch's
+ * receipts extend and only if it is still there (PostgreSQL: store-postgres.ts), so several
+ * processes on one database extend the chain without forking it. A promise resolves only after
+ * COMMIT.
  */
 export class DecisionWriter {
   private queue: Pending[] = [];
