@@ -1,6 +1,56 @@
-import type { Receipt } from '../src/ledger/model.js';
-import { appendReceipts, emptyChainHead } from '../src/ledger/receipt.js';
+import type { Receipt, WriteItem } from '../src/ledger/model.js';
+import { appendReceipts, argumentHash, emptyChainHead } from '../src/ledger/receipt.js';
+import { uuidv7 } from '../src/lib/ids.js';
 import type { TestApp } from './helpers.js';
+
+/**
+ * A decision as the pipeline hands it to the writer (receipt fields and decision row), of a call
+ * with empty arguments under no policy, for tests that write decisions without a request.
+ */
+export function decisionItem(d: {
+  organizationId: string;
+  projectId?: string | null;
+  toolName: string;
+  decision: 'allow' | 'deny' | 'require_approval';
+  reason: string;
+  at: string;
+}): WriteItem {
+  const id = uuidv7();
+  const common = {
+    organization_id: d.organizationId,
+    project_id: d.projectId ?? null,
+    tool_name: d.toolName,
+  };
+  return {
+    receipt: {
+      ...common,
+      decision_id: id,
+      decision: d.decision,
+      mode: 'deterministic',
+      argument_hash: argumentHash({}),
+      policy_version: null,
+      policy_hash: null,
+      reason: d.reason,
+      timestamp: d.at,
+    },
+    decision: {
+      ...common,
+      id,
+      arguments: '{}',
+      context: '{}',
+      decision: d.decision,
+      mode: 'deterministic',
+      reason: d.reason,
+      failed_argument: null,
+      matched_exception: null,
+      validations: null,
+      latency_ms: 1,
+      source: 'server',
+      policy_version: null,
+      created_at: d.at,
+    },
+  };
+}
 
 /**
  * What whoever controls the database could do: change one receipt and recompute the whole chain

@@ -3,6 +3,7 @@ import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
 import { createTenant, TEST_PG_URL } from '../../test/helpers.js';
+import { decisionItem } from '../../test/ledger.js';
 import { uuidv7 } from '../lib/ids.js';
 import { openSqliteHandle, openStore, type Store } from '../storage/db.js';
 import type { OrgBatch, WriteItem } from './model.js';
@@ -128,28 +129,9 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
 describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
   /** A decision of `tool-<n>`, with its decision row and session counter (n calls so far). */
   const decided = (org: string, n: number): WriteItem => {
-    const id = uuidv7();
     const at = new Date(Date.UTC(2026, 0, 1, 0, 0, n)).toISOString();
     return {
-      receipt: { ...item(org, n).receipt, decision_id: id, timestamp: at },
-      decision: {
-        id,
-        organization_id: org,
-        project_id: null,
-        tool_name: `tool-${n}`,
-        arguments: '{}',
-        context: '{}',
-        decision: 'allow',
-        mode: 'deterministic',
-        reason: 'test',
-        failed_argument: null,
-        matched_exception: null,
-        validations: null,
-        latency_ms: 1,
-        source: 'server',
-        policy_version: null,
-        created_at: at,
-      },
+      ...decisionItem({ organizationId: org, toolName: `tool-${n}`, decision: 'allow', reason: 'test', at }),
       session: {
         organization_id: org,
         session_id: 's',

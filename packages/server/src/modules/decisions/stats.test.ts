@@ -1,9 +1,8 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, bearer, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
-import { argumentHash } from '../../ledger/receipt.js';
+import { decisionItem } from '../../../test/ledger.js';
 import type { Clock } from '../../lib/clock.js';
-import { uuidv7 } from '../../lib/ids.js';
 import { createPolicyRepository } from '../policies/repository.js';
 
 const TODAY = '2026-03-10T12:00:00.000Z';
@@ -66,37 +65,16 @@ async function llmPolicy(tenant: Tenant, toolName: string): Promise<void> {
 
 /** A require_approval decision as the approvals flow will store it, written through the writer. */
 async function escalated(tenant: Tenant, at: string): Promise<void> {
-  const id = uuidv7();
-  const common = { organization_id: tenant.orgId, project_id: tenant.projectId, tool_name: 'wire' };
-  await t.ctx.writer.write({
-    receipt: {
-      ...common,
-      decision_id: id,
+  await t.ctx.writer.write(
+    decisionItem({
+      organizationId: tenant.orgId,
+      projectId: tenant.projectId,
+      toolName: 'wire',
       decision: 'require_approval',
-      mode: 'deterministic',
-      argument_hash: argumentHash({}),
-      policy_version: null,
-      policy_hash: null,
       reason: 'needs a human',
-      timestamp: at,
-    },
-    decision: {
-      ...common,
-      id,
-      arguments: '{}',
-      context: '{}',
-      decision: 'require_approval',
-      mode: 'deterministic',
-      reason: 'needs a human',
-      failed_argument: null,
-      matched_exception: null,
-      validations: null,
-      latency_ms: 1,
-      source: 'server',
-      policy_version: null,
-      created_at: at,
-    },
-  });
+      at,
+    }),
+  );
 }
 
 const stats = (query = '', headers: Record<string, string> = keyHeader(a.apiKey)) =>
