@@ -5,7 +5,10 @@ import type { BatchStore, ChainHead, OrgBatch, Receipt } from './model.js';
 import { appendReceipts, emptyChainHead } from './receipt.js';
 import { rowsFor } from './rows.js';
 
-/** Organizations whose chain head a PostgresBatchStore remembers (the most recently written). */
+/**
+ * Organizations whose chain head a PostgresBatchStore remembers (the most recently written), and
+ * whose recent contention it remembers.
+ */
 const REMEMBERED_HEADS = 1024;
 
 export interface PostgresBatchStoreOptions {
@@ -26,8 +29,9 @@ export interface PostgresBatchStoreOptions {
  * without a transaction; a batch of several runs their statements in one transaction, reading
  * under a row lock (SELECT ... FOR UPDATE) only the heads it does not remember. When a remembered
  * head has moved, that statement writes nothing and the organization's part runs again on its head
- * read under the lock (in the transaction, for a batch of one). Heads are locked in organization
- * order, so two processes can never deadlock on each other's heads, and a chain never forks.
+ * read under the lock (a batch of one then goes through a transaction too). Heads are locked in
+ * organization order, so two processes can never deadlock on each other's heads, and a chain never
+ * forks.
  */
 export class PostgresBatchStore implements BatchStore {
   /** The head each organization's chain had after this store's last write to it, oldest first. */
@@ -56,21 +60,26 @@ export class PostgresBatchStore implements BatchStore {
     }
     const out = new Map<string, Receipt>();
     const nexts: [string, ChainHead][] = [];
-    await this.store.db.transaction().execute(async (trx) => {
-      for (const batch of batches) {
-        const org = batch.organizationId;
-        const known = this.heads.get(org);
-        let written = known ? await writeOrg(trx, batch, known) : null;
-        if (!written) {
-          if (known) this.moved(org);
-          // Organizations come in order, so this lock is taken after those of the earlier ones.
-          written = await writeOrg(trx, batch, await this.lockHead(trx, org));
-          if (!written) throw new Error(`chain head of organization ${org} moved under its lock`);
+    // Read committed whatever the database's default: a statement that finds a remembered head moved
+    // and the lock that follows it must see the newest committed head.
+    await this.store.db
+      .transaction()
+      .setIsolationLevel('read committed')
+      .execute(async (trx) => {
+        for (const batch of batches) {
+          const org = batch.organizationId;
+          const known = this.heads.get(org);
+          let written = known ? await writeOrg(trx, batch, known) : null;
+          if (!written) {
+            if (known) this.moved(org);
+            // Organizations come in order, so this lock is taken after those of the earlier ones.
+            written = await writeOrg(trx, batch, await this.lockHead(trx, org));
+            if (!written) throw new Error(`chain head of organization ${org} moved under its lock`);
+          }
+          for (const [id, r] of written.out) out.set(id, r);
+          nexts.push([org, written.next]);
         }
-        for (const [id, r] of written.out) out.set(id, r);
-        nexts.push([org, written.next]);
-      }
-    });
+      });
     for (const [org, next] of nexts) this.remember(org, next);
     return out;
   }

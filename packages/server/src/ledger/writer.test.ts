@@ -197,6 +197,10 @@ describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
       'lockHead',
     );
     const transactions = vi.spyOn(t.store.db, 'transaction');
+    const moved = vi.spyOn(
+      PostgresBatchStore.prototype as unknown as { moved: (org: string) => void },
+      'moved',
+    );
     try {
       await mine.commit(batch(part(a, 1)));
       await mine.commit(batch(part(b, 1)));
@@ -215,19 +219,22 @@ describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
         ['tool-4', 3],
         ['tool-5', 3],
       ]);
-      // Both heads moved by another process: both locked, in one transaction.
+      // Both heads moved by another process: both found moved, both locked, in one transaction.
       await theirs.commit(batch(part(a, 6), part(b, 6)));
+      moved.mockClear();
       await mine.commit(batch(part(a, 7), part(b, 7)));
+      expect(moved.mock.calls.map(([org]) => org).sort()).toEqual([a, b].sort());
       expect(locks).toHaveBeenCalledTimes(8);
       expect(transactions).toHaveBeenCalledTimes(5);
     } finally {
       locks.mockRestore();
       transactions.mockRestore();
+      moved.mockRestore();
       await second.close();
     }
     expect(await names(a)).toEqual(['tool-1', 'tool-2', 'tool-4', 'tool-5', 'tool-6', 'tool-7']);
     expect(await names(b)).toEqual(['tool-1', 'tool-2', 'tool-3', 'tool-4', 'tool-6', 'tool-7']);
-    // Every decision row and session counter went in once, with its receipt.
+    // Every decision row went in once, with its receipt, and the session counters are the last ones.
     for (const org of [a, b]) {
       const decisions = await t.store.db
         .selectFrom('decisions')
@@ -264,6 +271,39 @@ describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
       await second.close();
     }
     expect(await names(orgId)).toEqual([1, 2, 3, 4, 5].map((n) => `tool-${n}`));
+  });
+
+  it('never forks or duplicates with two processes committing mixed batches at the same time', async () => {
+    const a = (await createTenant(t)).orgId;
+    const b = (await createTenant(t)).orgId;
+    const second: Store = openStore(t.database.url);
+    const stores = [new PostgresBatchStore(t.store, { contendedMs: 5 }), new PostgresBatchStore(second)];
+    let n = 0;
+    try {
+      for (let round = 0; round < 40; round++) {
+        // Each process commits one of: a alone, b alone, both; at the same moment as the other.
+        await Promise.all(
+          stores.map((store, i) => {
+            const shape = (round + i) % 3;
+            const parts = [];
+            if (shape !== 1) parts.push(part(a, ++n));
+            if (shape !== 0) parts.push(part(b, ++n));
+            return store.commit(batch(...parts));
+          }),
+        );
+      }
+    } finally {
+      await second.close();
+    }
+    const written = [...(await names(a)), ...(await names(b))];
+    expect(written).toHaveLength(n);
+    expect(new Set(written).size).toBe(n);
+    const decisions = await t.store.db
+      .selectFrom('decisions')
+      .select('id')
+      .where('organization_id', 'in', [a, b])
+      .execute();
+    expect(decisions).toHaveLength(n);
   });
 });
 
