@@ -84,6 +84,30 @@ describe('MerkleFrontier', () => {
     }
   });
 
+  it('appendData and rootTagged give what append(leafHash) and root() give', () => {
+    const byData = new MerkleFrontier();
+    const byLeaf = new MerkleFrontier();
+    expect(byData.rootTagged()).toBe(`sha256:${hex(byLeaf.root())}`);
+    // Strings with astral characters, lone surrogates and U+0000, hashed as UTF-8 as leafHash does.
+    const chars = ['a', 'é', '\u0000', '\ud83d\ude00', '\ud800', '"', '\u00ff'];
+    for (let n = 1; n <= 70; n++) {
+      const data = Array.from({ length: n % 9 }, (_, i) => chars[(n * 7 + i) % chars.length]).join('');
+      byData.appendData(data);
+      byLeaf.append(leafHash(data));
+      expect(byData.rootTagged()).toBe(`sha256:${hex(byLeaf.root())}`);
+      expect(byData.toTagged()).toEqual(byLeaf.toTagged());
+    }
+  });
+
+  it('accepts digests that are views into a larger buffer', () => {
+    const backing = Buffer.concat([Buffer.from('junk'), leafHash('a'), leafHash('b')]);
+    const f = new MerkleFrontier();
+    f.append(backing.subarray(4, 36));
+    f.append(backing.subarray(36, 68));
+    expect(f.root()).toEqual(merkleTreeHash([Buffer.from('a'), Buffer.from('b')]));
+    expect(nodeHash(backing.subarray(4, 36), backing.subarray(36, 68))).toEqual(f.root());
+  });
+
   it('lists the perfect subtree roots largest first', () => {
     const d = ['a', 'b', 'c', 'd', 'e', 'f'].map((s) => leafHash(s));
     const f = new MerkleFrontier();

@@ -1,5 +1,5 @@
-import { canonicalJson, GENESIS_HASH, hashJson, isTaggedHash, sha256Tagged, tagDigest } from './canonical.js';
-import { leafHash, MerkleFrontier } from './merkle.js';
+import { canonicalJson, GENESIS_HASH, hashJson, isTaggedHash, sha256Tagged } from './canonical.js';
+import { MerkleFrontier } from './merkle.js';
 import type { ChainHead, Receipt, ReceiptInput, ReceiptSummary } from './model.js';
 
 export const RECEIPT_SCHEMA = 'svc.receipt/1';
@@ -157,8 +157,8 @@ export function appendReceipts(
     const before = canonicalMembers(body, KEYS_BEFORE_ROOT);
     const middle = canonicalMembers(body, KEYS_ROOT_TO_HASH);
     const after = canonicalMembers(body, KEYS_AFTER_HASH);
-    tree.append(leafHash(`{${before},${middle},${after}}`));
-    const merkleRoot = tagDigest(tree.root());
+    tree.appendData(`{${before},${middle},${after}}`);
+    const merkleRoot = tree.rootTagged();
     const root = `"merkle_root":${JSON.stringify(merkleRoot)}`;
     const receiptHash = sha256Tagged(`{${before},${root},${middle},${after}}`);
     const receipt = body as unknown as Receipt;
