@@ -99,8 +99,10 @@ export async function buildApp({
   }).withTypeProvider<TypeBoxTypeProvider>();
   app.setValidatorCompiler(TypeBoxValidatorCompiler);
 
-  app.addHook('onSend', async (req, reply) => {
+  // A callback hook, not an async one: it runs on every response, and costs no promise that way.
+  app.addHook('onSend', (req, reply, payload, done) => {
     reply.header('x-request-id', req.id);
+    done(null, payload);
   });
 
   const organizations = createOrganizationRepository(store.db);

@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { hash, randomBytes } from 'node:crypto';
 
 export const KEY_PREFIX = 'svc_';
 
@@ -9,7 +9,8 @@ export function generateApiKey(): string {
 
 /** Keys carry 256 bits of entropy, so a fast unsalted hash is enough to make a stolen table useless. */
 export function hashApiKey(key: string): string {
-  return createHash('sha256').update(key).digest('hex');
+  // One-shot hash(): runs on every authenticated request, and costs a fraction of a Hash object.
+  return hash('sha256', key, 'hex');
 }
 
 export function displayPrefix(key: string): string {
