@@ -1,5 +1,6 @@
 import type { Insertable } from 'kysely';
 import type { Database, DecisionsTable, SessionCountersTable } from '../storage/schema.js';
+import type { WireBatch, WireReceipt } from './wire.js';
 
 export type ReceiptDecision =
   | 'allow'
@@ -113,9 +114,12 @@ export interface BatchStore {
 }
 
 /** A batch sent to the writer thread, or a request to checkpoint the WAL (answered with no receipts). */
-export type ThreadRequest = { id: number; batches: readonly OrgBatch[] } | { id: number; checkpoint: true };
+export type ThreadRequest = { id: number; batches: readonly WireBatch[] } | { id: number; checkpoint: true };
 
-/** The writer thread's answer: the committed receipts, or why the batch failed (nothing committed). */
+/**
+ * The writer thread's answer: what the chain gave each committed receipt, in the order of the
+ * batch's items, or why the batch failed (nothing committed).
+ */
 export type ThreadReply =
-  | { id: number; receipts: Receipt[]; error?: undefined }
+  | { id: number; receipts: WireReceipt[]; error?: undefined }
   | { id: number; error: { name: string; message: string } };

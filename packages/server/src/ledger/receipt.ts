@@ -1,6 +1,6 @@
 import { canonicalJson, GENESIS_HASH, hashJson, isTaggedHash, sha256Tagged } from './canonical.js';
 import { MerkleFrontier } from './merkle.js';
-import type { ChainHead, Receipt, ReceiptInput, ReceiptSummary } from './model.js';
+import type { ChainHead, Receipt, ReceiptFields, ReceiptInput, ReceiptSummary } from './model.js';
 
 export const RECEIPT_SCHEMA = 'svc.receipt/1';
 
@@ -34,6 +34,9 @@ const OPTIONAL_KEYS = [
   'judge_prompt_hash',
   'judge_answer_hash',
 ] as const;
+
+/** The fields of a receipt's input (ReceiptFields), required ones first. */
+export const RECEIPT_INPUT_KEYS: readonly (keyof ReceiptFields)[] = [...REQUIRED_KEYS, ...OPTIONAL_KEYS];
 
 /** Every member of a receipt except merkle_root and receipt_hash, in canonical (UTF-16) key order. */
 const LEAF_KEYS = [
@@ -190,7 +193,16 @@ function buildBody(item: ReceiptInput, sequence: number, previous: string): Reco
   }
   const problems = fieldProblems(item as unknown as Record<string, unknown>);
   if (problems.length > 0) throw new Error(`receipt ${item.receipt_id}: ${problems.join('; ')}`);
-  const body: Record<string, unknown> = { schema: RECEIPT_SCHEMA, receipt_id: item.receipt_id, sequence };
+  return bodyOf(item, item.receipt_id, sequence, previous);
+}
+
+function bodyOf(
+  item: ReceiptFields,
+  receiptId: string,
+  sequence: number,
+  previous: string,
+): Record<string, unknown> {
+  const body: Record<string, unknown> = { schema: RECEIPT_SCHEMA, receipt_id: receiptId, sequence };
   for (const key of REQUIRED_KEYS) body[key] = item[key];
   for (const key of OPTIONAL_KEYS) {
     const v = item[key];
@@ -198,6 +210,25 @@ function buildBody(item: ReceiptInput, sequence: number, previous: string): Reco
   }
   body['previous_receipt_hash'] = previous;
   return body;
+}
+
+/**
+ * The receipt appendReceipts built from `item` (with `receiptId`) at `sequence`, given what the chain gave it: the same
+ * object, member for member, without computing a hash. For a process that sent the item to be
+ * committed elsewhere (the writer thread) and got back only these four values.
+ */
+export function receiptOf(
+  item: ReceiptFields,
+  receiptId: string,
+  sequence: number,
+  previous: string,
+  merkleRoot: string,
+  receiptHash: string,
+): Receipt {
+  const receipt = bodyOf(item, receiptId, sequence, previous) as unknown as Receipt;
+  receipt.merkle_root = merkleRoot;
+  receipt.receipt_hash = receiptHash;
+  return receipt;
 }
 
 /** Field-level checks shared with the verifier: presence of required fields and hash formats. */

@@ -14,7 +14,7 @@ export function rowsFor(
   payloads?: readonly string[],
 ): BatchRows {
   const rows: BatchRows = { decisions: [], receipts: [], sessions: [] };
-  const sessions = new Map<string, Insertable<SessionCountersTable>>();
+  const sessions: Insertable<SessionCountersTable>[] = [];
   for (const [i, item] of items.entries()) {
     const r = receipts[i]!;
     const d = item.decision;
@@ -51,15 +51,24 @@ export function rowsFor(
       payload: payloads?.[i] ?? receiptPayload(r),
       created_at: r.timestamp,
     });
-    const s = item.session;
-    // Absolute values: keep the furthest per counter. Items of concurrent calls can reach the batch
-    // out of reservation order, so the last one is not necessarily the highest.
-    if (s) {
-      const key = `${s.session_id}\u0000${s.tool_name}`;
-      const kept = sessions.get(key);
-      if (!kept || s.calls >= kept.calls) sessions.set(key, s);
-    }
+    if (item.session) sessions.push(item.session);
   }
-  rows.sessions = [...sessions.values()];
+  rows.sessions = furthest(sessions, (s) => [s.session_id, s.tool_name, s.calls]);
   return rows;
+}
+
+/**
+ * Session counter rows hold absolute values: of the rows of one counter (session and tool) this
+ * keeps the furthest, in the order each counter first appears. Items of concurrent calls can reach
+ * a batch out of reservation order, so the last one is not necessarily the highest.
+ */
+export function furthest<T>(rows: readonly T[], counter: (row: T) => [string, string, number]): T[] {
+  const kept = new Map<string, { row: T; calls: number }>();
+  for (const row of rows) {
+    const [session, tool, calls] = counter(row);
+    const key = `${session}\u0000${tool}`;
+    const k = kept.get(key);
+    if (!k || calls >= k.calls) kept.set(key, { row, calls });
+  }
+  return [...kept.values()].map((k) => k.row);
 }

@@ -2,42 +2,26 @@ import type SQLite from 'better-sqlite3';
 import { openSqliteHandle, type Store } from '../storage/db.js';
 import type { BatchStore, ChainHead, OrgBatch, Receipt } from './model.js';
 import { appendReceipts, emptyChainHead } from './receipt.js';
-import { rowsFor } from './rows.js';
-
-const DECISION_COLUMNS = [
-  'id',
-  'organization_id',
-  'project_id',
-  'tool_name',
-  'arguments',
-  'context',
-  'decision',
-  'mode',
-  'reason',
-  'failed_argument',
-  'matched_exception',
-  'validations',
-  'latency_ms',
-  'source',
-  'policy_version',
-  'receipt_id',
-  'receipt_hash',
-  'previous_receipt_hash',
-  'merkle_root',
-  'created_at',
-] as const;
+import { furthest } from './rows.js';
+import {
+  DECISION_INPUT_COLUMNS,
+  encodeBatches,
+  receiptInputOf,
+  SESSION_COLUMNS,
+  type WireBatch,
+} from './wire.js';
 
 const insertSql = (table: string, columns: readonly string[]) =>
-  `INSERT INTO ${table} (${columns.join(', ')}) VALUES (${columns.map((c) => `@${c}`).join(', ')})`;
+  `INSERT INTO ${table} (${columns.join(', ')}) VALUES (${columns.map(() => '?').join(', ')})`;
 
-/** Commits whole batches synchronously on one SQLite connection and returns their receipts. */
-export type SqliteCommit = (batches: readonly OrgBatch[]) => Map<string, Receipt>;
+/** Commits whole batches synchronously on one SQLite connection and returns their receipts, in order. */
+export type SqliteCommit = (batches: readonly WireBatch[]) => Map<string, Receipt>;
 
 /**
  * Batch commits on the embedded store with statements prepared once and run synchronously inside
- * one IMMEDIATE transaction: no SQL is built or parsed per call. Prepare it once the schema is
- * migrated. Used on the event loop (SqliteBatchStore, NoWaitSqliteBatchStore) or in the writer
- * thread (thread.ts).
+ * one IMMEDIATE transaction: no SQL is built or parsed per call, and rows are bound by position
+ * from the batch's arrays (wire.ts). Prepare it once the schema is migrated. Used on the event loop
+ * (SqliteBatchStore, NoWaitSqliteBatchStore) or in the writer thread (thread.ts).
  */
 export function createSqliteCommit(db: SQLite.Database): SqliteCommit {
   const selectHead = db.prepare(
@@ -49,7 +33,15 @@ export function createSqliteCommit(db: SQLite.Database): SqliteCommit {
   const updateHead = db.prepare(
     'UPDATE chain_heads SET sequence = ?, last_hash = ?, frontier = ?, updated_at = ? WHERE organization_id = ?',
   );
-  const insertDecision = db.prepare(insertSql('decisions', DECISION_COLUMNS));
+  const insertDecision = db.prepare(
+    insertSql('decisions', [
+      ...DECISION_INPUT_COLUMNS,
+      'receipt_id',
+      'receipt_hash',
+      'previous_receipt_hash',
+      'merkle_root',
+    ]),
+  );
   const insertReceipt = db.prepare(
     insertSql('receipts', [
       'organization_id',
@@ -62,11 +54,15 @@ export function createSqliteCommit(db: SQLite.Database): SqliteCommit {
     ]),
   );
   const upsertSession = db.prepare(
-    `${insertSql('session_counters', ['organization_id', 'session_id', 'tool_name', 'calls', 'cumulative', 'updated_at'])}
+    `${insertSql('session_counters', SESSION_COLUMNS)}
      ON CONFLICT (organization_id, session_id, tool_name) DO UPDATE SET
        calls = excluded.calls, cumulative = excluded.cumulative, updated_at = excluded.updated_at
      WHERE session_counters.calls <= excluded.calls`,
   );
+  // Where the counter's identity and its calls are in a SESSION_COLUMNS row.
+  const SESSION_ID = SESSION_COLUMNS.indexOf('session_id');
+  const TOOL_NAME = SESSION_COLUMNS.indexOf('tool_name');
+  const CALLS = SESSION_COLUMNS.indexOf('calls');
 
   const loadHead = (org: string): ChainHead => {
     const row = selectHead.get(org) as { sequence: number; last_hash: string; frontier: string } | undefined;
@@ -81,21 +77,37 @@ export function createSqliteCommit(db: SQLite.Database): SqliteCommit {
     return empty;
   };
 
-  const tx = db.transaction((batches: readonly OrgBatch[]) => {
+  const tx = db.transaction((batches: readonly WireBatch[]) => {
     const out = new Map<string, Receipt>();
     for (const batch of batches) {
       const { receipts, head, payloads } = appendReceipts(
         loadHead(batch.organizationId),
-        batch.items.map(({ item, receiptId }) => ({ ...item.receipt, receipt_id: receiptId })),
+        batch.items.map(receiptInputOf),
       );
-      const rows = rowsFor(
-        batch.items.map((i) => i.item),
-        receipts,
-        payloads,
-      );
-      for (const d of rows.decisions) insertDecision.run(d);
-      for (const r of rows.receipts) insertReceipt.run(r);
-      for (const s of rows.sessions) upsertSession.run(s);
+      const sessions: unknown[][] = [];
+      for (let i = 0; i < receipts.length; i++) {
+        const [, , decision, session] = batch.items[i]!;
+        const r = receipts[i]!;
+        if (decision) {
+          insertDecision.run(decision, r.receipt_id, r.receipt_hash, r.previous_receipt_hash, r.merkle_root);
+        }
+        insertReceipt.run(
+          r.organization_id,
+          r.sequence,
+          r.receipt_id,
+          r.decision_id,
+          r.receipt_hash,
+          payloads[i],
+          r.timestamp,
+        );
+        if (session) sessions.push(session);
+      }
+      const counters = furthest(sessions, (s) => [
+        s[SESSION_ID] as string,
+        s[TOOL_NAME] as string,
+        s[CALLS] as number,
+      ]);
+      for (const s of counters) upsertSession.run(s);
       updateHead.run(
         head.sequence,
         head.lastHash,
@@ -127,7 +139,7 @@ export class SqliteBatchStore implements BatchStore {
     return this.store.db.connection().execute(async () => {
       // Prepared on first use, when the schema is certainly migrated.
       this.run ??= createSqliteCommit(this.store.sqlite as SQLite.Database);
-      return this.run(batches);
+      return this.run(encodeBatches(batches));
     });
   }
 }
@@ -159,7 +171,7 @@ export class NoWaitSqliteBatchStore implements BatchStore {
       }
       this.db = db;
     }
-    return this.run(batches);
+    return this.run(encodeBatches(batches));
   }
 
   async close(): Promise<void> {

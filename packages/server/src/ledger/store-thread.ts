@@ -4,9 +4,10 @@ import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { BatchStore, OrgBatch, Receipt, ThreadReply, ThreadRequest } from './model.js';
+import { decodeReceipts, encodeBatches, type WireReceipt } from './wire.js';
 
 interface InFlight {
-  resolve: (r: Map<string, Receipt>) => void;
+  resolve: (r: WireReceipt[]) => void;
   reject: (e: unknown) => void;
 }
 
@@ -51,7 +52,7 @@ export class ThreadBatchStore implements BatchStore {
         err.name = reply.error.name;
         waiting.reject(err);
       } else {
-        waiting.resolve(new Map(reply.receipts.map((r) => [r.receipt_id, r])));
+        waiting.resolve(reply.receipts);
       }
     });
     const fail = (err: unknown) => {
@@ -71,8 +72,10 @@ export class ThreadBatchStore implements BatchStore {
     this.worker.unref();
   }
 
-  commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
-    return this.send((id) => ({ id, batches }));
+  async commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
+    // The thread gets the batch as arrays and answers the four values the chain gave each receipt;
+    // the rest of each receipt is the item this side already holds.
+    return decodeReceipts(batches, await this.send((id) => ({ id, batches: encodeBatches(batches) })));
   }
 
   /** The thread runs a PASSIVE checkpoint of the WAL on its connection. */
@@ -80,13 +83,13 @@ export class ThreadBatchStore implements BatchStore {
     await this.send((id) => ({ id, checkpoint: true }));
   }
 
-  private send(request: (id: number) => ThreadRequest): Promise<Map<string, Receipt>> {
+  private send(request: (id: number) => ThreadRequest): Promise<WireReceipt[]> {
     this.worker ??= this.start();
     const id = this.nextId++;
     const worker = this.worker;
     // Keeps the process alive only while a request is in flight.
     if (this.inFlight.size === 0) worker.ref();
-    return new Promise<Map<string, Receipt>>((resolve, reject) => {
+    return new Promise<WireReceipt[]>((resolve, reject) => {
       this.inFlight.set(id, { resolve, reject });
       worker.postMessage(request(id));
     }).finally(() => {

@@ -6,6 +6,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { openSqliteHandle } from '../storage/db.js';
 import type { ThreadReply, ThreadRequest } from './model.js';
 import { createSqliteCommit, type SqliteCommit } from './store-sqlite.js';
+import { encodeReceipts } from './wire.js';
 
 const port = parentPort;
 if (!port) throw new Error('ledger/thread.ts runs as a worker thread');
@@ -25,7 +26,7 @@ port.on('message', (msg: ThreadRequest | 'close') => {
       reply = { id: msg.id, receipts: [] };
     } else {
       commit ??= createSqliteCommit(db);
-      reply = { id: msg.id, receipts: [...commit(msg.batches).values()] };
+      reply = { id: msg.id, receipts: encodeReceipts(commit(msg.batches).values()) };
     }
   } catch (err) {
     const e = err instanceof Error ? err : new Error(String(err));

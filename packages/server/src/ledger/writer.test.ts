@@ -7,7 +7,7 @@ import { decisionItem } from '../../test/ledger.js';
 import { uuidv7 } from '../lib/ids.js';
 import { openSqliteHandle, openStore, type Store } from '../storage/db.js';
 import type { OrgBatch, WriteItem } from './model.js';
-import { argumentHash } from './receipt.js';
+import { argumentHash, receiptPayload } from './receipt.js';
 import { PostgresBatchStore } from './store-postgres.js';
 import { ThreadBatchStore } from './store-thread.js';
 import { DecisionWriter } from './writer.js';
@@ -57,6 +57,88 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
     const report = await verifyReceipts(await chainOf(orgId));
     expect(report.ok).toBe(true);
     expect(report.count).toBe(300);
+  });
+
+  it('resolves each write with the receipt it stored, and stores its decision row and session counter', async () => {
+    const { orgId } = await createTenant(t);
+    const writer = new DecisionWriter(t.store, { thread });
+    const at = new Date().toISOString();
+    const items = Array.from({ length: 40 }, (_, i): WriteItem => {
+      const d = decisionItem({
+        organizationId: orgId,
+        toolName: i % 3 === 0 ? 'pay' : `tool-${i}`,
+        decision: i % 4 === 0 ? 'deny' : 'allow',
+        // Control characters, quotes and non-ASCII travel to the thread and back unchanged (no U+0000:
+        // a PostgreSQL text column cannot hold it, and no request can carry it).
+        reason: `reason ${i} \u0001\n "q" é`,
+        at,
+      });
+      return {
+        receipt: {
+          ...d.receipt,
+          ...(i % 2 === 0
+            ? { client_id: `c-${i}\ud800`, upstream_id: 'u', result_hash: argumentHash({ i }) }
+            : {}),
+          ...(i % 5 === 0 ? { amount_micros: i * 1000, payer: 'p' } : {}),
+          approval_id: i % 7 === 0 ? `a-${i}` : undefined,
+        },
+        decision: { ...d.decision!, latency_ms: i + 0.25, validations: i % 4 === 0 ? '[]' : null },
+        ...(i % 3 === 0
+          ? {
+              session: {
+                organization_id: orgId,
+                session_id: 's',
+                tool_name: 'pay',
+                calls: i,
+                cumulative: JSON.stringify({ amount: i }),
+                updated_at: at,
+              },
+            }
+          : {}),
+      };
+    });
+    const receipts = await Promise.all(items.map((it) => writer.write(it)));
+    await writer.close();
+    const stored = new Map(
+      (
+        await t.store.db
+          .selectFrom('receipts')
+          .select(['receipt_id', 'payload'])
+          .where('organization_id', '=', orgId)
+          .execute()
+      ).map((r) => [r.receipt_id, r.payload]),
+    );
+    for (const r of receipts) {
+      expect(receiptPayload(r)).toBe(stored.get(r.receipt_id));
+      expect(r).toStrictEqual(JSON.parse(stored.get(r.receipt_id)!));
+    }
+    expect(receipts[2]!.client_id).toBe('c-2\ud800');
+    expect(receipts[8]).not.toHaveProperty('approval_id');
+    expect(receipts[14]!.approval_id).toBe('a-14');
+    const rows = await t.store.db
+      .selectFrom('decisions')
+      .select(['id', 'reason', 'latency_ms', 'validations', 'receipt_id', 'receipt_hash', 'merkle_root'])
+      .where('organization_id', '=', orgId)
+      .execute();
+    expect(rows).toHaveLength(40);
+    for (const [i, it] of items.entries()) {
+      const row = rows.find((r) => r.id === it.decision!.id)!;
+      expect(row).toMatchObject({
+        reason: it.decision!.reason,
+        latency_ms: i + 0.25,
+        validations: it.decision!.validations,
+        receipt_id: receipts[i]!.receipt_id,
+        receipt_hash: receipts[i]!.receipt_hash,
+        merkle_root: receipts[i]!.merkle_root,
+      });
+    }
+    const counter = await t.store.db
+      .selectFrom('session_counters')
+      .select(['calls', 'cumulative'])
+      .where('organization_id', '=', orgId)
+      .executeTakeFirstOrThrow();
+    expect(counter).toEqual({ calls: 39, cumulative: '{"amount":39}' });
+    expect((await verifyReceipts(await chainOf(orgId))).ok).toBe(true);
   });
 
   it('never forks the chain with two writers (two processes) on one database', async () => {
