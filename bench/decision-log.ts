@@ -2,7 +2,8 @@
  * CPU cost of the decision log alone, per decision: node --conditions=@svc/source --import tsx bench/decision-log.ts
  * Builds the write item of a validate call (as the pipeline does), then commits batches of
  * LOG_BATCH (default 16) through the store's batch commit, and prints CPU µs per decision for each
- * stage. LOG_DB=sqlite (default, a file with synchronous=OFF so the figure is CPU, not fsync) or a
+ * stage. On SQLite it also measures the writer thread's part alone, in this thread: a batch read
+ * from its structured clone (ledger/wire.ts), committed, and the answer cloned. LOG_DB=sqlite (default, a file with synchronous=OFF so the figure is CPU, not fsync) or a
  * postgres:// URL (then client CPU only; the server's work is not in this process).
  */
 import { mkdtempSync } from 'node:fs';
@@ -108,4 +109,25 @@ await measure(`DecisionWriter, batches of ${BATCH}, receipts + rows + commit`, a
   await Promise.all(pending);
 });
 await writer.close();
+
+if (store.sqlite) {
+  const { serialize, deserialize } = await import('node:v8');
+  const { createSqliteCommit } = await import('../packages/server/src/ledger/store-sqlite.js');
+  const { encodeBatches, encodeReceipts } = await import('../packages/server/src/ledger/wire.js');
+  const commit = createSqliteCommit(store.sqlite);
+  const messages: Buffer[] = [];
+  for (let i = 0; i < N; i += BATCH) {
+    const batch = Array.from({ length: Math.min(BATCH, N - i) }, () => ({
+      item: item(),
+      receiptId: uuidv7(),
+    }));
+    messages.push(serialize({ id: i, batches: encodeBatches([{ organizationId: org, items: batch }]) }));
+  }
+  await measure("the writer thread's part: clone in, commit, clone out", () => {
+    for (const m of messages) {
+      const msg = deserialize(m) as { id: number; batches: Parameters<typeof commit>[0] };
+      serialize({ id: msg.id, receipts: encodeReceipts(commit(msg.batches).values()) });
+    }
+  });
+}
 await store.close();
