@@ -213,9 +213,9 @@ function bodyOf(
 }
 
 /**
- * The receipt appendReceipts built from `item` (with `receiptId`) at `sequence`, given what the chain gave it: the same
- * object, member for member, without computing a hash. For a process that sent the item to be
- * committed elsewhere (the writer thread) and got back only these four values.
+ * The receipt appendReceipts built from `item` (with `receiptId`) at `sequence`, given what the
+ * chain gave it: the same object, member for member, without computing a hash. For a process that
+ * sent the item to be committed elsewhere (the writer thread) and got back only these four values.
  */
 export function receiptOf(
   item: ReceiptFields,
