@@ -3,8 +3,9 @@
  * Builds the write item of a validate call (as the pipeline does), then commits batches of
  * LOG_BATCH (default 16) through the store's batch commit, and prints CPU µs per decision for each
  * stage. On SQLite it also measures the writer thread's part alone, in this thread: a batch read
- * from its structured clone (ledger/wire.ts), committed, and the answer cloned. LOG_DB=sqlite (default, a file with synchronous=OFF so the figure is CPU, not fsync) or a
- * postgres:// URL (then client CPU only; the server's work is not in this process).
+ * from its structured clone (ledger/wire.ts), committed, and the answer cloned. LOG_DB=sqlite
+ * (default, a file with synchronous=OFF so the figure is CPU, not fsync) or a postgres:// URL
+ * (then client CPU only; the server's work is not in this process).
  */
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -123,6 +123,8 @@ describe('MerkleFrontier', () => {
     expect(() => MerkleFrontier.fromTagged(['sha256:xyz'], 1)).toThrow(/invalid Merkle frontier entry/);
     expect(() => MerkleFrontier.fromTagged([], -1)).toThrow(/invalid Merkle tree size/);
     expect(() => new MerkleFrontier().append(Buffer.alloc(31))).toThrow(/32-byte/);
+    expect(() => new MerkleFrontier([Buffer.alloc(31)], 1)).toThrow(/32-byte/);
+    expect(() => new MerkleFrontier([Buffer.alloc(33)], 1)).toThrow(/32-byte/);
   });
 
   it('handles sizes beyond 32-bit arithmetic', () => {

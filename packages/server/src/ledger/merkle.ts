@@ -99,6 +99,9 @@ export class MerkleFrontier {
 
   constructor(nodes: readonly Uint8Array[] = [], size = 0) {
     this.count = MerkleFrontier.checked(nodes.length, size);
+    for (const n of nodes) {
+      if (n.byteLength !== 32) throw new Error('Merkle frontier nodes must be 32-byte SHA-256 hashes');
+    }
     this.nodes = nodes.map(toLatin1);
   }
 

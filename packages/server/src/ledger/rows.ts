@@ -4,9 +4,10 @@ import type { BatchRows, Receipt, WriteItem } from './model.js';
 import { receiptPayload } from './receipt.js';
 
 /**
- * The rows one organization's part of a batch writes, once its receipts are computed. `payloads`
- * are the receipts' stored forms as appendReceipts returned them (computed here when absent).
- * Decision rows have every column, absent ones null, so the embedded store binds them as they are.
+ * The rows one organization's part of a batch writes on PostgreSQL, once its receipts are computed.
+ * `payloads` are the receipts' stored forms as appendReceipts returned them (computed here when
+ * absent). Decision rows have every column, absent ones null. (The embedded store binds arrays of
+ * values instead: wire.ts.)
  */
 export function rowsFor(
   items: readonly WriteItem[],

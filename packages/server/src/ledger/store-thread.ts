@@ -74,8 +74,9 @@ export class ThreadBatchStore implements BatchStore {
 
   async commit(batches: readonly OrgBatch[]): Promise<Map<string, Receipt>> {
     // The thread gets the batch as arrays and answers the four values the chain gave each receipt;
-    // the rest of each receipt is the item this side already holds.
-    return decodeReceipts(batches, await this.send((id) => ({ id, batches: encodeBatches(batches) })));
+    // the rest of each receipt is rebuilt from the same arrays it hashed.
+    const wire = encodeBatches(batches);
+    return decodeReceipts(wire, await this.send((id) => ({ id, batches: wire })));
   }
 
   /** The thread runs a PASSIVE checkpoint of the WAL on its connection. */
@@ -91,7 +92,13 @@ export class ThreadBatchStore implements BatchStore {
     if (this.inFlight.size === 0) worker.ref();
     return new Promise<WireReceipt[]>((resolve, reject) => {
       this.inFlight.set(id, { resolve, reject });
-      worker.postMessage(request(id));
+      try {
+        worker.postMessage(request(id));
+      } catch (err) {
+        // Nothing was sent (a value that cannot be cloned): nothing will answer it.
+        this.inFlight.delete(id);
+        reject(err);
+      }
     }).finally(() => {
       if (this.inFlight.size === 0 && this.worker === worker) worker.unref();
     });

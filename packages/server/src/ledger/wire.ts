@@ -4,10 +4,9 @@ import { RECEIPT_INPUT_KEYS, receiptOf } from './receipt.js';
 /**
  * Batches on their way to the writer thread and its receipts on the way back. Each item goes as
  * arrays of its values in a fixed column order, which the thread binds to its statements by
- * position, without building row objects or binding parameters by name (better-sqlite3 looks each
- * name up on the object through V8's API). The thread answers only what the chain gave each receipt,
- * four values instead of the twenty members of a receipt. Measured on the thread's commit of batches
- * as it receives them: about a third less CPU per decision (docs/benchmarks.md).
+ * position, without building row objects; the thread answers only what the chain gave each
+ * receipt (four values, not the whole receipt). The thread's CPU per decision fell by about a fifth
+ * with this (docs/benchmarks.md, "The writer thread: arrays in, four values out").
  */
 
 /** The decision row's columns a write item carries (the receipt's four are added by the store). */
@@ -30,6 +29,14 @@ export const DECISION_INPUT_COLUMNS = [
   'created_at',
 ] as const satisfies readonly (keyof NonNullable<WriteItem['decision']>)[];
 
+// Every column of the decision row a write item carries is listed (a new one must be added here).
+type Unlisted<T, L> = Exclude<keyof NonNullable<T>, L>;
+const _everyDecisionColumn: [
+  Unlisted<WriteItem['decision'], (typeof DECISION_INPUT_COLUMNS)[number]>,
+] extends [never]
+  ? true
+  : never = true;
+
 export const SESSION_COLUMNS = [
   'organization_id',
   'session_id',
@@ -38,6 +45,10 @@ export const SESSION_COLUMNS = [
   'cumulative',
   'updated_at',
 ] as const satisfies readonly (keyof NonNullable<WriteItem['session']>)[];
+
+const _everySessionColumn: [Unlisted<WriteItem['session'], (typeof SESSION_COLUMNS)[number]>] extends [never]
+  ? true
+  : never = true;
 
 /**
  * One write item: its receipt id, its receipt fields in RECEIPT_INPUT_KEYS order (undefined where
@@ -99,18 +110,22 @@ export function encodeReceipts(receipts: Iterable<Receipt>): WireReceipt[] {
   return out;
 }
 
-/** The receipts of `batches` from what the commit sent back (encodeReceipts), keyed by receipt id. */
+/**
+ * The receipts of `batches` from what the commit of them sent back (encodeReceipts), keyed by
+ * receipt id: each rebuilt from the same values the committer hashed, not from the items they were
+ * encoded from, which their callers could still change.
+ */
 export function decodeReceipts(
-  batches: readonly OrgBatch[],
+  batches: readonly WireBatch[],
   wire: readonly WireReceipt[],
 ): Map<string, Receipt> {
   const out = new Map<string, Receipt>();
   let i = 0;
   for (const b of batches) {
-    for (const { item, receiptId } of b.items) {
+    for (const item of b.items) {
       const w = wire[i++];
       if (!w) throw new Error('the writer thread answered fewer receipts than the batch has');
-      out.set(receiptId, receiptOf(item.receipt, receiptId, w[0], w[1], w[2], w[3]));
+      out.set(item[0], receiptOf(receiptInputOf(item), item[0], w[0], w[1], w[2], w[3]));
     }
   }
   if (i !== wire.length) throw new Error('the writer thread answered more receipts than the batch has');

@@ -89,8 +89,9 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
                 organization_id: orgId,
                 session_id: 's',
                 tool_name: 'pay',
-                calls: i,
-                cumulative: JSON.stringify({ amount: i }),
+                // Out of order within the batch: the furthest is kept, not the last.
+                calls: (i * 7) % 40,
+                cumulative: JSON.stringify({ amount: (i * 7) % 40 }),
                 updated_at: at,
               },
             }
@@ -137,8 +138,32 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
       .select(['calls', 'cumulative'])
       .where('organization_id', '=', orgId)
       .executeTakeFirstOrThrow();
-    expect(counter).toEqual({ calls: 39, cumulative: '{"amount":39}' });
+    expect(counter).toEqual({ calls: 33, cumulative: '{"amount":33}' });
     expect((await verifyReceipts(await chainOf(orgId))).ok).toBe(true);
+  });
+
+  it('resolves each write of a batch of several organizations with its own receipt', async () => {
+    const orgs = [
+      (await createTenant(t)).orgId,
+      (await createTenant(t)).orgId,
+      (await createTenant(t)).orgId,
+    ];
+    const writer = new DecisionWriter(t.store, { thread });
+    const receipts = await Promise.all(
+      Array.from({ length: 60 }, (_, i) => writer.write(item(orgs[(i * 5) % 3]!, i))),
+    );
+    await writer.close();
+    for (const [i, r] of receipts.entries()) {
+      expect(r.organization_id).toBe(orgs[(i * 5) % 3]);
+      expect(r.tool_name).toBe(`tool-${i}`);
+    }
+    for (const org of orgs) {
+      const chain = await chainOf(org);
+      expect(chain.map((p) => JSON.parse(p).receipt_id)).toEqual(
+        receipts.filter((r) => r.organization_id === org).map((r) => r.receipt_id),
+      );
+      expect((await verifyReceipts(chain)).ok).toBe(true);
+    }
   });
 
   it('never forks the chain with two writers (two processes) on one database', async () => {
@@ -386,6 +411,36 @@ describe.skipIf(!TEST_PG_URL)('PostgresBatchStore', () => {
       .where('organization_id', 'in', [a, b])
       .execute();
     expect(decisions).toHaveLength(n);
+  });
+});
+
+describe.skipIf(TEST_PG_URL)('ThreadBatchStore', () => {
+  it('fails a batch that cannot be sent to the thread, and stays usable without holding the process', async () => {
+    const { orgId } = await createTenant(t);
+    const store = new ThreadBatchStore(t.store.sqlitePath!);
+    const inFlight = (store as unknown as { inFlight: Map<number, unknown> }).inFlight;
+    const good = item(orgId, 1);
+    // A function cannot be cloned to the thread: postMessage throws and nothing is sent.
+    const bad = {
+      ...good,
+      decision: {
+        ...decisionItem({
+          organizationId: orgId,
+          toolName: 'x',
+          decision: 'allow',
+          reason: 'r',
+          at: good.receipt.timestamp,
+        }).decision!,
+        reason: (() => 'r') as unknown as string,
+      },
+    };
+    const part = (it: WriteItem) => [{ organizationId: orgId, items: [{ item: it, receiptId: uuidv7() }] }];
+    await expect(store.commit(part(bad))).rejects.toThrow(/could not be cloned/);
+    expect(inFlight.size).toBe(0);
+    const receipts = await store.commit(part(good));
+    expect([...receipts.values()][0]!.tool_name).toBe('tool-1');
+    expect(inFlight.size).toBe(0);
+    await store.close();
   });
 });
 
