@@ -67,7 +67,7 @@ export interface WireBatch {
   items: WireItem[];
 }
 
-/** What the chain gave one receipt; the rest of it is the item the sender already holds. */
+/** What the chain gave one receipt; the rest of it is in the values the sender sent. */
 export type WireReceipt = [
   sequence: number,
   previousReceiptHash: string,
