@@ -44,8 +44,6 @@ export function leafHash(data: Uint8Array | string): Buffer {
 
 /** SHA-256(0x01 || left || right). */
 export function nodeHash(left: Uint8Array, right: Uint8Array): Buffer {
-  if (left.length === 32 && right.length === 32)
-    return Buffer.from(nodeDigest(toLatin1(left), toLatin1(right), 'binary'), 'binary');
   const buf = Buffer.allocUnsafe(1 + left.length + right.length);
   buf[0] = NODE_PREFIX[0]!;
   buf.set(left, 1);
