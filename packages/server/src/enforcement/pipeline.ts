@@ -15,7 +15,7 @@ import type {
   Step,
   Verdict,
 } from './model.js';
-import { withOutcome, writeItemOf } from './record.js';
+import { type RecordInput, withOutcome, writeItemOf } from './record.js';
 import { NOT_EVALUATED, uncheckedVerdict } from './steps/constraints.js';
 
 /** The decision could not be recorded durably; `ran` says whether the tool had already run. */
@@ -103,15 +103,21 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
 
       let execution: Execution<T> | undefined;
       const ran = verdict.decision === 'allow' && req.execute !== undefined;
-      const record = {
+      // Each RecordInput is written out whole rather than spread from a common part: a spread
+      // followed by more properties gave V8 a new hidden class on every call.
+      const recordOf = (decisionId: string, now: string, resultHash: string | undefined): RecordInput => ({
+        decisionId,
+        now,
         scope,
         call,
+        verdict,
         policy,
         source: req.source,
         latencyMs,
         session,
         bindings: req.bindings,
-      };
+        resultHash,
+      });
       let item: WriteItem | null = null;
       let prepared: WriteItem | null = null;
       if (ran) {
@@ -130,7 +136,7 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
         prepared = await new Promise<WriteItem | null>((resolve) =>
           setImmediate(() => {
             try {
-              resolve(writeItemOf({ ...record, verdict, decisionId: '', now: '', resultHash: undefined }));
+              resolve(writeItemOf(recordOf('', '', undefined)));
             } catch {
               // Built again below, where its error is a failed record.
               resolve(null);
@@ -153,13 +159,7 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
 
       let receipt: Receipt;
       try {
-        item ??= writeItemOf({
-          ...record,
-          decisionId,
-          verdict,
-          now: clock.now().toISOString(),
-          resultHash: execution?.resultHash,
-        });
+        item ??= writeItemOf(recordOf(decisionId, clock.now().toISOString(), execution?.resultHash));
         receipt = await writer.write(item);
       } catch (err) {
         await releaseAll(holds, ran);
