@@ -6,7 +6,8 @@
  * otherwise counts among the other threads). Writes the .cpuprofile (open it in Chrome DevTools),
  * prints self time by function and by area, and the server process's CPU time (user + system) per
  * answered request over the measured phase, in all, on the main thread, on the busiest other thread
- * (the decision writer's, when it runs) and per commit batch: the figures that compare code
+ * (the decision writer's, when it runs) and per commit batch, and the main thread's garbage
+ * collections during the phase (from /metrics): the figures that compare code
  * versions on a machine shared with others. With PROFILE_RATE it also prints when the slowest 1 %
  * of requests were due, in 100 ms windows, which shows whether the tail comes in stalls.
  * PROFILE_TARGET=baseline measures the bare node:http baseline (bench/baseline-server.ts) instead.
@@ -54,8 +55,20 @@ function threadMicros(pid: number): Map<number, number> {
   return out;
 }
 
-/** Commit batches, the decisions in them, and the batches committed on the event loop so far, from /metrics. */
-async function batchCounters(): Promise<{ batches: number; decisions: number; onLoop: number } | null> {
+/**
+ * Commit batches, the decisions in them, the batches committed on the event loop, and the seconds
+ * commits took (from the writer's hand-off to its answer) so far, from /metrics.
+ */
+async function batchCounters(): Promise<{
+  batches: number;
+  decisions: number;
+  onLoop: number;
+  seconds: number;
+  /** The main thread's collections so far: count and seconds, by kind (major, minor, incremental). */
+  gc: Map<string, { count: number; seconds: number }>;
+  /** Bytes in use in the main thread's old space (what survives scavenges ends up there). */
+  oldBytes: number;
+} | null> {
   const res = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } });
   if (!res.ok) return null;
   const text = await res.text();
@@ -64,6 +77,17 @@ async function batchCounters(): Promise<{ batches: number; decisions: number; on
     batches: value('svc_decision_commit_batch_size_count'),
     decisions: value('svc_decision_commit_batch_size_sum'),
     onLoop: value('svc_decision_commits_total\\{on="event_loop"\\}') || 0,
+    seconds: value('svc_decision_commit_duration_seconds_sum'),
+    gc: new Map(
+      ['major', 'minor', 'incremental'].map((kind) => [
+        kind,
+        {
+          count: value(`nodejs_gc_duration_seconds_count\\{kind="${kind}"\\}`) || 0,
+          seconds: value(`nodejs_gc_duration_seconds_sum\\{kind="${kind}"\\}`) || 0,
+        },
+      ]),
+    ),
+    oldBytes: value('nodejs_heap_space_size_used_bytes\\{space="old"\\}'),
   };
 }
 
@@ -104,8 +128,16 @@ try {
     const onLoop = counters1.onLoop - counters0.onLoop;
     console.log(
       `commit batches ${batches} (${onLoop} on the event loop), ${(decisions / Math.max(1, batches)).toFixed(1)} decisions each; per batch: ` +
-        `${perBatch(cpu)} µs of CPU in all, main thread ${perBatch(main)}, busiest other thread ${perBatch(busiest)}`,
+        `${perBatch(cpu)} µs of CPU in all, main thread ${perBatch(main)}, busiest other thread ${perBatch(busiest)}; ` +
+        `a commit took ${perBatch((counters1.seconds - counters0.seconds) * 1e6)} µs from hand-off to answer`,
     );
+    const gc = [...counters1.gc].map(([kind, after]) => {
+      const before = counters0.gc.get(kind) ?? { count: 0, seconds: 0 };
+      return `${kind} ${after.count - before.count} (${((after.seconds - before.seconds) * 1000).toFixed(0)} ms)`;
+    });
+    // Without a major collection in the phase, the growth of the old space is what got promoted.
+    const grew = ((counters1.oldBytes - counters0.oldBytes) / 1e6).toFixed(1);
+    console.log(`main thread collections during the phase: ${gc.join(', ')}; old space grew ${grew} MB`);
   }
   if (steady?.trace) {
     const { due, latency } = steady.trace;
