@@ -10,7 +10,8 @@
  * collections during the phase (from /metrics): the figures that compare code
  * versions on a machine shared with others. With PROFILE_RATE it also prints when the slowest 1 %
  * of requests were due, in 100 ms windows, which shows whether the tail comes in stalls.
- * PROFILE_TARGET=baseline measures the bare node:http baseline (bench/baseline-server.ts) instead.
+ * PROFILE_TARGET=baseline measures the bare node:http baseline (bench/baseline-server.ts) instead;
+ * PROFILE_PATH=/v1/validate loads the validate route that answers with the receipt.
  */
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -95,7 +96,7 @@ let rps = 0;
 try {
   const key = baseline ? '' : await provision(base);
   const opts = {
-    url: `${base}/v1/tools/validate`,
+    url: `${base}${process.env.PROFILE_PATH ?? '/v1/tools/validate'}`,
     headers: { 'x-service-api-key': key },
     bodies: BODIES,
   };
