@@ -104,7 +104,7 @@ async function measure(label: string, call: (i: number) => Promise<boolean>): Pr
   const mainMs = statCpuMs(mainStat) - m0;
   const wall = performance.now() - w0;
   console.log(
-    `${label}: ${total} calls, ${concurrency} in flight, ${failed} not 200: ` +
+    `${label}: ${total} calls, ${concurrency} in flight, ${failed} failed: ` +
       `${((cpu.user + cpu.system) / total).toFixed(1)} µs CPU per call ` +
       `(user ${(cpu.user / total).toFixed(1)}, system ${(cpu.system / total).toFixed(1)}; ` +
       `event loop ${((mainMs * 1000) / total).toFixed(1)}), ` +
@@ -121,6 +121,9 @@ const metrics = (
 ).body;
 const sum = Number(/svc_decision_commit_batch_size_sum (\S+)/.exec(metrics)?.[1]);
 const count = Number(/svc_decision_commit_batch_size_count (\S+)/.exec(metrics)?.[1]);
-if (count > 0) console.log(`commits: ${count}, ${(sum / count).toFixed(1)} decisions per commit on average`);
+if (count > 0)
+  console.log(
+    `commits: ${count}, ${(sum / count).toFixed(1)} decisions per commit on average (both measurements and their warm-ups)`,
+  );
 await app.close();
 await store.close();
