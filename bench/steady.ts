@@ -13,6 +13,10 @@
  * Requests go over keep-alive TCP connections, one request in flight per connection (no
  * pipelining); a due request with no idle connection waits in a queue and its wait is counted.
  * Answers are read by Content-Length (what Fastify and node:http send for JSON bodies).
+ *
+ * With `warmupS`, the first seconds run at the same rate on the same connections but their
+ * latencies are reported apart (`warmup`): the figures are then those of the steady state, not of
+ * the start of a burst on fresh connections after an idle spell. Failures count in either window.
  */
 import { connect, type Socket } from 'node:net';
 import { setFlagsFromString } from 'node:v8';
@@ -28,6 +32,8 @@ export interface SteadyOptions {
   /** Requests per second, spread evenly (due times are computed, not slept). */
   rate: number;
   durationS: number;
+  /** Seconds at the rate before the measured window, on the same connections (default 0). */
+  warmupS?: number;
   /** Keep-alive connections opened up front; more than rate × p99 latency avoids queueing here. */
   connections?: number;
   headers?: Record<string, string>;
@@ -37,8 +43,9 @@ export interface SteadyOptions {
 }
 
 export interface SteadyResult {
-  /** Answered requests per second over the phase. */
+  /** 2xx answers per second over the measured window. */
   rps: number;
+  /** Requests sent, 2xx answers, other answers and failures, both windows together. */
   sent: number;
   ok: number;
   non2xx: number;
@@ -52,8 +59,10 @@ export interface SteadyResult {
   sendLagP99: number;
   /** Connections that broke or were closed by the server during the phase. */
   lost: number;
-  /** With `record`: each answered request's due time (ms from the start) and latency (ms). */
+  /** With `record`: each answered request's due time (ms from the measured window's start) and latency (ms). */
   trace?: { due: Float64Array; latency: Float64Array };
+  /** With `warmupS`: the warm-up window's answered requests and their p99 (ms). */
+  warmup?: { answered: number; p99: number };
 }
 
 interface Conn {
@@ -61,6 +70,8 @@ interface Conn {
   buf: Buffer;
   /** Due time of the request in flight, or -1 when idle. */
   due: number;
+  /** Index of the request in flight (those below the warm-up count are not measured). */
+  index: number;
   dead: boolean;
 }
 
@@ -86,11 +97,15 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     ].join('\r\n');
     return Buffer.from(head + body);
   });
-  const total = Math.round(o.rate * o.durationS);
-  const latencies = new Float64Array(total);
-  const dues = o.record ? new Float64Array(total) : null;
+  const warmN = Math.round(o.rate * (o.warmupS ?? 0));
+  const measuredN = Math.round(o.rate * o.durationS);
+  const total = warmN + measuredN;
+  const latencies = new Float64Array(measuredN);
+  const warmLatencies = new Float64Array(warmN);
+  const dues = o.record ? new Float64Array(measuredN) : null;
   let start = 0;
-  const lags = new Float64Array(total);
+  const lags = new Float64Array(measuredN);
+  let lagged = 0;
   let sent = 0;
   let ok = 0;
   let non2xx = 0;
@@ -105,11 +120,14 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
 
   const send = (c: Conn, due: number) => {
     c.due = due;
-    lags[sent] = performance.now() - due;
+    c.index = sent;
+    if (sent >= warmN) lags[lagged++] = performance.now() - due;
     c.socket.write(requests[sent % requests.length]!);
     sent++;
   };
-  let answered = 0; // latencies recorded
+  let answered = 0; // latencies recorded in the measured window
+  let warmAnswered = 0;
+  let measuredOk = 0;
   let settled = 0; // requests answered or failed
   const connections = o.connections ?? 64;
   let live = connections;
@@ -117,8 +135,12 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     if (++settled === total) finish();
   };
   const complete = (c: Conn, status: number) => {
-    if (dues) dues[answered] = c.due - start;
-    latencies[answered++] = performance.now() - c.due;
+    if (c.index < warmN) warmLatencies[warmAnswered++] = performance.now() - c.due;
+    else {
+      if (dues) dues[answered] = c.due - start - warmN * interval;
+      latencies[answered++] = performance.now() - c.due;
+      if (status >= 200 && status < 300) measuredOk++;
+    }
     if (status >= 200 && status < 300) ok++;
     else non2xx++;
     c.due = -1;
@@ -167,7 +189,7 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
       () =>
         new Promise<Conn>((resolve, reject) => {
           const socket = connect({ host: url.hostname, port, noDelay: true, timeout: 10_000 });
-          const c: Conn = { socket, buf: Buffer.alloc(0), due: -1, dead: false };
+          const c: Conn = { socket, buf: Buffer.alloc(0), due: -1, index: -1, dead: false };
           socket.once('connect', () => {
             socket.setTimeout(0);
             resolve(c);
@@ -216,19 +238,21 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
   await finished;
   clearTimeout(timer);
   clearTimeout(give);
-  const elapsed = (performance.now() - start) / 1000;
+  // The measured window starts when its first request is due.
+  const elapsed = (performance.now() - (start + warmN * interval)) / 1000;
   for (const c of conns) {
     c.dead = true;
     c.socket.destroy();
   }
-  const errors = total - answered;
+  const errors = total - answered - warmAnswered;
 
   const trace = dues ? { due: dues.slice(0, answered), latency: latencies.slice(0, answered) } : undefined;
   const sorted = latencies.subarray(0, answered).sort();
-  const lagSorted = lags.subarray(0, sent).sort();
+  const lagSorted = lags.subarray(0, lagged).sort();
   const ms = (x: number) => Math.round(x * 100) / 100;
+  const warmSorted = warmLatencies.subarray(0, warmAnswered).sort();
   return {
-    rps: ok / elapsed,
+    rps: measuredOk / elapsed,
     sent,
     ok,
     non2xx,
@@ -240,5 +264,6 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     sendLagP99: ms(percentile(lagSorted, 0.99)),
     lost: connections - live,
     ...(trace ? { trace } : {}),
+    ...(warmN > 0 ? { warmup: { answered: warmAnswered, p99: ms(percentile(warmSorted, 0.99)) } } : {}),
   };
 }
