@@ -97,6 +97,7 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
     ].join('\r\n');
     return Buffer.from(head + body);
   });
+  if (!((o.warmupS ?? 0) >= 0)) throw new Error(`warmupS must be 0 or more, not ${o.warmupS}`);
   const warmN = Math.round(o.rate * (o.warmupS ?? 0));
   const measuredN = Math.round(o.rate * o.durationS);
   const total = warmN + measuredN;
@@ -234,7 +235,7 @@ export async function steadyLoad(o: SteadyOptions): Promise<SteadyResult> {
   };
   tick();
   // Requests still unanswered 30 s after the last one was due count as errors, as do those never sent.
-  const give = setTimeout(finish, (o.durationS + 30) * 1000);
+  const give = setTimeout(finish, ((o.warmupS ?? 0) + o.durationS + 30) * 1000);
   await finished;
   clearTimeout(timer);
   clearTimeout(give);
