@@ -39,12 +39,10 @@ await migrateToLatest(store);
 // CPU_FSYNC=false: commits without fsync, so that a CPU profile (which samples wall time on the
 // thread) shows CPU work rather than time blocked in fsync. Never how the service runs.
 if (process.env.CPU_FSYNC === 'false') store.sqlite?.pragma('synchronous = OFF');
-const built = await buildApp({ config, store, logger: false });
-const { app } = built;
+const { app, ctx } = await buildApp({ config, store, logger: false });
 const address = await app.listen({ port: 0, host: '127.0.0.1' });
 const key = await provision(address, `cpu-${Date.now()}`);
 
-const { ctx } = built;
 const principal = await ctx.keys.authenticate(key);
 if (!principal) throw new Error('the provisioned key does not authenticate');
 const scope = callScopeOf(principal);

@@ -1,5 +1,5 @@
 import { createHash, hash } from 'node:crypto';
-import { isTaggedHash } from './canonical.js';
+import { isTaggedHash, tagDigest } from './canonical.js';
 
 // RFC 6962 section 2.1: distinct prefixes for leaves and inner nodes, so a leaf can never be passed
 // off as an inner node (second-preimage attack on the tree).
@@ -175,7 +175,7 @@ export class MerkleFrontier {
 
   /** Persistable form: `sha256:<hex>` per node, largest subtree first. */
   toTagged(): string[] {
-    return this.nodes.map((n) => `sha256:${Buffer.from(n, 'binary').toString('hex')}`);
+    return this.nodes.map((n) => tagDigest(Buffer.from(n, 'binary')));
   }
 
   clone(): MerkleFrontier {
