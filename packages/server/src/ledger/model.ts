@@ -1,3 +1,4 @@
+import type { MessagePort } from 'node:worker_threads';
 import type { Insertable } from 'kysely';
 import type { Database, DecisionsTable, SessionCountersTable } from '../storage/schema.js';
 import type { WireBatch, WireReceipt } from './wire.js';
@@ -109,11 +110,25 @@ export interface BatchStore {
    * (PASSIVE), off the event loop, for commits made on a connection that does not do it itself.
    */
   checkpoint?(): Promise<void>;
+  /**
+   * Settles the commits that have finished but whose answers the event loop has not delivered yet;
+   * returns how many. For a store that commits elsewhere (a thread).
+   */
+  poll?(): number;
   /** Releases what the store holds (a thread, a connection); called once nothing is in flight. */
   close?(): Promise<void>;
 }
 
 /** A batch sent to the writer thread, or a request to checkpoint the WAL (answered with no receipts). */
+/** What the writer thread starts with: the database, and where and how it answers. */
+export interface ThreadData {
+  path: string;
+  /** The port it posts its answers on. */
+  replies: MessagePort;
+  /** One Int32 it sets to 1 after each answer it posts (ThreadBatchStore.poll). */
+  answered: SharedArrayBuffer;
+}
+
 export type ThreadRequest = { id: number; batches: readonly WireBatch[] } | { id: number; checkpoint: true };
 
 /**

@@ -2,8 +2,8 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { Worker } from 'node:worker_threads';
-import type { BatchStore, OrgBatch, Receipt, ThreadReply, ThreadRequest } from './model.js';
+import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from 'node:worker_threads';
+import type { BatchStore, OrgBatch, Receipt, ThreadData, ThreadReply, ThreadRequest } from './model.js';
 import { decodeReceipts, encodeBatches, type WireReceipt } from './wire.js';
 
 interface InFlight {
@@ -15,9 +15,11 @@ interface InFlight {
  * Run from TypeScript sources (tsx, vitest), the thread loads its module through tsx's loader as
  * well; run from built JavaScript it loads the .js file directly.
  */
-function spawn(path: string): Worker {
+function spawn(path: string, replies: MessagePort, answered: SharedArrayBuffer): Worker {
   const here = import.meta.url;
-  if (!here.endsWith('.ts')) return new Worker(new URL('./thread.js', here), { workerData: { path } });
+  const workerData: ThreadData = { path, replies, answered };
+  const transferList = [replies];
+  if (!here.endsWith('.ts')) return new Worker(new URL('./thread.js', here), { workerData, transferList });
   const require = createRequire(here);
   const pkgPath = require.resolve('tsx/package.json');
   const pkg = JSON.parse(readFileSync(pkgPath, 'utf8')) as {
@@ -26,7 +28,7 @@ function spawn(path: string): Worker {
   const api = pathToFileURL(join(dirname(pkgPath), pkg.exports['./esm/api']!.import.default)).href;
   const entry = new URL('./thread.ts', here).href;
   const code = `import(${JSON.stringify(api)}).then((m) => { m.register(); return import(${JSON.stringify(entry)}); })`;
-  return new Worker(code, { eval: true, workerData: { path } });
+  return new Worker(code, { eval: true, workerData, transferList });
 }
 
 /**
@@ -38,23 +40,55 @@ export class ThreadBatchStore implements BatchStore {
   private worker: Worker | null = null;
   private readonly inFlight = new Map<number, InFlight>();
   private nextId = 1;
+  /** The thread's answers: the event loop delivers them, and poll() can take them sooner. */
+  private replies: MessagePort | null = null;
+  /** Set to 1 by the thread after each answer it posts, back to 0 by poll() before it reads them. */
+  private answered: Int32Array | null = null;
 
   constructor(private readonly path: string) {}
 
+  /**
+   * Takes the answers the thread has posted, without waiting for the event loop to deliver them
+   * (it does only once it is done with what it is doing, under load often a millisecond later),
+   * and returns how many it took. The check costs one atomic read when there is none.
+   */
+  poll(): number {
+    const answered = this.answered;
+    const replies = this.replies;
+    if (!answered || !replies || Atomics.load(answered, 0) === 0) return 0;
+    // Cleared before reading: an answer posted after this read raises the flag again.
+    Atomics.store(answered, 0, 0);
+    let taken = 0;
+    for (let m = receiveMessageOnPort(replies); m; m = receiveMessageOnPort(replies)) {
+      this.settle(m.message as ThreadReply);
+      taken++;
+    }
+    return taken;
+  }
+
+  private settle(reply: ThreadReply): void {
+    const waiting = this.inFlight.get(reply.id);
+    if (!waiting) return;
+    this.inFlight.delete(reply.id);
+    if (reply.error) {
+      const err = new Error(reply.error.message);
+      err.name = reply.error.name;
+      waiting.reject(err);
+    } else {
+      waiting.resolve(reply.receipts);
+    }
+  }
+
   private start(): Worker {
-    const worker = spawn(this.path);
-    worker.on('message', (reply: ThreadReply) => {
-      const waiting = this.inFlight.get(reply.id);
-      if (!waiting) return;
-      this.inFlight.delete(reply.id);
-      if (reply.error) {
-        const err = new Error(reply.error.message);
-        err.name = reply.error.name;
-        waiting.reject(err);
-      } else {
-        waiting.resolve(reply.receipts);
-      }
-    });
+    const { port1, port2 } = new MessageChannel();
+    const flag = new SharedArrayBuffer(4);
+    const worker = spawn(this.path, port2, flag);
+    this.replies?.close();
+    this.replies = port1;
+    this.answered = new Int32Array(flag);
+    port1.on('message', (reply: ThreadReply) => this.settle(reply));
+    // The worker keeps the process alive while a request is in flight; the port never does.
+    port1.unref();
     const fail = (err: unknown) => {
       if (this.worker === worker) this.worker = null;
       for (const w of this.inFlight.values()) w.reject(err);
@@ -112,5 +146,8 @@ export class ThreadBatchStore implements BatchStore {
     const exited = new Promise<void>((r) => worker.once('exit', () => r()));
     worker.postMessage('close');
     await exited;
+    this.replies?.close();
+    this.replies = null;
+    this.answered = null;
   }
 }

@@ -4,18 +4,21 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { openSqliteHandle } from '../storage/db.js';
-import type { ThreadReply, ThreadRequest } from './model.js';
+import type { ThreadData, ThreadReply, ThreadRequest } from './model.js';
 import { createSqliteCommit, type SqliteCommit } from './store-sqlite.js';
 import { encodeReceipts } from './wire.js';
 
 const port = parentPort;
 if (!port) throw new Error('ledger/thread.ts runs as a worker thread');
-const db = openSqliteHandle((workerData as { path: string }).path);
+const { path, replies, answered } = workerData as ThreadData;
+const db = openSqliteHandle(path);
+const flag = new Int32Array(answered);
 let commit: SqliteCommit | null = null;
 
 port.on('message', (msg: ThreadRequest | 'close') => {
   if (msg === 'close') {
     db.close();
+    replies.close();
     port.close();
     return;
   }
@@ -32,5 +35,7 @@ port.on('message', (msg: ThreadRequest | 'close') => {
     const e = err instanceof Error ? err : new Error(String(err));
     reply = { id: msg.id, error: { name: e.name, message: e.message } };
   }
-  port.postMessage(reply);
+  replies.postMessage(reply);
+  // After the post: when the event loop sees the flag, the answer is there to take.
+  Atomics.store(flag, 0, 1);
 });

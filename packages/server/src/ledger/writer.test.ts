@@ -442,6 +442,73 @@ describe.skipIf(TEST_PG_URL)('ThreadBatchStore', () => {
     expect(inFlight.size).toBe(0);
     await store.close();
   });
+
+  /** Runs the microtasks queued so far (and those they queue), never the event loop's tasks. */
+  async function microtasks(): Promise<void> {
+    for (let i = 0; i < 50; i++) await null;
+  }
+
+  /** Blocks the event loop, polling, until the store took an answer or 10 s passed; how many it took. */
+  function pollUntilAnswered(store: ThreadBatchStore): number {
+    const until = Date.now() + 10_000;
+    let taken = store.poll();
+    while (taken === 0 && Date.now() < until) taken = store.poll();
+    return taken;
+  }
+
+  it('settles a commit the thread finished while the event loop is busy, without the event loop', async () => {
+    const { orgId } = await createTenant(t);
+    const store = new ThreadBatchStore(t.store.sqlitePath!);
+    const part = (n: number) => [
+      { organizationId: orgId, items: [{ item: item(orgId, n), receiptId: uuidv7() }] },
+    ];
+    try {
+      // The thread starts with the first commit; it is answered the usual way.
+      await store.commit(part(1));
+      expect(store.poll()).toBe(0);
+
+      let settled: Map<string, unknown> | null = null;
+      const pending = store.commit(part(2)).then((r) => {
+        settled = r;
+      });
+      // Without a poll, only the event loop delivers the answer: microtasks alone never settle it.
+      await microtasks();
+      expect(settled).toBeNull();
+      expect(pollUntilAnswered(store)).toBe(1);
+      await microtasks();
+      expect([...settled!.values()].map((r) => (r as { tool_name: string }).tool_name)).toEqual(['tool-2']);
+      await pending;
+      // Taken once: the event loop's delivery finds nothing left, and a poll finds nothing new.
+      expect(store.poll()).toBe(0);
+      expect((await chainOf(orgId)).length).toBe(2);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('settles a failed commit through a poll as a rejection of that commit only', async () => {
+    const { orgId } = await createTenant(t);
+    const store = new ThreadBatchStore(t.store.sqlitePath!);
+    try {
+      await store.commit([{ organizationId: orgId, items: [{ item: item(orgId, 1), receiptId: uuidv7() }] }]);
+      // A receipt id the chain already has: the thread's transaction fails and answers an error.
+      const taken = uuidv7();
+      await store.commit([{ organizationId: orgId, items: [{ item: item(orgId, 2), receiptId: taken }] }]);
+      let failure: unknown = null;
+      const pending = store
+        .commit([{ organizationId: orgId, items: [{ item: item(orgId, 3), receiptId: taken }] }])
+        .catch((err: unknown) => {
+          failure = err;
+        });
+      expect(pollUntilAnswered(store)).toBe(1);
+      await microtasks();
+      expect(String(failure)).toMatch(/UNIQUE/);
+      await pending;
+      expect((await chainOf(orgId)).length).toBe(2);
+    } finally {
+      await store.close();
+    }
+  });
 });
 
 describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after an idle spell', () => {

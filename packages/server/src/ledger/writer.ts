@@ -126,6 +126,9 @@ export class DecisionWriter {
     resolve: (r: Receipt) => void,
     reject: (e: unknown) => void,
   ): void {
+    // Each new decision first settles the commits the thread has finished: under load the event
+    // loop would deliver their answers only after the I/O it is busy with.
+    this.batches.poll?.();
     this.queue.push({ item, group, receiptId: uuidv7(), resolve, reject });
     if (this.queue.length === 1 && !this.flushing) {
       this.idle = new Promise((r) => {
