@@ -205,8 +205,10 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
       const loaded = await Promise.all(names.map((n) => policies.get(scope.organizationId, n)));
       const policyOf = new Map(names.map((n, i) => [n, loaded[i] ?? null]));
       const now = clock.now().toISOString();
+      // Written out whole, not `{ ...r, decisionId, verdict }` (docs/architecture.md, "Objects built per call").
       const recorded = reports.map((r) => ({
-        ...r,
+        call: r.call,
+        latencyMs: r.latencyMs,
         decisionId: uuidv7(),
         verdict: reportedVerdict(r.reported),
       }));
