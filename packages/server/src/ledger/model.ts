@@ -119,7 +119,6 @@ export interface BatchStore {
   close?(): Promise<void>;
 }
 
-/** A batch sent to the writer thread, or a request to checkpoint the WAL (answered with no receipts). */
 /** What the writer thread starts with: the database, and where and how it answers. */
 export interface ThreadData {
   path: string;
@@ -129,6 +128,7 @@ export interface ThreadData {
   answered: SharedArrayBuffer;
 }
 
+/** A batch sent to the writer thread, or a request to checkpoint the WAL (answered with no receipts). */
 export type ThreadRequest = { id: number; batches: readonly WireBatch[] } | { id: number; checkpoint: true };
 
 /**

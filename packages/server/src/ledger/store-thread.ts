@@ -9,6 +9,8 @@ import { decodeReceipts, encodeBatches, type WireReceipt } from './wire.js';
 interface InFlight {
   resolve: (r: WireReceipt[]) => void;
   reject: (e: unknown) => void;
+  /** The thread it was sent to: only that thread's end fails it. */
+  worker: Worker;
 }
 
 /**
@@ -50,7 +52,8 @@ export class ThreadBatchStore implements BatchStore {
   /**
    * Takes the answers the thread has posted, without waiting for the event loop to deliver them
    * (it does only once it is done with what it is doing, under load often a millisecond later),
-   * and returns how many it took. The check costs one atomic read when there is none.
+   * and returns how many it took. The check is one atomic read when no answer came since the last
+   * one (the flag stays up after the event loop delivered an answer: one empty read clears it).
    */
   poll(): number {
     const answered = this.answered;
@@ -91,8 +94,21 @@ export class ThreadBatchStore implements BatchStore {
     port1.unref();
     const fail = (err: unknown) => {
       if (this.worker === worker) this.worker = null;
-      for (const w of this.inFlight.values()) w.reject(err);
-      this.inFlight.clear();
+      // Answers the thread posted before it ended are settled first: their commits are durable.
+      for (let m = receiveMessageOnPort(port1); m; m = receiveMessageOnPort(port1)) {
+        this.settle(m.message as ThreadReply);
+      }
+      // Only what this thread had: 'exit' follows 'error', and a new thread may have started between.
+      for (const [id, w] of this.inFlight) {
+        if (w.worker !== worker) continue;
+        this.inFlight.delete(id);
+        w.reject(err);
+      }
+      if (this.replies === port1) {
+        port1.close();
+        this.replies = null;
+        this.answered = null;
+      }
     };
     worker.on('error', fail);
     worker.on('exit', (code) => fail(new Error(`decision writer thread exited with code ${code}`)));
@@ -125,7 +141,7 @@ export class ThreadBatchStore implements BatchStore {
     // Keeps the process alive only while a request is in flight.
     if (this.inFlight.size === 0) worker.ref();
     return new Promise<WireReceipt[]>((resolve, reject) => {
-      this.inFlight.set(id, { resolve, reject });
+      this.inFlight.set(id, { resolve, reject, worker });
       try {
         worker.postMessage(request(id));
       } catch (err) {

@@ -1,4 +1,5 @@
 import { statSync } from 'node:fs';
+import type { Worker } from 'node:worker_threads';
 import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
@@ -478,10 +479,46 @@ describe.skipIf(TEST_PG_URL)('ThreadBatchStore', () => {
       await microtasks();
       expect([...settled!.values()].map((r) => (r as { tool_name: string }).tool_name)).toEqual(['tool-2']);
       await pending;
-      // Taken once: the event loop's delivery finds nothing left, and a poll finds nothing new.
-      expect(store.poll()).toBe(0);
       expect((await chainOf(orgId)).length).toBe(2);
     } finally {
+      await store.close();
+    }
+  });
+
+  it('settles the commits a thread answered before it ended, and fails only the rest', async () => {
+    const { orgId } = await createTenant(t);
+    const store = new ThreadBatchStore(t.store.sqlitePath!);
+    const part = (n: number) => [
+      { organizationId: orgId, items: [{ item: item(orgId, n), receiptId: uuidv7() }] },
+    ];
+    await store.commit(part(1));
+    const worker = (store as unknown as { worker: Worker }).worker;
+    const answered = (store as unknown as { answered: Int32Array }).answered;
+    try {
+      Atomics.store(answered, 0, 0);
+      let outcome = 'pending';
+      const pending = store.commit(part(2)).then(
+        () => {
+          outcome = 'committed';
+        },
+        () => {
+          outcome = 'failed';
+        },
+      );
+      // The event loop stays blocked until the thread has posted its answer, which is therefore
+      // not delivered yet when the thread's end is reported.
+      const until = Date.now() + 10_000;
+      while (Atomics.load(answered, 0) === 0 && Date.now() < until);
+      expect(Atomics.load(answered, 0)).toBe(1);
+      worker.emit('error', new Error('the thread died'));
+      await microtasks();
+      expect(outcome).toBe('committed');
+      await pending;
+      // The next commit starts another thread, on the same chain.
+      const receipts = await store.commit(part(3));
+      expect([...receipts.values()][0]!.sequence).toBe(2);
+    } finally {
+      await worker.terminate();
       await store.close();
     }
   });
@@ -507,6 +544,40 @@ describe.skipIf(TEST_PG_URL)('ThreadBatchStore', () => {
       expect((await chainOf(orgId)).length).toBe(2);
     } finally {
       await store.close();
+    }
+  });
+});
+
+describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: answers taken when a decision arrives', () => {
+  it('settles a commit the thread finished as soon as the next decision is written', async () => {
+    const { orgId } = await createTenant(t);
+    // Never on the event loop: every batch goes to the thread.
+    const writer = new DecisionWriter(t.store, { thread: true, inlineAfterIdleMs: Number.POSITIVE_INFINITY });
+    const store = (writer as unknown as { batches: ThreadBatchStore }).batches;
+    const inFlight = (store as unknown as { inFlight: Map<number, unknown> }).inFlight;
+    try {
+      // The thread starts with the first batch, on the event loop's time: not while it is blocked.
+      await writer.write(item(orgId, 0));
+      const answered = (store as unknown as { answered: Int32Array }).answered;
+      // Its answer came through the event loop, which leaves the flag up.
+      Atomics.store(answered, 0, 0);
+      let first = false;
+      const a = writer.write(item(orgId, 1)).then(() => {
+        first = true;
+      });
+      while (inFlight.size === 0) await new Promise((r) => setImmediate(r));
+      // Blocked until the thread has answered: only the writer can take the answer now.
+      const until = Date.now() + 10_000;
+      while (Atomics.load(answered, 0) === 0 && Date.now() < until);
+      expect(Atomics.load(answered, 0)).toBe(1);
+      expect(first).toBe(false);
+      const b = writer.write(item(orgId, 2));
+      for (let i = 0; i < 100; i++) await null;
+      expect(first).toBe(true);
+      await Promise.all([a, b]);
+      expect((await chainOf(orgId)).length).toBe(3);
+    } finally {
+      await writer.close();
     }
   });
 });
