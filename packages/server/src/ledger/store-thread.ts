@@ -61,8 +61,13 @@ export class ThreadBatchStore implements BatchStore {
     if (!answered || !replies || Atomics.load(answered, 0) === 0) return 0;
     // Cleared before reading: an answer posted after this read raises the flag again.
     Atomics.store(answered, 0, 0);
+    return this.settleQueued(replies);
+  }
+
+  /** Settles every answer waiting on `port`, without the event loop; returns how many. */
+  private settleQueued(port: MessagePort): number {
     let taken = 0;
-    for (let m = receiveMessageOnPort(replies); m; m = receiveMessageOnPort(replies)) {
+    for (let m = receiveMessageOnPort(port); m; m = receiveMessageOnPort(port)) {
       this.settle(m.message as ThreadReply);
       taken++;
     }
@@ -86,7 +91,7 @@ export class ThreadBatchStore implements BatchStore {
     const { port1, port2 } = new MessageChannel();
     const flag = new SharedArrayBuffer(4);
     const worker = spawn(this.path, port2, flag);
-    this.replies?.close();
+    // The previous thread's port, if any, was closed when that thread ended (fail, below).
     this.replies = port1;
     this.answered = new Int32Array(flag);
     port1.on('message', (reply: ThreadReply) => this.settle(reply));
@@ -95,9 +100,7 @@ export class ThreadBatchStore implements BatchStore {
     const fail = (err: unknown) => {
       if (this.worker === worker) this.worker = null;
       // Answers the thread posted before it ended are settled first: their commits are durable.
-      for (let m = receiveMessageOnPort(port1); m; m = receiveMessageOnPort(port1)) {
-        this.settle(m.message as ThreadReply);
-      }
+      this.settleQueued(port1);
       // Only what this thread had: 'exit' follows 'error', and a new thread may have started between.
       for (const [id, w] of this.inFlight) {
         if (w.worker !== worker) continue;
@@ -161,9 +164,7 @@ export class ThreadBatchStore implements BatchStore {
     if (!worker) return;
     const exited = new Promise<void>((r) => worker.once('exit', () => r()));
     worker.postMessage('close');
+    // Its 'exit' closes its port too (fail, in start).
     await exited;
-    this.replies?.close();
-    this.replies = null;
-    this.answered = null;
   }
 }

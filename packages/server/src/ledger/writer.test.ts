@@ -46,13 +46,19 @@ async function chainOf(org: string) {
   return rows.map((r) => r.payload);
 }
 
+/** Blocks the event loop until the writer thread raises its answer flag, or 10 s passed; whether it did. */
+function awaitAnsweredFlag(answered: Int32Array): boolean {
+  const until = Date.now() + 10_000;
+  while (Atomics.load(answered, 0) === 0 && Date.now() < until);
+  return Atomics.load(answered, 0) === 1;
+}
+
 /**
  * Lowers the answer flag once the thread has raised it for the answer the caller already has: the
  * thread raises it just after posting, so it can still be down when that answer is delivered.
  */
 function lowerAnsweredFlag(answered: Int32Array): void {
-  const until = Date.now() + 10_000;
-  while (Atomics.load(answered, 0) === 0 && Date.now() < until);
+  awaitAnsweredFlag(answered);
   Atomics.store(answered, 0, 0);
 }
 
@@ -517,9 +523,7 @@ describe.skipIf(TEST_PG_URL)('ThreadBatchStore', () => {
       );
       // The event loop stays blocked until the thread has posted its answer, which is therefore
       // not delivered yet when the thread's end is reported.
-      const until = Date.now() + 10_000;
-      while (Atomics.load(answered, 0) === 0 && Date.now() < until);
-      expect(Atomics.load(answered, 0)).toBe(1);
+      expect(awaitAnsweredFlag(answered)).toBe(true);
       worker.emit('error', new Error('the thread died'));
       await microtasks();
       expect(outcome).toBe('committed');
@@ -577,9 +581,7 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: answers taken when
       });
       while (inFlight.size === 0) await new Promise((r) => setImmediate(r));
       // Blocked until the thread has answered: only the writer can take the answer now.
-      const until = Date.now() + 10_000;
-      while (Atomics.load(answered, 0) === 0 && Date.now() < until);
-      expect(Atomics.load(answered, 0)).toBe(1);
+      expect(awaitAnsweredFlag(answered)).toBe(true);
       expect(first).toBe(false);
       const b = writer.write(item(orgId, 2));
       for (let i = 0; i < 100; i++) await null;
