@@ -16,7 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { api, type Child, provisionKey, serviceEnv, startChild, statCpuMs } from './lib.js';
+import { ADMIN, api, type Child, provisionKey, serviceEnv, startChild, statCpuMs } from './lib.js';
 
 const ROOT = join(import.meta.dirname, '..');
 
@@ -222,6 +222,18 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
         `CPU per call: service ${perCall(0, opts.calls)} ms per gateway call, server-everything ${perCall(1, paths.length * opts.calls)} ms per call`,
       );
     }
+    // Where the service committed, warm-up included: a lone call's commit runs on the event loop
+    // unless those commits were slow (ledger/writer.ts), and the figures depend on which.
+    const exposition = await (
+      await fetch(`${svcBase}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })
+    ).text();
+    const commits = (on: string) =>
+      Number(
+        new RegExp(`^svc_decision_commits_total\\{on="${on}"\\} (\\d+)$`, 'm').exec(exposition)?.[1] ?? 0,
+      );
+    log(
+      `commits of the service: ${commits('event_loop')} on the event loop, ${commits('thread')} in the writer thread`,
+    );
     const listed = await api(svcBase, '/v1/decisions?limit=1', { headers });
     const recorded = listed.pagination.total as number;
     // Every answered gateway call is a recorded decision.

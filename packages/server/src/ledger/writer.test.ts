@@ -10,6 +10,7 @@ import { openSqliteHandle, openStore, type Store } from '../storage/db.js';
 import type { OrgBatch, WriteItem } from './model.js';
 import { argumentHash, receiptPayload } from './receipt.js';
 import { PostgresBatchStore } from './store-postgres.js';
+import { NoWaitSqliteBatchStore } from './store-sqlite.js';
 import { ThreadBatchStore } from './store-thread.js';
 import { DecisionWriter } from './writer.js';
 
@@ -58,7 +59,7 @@ function awaitAnsweredFlag(answered: Int32Array): boolean {
  * thread raises it just after posting, so it can still be down when that answer is delivered.
  */
 function lowerAnsweredFlag(answered: Int32Array): void {
-  awaitAnsweredFlag(answered);
+  if (!awaitAnsweredFlag(answered)) throw new Error('the thread raised no answer flag in 10 s');
   Atomics.store(answered, 0, 0);
 }
 
@@ -565,29 +566,30 @@ describe.skipIf(TEST_PG_URL)('ThreadBatchStore', () => {
 describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: answers taken when a decision arrives', () => {
   it('settles a commit the thread finished as soon as the next decision is written', async () => {
     const { orgId } = await createTenant(t);
-    // Never on the event loop: every batch goes to the thread.
+    // No lone item on the event loop after the first batch: every batch goes to the thread.
     const writer = new DecisionWriter(t.store, { thread: true, inlineAfterIdleMs: Number.POSITIVE_INFINITY });
     const store = (writer as unknown as { batches: ThreadBatchStore }).batches;
     const inFlight = (store as unknown as { inFlight: Map<number, unknown> }).inFlight;
     try {
       // The thread starts with the first batch, on the event loop's time: not while it is blocked.
-      await writer.write(item(orgId, 0));
+      // Two items: a lone first one would be committed on the event loop.
+      await Promise.all([writer.write(item(orgId, 0)), writer.write(item(orgId, 1))]);
       const answered = (store as unknown as { answered: Int32Array }).answered;
       // Its answer came through the event loop, which leaves the flag up.
       lowerAnsweredFlag(answered);
       let first = false;
-      const a = writer.write(item(orgId, 1)).then(() => {
+      const a = writer.write(item(orgId, 2)).then(() => {
         first = true;
       });
       while (inFlight.size === 0) await new Promise((r) => setImmediate(r));
       // Blocked until the thread has answered: only the writer can take the answer now.
       expect(awaitAnsweredFlag(answered)).toBe(true);
       expect(first).toBe(false);
-      const b = writer.write(item(orgId, 2));
+      const b = writer.write(item(orgId, 3));
       for (let i = 0; i < 100; i++) await null;
       expect(first).toBe(true);
       await Promise.all([a, b]);
-      expect((await chainOf(orgId)).length).toBe(3);
+      expect((await chainOf(orgId)).length).toBe(4);
     } finally {
       await writer.close();
     }
@@ -673,25 +675,93 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
     expect((await verifyReceipts(await chainOf(orgId))).ok).toBe(true);
   });
 
-  it('sends batches to the thread for a while once commits on the event loop are slow on average', async () => {
+  /** Commits on the event loop take `extraMs` longer while it is above 0 (a slow disk, a stall). */
+  function slowInline() {
+    const state = { extraMs: 0 };
+    const real = NoWaitSqliteBatchStore.prototype.commit;
+    const spy = vi.spyOn(NoWaitSqliteBatchStore.prototype, 'commit').mockImplementation(async function (
+      this: NoWaitSqliteBatchStore,
+      batches,
+    ) {
+      const receipts = await real.call(this, batches);
+      if (state.extraMs > 0) await sleep(state.extraMs);
+      return receipts;
+    });
+    return { state, restore: () => spy.mockRestore() };
+  }
+
+  it('sends batches to the thread for a while once commits on the event loop are slow, and judges the disk anew after', async () => {
     const { orgId } = await createTenant(t);
     const { on, metrics } = recorder();
-    // Every commit is slower than 0 ms. The first opens its connection and prepares its statements,
-    // so its time is not held against the disk; the second lifts the moving average above 0 ms and
-    // pauses the event loop path for 300 ms.
-    const writer = new DecisionWriter(t.store, { thread: true, metrics, inlineMaxMs: 0, inlinePauseMs: 300 });
+    const slow = slowInline();
+    // Slow is over 50 ms here; a commit counts for at most 100 ms in the moving average (each new
+    // one weighing 1/5), so four slow ones in a row lift it over 50 ms: 20, 36, 48.8, 59.
+    const writer = new DecisionWriter(t.store, {
+      thread: true,
+      metrics,
+      inlineMaxMs: 50,
+      inlinePauseMs: 300,
+    });
+    let n = 0;
+    const lone = async () => {
+      await writer.write(item(orgId, n++));
+      await sleep(5);
+    };
     try {
-      for (let i = 0; i < 3; i++) {
+      // The first opens the connection: its time is not held against the disk.
+      await lone();
+      slow.state.extraMs = 120;
+      for (let i = 0; i < 4; i++) await lone();
+      // Paused: to the thread.
+      await lone();
+      await sleep(350);
+      // After the pause one slow commit alone pauses the path again.
+      await lone();
+      await lone();
+      slow.state.extraMs = 0;
+      await sleep(350);
+      // And one fast commit alone reopens it: the slow average that started the pause is gone.
+      await lone();
+      await lone();
+      await lone();
+    } finally {
+      await writer.close();
+      slow.restore();
+    }
+    expect(on).toEqual([
+      ...Array(5).fill('event_loop'),
+      'thread',
+      'event_loop',
+      'thread',
+      'event_loop',
+      'event_loop',
+      'event_loop',
+    ]);
+    expect((await verifyReceipts(await chainOf(orgId))).ok).toBe(true);
+  });
+
+  it('does not pause the event loop path for one slow commit among fast ones', async () => {
+    const { orgId } = await createTenant(t);
+    const { on, metrics } = recorder();
+    const slow = slowInline();
+    const writer = new DecisionWriter(t.store, {
+      thread: true,
+      metrics,
+      inlineMaxMs: 50,
+      inlinePauseMs: 60_000,
+    });
+    try {
+      for (let i = 0; i < 6; i++) {
+        // The fourth takes 400 ms: counted as 100 ms, it lifts the average to about 20 ms, not 80.
+        slow.state.extraMs = i === 3 ? 400 : 0;
         await writer.write(item(orgId, i));
         await sleep(5);
       }
-      await sleep(350);
-      await writer.write(item(orgId, 3));
     } finally {
       await writer.close();
+      slow.restore();
     }
-    // The third came during the pause (and waited for the thread to start), the fourth after it.
-    expect(on).toEqual(['event_loop', 'event_loop', 'thread', 'event_loop']);
+    expect(on).toEqual(Array(6).fill('event_loop'));
   });
 
   it('has the thread checkpoint the WAL for the commits made on the event loop', async () => {

@@ -10,6 +10,12 @@ import { ThreadBatchStore } from './store-thread.js';
 
 /** The weight of the newest commit in the moving average of event-loop commit times. */
 const INLINE_WEIGHT = 0.2;
+/**
+ * A commit on the event loop counts in that average for at most this many times `inlineMaxMs`: one
+ * outlier (the WAL growing on a fresh database, a stall of the host) weighs like a slow commit, not
+ * like tens of them, so three slow commits in a row pause the path and one alone does not.
+ */
+const INLINE_CLIP = 2;
 
 interface Pending {
   item: WriteItem;
@@ -36,8 +42,10 @@ export interface DecisionWriterOptions {
    * on a connection of its own that never waits for another connection's write lock (the batch goes
    * to the thread instead) and never checkpoints the WAL (every `inlineCheckpointEvery` such
    * commits, default 100, the thread does). When the moving average of their times (each new one
-   * weighs 1/5) exceeds `inlineMaxMs` (default 5 ms: a slow disk), every batch goes to the thread
-   * for the next `inlinePauseMs` (default 10 s); a few slow commits among fast ones do not get there.
+   * weighs 1/5, and counts for at most twice `inlineMaxMs`) exceeds `inlineMaxMs` (default 5 ms: a
+   * slow disk), every batch goes to the thread for the next `inlinePauseMs` (default 10 s); a few
+   * slow commits among fast ones do not get there. The first commit on the event loop after a pause
+   * is judged alone: fast, the path stays open; slow, it pauses again.
    */
   inlineAfterIdleMs?: number;
   inlineMaxMs?: number;
@@ -76,6 +84,8 @@ export class DecisionWriter {
   private inlineCommits = 0;
   /** Moving average of the commits on the event loop, in ms (each new one weighs INLINE_WEIGHT). */
   private inlineAverageMs = 0;
+  /** A pause was started: the next commit on the event loop (after it) replaces the average. */
+  private inlinePaused = false;
   private readonly inlineCheckpointEvery: number;
   /** When the last commit ended (performance.now()): the writer has been idle since. */
   private lastCommitted = Number.NEGATIVE_INFINITY;
@@ -214,11 +224,14 @@ export class DecisionWriter {
           // The first one opens its connection and prepares its statements: its time says nothing
           // about the disk.
           if (this.inlineCommits > 0) {
-            const took = performance.now() - started;
-            this.inlineAverageMs += (took - this.inlineAverageMs) * INLINE_WEIGHT;
-            // The average is kept: after the pause, one more slow commit starts the next one.
-            if (this.inlineAverageMs > this.inlineMaxMs)
-              this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
+            const took = Math.min(performance.now() - started, this.inlineMaxMs * INLINE_CLIP);
+            // After a pause the disk is judged anew by this one commit: blended into the average
+            // that started the pause, a fast one would not reopen the path, and the path would stay
+            // shut for one pause per commit it takes to bring the average down.
+            if (this.inlinePaused) this.inlineAverageMs = took;
+            else this.inlineAverageMs += (took - this.inlineAverageMs) * INLINE_WEIGHT;
+            this.inlinePaused = this.inlineAverageMs > this.inlineMaxMs;
+            if (this.inlinePaused) this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
           }
           // That connection leaves the WAL to grow: the thread moves it into the database file,
           // off the event loop, without waiting for anyone (PASSIVE).
