@@ -224,9 +224,12 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
     }
     // Where the service committed, warm-up included: a lone call's commit runs on the event loop
     // unless those commits were slow (ledger/writer.ts), and the figures depend on which.
-    const exposition = await (
-      await fetch(`${svcBase}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })
-    ).text();
+    const res = await fetch(`${svcBase}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } });
+    if (!res.ok) throw new Error(`GET /metrics → ${res.status}`);
+    const exposition = await res.text();
+    if (!exposition.includes('svc_decision_commits_total{'))
+      throw new Error('/metrics has no svc_decision_commits_total');
+    // A place with no commit yet has no line.
     const commits = (on: string) =>
       Number(
         new RegExp(`^svc_decision_commits_total\\{on="${on}"\\} (\\d+)$`, 'm').exec(exposition)?.[1] ?? 0,

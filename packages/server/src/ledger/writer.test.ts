@@ -694,38 +694,42 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
     const { orgId } = await createTenant(t);
     const { on, metrics } = recorder();
     const slow = slowInline();
-    // Slow is over 50 ms here; a commit counts for at most 100 ms in the moving average (each new
-    // one weighing 1/5), so four slow ones in a row lift it over 50 ms: 20, 36, 48.8, 59.
-    const writer = new DecisionWriter(t.store, {
-      thread: true,
-      metrics,
-      inlineMaxMs: 50,
-      inlinePauseMs: 300,
-    });
-    let n = 0;
-    const lone = async () => {
-      await writer.write(item(orgId, n++));
-      await sleep(5);
-    };
     try {
-      // The first opens the connection: its time is not held against the disk.
-      await lone();
-      slow.state.extraMs = 120;
-      for (let i = 0; i < 4; i++) await lone();
-      // Paused: to the thread.
-      await lone();
-      await sleep(350);
-      // After the pause one slow commit alone pauses the path again.
-      await lone();
-      await lone();
-      slow.state.extraMs = 0;
-      await sleep(350);
-      // And one fast commit alone reopens it: the slow average that started the pause is gone.
-      await lone();
-      await lone();
-      await lone();
+      // Slow is over 150 ms here, far above what a busy test machine's fsync takes. A commit counts
+      // for at most 300 ms in the moving average (each new one weighing 1/5), so four slow ones in
+      // a row lift it over 150 ms: 60, 108, 146.4, 177.1.
+      const writer = new DecisionWriter(t.store, {
+        thread: true,
+        metrics,
+        inlineMaxMs: 150,
+        inlinePauseMs: 300,
+      });
+      let n = 0;
+      const lone = async () => {
+        await writer.write(item(orgId, n++));
+        await sleep(5);
+      };
+      try {
+        // The first opens the connection: its time is not held against the disk.
+        await lone();
+        slow.state.extraMs = 350;
+        for (let i = 0; i < 4; i++) await lone();
+        // Paused: to the thread.
+        await lone();
+        await sleep(350);
+        // After the pause one slow commit alone pauses the path again.
+        await lone();
+        await lone();
+        slow.state.extraMs = 0;
+        await sleep(350);
+        // And one fast commit alone reopens it: the slow average that started the pause is gone.
+        await lone();
+        await lone();
+        await lone();
+      } finally {
+        await writer.close();
+      }
     } finally {
-      await writer.close();
       slow.restore();
     }
     expect(on).toEqual([
@@ -744,21 +748,24 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
     const { orgId } = await createTenant(t);
     const { on, metrics } = recorder();
     const slow = slowInline();
-    const writer = new DecisionWriter(t.store, {
-      thread: true,
-      metrics,
-      inlineMaxMs: 50,
-      inlinePauseMs: 60_000,
-    });
     try {
-      for (let i = 0; i < 6; i++) {
-        // The fourth takes 400 ms: counted as 100 ms, it lifts the average to about 20 ms, not 80.
-        slow.state.extraMs = i === 3 ? 400 : 0;
-        await writer.write(item(orgId, i));
-        await sleep(5);
+      const writer = new DecisionWriter(t.store, {
+        thread: true,
+        metrics,
+        inlineMaxMs: 150,
+        inlinePauseMs: 60_000,
+      });
+      try {
+        for (let i = 0; i < 6; i++) {
+          // The fourth takes 900 ms: counted as 300 ms, it lifts the average to about 60 ms, not 180.
+          slow.state.extraMs = i === 3 ? 900 : 0;
+          await writer.write(item(orgId, i));
+          await sleep(5);
+        }
+      } finally {
+        await writer.close();
       }
     } finally {
-      await writer.close();
       slow.restore();
     }
     expect(on).toEqual(Array(6).fill('event_loop'));

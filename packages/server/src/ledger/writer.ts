@@ -12,8 +12,9 @@ import { ThreadBatchStore } from './store-thread.js';
 const INLINE_WEIGHT = 0.2;
 /**
  * A commit on the event loop counts in that average for at most this many times `inlineMaxMs`: one
- * outlier (the WAL growing on a fresh database, a stall of the host) weighs like a slow commit, not
- * like tens of them, so three slow commits in a row pause the path and one alone does not.
+ * outlier (the WAL growing on a fresh database, a stall of the host) weighs like one slow commit, not
+ * like tens of them. With the defaults, three commits of 10 ms or more in a row pause the path (four
+ * right after the writer starts, when the average is 0), and one alone does not.
  */
 const INLINE_CLIP = 2;
 
@@ -43,9 +44,9 @@ export interface DecisionWriterOptions {
    * to the thread instead) and never checkpoints the WAL (every `inlineCheckpointEvery` such
    * commits, default 100, the thread does). When the moving average of their times (each new one
    * weighs 1/5, and counts for at most twice `inlineMaxMs`) exceeds `inlineMaxMs` (default 5 ms: a
-   * slow disk), every batch goes to the thread for the next `inlinePauseMs` (default 10 s); a few
-   * slow commits among fast ones do not get there. The first commit on the event loop after a pause
-   * is judged alone: fast, the path stays open; slow, it pauses again.
+   * slow disk; 0: every commit is slow), every batch goes to the thread for the next `inlinePauseMs`
+   * (default 10 s); a few slow commits among fast ones do not get there. The first commit on the
+   * event loop after a pause is judged alone: fast, the path stays open; slow, it pauses again.
    */
   inlineAfterIdleMs?: number;
   inlineMaxMs?: number;
@@ -84,8 +85,6 @@ export class DecisionWriter {
   private inlineCommits = 0;
   /** Moving average of the commits on the event loop, in ms (each new one weighs INLINE_WEIGHT). */
   private inlineAverageMs = 0;
-  /** A pause was started: the next commit on the event loop (after it) replaces the average. */
-  private inlinePaused = false;
   private readonly inlineCheckpointEvery: number;
   /** When the last commit ended (performance.now()): the writer has been idle since. */
   private lastCommitted = Number.NEGATIVE_INFINITY;
@@ -224,14 +223,16 @@ export class DecisionWriter {
           // The first one opens its connection and prepares its statements: its time says nothing
           // about the disk.
           if (this.inlineCommits > 0) {
-            const took = Math.min(performance.now() - started, this.inlineMaxMs * INLINE_CLIP);
-            // After a pause the disk is judged anew by this one commit: blended into the average
-            // that started the pause, a fast one would not reopen the path, and the path would stay
-            // shut for one pause per commit it takes to bring the average down.
-            if (this.inlinePaused) this.inlineAverageMs = took;
+            // inlineMaxMs 0 makes every commit slow: no cap then.
+            const cap = this.inlineMaxMs > 0 ? this.inlineMaxMs * INLINE_CLIP : Number.POSITIVE_INFINITY;
+            const took = Math.min(performance.now() - started, cap);
+            // An average above the limit started a pause, which this commit follows: it judges the
+            // disk alone. Blended into that average, a fast one would not reopen the path, and the
+            // path would stay shut for one pause per commit it takes to bring the average down.
+            if (this.inlineAverageMs > this.inlineMaxMs) this.inlineAverageMs = took;
             else this.inlineAverageMs += (took - this.inlineAverageMs) * INLINE_WEIGHT;
-            this.inlinePaused = this.inlineAverageMs > this.inlineMaxMs;
-            if (this.inlinePaused) this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
+            if (this.inlineAverageMs > this.inlineMaxMs)
+              this.inlinePausedUntil = performance.now() + this.inlinePauseMs;
           }
           // That connection leaves the WAL to grow: the thread moves it into the database file,
           // off the event loop, without waiting for anyone (PASSIVE).
