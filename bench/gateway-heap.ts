@@ -17,9 +17,9 @@ import { mkdirSync } from 'node:fs';
 import { writeHeapSnapshot } from 'node:v8';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { createTenant, createTestApp } from '../packages/server/test/helpers.js';
+import { createTestApp } from '../packages/server/test/helpers.js';
 import { startEverything } from '../packages/server/test/mcp-everything.js';
-import { createUpstream, putPolicy, setTier } from '../packages/server/test/mcp-helpers.js';
+import { ECHO_CALL, echoTenant } from './gateway-app.js';
 
 const exposed = globalThis.gc;
 if (!exposed) throw new Error('run with node --expose-gc');
@@ -58,16 +58,8 @@ async function measure(): Promise<void> {
   const t = await createTestApp({ writerThread: true });
   try {
     const base = await t.app.listen({ port: 0, host: '127.0.0.1' });
-    const tenant = await createTenant(t);
-    await setTier(t, tenant.orgId, 'enterprise', 1_000_000);
-    await putPolicy(t, tenant.orgId, 'echo', {
-      mode: 'deterministic',
-      constraints: [
-        { argumentName: 'message', enabled: true, required: true, maxLength: 100, regex: '^[a-z ]+$' },
-      ],
-    });
-    await createUpstream(t, tenant, { name: 'e', slug: 'e', url: everything.url, timeoutMs: 5000 });
-    const call = { name: 'echo', arguments: { message: 'hello gateway' } };
+    const tenant = await echoTenant(t, everything.url);
+    const call = ECHO_CALL;
 
     const round = async () => {
       const open = await Promise.all(

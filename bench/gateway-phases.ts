@@ -12,9 +12,9 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { DecisionWriter } from '../packages/server/src/ledger/writer.js';
 import { UpstreamSession } from '../packages/server/src/modules/mcp/upstream-session.js';
-import { createTenant, createTestApp } from '../packages/server/test/helpers.js';
+import { createTestApp } from '../packages/server/test/helpers.js';
 import { startEverything } from '../packages/server/test/mcp-everything.js';
-import { createUpstream, putPolicy, setTier } from '../packages/server/test/mcp-helpers.js';
+import { ECHO_CALL, echoTenant } from './gateway-app.js';
 
 const marks: Record<string, number[]> = {};
 let t0 = 0;
@@ -60,22 +60,14 @@ try {
     t0 = performance.now();
     res.on('finish', () => mark('6 response written'));
   });
-  const tenant = await createTenant(t);
-  await setTier(t, tenant.orgId, 'enterprise', 1_000_000);
-  await putPolicy(t, tenant.orgId, 'echo', {
-    mode: 'deterministic',
-    constraints: [
-      { argumentName: 'message', enabled: true, required: true, maxLength: 100, regex: '^[a-z ]+$' },
-    ],
-  });
-  await createUpstream(t, tenant, { name: 'e', slug: 'e', url: everything.url, timeoutMs: 5000 });
+  const tenant = await echoTenant(t, everything.url);
   const client = new Client({ name: 'bench', version: '1' });
   await client.connect(
     new StreamableHTTPClientTransport(new URL(`${base}/v1/mcp/e`), {
       requestInit: { headers: { 'x-service-api-key': tenant.apiKey } },
     }),
   );
-  const call = { name: 'echo', arguments: { message: 'hello gateway' } };
+  const call = ECHO_CALL;
   for (let i = 0; i < Math.min(300, calls); i++) await client.callTool(call);
   for (const k of Object.keys(marks)) marks[k] = [];
   for (let i = 0; i < calls; i++) await client.callTool(call);

@@ -675,63 +675,72 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
     expect((await verifyReceipts(await chainOf(orgId))).ok).toBe(true);
   });
 
-  /** Commits on the event loop take `extraMs` longer while it is above 0 (a slow disk, a stall). */
-  function slowInline() {
-    const state = { extraMs: 0 };
+  /**
+   * Runs `body` with a writer whose commits on the event loop count as slow above 150 ms (far above
+   * what a busy test machine's fsync takes) and pause that path for `pauseMs`; while `slow.extraMs`
+   * is above 0 each such commit takes that much longer (a slow disk, a stall). Returns where each
+   * batch was committed.
+   */
+  async function withSlowInline(
+    pauseMs: number,
+    body: (writer: DecisionWriter, slow: { extraMs: number }) => Promise<void>,
+  ): Promise<string[]> {
+    const { on, metrics } = recorder();
+    const slow = { extraMs: 0 };
     const real = NoWaitSqliteBatchStore.prototype.commit;
     const spy = vi.spyOn(NoWaitSqliteBatchStore.prototype, 'commit').mockImplementation(async function (
       this: NoWaitSqliteBatchStore,
       batches,
     ) {
       const receipts = await real.call(this, batches);
-      if (state.extraMs > 0) await sleep(state.extraMs);
+      if (slow.extraMs > 0) await sleep(slow.extraMs);
       return receipts;
     });
-    return { state, restore: () => spy.mockRestore() };
-  }
-
-  it('sends batches to the thread for a while once commits on the event loop are slow, and judges the disk anew after', async () => {
-    const { orgId } = await createTenant(t);
-    const { on, metrics } = recorder();
-    const slow = slowInline();
     try {
-      // Slow is over 150 ms here, far above what a busy test machine's fsync takes. A commit counts
-      // for at most 300 ms in the moving average (each new one weighing 1/5), so four slow ones in
-      // a row lift it over 150 ms: 60, 108, 146.4, 177.1.
       const writer = new DecisionWriter(t.store, {
         thread: true,
         metrics,
         inlineMaxMs: 150,
-        inlinePauseMs: 300,
+        inlinePauseMs: pauseMs,
       });
+      try {
+        await body(writer, slow);
+      } finally {
+        await writer.close();
+      }
+    } finally {
+      spy.mockRestore();
+    }
+    return on;
+  }
+
+  it('sends batches to the thread for a while once commits on the event loop are slow, and judges the disk anew after', async () => {
+    const { orgId } = await createTenant(t);
+    const on = await withSlowInline(300, async (writer, slow) => {
       let n = 0;
       const lone = async () => {
         await writer.write(item(orgId, n++));
         await sleep(5);
       };
-      try {
-        // The first opens the connection: its time is not held against the disk.
-        await lone();
-        slow.state.extraMs = 350;
-        for (let i = 0; i < 4; i++) await lone();
-        // Paused: to the thread.
-        await lone();
-        await sleep(350);
-        // After the pause one slow commit alone pauses the path again.
-        await lone();
-        await lone();
-        slow.state.extraMs = 0;
-        await sleep(350);
-        // And one fast commit alone reopens it: the slow average that started the pause is gone.
-        await lone();
-        await lone();
-        await lone();
-      } finally {
-        await writer.close();
-      }
-    } finally {
-      slow.restore();
-    }
+      // The first opens the connection: its time is not held against the disk.
+      await lone();
+      // A commit counts for at most 300 ms in the moving average (each new one weighing 1/5), so
+      // four slow ones in a row lift it over 150 ms: 60, 108, 146.4, 177.1.
+      slow.extraMs = 350;
+      for (let i = 0; i < 4; i++) await lone();
+      // Paused: to the thread.
+      await lone();
+      await sleep(350);
+      // After the pause one slow commit alone pauses the path again.
+      await lone();
+      await lone();
+      slow.extraMs = 0;
+      await sleep(350);
+      // And one fast commit alone reopens it: the slow average that started the pause is gone.
+      await lone();
+      await lone();
+      await lone();
+    });
     expect(on).toEqual([
       ...Array(5).fill('event_loop'),
       'thread',
@@ -746,28 +755,14 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
 
   it('does not pause the event loop path for one slow commit among fast ones', async () => {
     const { orgId } = await createTenant(t);
-    const { on, metrics } = recorder();
-    const slow = slowInline();
-    try {
-      const writer = new DecisionWriter(t.store, {
-        thread: true,
-        metrics,
-        inlineMaxMs: 150,
-        inlinePauseMs: 60_000,
-      });
-      try {
-        for (let i = 0; i < 6; i++) {
-          // The fourth takes 900 ms: counted as 300 ms, it lifts the average to about 60 ms, not 180.
-          slow.state.extraMs = i === 3 ? 900 : 0;
-          await writer.write(item(orgId, i));
-          await sleep(5);
-        }
-      } finally {
-        await writer.close();
+    const on = await withSlowInline(60_000, async (writer, slow) => {
+      for (let i = 0; i < 6; i++) {
+        // The fourth takes 900 ms: counted as 300 ms, it lifts the average to about 60 ms, not 180.
+        slow.extraMs = i === 3 ? 900 : 0;
+        await writer.write(item(orgId, i));
+        await sleep(5);
       }
-    } finally {
-      slow.restore();
-    }
+    });
     expect(on).toEqual(Array(6).fill('event_loop'));
   });
 
