@@ -54,6 +54,11 @@ function awaitAnsweredFlag(answered: Int32Array): boolean {
   return Atomics.load(answered, 0) === 1;
 }
 
+/** Runs the microtasks queued so far (and those they queue), never the event loop's tasks. */
+async function microtasks(): Promise<void> {
+  for (let i = 0; i < 100; i++) await null;
+}
+
 /**
  * Lowers the answer flag once the thread has raised it for the answer the caller already has: the
  * thread raises it just after posting, so it can still be down when that answer is delivered.
@@ -461,10 +466,10 @@ describe.skipIf(TEST_PG_URL)('ThreadBatchStore', () => {
     await store.close();
   });
 
-  /** Runs the microtasks queued so far (and those they queue), never the event loop's tasks. */
-  async function microtasks(): Promise<void> {
-    for (let i = 0; i < 50; i++) await null;
-  }
+  /** The commit of one item of `orgId`: tool `tool-<n>`, under `receiptId`. */
+  const lone = (orgId: string, n: number, receiptId = uuidv7()): OrgBatch[] => [
+    { organizationId: orgId, items: [{ item: item(orgId, n), receiptId }] },
+  ];
 
   /** Blocks the event loop, polling, until the store took an answer or 10 s passed; how many it took. */
   function pollUntilAnswered(store: ThreadBatchStore): number {
@@ -477,16 +482,13 @@ describe.skipIf(TEST_PG_URL)('ThreadBatchStore', () => {
   it('settles a commit the thread finished while the event loop is busy, without the event loop', async () => {
     const { orgId } = await createTenant(t);
     const store = new ThreadBatchStore(t.store.sqlitePath!);
-    const part = (n: number) => [
-      { organizationId: orgId, items: [{ item: item(orgId, n), receiptId: uuidv7() }] },
-    ];
     try {
       // The thread starts with the first commit; it is answered the usual way.
-      await store.commit(part(1));
+      await store.commit(lone(orgId, 1));
       expect(store.poll()).toBe(0);
 
       let settled: Map<string, unknown> | null = null;
-      const pending = store.commit(part(2)).then((r) => {
+      const pending = store.commit(lone(orgId, 2)).then((r) => {
         settled = r;
       });
       // Without a poll, only the event loop delivers the answer: microtasks alone never settle it.
@@ -505,16 +507,13 @@ describe.skipIf(TEST_PG_URL)('ThreadBatchStore', () => {
   it('settles a commit the thread answered before its end was reported', async () => {
     const { orgId } = await createTenant(t);
     const store = new ThreadBatchStore(t.store.sqlitePath!);
-    const part = (n: number) => [
-      { organizationId: orgId, items: [{ item: item(orgId, n), receiptId: uuidv7() }] },
-    ];
-    await store.commit(part(1));
+    await store.commit(lone(orgId, 1));
     const worker = (store as unknown as { worker: Worker }).worker;
     const answered = (store as unknown as { answered: Int32Array }).answered;
     try {
       lowerAnsweredFlag(answered);
       let outcome = 'pending';
-      const pending = store.commit(part(2)).then(
+      const pending = store.commit(lone(orgId, 2)).then(
         () => {
           outcome = 'committed';
         },
@@ -530,7 +529,7 @@ describe.skipIf(TEST_PG_URL)('ThreadBatchStore', () => {
       expect(outcome).toBe('committed');
       await pending;
       // The next commit starts another thread, on the same chain.
-      const receipts = await store.commit(part(3));
+      const receipts = await store.commit(lone(orgId, 3));
       expect([...receipts.values()][0]!.sequence).toBe(2);
     } finally {
       await worker.terminate();
@@ -542,16 +541,14 @@ describe.skipIf(TEST_PG_URL)('ThreadBatchStore', () => {
     const { orgId } = await createTenant(t);
     const store = new ThreadBatchStore(t.store.sqlitePath!);
     try {
-      await store.commit([{ organizationId: orgId, items: [{ item: item(orgId, 1), receiptId: uuidv7() }] }]);
+      await store.commit(lone(orgId, 1));
       // A receipt id the chain already has: the thread's transaction fails and answers an error.
       const taken = uuidv7();
-      await store.commit([{ organizationId: orgId, items: [{ item: item(orgId, 2), receiptId: taken }] }]);
+      await store.commit(lone(orgId, 2, taken));
       let failure: unknown = null;
-      const pending = store
-        .commit([{ organizationId: orgId, items: [{ item: item(orgId, 3), receiptId: taken }] }])
-        .catch((err: unknown) => {
-          failure = err;
-        });
+      const pending = store.commit(lone(orgId, 3, taken)).catch((err: unknown) => {
+        failure = err;
+      });
       expect(pollUntilAnswered(store)).toBe(1);
       await microtasks();
       expect(String(failure)).toMatch(/UNIQUE/);
@@ -586,7 +583,7 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: answers taken when
       expect(awaitAnsweredFlag(answered)).toBe(true);
       expect(first).toBe(false);
       const b = writer.write(item(orgId, 3));
-      for (let i = 0; i < 100; i++) await null;
+      await microtasks();
       expect(first).toBe(true);
       await Promise.all([a, b]);
       expect((await chainOf(orgId)).length).toBe(4);
