@@ -16,7 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ADMIN, api, type Child, provisionKey, serviceEnv, startChild, statCpuMs } from './lib.js';
+import { api, type Child, provisionKey, readMetrics, serviceEnv, startChild, statCpuMs } from './lib.js';
 
 const ROOT = join(import.meta.dirname, '..');
 
@@ -224,19 +224,15 @@ export async function runGatewayBench(opts: { calls: number; port: number }): Pr
     }
     // Where the service committed, warm-up included: a lone call's commit runs on the event loop
     // unless those commits were slow (ledger/writer.ts), and the figures depend on which.
-    const res = await fetch(`${svcBase}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } });
-    if (!res.ok) throw new Error(`GET /metrics → ${res.status}`);
-    const exposition = await res.text();
-    if (!exposition.includes('svc_decision_commits_total{'))
+    const value = await readMetrics(svcBase);
+    if (!value) throw new Error('GET /metrics did not answer');
+    const [onLoop, inThread] = ['event_loop', 'thread'].map((on) =>
+      value(`svc_decision_commits_total\\{on="${on}"\\}`),
+    ) as [number, number];
+    if (Number.isNaN(onLoop) && Number.isNaN(inThread))
       throw new Error('/metrics has no svc_decision_commits_total');
     // A place with no commit yet has no line.
-    const commits = (on: string) =>
-      Number(
-        new RegExp(`^svc_decision_commits_total\\{on="${on}"\\} (\\d+)$`, 'm').exec(exposition)?.[1] ?? 0,
-      );
-    log(
-      `commits of the service: ${commits('event_loop')} on the event loop, ${commits('thread')} in the writer thread`,
-    );
+    log(`commits of the service: ${onLoop || 0} on the event loop, ${inThread || 0} in the writer thread`);
     const listed = await api(svcBase, '/v1/decisions?limit=1', { headers });
     const recorded = listed.pagination.total as number;
     // Every answered gateway call is a recorded decision.

@@ -92,6 +92,18 @@ export const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximu
 export const SECRET = 'bench-secret-bench-secret-bench-secret';
 export const ADMIN = 'bench-admin';
 
+/**
+ * The service's /metrics (admin token), as a reader of one sample's value by its name and labels,
+ * written as a regular expression (`svc_decision_commits_total\\{on="thread"\\}`): NaN when the
+ * sample is absent. Null when /metrics does not answer.
+ */
+export async function readMetrics(base: string): Promise<((sample: string) => number) | null> {
+  const res = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } });
+  if (!res.ok) return null;
+  const text = await res.text();
+  return (sample) => Number(new RegExp(`^${sample} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
+}
+
 /** Environment of a benchmarked `svc serve` child. */
 export const serviceEnv = (port: number, databaseUrl: string): NodeJS.ProcessEnv => ({
   PORT: String(port),

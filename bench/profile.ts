@@ -16,7 +16,7 @@
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ADMIN, type LoadResult, load, serviceEnv, startChild, statCpuMs } from './lib.js';
+import { type LoadResult, load, readMetrics, serviceEnv, startChild, statCpuMs } from './lib.js';
 import { type SteadyResult, steadyLoad } from './steady.js';
 import { BODIES, provision } from './validate.js';
 
@@ -70,10 +70,8 @@ async function batchCounters(): Promise<{
   /** Bytes in use in the main thread's old space (what survives scavenges ends up there). */
   oldBytes: number;
 } | null> {
-  const res = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } });
-  if (!res.ok) return null;
-  const text = await res.text();
-  const value = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
+  const value = await readMetrics(base);
+  if (!value) return null;
   return {
     batches: value('svc_decision_commit_batch_size_count'),
     decisions: value('svc_decision_commit_batch_size_sum'),
