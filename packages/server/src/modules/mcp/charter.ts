@@ -5,6 +5,7 @@ import { AppError } from '../../lib/errors.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { CharterService } from '../charter/service.js';
 import { dropNulls } from '../policies/model.js';
+import { ArgumentName, ToolName } from '../tools/schemas.js';
 import { GATEWAY_VERSION } from './gateway.js';
 import {
   isObject,
@@ -21,7 +22,7 @@ const Text = Type.String({ minLength: 1, maxLength: 20_000 });
 
 const ArgumentIn = Type.Object(
   {
-    name: Type.String({ minLength: 1, maxLength: 200 }),
+    name: ArgumentName,
     type: Type.Union(['string', 'number', 'boolean', 'array', 'object'].map((t) => Type.Literal(t))),
     description: Opt(Type.String()),
     required: Opt(Type.Boolean()),
@@ -38,7 +39,7 @@ const RegisterArgs = Type.Object(
     tools: Type.Array(
       Type.Object(
         {
-          name: Type.String({ minLength: 1, maxLength: 200 }),
+          name: ToolName,
           description: Opt(Type.String()),
           parameters: Opt(Type.Array(ArgumentIn)),
           arguments: Opt(Type.Array(ArgumentIn)),

@@ -8,7 +8,7 @@ import { NO_CONTROL_CHARS, Nullable, OneOf } from '../../lib/schemas.js';
 const Opt = Type.Optional;
 
 export const ToolName = Type.String({ minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS });
-const ArgumentName = Type.String({ minLength: 1, maxLength: 200 });
+export const ArgumentName = Type.String({ minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS });
 const ArgType = OneOf(['string', 'number', 'boolean', 'array', 'object']);
 
 const baseArgument = {

@@ -165,6 +165,9 @@ describe('POST /v1/tools/register', () => {
       { tools: [{ name: 'a', parameters: [{ name: 'p', type: 'string', format: 'email' }] }] },
       { tools: [{ name: 'a', parameters: [], extra: true }] },
       { tools: [{ name: 'a', parameters: [] }], extra: true },
+      // Names may not hold control characters (U+0000-U+001F).
+      { tools: [{ name: 'line\nbreak', parameters: [] }] },
+      { tools: [{ name: 'a', parameters: [{ name: 'tab\there', type: 'string' }] }] },
     ];
     for (const payload of bad) {
       const res = await t.inject({ method: 'POST', url: '/v1/tools/register', headers: h, payload });
