@@ -181,6 +181,34 @@ describe('POST /v1/charter/turn (compile)', () => {
     ]);
   });
 
+  it('refuses to apply a proposal whose policy was deleted and written again at the same version', async () => {
+    const tenant = await tenantWithTool();
+    const before = await policyOf(tenant);
+    const body = (
+      await turn(tenant, { message: 'Limit send_payment amount to 100', mode: 'compile' })
+    ).json();
+    const h = keyHeader(tenant.apiKey);
+    const del = await t.inject({ method: 'DELETE', url: '/v1/policies/send_payment', headers: h });
+    expect(del.statusCode).toBe(200);
+    const created = await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: h,
+      payload: { toolName: 'send_payment', constraints: [{ argumentName: 'amount', maximum: 5 }] },
+    });
+    expect(created.statusCode).toBe(201);
+    const rewritten = await policyOf(tenant);
+    expect(rewritten.version).toBe(before.version);
+    const approve = await t.inject({
+      method: 'POST',
+      url: `/v1/charter/verifications/${body.verification.id}/approve`,
+      headers: asUser(tenant),
+    });
+    expectError(approve, 409, 'conflict');
+    expect(approve.json().error.message).toContain('rewritten');
+    expect(await policyOf(tenant)).toEqual(rewritten);
+  });
+
   it('says what it could not understand and offers nothing for it', async () => {
     const tenant = await tenantWithTool();
     const res = await turn(tenant, {

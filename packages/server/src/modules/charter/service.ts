@@ -12,6 +12,7 @@ import type { Clock } from '../../lib/clock.js';
 import { AppError, invalid, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
+import { canonicalJson } from '../../ledger/canonical.js';
 import type { Database } from '../../storage/schema.js';
 import type { Judge } from '../llm-judge/model.js';
 import { definitionOf } from '../policies/cache.js';
@@ -415,10 +416,16 @@ export function createCharterService(deps: CharterServiceDeps) {
             throw invalid(`The change for "${change.toolName}" cannot be saved: ${problems.join(' ')}`);
           const current = await policies.get(scope.organizationId, change.toolName, trx);
           const expected = change.current?.version ?? null;
-          if ((current?.version ?? null) !== expected) {
+          // The version alone does not say it is the policy the reviewer saw: a policy deleted and
+          // written again starts at version 1 again. Its definition must be the one shown too.
+          const unchanged =
+            (current?.version ?? null) === expected &&
+            (!current ||
+              canonicalJson(definitionOf(current)) === canonicalJson(change.current?.definition ?? null));
+          if (!unchanged) {
             throw new AppError(
               'conflict',
-              `The policy of "${change.toolName}" changed since this proposal (v${expected ?? 'none'} → v${current?.version ?? 'none'}); nothing was applied. Ask again for a fresh proposal.`,
+              `The policy of "${change.toolName}" changed since this proposal (v${expected ?? 'none'} → v${current?.version ?? 'none'}${(current?.version ?? null) === expected ? ', rewritten' : ''}); nothing was applied. Ask again for a fresh proposal.`,
             );
           }
           if (!current) {
