@@ -1,5 +1,5 @@
 import { useId, useState } from 'react';
-import { api, type DraftReplay, type DraftRule, type PolicyDraft } from './api.js';
+import { ApiError, api, type DraftReplay, type DraftRule, type PolicyDraft } from './api.js';
 import type { PageProps } from './pages.js';
 import { ErrorLine, TableHead, useReload } from './ui.js';
 
@@ -99,8 +99,13 @@ function DraftCard({
     run(async () => {
       const res = await api<{ applied?: { toolName: string; version: number }[] }>(
         `/v1/policy-drafts/${d.id}/${action}`,
-        { method: 'POST', organizationId },
-      );
+        // Approving applies the rules shown on this card or nothing (409 if the draft was edited since).
+        { method: 'POST', organizationId, ...(action === 'approve' ? { ifMatch: d.revision } : {}) },
+      ).catch(async (err: unknown) => {
+        // Edited since it was shown: show what it says now, with the reason nothing was applied.
+        if (err instanceof ApiError && err.status === 409) await onChanged();
+        throw err;
+      });
       if (res.applied)
         setMessage(
           `Applied: ${res.applied.map((p) => `${p.toolName} version ${p.version}`).join(', ') || 'nothing'}`,

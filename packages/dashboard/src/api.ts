@@ -74,6 +74,8 @@ export interface PolicyDraft {
   updatedAt: string;
   reviewedBy: string | null;
   reviewedAt: string | null;
+  /** The content shown, as one hash: approving sends it so that only what was shown is applied. */
+  revision: string;
 }
 
 export interface FailedConstraint {
@@ -211,13 +213,16 @@ interface CallOptions {
   method?: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
   body?: unknown;
   organizationId?: string;
+  /** Conditional request: the ETag of what the page shows (If-Match). */
+  ifMatch?: string;
 }
 
 export async function api<T>(
   path: string,
-  { method = 'GET', body, organizationId }: CallOptions = {},
+  { method = 'GET', body, organizationId, ifMatch }: CallOptions = {},
 ): Promise<T> {
   const headers: Record<string, string> = { accept: 'application/json' };
+  if (ifMatch) headers['if-match'] = `"${ifMatch}"`;
   if (body !== undefined) headers['content-type'] = 'application/json';
   if (method !== 'GET' && csrfToken) headers['x-csrf-token'] = csrfToken;
   if (organizationId) headers['x-organization-id'] = organizationId;

@@ -114,6 +114,22 @@ describe('the dashboard review pages in a browser', () => {
     );
     await shot('drafts');
 
+    // The agent rewrites the draft while the person looks at it: approving the card applies nothing,
+    // says why and shows the rules as they are now.
+    await h.call(`/v1/policy-drafts/${draftId}`, {
+      method: 'PATCH',
+      headers: key(),
+      body: { status: 'draft' },
+    });
+    const rules = created.data.rules as { conditions: { value: number }[] }[];
+    rules[0]!.conditions[0]!.value = 200;
+    await h.call(`/v1/policy-drafts/${draftId}`, { method: 'PATCH', headers: key(), body: { rules } });
+    await h.call(`/v1/policy-drafts/${draftId}/submit`, { method: 'POST', headers: key() });
+    await card.getByRole('button', { name: 'Approve draft' }).click();
+    await eventually(() => card.getByRole('status').first().textContent()).toMatch(/edited since/);
+    await eventually(() => card.locator('tbody tr').first().textContent()).toMatch(/less than or equal 200/);
+    expect(await card.locator('.left').textContent()).toBe('Waiting for review');
+
     await card.getByRole('button', { name: 'Approve draft' }).click();
     await eventually(() => card.locator('.left').textContent()).toBe('Approved');
     expect(await card.getByRole('status').first().textContent()).toMatch(/Applied: pay version 2/);

@@ -8,11 +8,11 @@ import {
 } from '@svc/policy-engine';
 import type { Kysely } from 'kysely';
 import type { EventBus } from '../../events/bus.js';
+import { canonicalJson } from '../../ledger/canonical.js';
 import type { Clock } from '../../lib/clock.js';
 import { AppError, invalid, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
-import { canonicalJson } from '../../ledger/canonical.js';
 import type { Database } from '../../storage/schema.js';
 import type { Judge } from '../llm-judge/model.js';
 import { definitionOf } from '../policies/cache.js';

@@ -114,6 +114,58 @@ describe('POST /v1/policy-drafts/:id/approve', () => {
     );
   });
 
+  it('with If-Match applies only the revision the reviewer read', async () => {
+    const tenant = await createTenant(t);
+    const h = keyHeader(tenant.apiKey);
+    const id = await pendingDraft(tenant, [RULES[0]!]);
+    const read = await t.inject({ method: 'GET', url: `/v1/policy-drafts/${id}`, headers: asUser(tenant) });
+    const seen = read.json().data.revision as string;
+    expect(seen).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(read.headers.etag).toBe(`"${seen}"`);
+    // The agent withdraws, rewrites and resubmits while the person is reading.
+    const patch = (payload: object) =>
+      t.inject({ method: 'PATCH', url: `/v1/policy-drafts/${id}`, headers: h, payload });
+    expect((await patch({ status: 'draft' })).json().data.revision).toBe(seen);
+    const rewritten = (await patch({ rules: [RULES[2]!] })).json().data.revision;
+    expect(rewritten).not.toBe(seen);
+    await t.inject({ method: 'POST', url: `/v1/policy-drafts/${id}/submit`, headers: h });
+    const approveAs = (ifMatch: string) =>
+      t.inject({
+        method: 'POST',
+        url: `/v1/policy-drafts/${id}/approve`,
+        headers: { ...asUser(tenant), 'if-match': ifMatch },
+      });
+    const stale = await approveAs(`"${seen}"`);
+    expectError(stale, 409, 'conflict');
+    expect(stale.json().error.message).toContain('edited since');
+    // Nothing was applied and the draft still waits for review.
+    expect((await t.inject({ method: 'GET', url: '/v1/policies', headers: h })).json().data).toEqual([]);
+    const after = await t.inject({ method: 'GET', url: `/v1/policy-drafts/${id}`, headers: h });
+    expect(after.json().data).toMatchObject({ status: 'pending_review', revision: rewritten });
+    expectError(await approveAs('"a", "b"'), 400, 'validation_failed');
+    // The revision read now, quoted as an ETag or bare, approves.
+    const ok = await approveAs(rewritten);
+    expect(ok.statusCode).toBe(200);
+    expect(ok.json().applied.map((a: { toolName: string }) => a.toolName)).toEqual(['refund']);
+  });
+
+  it('a key writes only into drafts it created, so no key approves rules it wrote', async () => {
+    const tenant = await createTenant(t);
+    const both = await createKey(t, tenant, ['api', 'policy-drafts:approve'], 'agent and reviewer');
+    const id = await pendingDraft(tenant, [RULES[0]!]);
+    const patch = (payload: object, headers: Record<string, string> = keyHeader(both)) =>
+      t.inject({ method: 'PATCH', url: `/v1/policy-drafts/${id}`, headers, payload });
+    // Withdrawing another key's draft is allowed; rewriting it is not.
+    expect((await patch({ status: 'draft' })).statusCode).toBe(200);
+    const rewrite = await patch({ rules: [RULES[1]!] });
+    expectError(rewrite, 403, 'authorization_error');
+    expect(rewrite.json().error.message).toContain('only the policy drafts it created');
+    const draft = await t.inject({ method: 'GET', url: `/v1/policy-drafts/${id}`, headers: asUser(tenant) });
+    expect(draft.json().data.rules).toEqual([RULES[0]]);
+    // A person may edit any draft.
+    expect((await patch({ name: 'Edited by a person' }, asUser(tenant))).statusCode).toBe(200);
+  });
+
   it('applies the approvable rules as working policies, merged per tool, and reports the rest', async () => {
     const tenant = await createTenant(t);
     const existing = await t.inject({

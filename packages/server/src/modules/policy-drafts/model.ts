@@ -1,5 +1,6 @@
 import type { Static } from '@sinclair/typebox';
 import { DRAFT_OPERATORS } from '@svc/policy-engine';
+import { hashJson } from '../../ledger/canonical.js';
 import { invalid } from '../../lib/errors.js';
 import type { DraftRow } from './repository.js';
 import type { DraftRuleSchema } from './schemas.js';
@@ -23,6 +24,22 @@ export interface PolicyDraft {
   updatedAt: string;
   reviewedBy: string | null;
   reviewedAt: string | null;
+  /**
+   * What a reviewer reads, as one value: a hash of the project, name, description and rules. It
+   * changes with every edit and only then (status moves keep it), so approving with the revision
+   * one read applies exactly what one read.
+   */
+  revision: string;
+}
+
+/** The draft's revision (PolicyDraft.revision) from its stored columns. */
+export function draftRevision(row: Pick<DraftRow, 'project_id' | 'name' | 'description' | 'rules'>): string {
+  return hashJson({
+    projectId: row.project_id,
+    name: row.name,
+    description: row.description,
+    rules: JSON.parse(row.rules),
+  });
 }
 
 export function toDraft(row: DraftRow): PolicyDraft {
@@ -39,6 +56,7 @@ export function toDraft(row: DraftRow): PolicyDraft {
     updatedAt: row.updated_at,
     reviewedBy: row.reviewed_by,
     reviewedAt: row.reviewed_at,
+    revision: draftRevision(row),
   };
 }
 

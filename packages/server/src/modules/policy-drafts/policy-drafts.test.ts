@@ -62,6 +62,7 @@ describe('POST /v1/policy-drafts', () => {
       updatedAt: data.createdAt,
       reviewedBy: null,
       reviewedAt: null,
+      revision: expect.stringMatching(/^sha256:[0-9a-f]{64}$/),
     });
     const viaUser = await t.inject({
       method: 'POST',

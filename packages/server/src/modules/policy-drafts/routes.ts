@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { DraftRule } from '@svc/policy-engine';
 import type { AppContext } from '../../context.js';
+import { invalid } from '../../lib/errors.js';
 import { IdParams, NoBody } from '../../lib/schemas.js';
 import type { KeyScope } from '../api-keys/model.js';
 import { createPolicyRepository } from '../policies/repository.js';
@@ -22,6 +23,23 @@ import { createDraftService } from './service.js';
 
 /** A reviewer key reads drafts and approves or rejects them; it writes nothing else. */
 const REVIEW: readonly KeyScope[] = ['api', 'policy-drafts:approve'];
+
+const ApproveHeaders = Type.Object({
+  'if-match': Type.Optional(
+    Type.String({
+      description:
+        'The revision (ETag) of the draft as read: approval fails with 409 conflict if the draft was edited since',
+    }),
+  ),
+});
+
+/** The one revision an If-Match names (quoted as an ETag or bare); none for `*` or no header. */
+function ifMatch(header: string | undefined): string | undefined {
+  const v = header?.trim();
+  if (!v || v === '*') return undefined;
+  if (v.includes(',')) throw invalid('If-Match takes one revision of the draft (its ETag)');
+  return v.length >= 2 && v.startsWith('"') && v.endsWith('"') ? v.slice(1, -1) : v;
+}
 const APPROVE: readonly KeyScope[] = ['policy-drafts:approve'];
 
 export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
@@ -59,7 +77,11 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
   app.get(
     '/v1/policy-drafts/:id',
     { config: { scopes: REVIEW }, schema: { params: IdParams, response: { 200: DraftEnvelope } } },
-    async (req) => ({ data: await service.get(await ctx.scope(req), req.params.id) }),
+    async (req, reply) => {
+      const data = await service.get(await ctx.scope(req), req.params.id);
+      reply.header('etag', `"${data.revision}"`);
+      return { data };
+    },
   );
 
   // What approving would have changed: the draft replayed against recent recorded decisions.
@@ -112,9 +134,14 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
     '/v1/policy-drafts/:id/approve',
     {
       config: { scopes: APPROVE },
-      schema: { params: IdParams, documented: { body: NoBody }, response: { 200: ApprovedDraft } },
+      schema: {
+        params: IdParams,
+        headers: ApproveHeaders,
+        documented: { body: NoBody },
+        response: { 200: ApprovedDraft },
+      },
     },
-    async (req) => service.approve(await ctx.scope(req), req.params.id),
+    async (req) => service.approve(await ctx.scope(req), req.params.id, ifMatch(req.headers['if-match'])),
   );
 
   app.post(

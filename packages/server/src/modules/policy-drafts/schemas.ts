@@ -70,6 +70,10 @@ export const DraftSchema = Type.Object({
   updatedAt: Type.String(),
   reviewedBy: Nullable(Type.String()),
   reviewedAt: Nullable(Type.String()),
+  revision: Type.String({
+    description:
+      'A hash of the project, name, description and rules: send it as If-Match when approving to apply only what was read',
+  }),
 });
 
 export const DraftEnvelope = Type.Object({ data: DraftSchema });

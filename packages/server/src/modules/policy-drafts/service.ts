@@ -9,7 +9,14 @@ import type { PolicyCache } from '../policies/cache.js';
 import { policyEvent } from '../policies/model.js';
 import type { PolicyRepository } from '../policies/repository.js';
 import { type AppliedPolicy, applyDraftRules, type SkippedDraftRule } from './apply.js';
-import { assertRules, type DraftRuleInput, type DraftStatus, type PolicyDraft, toDraft } from './model.js';
+import {
+  assertRules,
+  type DraftRuleInput,
+  type DraftStatus,
+  draftRevision,
+  type PolicyDraft,
+  toDraft,
+} from './model.js';
 import type { DraftPatch, DraftRepository, DraftRow } from './repository.js';
 
 export interface DraftServiceDeps {
@@ -124,6 +131,14 @@ export function createDraftService(deps: DraftServiceDeps) {
           `A draft in status ${from} cannot be edited; only status draft can (withdraw a submitted draft with {"status": "draft"})`,
         );
       }
+      // No key approves what it wrote: the key that created a draft never approves it, so no other
+      // key may write into it (a key may hold policy-drafts:approve). People may edit any draft.
+      const p = scope.principal;
+      if (edits && p.kind === 'apiKey' && row.created_by_key_id !== p.keyId) {
+        throw forbidden(
+          'An API key edits only the policy drafts it created (withdrawing another key’s draft is allowed)',
+        );
+      }
       // Restating the current status changes nothing, so nothing is written.
       if (!edits && to === from) return toDraft(row);
       const patch: DraftPatch = {
@@ -174,6 +189,8 @@ export function createDraftService(deps: DraftServiceDeps) {
     async approve(
       scope: OrgScope,
       id: string,
+      /** The revision the reviewer read (If-Match): anything else is not applied. */
+      expectedRevision?: string,
     ): Promise<{ data: PolicyDraft; applied: AppliedPolicy[]; skipped: SkippedDraftRule[] }> {
       const p = scope.principal;
       if (p.kind === 'apiKey') {
@@ -192,6 +209,13 @@ export function createDraftService(deps: DraftServiceDeps) {
       const result = await db.transaction().execute(async (trx) => {
         const row = await drafts.updateIf(scope.organizationId, id, 'pending_review', patch, trx);
         if (!row) return null;
+        // Checked on the row the status move returned, in its transaction: throwing rolls it back.
+        if (expectedRevision !== undefined && draftRevision(row) !== expectedRevision) {
+          throw new AppError(
+            'conflict',
+            'The draft was edited since the revision in If-Match was read; nothing was applied. Read it again and review what it says now',
+          );
+        }
         const owner = { ...scope, projectId: row.project_id };
         return { row, ...(await applyDraftRules(trx, policies, owner, JSON.parse(row.rules), at)) };
       });
