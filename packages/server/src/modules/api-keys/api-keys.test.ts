@@ -274,6 +274,71 @@ describe('API keys', () => {
     );
   });
 
+  it('renames only: other fields in PATCH answer 400 and change nothing', async () => {
+    const tenant = await createTenant(t);
+    const [key] = (await t.inject({ method: 'GET', url: '/v1/api-keys', headers: asUser(tenant) })).json()
+      .data;
+    for (const extra of [{ scopes: ['api'] }, { isRevoked: true }, { projectId: tenant.projectId }]) {
+      const res = await t.inject({
+        method: 'PATCH',
+        url: `/v1/api-keys/${key.id}`,
+        headers: asUser(tenant),
+        payload: { name: 'renamed', ...extra },
+      });
+      expectError(res, 400, 'validation_failed');
+    }
+    const after = await t.inject({ method: 'GET', url: `/v1/api-keys/${key.id}`, headers: asUser(tenant) });
+    expect(after.json()).toMatchObject({ name: key.name, isRevoked: false });
+  });
+
+  it("keeps a project's key to its own project's keys: it mints, sees and manages no other's", async () => {
+    const tenant = await createTenant(t);
+    const second = await t.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: asUser(tenant),
+      payload: { name: 'second', organizationId: tenant.orgId },
+    });
+    expect(second.statusCode).toBe(201);
+    const otherProject = second.json()._id as string;
+    const otherKey = second.json().apiKey as string;
+    const keysOf = async (headers: Record<string, string>) =>
+      (await t.inject({ method: 'GET', url: '/v1/api-keys', headers })).json().data as {
+        id: string;
+        projectId: string;
+      }[];
+    const all = await keysOf(asUser(tenant));
+    expect(all).toHaveLength(2);
+    const foreign = all.find((k) => k.projectId === otherProject)!;
+    // A key for the other project would step out of this key's project.
+    const pivot = await t.inject({
+      method: 'POST',
+      url: '/v1/api-keys',
+      headers: keyHeader(tenant.apiKey),
+      payload: { name: 'pivot', projectId: otherProject },
+    });
+    expectError(pivot, 404, 'not_found');
+    expect((await keysOf(keyHeader(tenant.apiKey))).map((k) => k.projectId)).toEqual([tenant.projectId]);
+    for (const req of [
+      { method: 'GET' as const, url: `/v1/api-keys/${foreign.id}` },
+      { method: 'PATCH' as const, url: `/v1/api-keys/${foreign.id}`, payload: { name: 'mine now' } },
+      { method: 'POST' as const, url: `/v1/api-keys/${foreign.id}/revoke` },
+      { method: 'DELETE' as const, url: `/v1/api-keys/${foreign.id}` },
+    ]) {
+      expectError(await t.inject({ ...req, headers: keyHeader(tenant.apiKey) }), 404, 'not_found');
+    }
+    // Nothing changed: the other project's key still works under its name.
+    const names = (keys: object[]) =>
+      keys.map((k) => {
+        const { id, name, isRevoked } = k as { id: string; name: string; isRevoked: boolean };
+        return { id, name, isRevoked };
+      });
+    expect(names(await keysOf(asUser(tenant)))).toEqual(names(all));
+    expect(
+      (await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(otherKey) })).statusCode,
+    ).toBe(200);
+  });
+
   it('lets a key grant only scopes it has, and an approver-only key manage no keys', async () => {
     const tenant = await createTenant(t);
     const escalate = await t.inject({

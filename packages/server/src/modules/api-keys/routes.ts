@@ -72,7 +72,14 @@ export const apiKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
 
   app.patch(
     '/v1/api-keys/:id',
-    { schema: { params: IdParams, body: Type.Object({ name: Name }), response: { 200: ApiKeySchema } } },
+    {
+      schema: {
+        params: IdParams,
+        // Only the name changes: scopes, project or revocation sent here would be ignored silently.
+        body: Type.Object({ name: Name }, { additionalProperties: false }),
+        response: { 200: ApiKeySchema },
+      },
+    },
     async (req) => service.rename(await ctx.scope(req), req.params.id, req.body.name),
   );
 

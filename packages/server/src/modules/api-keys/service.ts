@@ -35,9 +35,19 @@ export function createApiKeyService({ keys, authenticator, clock, projectExists 
     createdAt: row.created_at,
   });
 
+  /**
+   * The project a caller's keys are confined to: an API key of a project sees, mints and manages
+   * only that project's keys (what an agent's key does stays in its project); a user or a key
+   * without a project, the whole organization's.
+   */
+  const confinedTo = (scope: OrgScope): string | null =>
+    scope.principal.kind === 'apiKey' ? scope.principal.projectId : null;
+
+  /** The key, if the caller may see it: another organization's or (for a project's key) project's is 404. */
   async function load(scope: OrgScope, id: string): Promise<ApiKeyRow> {
     const row = await keys.get(scope.organizationId, id);
-    if (!row) throw notFound('API key');
+    const project = confinedTo(scope);
+    if (!row || (project !== null && row.project_id !== project)) throw notFound('API key');
     return row;
   }
 
@@ -96,12 +106,19 @@ export function createApiKeyService({ keys, authenticator, clock, projectExists 
           );
         }
       }
-      if (!(await projectExists(scope.organizationId, input.projectId))) throw notFound('Project');
+      const project = confinedTo(scope);
+      if (
+        (project !== null && input.projectId !== project) ||
+        !(await projectExists(scope.organizationId, input.projectId))
+      )
+        throw notFound('Project');
       return this.mint(scope.organizationId, input.projectId, input.name, undefined, scopes);
     },
 
     async list(scope: OrgScope): Promise<ApiKey[]> {
-      return (await keys.list(scope.organizationId)).map(view);
+      const project = confinedTo(scope);
+      const rows = await keys.list(scope.organizationId);
+      return (project === null ? rows : rows.filter((r) => r.project_id === project)).map(view);
     },
 
     async get(scope: OrgScope, id: string): Promise<ApiKey> {
@@ -109,18 +126,22 @@ export function createApiKeyService({ keys, authenticator, clock, projectExists 
     },
 
     async rename(scope: OrgScope, id: string, name: string): Promise<ApiKey> {
+      // A key's project never changes: checked once, before the write.
+      await load(scope, id);
       if (!(await keys.rename(scope.organizationId, id, name, clock.now().toISOString())))
         throw notFound('API key');
       return view(await load(scope, id));
     },
 
     async revoke(scope: OrgScope, id: string): Promise<void> {
+      await load(scope, id);
       if (!(await keys.revoke(scope.organizationId, id, clock.now().toISOString())))
         throw notFound('API key');
       authenticator.forgetKeys([id]);
     },
 
     async delete(scope: OrgScope, id: string): Promise<void> {
+      await load(scope, id);
       if (!(await keys.delete(scope.organizationId, id))) throw notFound('API key');
       authenticator.forgetKeys([id]);
     },
