@@ -4,6 +4,7 @@ import { dirname, join } from 'node:path';
 import { createRemoteJWKSet, type JWTVerifyGetKey, errors as joseErrors, jwtVerify, SignJWT } from 'jose';
 import type { Config } from '../config.js';
 import type { Store } from '../storage/db.js';
+import { isUserId } from './schemas.js';
 
 export interface UserClaims {
   sub: string;
@@ -130,6 +131,8 @@ export function createJwtVerifier(config: Config, secret: string | null): JwtVer
         const { payload } = await jwtVerify(token, getKey, { ...options, algorithms });
         if (typeof payload.sub !== 'string' || payload.sub === '')
           throw new TokenError('token has no sub claim');
+        if (!isUserId(payload.sub))
+          throw new TokenError('token sub must be 1-200 characters without control characters');
         return { sub: payload.sub };
       } catch (err) {
         if (err instanceof TokenError || err instanceof KeySourceError) throw err;

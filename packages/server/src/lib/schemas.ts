@@ -7,6 +7,17 @@ if (!FormatRegistry.Has('date-time')) FormatRegistry.Set('date-time', (v) => !Nu
 
 /** No C0 control characters (U+0000-U+001F): PostgreSQL rejects NUL in text, and none belong in a name. */
 export const NO_CONTROL_CHARS = '^[^\\u0000-\\u001f]*$';
+const NO_CONTROL_CHARS_RE = new RegExp(NO_CONTROL_CHARS);
+
+/**
+ * A person's id as the service stores it (a token's `sub`, a provider's user claim): 1-200
+ * characters, not only spaces, no control characters (U+0000 would not even reach PostgreSQL).
+ */
+export function isUserId(value: unknown): value is string {
+  return (
+    typeof value === 'string' && value.trim() !== '' && value.length <= 200 && NO_CONTROL_CHARS_RE.test(value)
+  );
+}
 export const Name = Type.String({ minLength: 1, maxLength: 100, pattern: NO_CONTROL_CHARS });
 export const Slug = Type.String({ minLength: 1, maxLength: 100, pattern: '^[a-z0-9-]+$' });
 export const Uuid = Type.String({ format: 'uuid' });

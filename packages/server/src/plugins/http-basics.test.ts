@@ -104,6 +104,27 @@ describe('envelope A on every error', () => {
       401,
       'unauthorized',
     );
+    // A validly signed token whose sub could not be stored as a person's id (U+0000 never reaches
+    // PostgreSQL) or is over 200 characters names nobody, and creates nothing.
+    for (const sub of ['eve\u0000x', 'eve\nx', 'e'.repeat(201), '   ']) {
+      const res = await t.inject({
+        method: 'POST',
+        url: '/v1/organizations',
+        headers: bearer(await t.token(sub)),
+        payload: { name: 'Acme', slug: `acme-${Math.random().toString(36).slice(2, 10)}` },
+      });
+      expectError(res, 401, 'unauthorized');
+      expect(res.json().error.message).toContain('sub');
+    }
+    expect(
+      (
+        await t.inject({
+          method: 'GET',
+          url: '/v1/organizations',
+          headers: bearer(await t.token('e'.repeat(200))),
+        })
+      ).statusCode,
+    ).toBe(200);
   });
 
   it('returns a request id on every response', async () => {

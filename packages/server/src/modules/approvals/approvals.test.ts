@@ -287,6 +287,7 @@ describe('POST /v1/approvals/:id/resolve', () => {
     expectError(await resolveApproval(t, a, id, 'maybe'), 400, 'validation_failed');
     expectError(await resolveApproval(t, a, id, 'approve', ''), 400, 'validation_failed');
     expectError(await resolveApproval(t, a, id, 'approve', 'x'.repeat(201)), 400, 'validation_failed');
+    expectError(await resolveApproval(t, a, id, 'approve', 'bob\u0001'), 400, 'validation_failed');
     const still = await t.inject({ method: 'GET', url: `/v1/approvals/${id}`, headers: keyHeader(a.apiKey) });
     expect(still.json().status).toBe('pending');
   });

@@ -1,9 +1,9 @@
 import { Type } from '@sinclair/typebox';
-import { JsonObject as Args, Nullable, OneOf, Uuid } from '../../lib/schemas.js';
+import { JsonObject as Args, NO_CONTROL_CHARS, Nullable, OneOf, Uuid } from '../../lib/schemas.js';
 import { ToolName } from '../tools/schemas.js';
 
 const Action = OneOf(['approve', 'deny']);
-const ResolvedBy = Type.String({ minLength: 1, maxLength: 200 });
+const ResolvedBy = Type.String({ minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS });
 const Status = OneOf(['pending', 'approved', 'denied', 'expired']);
 
 export const CreateApprovalBody = Type.Object(

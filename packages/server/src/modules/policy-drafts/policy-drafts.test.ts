@@ -76,6 +76,9 @@ describe('POST /v1/policy-drafts', () => {
   it.each([
     [{ name: '' }, 'name'],
     [{ name: 'x'.repeat(201) }, 'name'],
+    [{ name: 'a\u0001b' }, 'name'],
+    [{ rules: [{ ...RULE, id: 'r\n1' }] }, 'rules/0/id'],
+    [{ rules: [{ ...RULE, tools: ['pay\u0000'] }] }, 'rules/0/tools/0'],
     [{ description: 'x'.repeat(5001) }, 'description'],
     [{ projectId: 'nope' }, 'projectId'],
     [{ createdByAgentId: '' }, 'createdByAgentId'],

@@ -1,5 +1,6 @@
 import { Type } from '@sinclair/typebox';
-import { Nullable, OneOf, Uuid } from '../../lib/schemas.js';
+import { NO_CONTROL_CHARS, Nullable, OneOf, Uuid } from '../../lib/schemas.js';
+import { ToolName } from '../tools/schemas.js';
 import { DRAFT_STATUSES } from './model.js';
 
 const Status = OneOf(DRAFT_STATUSES);
@@ -10,9 +11,9 @@ const Status = OneOf(DRAFT_STATUSES);
  */
 export const DraftRuleSchema = Type.Object(
   {
-    id: Type.String({ minLength: 1, maxLength: 200 }),
+    id: Type.String({ minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS }),
     action: Type.String({ minLength: 1, maxLength: 50 }),
-    tools: Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 100 }),
+    tools: Type.Array(ToolName, { maxItems: 100 }),
     conditions: Type.Array(
       Type.Object(
         {
@@ -31,7 +32,7 @@ export const DraftRuleSchema = Type.Object(
 );
 
 const Rules = Type.Array(DraftRuleSchema, { maxItems: 200 });
-const DraftName = Type.String({ minLength: 1, maxLength: 200 });
+const DraftName = Type.String({ minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS });
 const Description = Type.String({ maxLength: 5000 });
 
 export const CreateDraftBody = Type.Object(

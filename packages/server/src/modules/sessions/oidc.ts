@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import * as client from 'openid-client';
 import type { OidcSettings } from '../../config.js';
+import { isUserId } from '../../lib/schemas.js';
 import type { PendingSignIn } from './model.js';
 
 /** How long one request to the identity provider may take. */
@@ -113,10 +114,10 @@ export function createOidcSignIn(settings: OidcSettings, redirectUri: string, lo
           'the provider does not say the email address is verified (email_verified)',
         );
       }
-      if (typeof user !== 'string' || user.trim() === '' || user.length > 200) {
+      if (!isUserId(user)) {
         throw new SignInFailed(
           'no_user',
-          `the ID token has no usable "${settings.userClaim}" claim (a string of 1 to 200 characters)`,
+          `the ID token has no usable "${settings.userClaim}" claim (a string of 1 to 200 characters without control characters)`,
         );
       }
       return user;

@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { Clock } from '../../lib/clock.js';
+import { isUserId } from '../../lib/schemas.js';
 import type { Database } from '../../storage/schema.js';
 import {
   LOGIN_LINK_MAX_TTL_SECONDS,
@@ -29,7 +30,8 @@ export function createSessionService(deps: { db: Kysely<Database>; clock: Clock;
 
   const service = {
     async createLoginLink(userId: string, ttlSeconds: number): Promise<LoginLink> {
-      if (!userId.trim() || userId.length > 200) throw new Error('the user id must be 1 to 200 characters');
+      if (!isUserId(userId))
+        throw new Error('the user id must be 1 to 200 characters without control characters');
       if (!Number.isInteger(ttlSeconds) || ttlSeconds < 1 || ttlSeconds > LOGIN_LINK_MAX_TTL_SECONDS) {
         throw new Error(`the link TTL must be between 1s and ${LOGIN_LINK_MAX_TTL_SECONDS / 3600}h`);
       }

@@ -22,6 +22,14 @@ async function signIn(userId: string): Promise<{ cookie: string; csrf: string }>
 }
 
 describe('login links', () => {
+  it('are made only for an id a token could carry too', async () => {
+    for (const userId of ['', '   ', 'a\u0000b', 'tab\there', 'x'.repeat(201)]) {
+      await expect(t.ctx.sessions.createLoginLink(userId, 900), JSON.stringify(userId)).rejects.toThrow(
+        /1 to 200 characters without control characters/,
+      );
+    }
+  });
+
   it('open a session once, with an HttpOnly SameSite=Lax cookie', async () => {
     const link = await t.ctx.sessions.createLoginLink('alice', 900);
     expect(link.url).toMatch(/^http:\/\/[^/]+\/v1\/auth\/login\?token=[A-Za-z0-9_-]{43}$/);
