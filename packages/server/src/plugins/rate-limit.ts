@@ -139,7 +139,7 @@ export type RateLimitName = keyof typeof RATE_LIMITS;
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    /** The per-key budget this route counts against; applied by one hook before body validation. */
+    /** The per-key budget this route counts against; applied by one hook before the body is read. */
     rateLimit?: RateLimitName;
   }
 }
@@ -164,12 +164,13 @@ export function applyRateLimit(
 }
 
 /**
- * Applies the budget a route declares. Counted before body validation, so every answer of such a
- * route, a 400 included, carries the X-RateLimit headers. Routes without an API key principal are
- * not counted (auth already refused them).
+ * Applies the budget a route declares. Counted once the caller is known (onRequest) and before the
+ * body is read, so every answer of such a route carries the X-RateLimit headers and counts: a body
+ * that is not JSON, too large, of another media type or invalid (400, 413, 415) included. Routes
+ * without an API key principal are not counted (auth already refused them).
  */
 export function registerRateLimits(app: FastifyInstance, deps: { limiter: RateLimiter; clock: Clock }): void {
-  app.addHook('preValidation', async (req, reply) => {
+  app.addHook('preParsing', async (req, reply) => {
     const name = req.routeOptions.config.rateLimit;
     if (!name || req.principal?.kind !== 'apiKey') return;
     await applyRateLimit(deps.limiter, name, req.principal, reply, deps.clock.now().getTime());

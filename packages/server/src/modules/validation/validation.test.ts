@@ -280,6 +280,28 @@ describe('POST /v1/tools/validate rate limits', () => {
     const ent = await validate(other.json().key, { tool_name: 'x', arguments: {} });
     expect(ent.headers['x-ratelimit-limit']).toBe('5000');
   });
+
+  it('counts and marks answers refused while the body is read (not JSON, too large, not JSON at all)', async () => {
+    const tenant = await createTenant(t);
+    const raw = (payload: string, contentType = 'application/json') =>
+      t.inject({
+        method: 'POST',
+        url: '/v1/tools/validate',
+        headers: { ...keyHeader(tenant.apiKey), 'content-type': contentType },
+        payload,
+      });
+    const answers = [
+      [await raw('garbage'), 400, 'invalid_json'],
+      [await raw('{"__proto__":{}}'), 400, 'invalid_json'],
+      [await raw('x', 'text/plain'), 415, 'unsupported_media_type'],
+      [await raw(`"${'x'.repeat(1024 * 1024)}"`), 413, 'payload_too_large'],
+      [await validate(tenant.apiKey, { tool_name: 5 }), 400, 'validation_failed'],
+    ] as const;
+    answers.forEach(([res, status, code], i) => {
+      expectError(res, status, code);
+      expect(res.headers['x-ratelimit-remaining']).toBe(String(59 - i));
+    });
+  });
 });
 
 describe('session constraints', () => {
