@@ -137,6 +137,8 @@ describe('GET /v1/decisions', () => {
     ['?endDate=2026-11-20T23:59:59.998Z', [0]],
     ['?startDate=2026-11-21T02:00:00%2B02:00', [3, 2]],
     ['?startDate=2026-11-21T10:00:00', [3]],
+    ['?endDate=9999-12-31', [3, 2, 1, 0]],
+    ['?startDate=0001-01-01&endDate=9999-12-31T23:59:59.999Z', [3, 2, 1, 0]],
   ])('filters %s', async (query, expected) => {
     const res = await list(keyHeader(a.apiKey), query.replace('P2', second.projectId));
     expect(res.statusCode).toBe(200);
@@ -162,6 +164,7 @@ describe('GET /v1/decisions', () => {
     ['startDate=yesterday', 'startDate'],
     ['startDate=2026-02-30', 'startDate'],
     ['endDate=2026-11-21T25:00:00Z', 'endDate'],
+    ['startDate=9999-12-31T23:30:00-01:00', 'startDate'],
     ['startDate=2026-11-22&endDate=2026-11-21', 'startDate'],
     ['toolName=', 'toolName'],
   ])('rejects %s with 400 naming the parameter', async (query, name) => {

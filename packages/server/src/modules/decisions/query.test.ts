@@ -14,6 +14,13 @@ describe('dateParam', () => {
     ['2026-11-21T10:00:00', 'start', '2026-11-21T10:00:00.000Z'],
     ['2026-11-21T01:30:00+02:00', 'start', '2026-11-20T23:30:00.000Z'],
     ['2026-11-21T23:30:00-0130', 'start', '2026-11-22T01:00:00.000Z'],
+    ['0050-01-01', 'start', '0050-01-01T00:00:00.000Z'],
+    ['0000-01-01', 'start', '0000-01-01T00:00:00.000Z'],
+    ['9999-12-30', 'end', '9999-12-31T00:00:00.000Z'],
+    // The end of time as strings hold it is no bound: every decision is before it.
+    ['9999-12-31', 'end', undefined],
+    ['9999-12-31T23:59:59.999Z', 'end', undefined],
+    ['9999-12-31T23:59:59.998Z', 'end', '9999-12-31T23:59:59.999Z'],
   ] as const)('%s as %s bound is %s', (raw, edge, expected) => {
     expect(dateParam('d', raw, edge)).toBe(expected);
   });
@@ -23,7 +30,6 @@ describe('dateParam', () => {
     '2026-13-01',
     '2026-02-29',
     '2026-11-31',
-    '0050-01-01',
     '2026-11-21T24:00:00Z',
     '2026-11-21T10:60:00Z',
     '2026-11-21T10:00:00+25:00',
@@ -32,6 +38,12 @@ describe('dateParam', () => {
     '',
   ])('rejects %j naming the parameter', (raw) => {
     expect(() => dateParam('startDate', raw, 'start')).toThrow(/querystring\/startDate/);
+  });
+
+  it('refuses instants outside the years 0000-9999', () => {
+    expect(() => dateParam('startDate', '9999-12-31T23:30:00-01:00', 'start')).toThrow(/outside the years/);
+    expect(() => dateParam('startDate', '0000-01-01T00:30:00+01:00', 'start')).toThrow(/outside the years/);
+    expect(() => dateParam('endDate', '0000-01-01T00:30:00+01:00', 'end')).toThrow(/outside the years/);
   });
 
   it('passes absence through', () => {

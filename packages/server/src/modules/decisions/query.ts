@@ -44,11 +44,16 @@ const DATE_RE =
   /^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?([Zz]|[+-]\d{2}:?\d{2})?)?$/;
 
 const DAY_MS = 86_400_000;
+/** The first and last instants an ISO 8601 string of four-digit year holds; bounds stay inside them. */
+const FIRST_MS = Date.parse('0000-01-01T00:00:00.000Z');
+const LAST_MS = Date.parse('9999-12-31T23:59:59.999Z');
 
 /**
  * Parses an ISO 8601 date or date-time into a half-open bound on created_at: a start bound is
  * inclusive; an end bound is returned exclusive, so a date-only end includes that whole UTC day and a
- * date-time end includes that very millisecond.
+ * date-time end includes that very millisecond. The instant must lie in the years 0000-9999, where
+ * ISO strings compare as instants do; an end that includes 9999-12-31T23:59:59.999Z is no bound at all
+ * (undefined), since its exclusive form would be a year 10000 that sorts before every other.
  */
 export function dateParam(name: string, raw: string | undefined, edge: 'start' | 'end'): string | undefined {
   if (raw === undefined) return undefined;
@@ -57,10 +62,18 @@ export function dateParam(name: string, raw: string | undefined, edge: 'start' |
     invalid(`querystring/${name} must be an ISO 8601 date (2026-11-21) or date-time (2026-11-21T10:00:00Z)`);
   if (!m) throw bad();
   const [, y, mo, d, h, mi, s, frac, zone] = m;
-  const day = Date.UTC(Number(y), Number(mo) - 1, Number(d));
-  // Date.UTC rolls 2026-02-30 over into March: a real date survives the round trip.
+  // setUTCFullYear, not Date.UTC, which reads the years 0-99 as 1900-1999.
+  const day = new Date(0).setUTCFullYear(Number(y), Number(mo) - 1, Number(d));
+  // Both roll 2026-02-30 over into March: a real date survives the round trip.
   if (new Date(day).toISOString().slice(0, 10) !== `${y}-${mo}-${d}`) throw bad();
-  if (h === undefined) return new Date(edge === 'start' ? day : day + DAY_MS).toISOString();
+  const bound = (first: number, last: number) => {
+    const instant = edge === 'start' ? first : last;
+    if (instant < FIRST_MS || instant > LAST_MS)
+      throw invalid(`querystring/${name} is outside the years 0000-9999 (UTC)`);
+    if (edge === 'start') return new Date(instant).toISOString();
+    return instant === LAST_MS ? undefined : new Date(instant + 1).toISOString();
+  };
+  if (h === undefined) return bound(day, day + DAY_MS - 1);
   if (Number(h) > 23 || Number(mi) > 59 || Number(s ?? 0) > 59) throw bad();
   let ms = day + Number(h) * 3_600_000 + Number(mi) * 60_000 + Number(s ?? 0) * 1000;
   ms += Math.floor(Number(`0.${frac ?? '0'}`) * 1000);
@@ -71,7 +84,7 @@ export function dateParam(name: string, raw: string | undefined, edge: 'start' |
     if (Number(digits.slice(0, 2)) > 23 || Number(digits.slice(2)) > 59) throw bad();
     ms -= sign * offset * 60_000;
   }
-  return new Date(edge === 'start' ? ms : ms + 1).toISOString();
+  return bound(ms, ms);
 }
 
 // require_approval is accepted too: escalated decisions are stored with that value.
