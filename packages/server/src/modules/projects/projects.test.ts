@@ -100,6 +100,66 @@ describe('projects', () => {
     expectError(noOrg, 400, 'missing_organization');
   });
 
+  it('takes the organization from X-Organization-Id when the body or query names none', async () => {
+    const tenant = await createTenant(t);
+    const user = bearer(tenant.token);
+    const withHeader = { ...user, 'x-organization-id': tenant.orgId };
+    // No body at all, with or without a JSON content type: the organization is missing, not the body.
+    for (const headers of [user, { ...user, 'content-type': 'application/json' }]) {
+      const res = await t.inject({
+        method: 'POST',
+        url: `/v1/projects/${tenant.projectId}/regenerate-key`,
+        headers,
+      });
+      expectError(res, 400, 'missing_organization');
+    }
+    const regen = await t.inject({
+      method: 'POST',
+      url: `/v1/projects/${tenant.projectId}/regenerate-key`,
+      headers: withHeader,
+    });
+    expect(regen.statusCode).toBe(200);
+    expect(regen.json().apiKey).toMatch(/^svc_/);
+    const created = await t.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: withHeader,
+      payload: { name: 'Second' },
+    });
+    expect(created.statusCode).toBe(201);
+    const renamed = await t.inject({
+      method: 'PUT',
+      url: `/v1/projects/${created.json()._id}`,
+      headers: withHeader,
+      payload: { name: 'Renamed' },
+    });
+    expect(renamed.json().name).toBe('Renamed');
+    const deleted = await t.inject({
+      method: 'DELETE',
+      url: `/v1/projects/${created.json()._id}`,
+      headers: withHeader,
+    });
+    expect(deleted.json()).toEqual({ success: true });
+    // The body's organization still wins over the header, and must be one of the user's.
+    const foreign = await t.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: withHeader,
+      payload: { name: 'x', organizationId: (await createTenant(t)).orgId },
+    });
+    expectError(foreign, 403, 'authorization_error');
+    expectError(
+      await t.inject({
+        method: 'POST',
+        url: `/v1/projects/${tenant.projectId}/regenerate-key`,
+        headers: withHeader,
+        payload: { organizationId: tenant.orgId, extra: 1 },
+      }),
+      400,
+      'validation_failed',
+    );
+  });
+
   it('regenerates the key: every old key answers 401 on the very next request', async () => {
     const tenant = await createTenant(t);
     const extra = await t.inject({

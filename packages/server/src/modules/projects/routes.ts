@@ -1,7 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { AppError } from '../../lib/errors.js';
 import { IdParams, Name, Nullable, Success } from '../../lib/schemas.js';
 import { createApiKeyRepository } from '../api-keys/repository.js';
 import { createApiKeyService } from '../api-keys/service.js';
@@ -17,13 +16,8 @@ const ProjectSchema = Type.Object({
   createdAt: Type.String(),
   updatedAt: Nullable(Type.String()),
 });
-// organizationId is checked in the handler so that its absence answers 400 missing_organization.
+// Optional in the schemas: without it (or X-Organization-Id) the scope answers 400 missing_organization.
 const OrgRef = Type.Optional(Type.String({ maxLength: 200 }));
-
-function requireOrg(organizationId: string | undefined): string {
-  if (!organizationId) throw new AppError('missing_organization', 'organizationId is required');
-  return organizationId;
-}
 
 export const projectRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const projects = createProjectRepository(ctx.store.db);
@@ -66,7 +60,7 @@ export const projectRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       },
     },
     async (req, reply) => {
-      const scope = await ctx.scope(req, requireOrg(req.body.organizationId));
+      const scope = await ctx.scope(req, req.body.organizationId);
       return reply.code(201).send(await service.create(scope, req.body.name));
     },
   );
@@ -88,7 +82,7 @@ export const projectRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       },
     },
     async (req) => {
-      const scope = await ctx.scope(req, requireOrg(req.body.organizationId));
+      const scope = await ctx.scope(req, req.body.organizationId);
       return service.rename(scope, req.params.id, req.body.name);
     },
   );
@@ -104,7 +98,7 @@ export const projectRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       },
     },
     async (req) => {
-      const scope = await ctx.scope(req, requireOrg(req.query.organizationId));
+      const scope = await ctx.scope(req, req.query.organizationId);
       await service.delete(scope, req.params.id);
       return { success: true as const };
     },
@@ -116,12 +110,16 @@ export const projectRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       config: { auth: 'jwt' },
       schema: {
         params: IdParams,
-        body: Type.Optional(Type.Object({ organizationId: OrgRef })),
+        body: Type.Object({ organizationId: OrgRef }, { additionalProperties: false }),
         response: { 200: Type.Object({ apiKey: Type.String() }) },
+      },
+      // The body is optional (the organization may come from X-Organization-Id): none reads as {}.
+      preValidation: async (req) => {
+        req.body ??= {};
       },
     },
     async (req) => {
-      const scope = await ctx.scope(req, requireOrg(req.body?.organizationId));
+      const scope = await ctx.scope(req, req.body.organizationId);
       return service.regenerateKey(scope, req.params.id);
     },
   );
