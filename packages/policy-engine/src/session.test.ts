@@ -92,3 +92,29 @@ describe('session constraints', () => {
     expect(fromAllow).toMatchObject({ decision: 'deny', failedArgument: null });
   });
 });
+
+describe('cumulative limit tolerance', () => {
+  const under = (maxValue: number, before: number, value: number) =>
+    evaluateSession(
+      { cumulativeLimits: [{ argumentName: 'x', maxValue }] },
+      { calls: 0, cumulative: { x: before } },
+      { x: value },
+    ).map((f) => f.constraint_type);
+
+  it('is relative to the limit: under a limit of 0 any positive total is over', () => {
+    for (const x of [1e-10, 1e-300, Number.MIN_VALUE, 0.001])
+      expect(under(0, 0, x)).toEqual(['cumulative_limit']);
+    expect(under(0, 0, 0)).toEqual([]);
+    // A small limit gets a proportionally small tolerance.
+    expect(under(1e-6, 0, 1e-6 + 1e-12)).toEqual(['cumulative_limit']);
+    expect(under(1e-6, 0, 1e-6 * (1 + 1e-10))).toEqual([]);
+  });
+
+  it('keeps floating-point sums on the limit', () => {
+    expect(under(0.3, 0.1, 0.2)).toEqual([]);
+    expect(under(0.3, 0.1 + 0.2, 1e-10)).toEqual([]);
+    expect(under(0.3, 0.1 + 0.2, 1e-9)).toEqual(['cumulative_limit']);
+    expect(under(1e12, 1e12, 1)).toEqual([]);
+    expect(under(1e12, 1e12, 1e4)).toEqual(['cumulative_limit']);
+  });
+});

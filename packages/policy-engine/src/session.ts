@@ -10,13 +10,14 @@ import type {
 
 /**
  * Floating-point sums drift (0.1 + 0.2 > 0.3), which would deny a call that lands exactly on the limit.
- * A total within this relative tolerance of the limit counts as on it. Same arithmetic everywhere, so the
- * server and the SDK still agree.
+ * A total within this relative tolerance of the limit counts as on it. Relative only: under a limit of 0
+ * any positive total is over, and a small limit gets a proportionally small tolerance. Same arithmetic
+ * everywhere, so the server and the SDK still agree.
  */
 const RELATIVE_TOLERANCE = 1e-9;
 
 function over(total: number, limit: number): boolean {
-  return total - limit > RELATIVE_TOLERANCE * Math.max(1, Math.abs(limit));
+  return total - limit > RELATIVE_TOLERANCE * Math.abs(limit);
 }
 
 function limitsOf(sc: SessionConstraints | null | undefined) {

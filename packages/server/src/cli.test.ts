@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -56,6 +56,51 @@ describe('svc command', () => {
     await expect(run('node', [...SOURCE_FLAGS, SVC_BIN, 'frobnicate'], { env: env() })).rejects.toMatchObject(
       { code: 2 },
     );
+  });
+
+  it("prints a command's usage for --help or -h and does nothing else", async () => {
+    // A store of its own: a command that ran instead of printing its usage would create it.
+    const store = join(dir, 'help', 'svc.db');
+    const calls = [
+      ['serve'],
+      ['migrate'],
+      ['token'],
+      ['token', '--sub', 'alice'],
+      ['login-link'],
+      ['receipts'],
+      ['receipts', 'verify'],
+      ['receipts', 'verify', 'export.ndjson', '--after', '1'],
+      ['keys'],
+      ['keys', 'rotate'],
+    ];
+    const results = await Promise.all(
+      calls.flatMap((args) =>
+        ['--help', '-h'].map((flag) =>
+          run('node', [...SOURCE_FLAGS, SVC_BIN, ...args, flag], {
+            env: env({ SVC_DATABASE_URL: `sqlite:${store}`, PORT: '0' }),
+            timeout: 20_000,
+          }).then(
+            (r) => ({ args, code: 0, stdout: r.stdout, stderr: r.stderr }),
+            (e: { code: number; stdout: string; stderr: string }) => ({ args, ...e }),
+          ),
+        ),
+      ),
+    );
+    for (const r of results) {
+      const usage =
+        r.args[0] === 'receipts' ? 'usage: svc receipts verify <file|url|->' : `usage: svc ${r.args[0]}`;
+      expect({ args: r.args, code: r.code, stderr: r.stderr }).toEqual({ args: r.args, code: 0, stderr: '' });
+      expect(r.stdout.slice(0, usage.length)).toBe(usage);
+    }
+    expect(existsSync(store)).toBe(false);
+    // After `--` it is a file name, not a flag.
+    const file = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'receipts', 'verify', '--', '--help'], {
+      env: env(),
+    }).catch((e) => e);
+    expect(file.code).toBe(2);
+    expect(file.stderr).toContain('ENOENT');
+    const top = await run('node', [...SOURCE_FLAGS, SVC_BIN, '-h'], { env: env() });
+    expect(top.stdout).toMatch(/^Usage: svc <command>/);
   });
 });
 

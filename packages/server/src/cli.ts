@@ -39,7 +39,7 @@ Commands:
   keys list                      list the signing keys (active, retired, published until)
   keys rotate                    generate a new signing key; the previous one stays published
                                  for SVC_SIGNING_KEY_OVERLAP (default 30d)
-  help                           show this help
+  help                           show this help (svc <command> --help: that command's usage)
 
 Configuration comes from the environment (see README.md).`;
 
@@ -292,8 +292,42 @@ async function receipts(args: string[]): Promise<void> {
   }
 }
 
+/** What `svc <command> --help` (or `-h`) prints: the command's usage line and what it does. */
+const COMMAND_USAGE: Record<string, string> = {
+  serve:
+    'usage: svc serve\n\nRun the HTTP service (migrates the store first). Configuration comes from the environment (see README.md).',
+  migrate: 'usage: svc migrate\n\nApply pending migrations and exit.',
+  token: "usage: svc token --sub USER [--ttl 1h]\n\nPrint a user JWT signed with the server's HS256 secret.",
+  'login-link':
+    'usage: svc login-link --sub USER [--ttl 15m]\n\nPrint a one-time dashboard sign-in link under SVC_BASE_URL.',
+  receipts: `${VERIFY_USAGE}
+
+Verify an NDJSON receipt export offline (a file, stdin, or a GET /v1/receipts/export URL; the key
+defaults to SVC_API_KEY); with checkpoints (saved JSON or GET /v1/receipts/checkpoints) and a key set
+(saved JWKS or /.well-known/svc-keys.json), also their signatures and that the export matches each
+of them. Exit 0 intact, 1 broken, 2 usage or I/O error.`,
+  keys: `usage: svc keys list|rotate
+
+list    list the signing keys (active, retired, published until)
+rotate  generate a new signing key; the previous one stays published for SVC_SIGNING_KEY_OVERLAP
+        (default 30d)`,
+};
+
+/** `--help` or `-h` among a command's arguments (before a `--`, after which all are positionals). */
+function asksForHelp(args: string[]): boolean {
+  for (const a of args) {
+    if (a === '--') return false;
+    if (a === '--help' || a === '-h') return true;
+  }
+  return false;
+}
+
 export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
+  if (command !== undefined && Object.hasOwn(COMMAND_USAGE, command) && asksForHelp(rest)) {
+    console.log(COMMAND_USAGE[command]);
+    return;
+  }
   switch (command) {
     case 'serve':
       return serve();
@@ -310,6 +344,7 @@ export async function main(argv: string[]): Promise<void> {
     case undefined:
     case 'help':
     case '--help':
+    case '-h':
       console.log(USAGE);
       return;
     default:

@@ -2,14 +2,14 @@ import { describe, expect, it, vi } from 'vitest';
 import { LocalEventBus } from '../events/bus.js';
 import type { WriteItem } from '../ledger/model.js';
 import type { ApprovalUse } from '../modules/approvals/service.js';
-import { loadPolicy } from '../modules/policies/cache.js';
+import { type LoadedPolicy, loadPolicy } from '../modules/policies/cache.js';
 import type { Enforced, ToolCall } from './model.js';
 import { createEnforcement } from './pipeline.js';
 import type { Reservation, SessionCounters } from './session-counters.js';
 import { enforcementSteps } from './steps/index.js';
 
 const scope = { organizationId: 'org', projectId: null, tier: 'team', keyId: 'key-1' };
-const policy = loadPolicy({
+const policyRow = {
   organization_id: 'org',
   tool_name: 'wire',
   project_id: null,
@@ -23,13 +23,15 @@ const policy = loadPolicy({
   llm_config: null,
   created_at: '2026-01-01T00:00:00.000Z',
   updated_at: '2026-01-01T00:00:00.000Z',
-});
+};
+const policy = loadPolicy(policyRow);
 
 function setup(
   opts: {
     reserve?: SessionCounters['reserve'];
     release?: () => Promise<void>;
     write?: () => Promise<never>;
+    policy?: LoadedPolicy;
   } = {},
 ) {
   const release = vi.fn(opts.release ?? (async () => {}));
@@ -59,7 +61,7 @@ function setup(
     ),
   };
   const pipeline = createEnforcement({
-    policies: { get: async () => policy },
+    policies: { get: async () => opts.policy ?? policy },
     steps: enforcementSteps({
       approvals: { use, open } as never,
       sessions: { reserve },
@@ -72,7 +74,7 @@ function setup(
   });
   const enforce = (c: ToolCall, execute?: () => Promise<{ value: never }>): Promise<Enforced> =>
     pipeline.enforce({ scope, call: c, source: 'server', latencyMs: 1, ...(execute ? { execute } : {}) });
-  return { enforce, release, use, reservation, reserve, open, writer };
+  return { enforce, pipeline, release, use, reservation, reserve, open, writer };
 }
 
 const call = (args: Record<string, unknown>, context: Record<string, unknown> = {}): ToolCall => ({
@@ -172,5 +174,34 @@ describe('enforcement pipeline', () => {
     const mcp = call({ amount: 1 }, { source: 'mcp' });
     await enforce(mcp);
     expect(JSON.parse(writer.write.mock.calls[1]![0].decision!.context).source).toBe('mcp');
+  });
+
+  it('names no policy version or hash for a call under an inactive policy; a reported one binds it', async () => {
+    const inactive = loadPolicy({ ...policyRow, version: 2, is_active: 0 });
+    const { enforce, pipeline, writer, reserve } = setup({ policy: inactive });
+    const done = await enforce(call({ amount: 50 }));
+    expect(done).toMatchObject({
+      decision: 'allow',
+      reason: 'Policy for tool "wire" is inactive; allowed without checks',
+      policyVersion: null,
+    });
+    expect(reserve).not.toHaveBeenCalled();
+    const item = writer.write.mock.calls[0]![0];
+    expect(item.receipt).toMatchObject({ policy_version: null, policy_hash: null });
+    expect(item.decision!.policy_version).toBeNull();
+    expect(done.fullReceipt).toMatchObject({ policy_version: null, policy_hash: null });
+
+    // POST /v1/decisions: the receipt binds the tool's current policy, active or not.
+    const reported = await pipeline.enforce({
+      scope,
+      call: call({ amount: 50 }),
+      source: 'client',
+      reported: { decision: 'allow', reason: 'Allowed by the client' },
+      latencyMs: 1,
+    });
+    expect(reported.policyVersion).toBe(2);
+    const logged = writer.write.mock.calls[1]![0];
+    expect(logged.receipt).toMatchObject({ policy_version: 2, policy_hash: inactive.hash });
+    expect(logged.decision!.policy_version).toBe(2);
   });
 });

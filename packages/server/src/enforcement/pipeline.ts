@@ -41,11 +41,10 @@ export interface EnforcementDeps {
   clock: Clock;
 }
 
+/** context.session_id when it is a non-empty string; anything else names no session (never coerced). */
 function sessionIdOf(context: Record<string, unknown>): string | null {
   const id = context.session_id;
-  if (typeof id === 'string' && id !== '') return id;
-  if (typeof id === 'number' && Number.isFinite(id)) return String(id);
-  return null;
+  return typeof id === 'string' && id !== '' ? id : null;
 }
 
 /** Gives back what holds took; a failed give-back must not turn the outcome into an error. */
@@ -72,13 +71,16 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
     async enforce<T = never>(req: EnforceRequest<T>): Promise<Enforced<T>> {
       const { scope, call } = req;
       const policy = await policies.get(scope.organizationId, call.toolName);
+      const active = policy?.isActive ? policy : null;
+      // The policy the answer, the decision and the receipt name: the one that decided, none when
+      // it is inactive; a reported decision binds the tool's current policy (docs/api-notes.md).
+      const bound = req.reported ? policy : active;
       let verdict: Verdict;
       let holds: Hold[] = [];
       let session: SessionWrite | undefined;
       if (req.reported) {
         verdict = reportedVerdict(req.reported);
       } else {
-        const active = policy?.isActive ? policy : null;
         const input = { scope, call, policy: active, sessionId: sessionIdOf(call.context) };
         verdict = uncheckedVerdict(call.toolName, policy);
         try {
@@ -111,7 +113,7 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
         scope,
         call,
         verdict,
-        policy,
+        policy: bound,
         source: req.source,
         latencyMs,
         session,
@@ -185,7 +187,7 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
         reason: verdict.reason,
         failedConstraints: verdict.failedConstraints,
         mode: verdict.mode,
-        policyVersion: policy?.version ?? null,
+        policyVersion: bound?.version ?? null,
         latencyMs,
         decisionId,
         receipt: receiptSummary(receipt),

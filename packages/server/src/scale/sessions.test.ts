@@ -29,7 +29,7 @@ const limits: SessionConstraints = {
 const STEPS: Step[] = [
   { args: { amount: 0.1 } },
   { args: { amount: 0.2, tokens: 40 } }, // 0.30000000000000004: on the limit within tolerance
-  { args: { amount: 1e-10 } }, // over by 1e-10, still within 1e-9 * max(1, 0.3)
+  { args: { amount: 1e-10 } }, // over by 1e-10, still within 1e-9 * 0.3
   { args: { amount: 0.01 } }, // clearly over
   { args: { amount: 'ten' } },
   { args: { amount: -1, tokens: 10 } },
@@ -43,6 +43,8 @@ const STEPS: Step[] = [
     args: { tokens: 0 },
     sc: { maxCalls: 100, cumulativeLimits: [{ argumentName: 'tokens', maxValue: 100 }] },
   },
+  // The tolerance is relative only: under a limit of 0 any positive total is over.
+  { args: { dust: 1e-12 }, sc: { maxCalls: 100, cumulativeLimits: [{ argumentName: 'dust', maxValue: 0 }] } },
 ];
 
 async function run(counters: SessionCounters, session: string) {
@@ -106,6 +108,7 @@ describe('RedisSessionCounters', () => {
       '',
       'max_calls',
       '',
+      'cumulative_limit',
     ]);
   });
 

@@ -15,7 +15,7 @@ import type { Logger } from './redis.js';
 /**
  * Check-and-count in one script, so two instances can never both take the last slot. The limit
  * arithmetic mirrors policy-engine's session.ts exactly: call n+1 fails when n+1 > maxCalls; a
- * cumulative total fails when total - max > 1e-9 * max(1, |max|). Totals are stored with 17
+ * cumulative total fails when total - max > 1e-9 * |max|. Totals are stored with 17
  * significant digits, which round-trips a double exactly, so a sum here equals the sum in JavaScript.
  *
  * ARGV: 1 ttl ms, 2 '1' = refuse without checking (an argument is invalid whatever the state),
@@ -47,7 +47,7 @@ for i = 0, n - 1 do
     local name = ARGV[5 + 3 * i]
     local max = tonumber(ARGV[6 + 3 * i])
     local total = tonumber(redis.call('HGET', key, 'c:' .. name) or '0') + tonumber(inc)
-    if total - max > 1e-9 * math.max(1, math.abs(max)) then ok = false end
+    if total - max > 1e-9 * math.abs(max) then ok = false end
     totals[name] = total
   end
 end

@@ -6,10 +6,26 @@ import { verdictOf } from './constraints.js';
 const SESSION_ID_REQUIRED: FailedConstraint = {
   parameter: 'context.session_id',
   constraint_type: 'required',
-  expected: 'a session id in context.session_id',
-  actual: null,
+  expected: 'present',
+  actual: 'absent',
   message: 'this policy has session limits; context.session_id is required',
 };
+
+/**
+ * Why the call names no session: none given (absent, null or ""), or a session_id that is not a
+ * string. Request bodies are never coerced, so 123 is not the session "123".
+ */
+function noSession(id: unknown): FailedConstraint {
+  if (id === undefined || id === null || id === '') return SESSION_ID_REQUIRED;
+  const actual = Array.isArray(id) ? 'array' : typeof id;
+  return {
+    parameter: 'context.session_id',
+    constraint_type: 'type',
+    expected: 'string',
+    actual,
+    message: `this policy has session limits; context.session_id must be a string (got ${actual})`,
+  };
+}
 
 function holdOf(reservation: Reservation): Hold {
   return {
@@ -33,7 +49,7 @@ export function sessionLimitsStep(sessions: SessionCounters): Step {
       const refuse = (failures: FailedConstraint[]): StepResult => ({
         verdict: verdictOf(mergeEvaluation(verdict.evaluation, failures), policy),
       });
-      if (!sessionId) return refuse([SESSION_ID_REQUIRED]);
+      if (!sessionId) return refuse([noSession(call.context.session_id)]);
       const reservation = await sessions.reserve(
         scope.organizationId,
         sessionId,
