@@ -177,8 +177,7 @@ export interface AuthorizationInput {
   /** Resolved payer (request, else the default payer); null when neither names one. */
   payer: string | null;
   category: string;
-  scopes: readonly BudgetScope[];
-  /** Usage of each requested scope, reservations still counting. */
+  /** Usage of each scope, reservations still counting. */
   usage: Partial<Record<BudgetScope, ScopeUsage>>;
   /** The organization's plan has human approvals. */
   approvalsAvailable: boolean;
@@ -200,9 +199,10 @@ const deny = (reasonCode: AuthorizationReasonCode, message: string): Authorizati
 
 /**
  * The decision on a quote, in a fixed order: configured, within the caller's own maximum, an
- * approved payer, every requested budget (limit - spent - reserved, reservations still counting),
+ * approved payer, every budget with a limit (limit - spent - reserved, reservations still counting),
  * then the approval thresholds (at or above: approval). A budget that does not fit denies before
- * any person is asked: an approval never raises a budget.
+ * any person is asked: an approval never raises a budget. Every configured limit is checked, whatever
+ * scopes the caller asked to see: a caller cannot leave out a limit a person set.
  */
 export function decideAuthorization(input: AuthorizationInput): AuthorizationOutcome {
   const { config, quoteMicros: quote, category } = input;
@@ -220,7 +220,6 @@ export function decideAuthorization(input: AuthorizationInput): AuthorizationOut
     return deny('payer_not_approved', `Payer "${input.payer}" is not an approved payer`);
   }
   for (const scope of BUDGET_SCOPES) {
-    if (!input.scopes.includes(scope)) continue;
     const limit = limitOf(config, scope, category);
     if (limit === null) continue;
     const usage = input.usage[scope] ?? { spentMicros: 0, reservedMicros: 0 };
@@ -262,6 +261,6 @@ export function decideAuthorization(input: AuthorizationInput): AuthorizationOut
   return {
     decision: 'allow',
     reasonCode: 'economic_authorized',
-    message: `Authorized ${formatUsd(quote)} within every requested budget`,
+    message: `Authorized ${formatUsd(quote)} within every budget`,
   };
 }

@@ -111,6 +111,41 @@ describe('spend ledger under concurrency', () => {
     expect(await ledger.entries(other.orgId)).toEqual([]);
   });
 
+  it('holds the session budget in parallel when callers leave the session out of budgetScopes', async () => {
+    const tenant = await createTenant(t);
+    const put = await t.inject({
+      method: 'PUT',
+      url: '/v1/economic/config',
+      headers: asUser(tenant),
+      payload: { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 },
+    });
+    expect(put.statusCode).toBe(200);
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        t.inject({
+          method: 'POST',
+          url: '/v1/economic/authorize',
+          headers: keyHeader(tenant.apiKey),
+          payload: {
+            actionId: `scoped-${i}`,
+            sessionId: 'race',
+            agentId: 'agent',
+            toolName: 'buy',
+            category: 'supplies',
+            estimatedSpendUsd: 10,
+            budgetScopes: [i % 2 ? 'category' : 'agent'],
+          },
+        }),
+      ),
+    );
+    expect(results.every((r) => r.statusCode === 200)).toBe(true);
+    expect(results.filter((r) => r.json().decision === 'allow')).toHaveLength(10);
+    expect(results.filter((r) => r.json().reasonCode === 'session_budget_exceeded')).toHaveLength(30);
+    const balances = await createSpendLedger(t.store).balances(tenant.orgId);
+    const session = balances.find((b) => b.scope === 'session' && b.scope_key === 'race');
+    expect(Number(session!.reserved_micros)).toBe(100_000_000);
+  });
+
   it('answers 20 parallel copies of one authorize and of its commit alike, reserving and spending once', async () => {
     const tenant = await createTenant(t);
     await t.inject({

@@ -298,19 +298,68 @@ describe('authorize and commit', () => {
     );
     expect(over.json()).toMatchObject({ decision: 'deny', reasonCode: 'category_budget_exceeded' });
     expect(over.json().budget.category).toMatchObject({ limitUsd: 200, reservedUsd: 174, remainingUsd: 26 });
-    // Budget scopes not requested are not checked.
+    // Every limit is checked and shown, whatever budgetScopes names.
     const agentOnly = await authorize(
       tenant,
-      action({ sessionId: 'tr-y', category: 'travel', estimatedSpendUsd: 20, budgetScopes: ['agent'] }),
+      action({ sessionId: 'tr-y', category: 'travel', estimatedSpendUsd: 27, budgetScopes: ['agent'] }),
     );
-    expect(agentOnly.json()).toMatchObject({ decision: 'allow' });
-    expect(Object.keys(agentOnly.json().budget).sort()).toEqual(['agent', 'asOf', 'currency', 'source']);
-    // The agent budget: 300 over the day, across sessions.
+    expect(agentOnly.json()).toMatchObject({ decision: 'deny', reasonCode: 'category_budget_exceeded' });
+    expect(Object.keys(agentOnly.json().budget).sort()).toEqual([
+      'agent',
+      'asOf',
+      'category',
+      'currency',
+      'session',
+      'source',
+    ]);
+    // The agent budget: 300 over the day, across sessions (174 reserved, then 49: 77 left).
+    const more = await authorize(tenant, action({ sessionId: 'ag', estimatedSpendUsd: 49 }));
+    expect(more.json()).toMatchObject({ decision: 'allow' });
     const agent = await authorize(
       tenant,
-      action({ sessionId: 'ag', estimatedSpendUsd: 107, budgetScopes: ['agent', 'category'] }),
+      action({ sessionId: 'ag-2', estimatedSpendUsd: 78, budgetScopes: ['agent', 'category'] }),
     );
     expect(agent.json()).toMatchObject({ decision: 'deny', reasonCode: 'agent_budget_exceeded' });
+  });
+
+  it('checks every configured limit whatever budgetScopes leaves out', async () => {
+    const tenant = await tenantWithConfig({ ...NO_THRESHOLD, sessionLimitUsd: 100, agentLimitUsd: 150 });
+    const scoped = (over: Record<string, unknown>) =>
+      action({ sessionId: 'rxs', agentId: 'rxa', toolName: 't', category: 'c', ...over });
+    expect((await authorize(tenant, scoped({ estimatedSpendUsd: 80 }))).json().decision).toBe('allow');
+    // The session has $20 left: leaving it out of budgetScopes does not skip its limit.
+    const session = await authorize(tenant, scoped({ estimatedSpendUsd: 90, budgetScopes: ['category'] }));
+    expect(session.json()).toMatchObject({ decision: 'deny', reasonCode: 'session_budget_exceeded' });
+    expect(session.json().budget.session).toMatchObject({ limitUsd: 100, reservedUsd: 80, remainingUsd: 20 });
+    // The same in simulation.
+    const simulated = await authorize(
+      tenant,
+      scoped({ estimatedSpendUsd: 90, budgetScopes: ['agent'], mode: 'simulation' }),
+    );
+    expect(simulated.json()).toMatchObject({ decision: 'deny', reasonCode: 'session_budget_exceeded' });
+    // The agent has $70 left across sessions.
+    const agent = await authorize(
+      tenant,
+      scoped({ sessionId: 'rxs-2', estimatedSpendUsd: 71, budgetScopes: ['session', 'category'] }),
+    );
+    expect(agent.json()).toMatchObject({ decision: 'deny', reasonCode: 'agent_budget_exceeded' });
+    // Nothing was reserved by the refusals.
+    const s = await status(tenant, { sessionId: 'rxs', agentId: 'rxa' });
+    expect(s.json().budget.session).toMatchObject({ limitUsd: 100, reservedUsd: 80 });
+    expect(s.json().budget.agent).toMatchObject({ limitUsd: 150, reservedUsd: 80 });
+    // A project's own (tighter) limit is checked the same way.
+    const put = await t.inject({
+      method: 'PUT',
+      url: '/v1/economic/config',
+      headers: keyHeader(tenant.apiKey),
+      payload: { approvedPayers: ['corp-card'], sessionLimitUsd: 10 },
+    });
+    expect(put.statusCode).toBe(200);
+    const project = await authorize(
+      tenant,
+      scoped({ sessionId: 'rxs-3', estimatedSpendUsd: 11, budgetScopes: ['category'] }),
+    );
+    expect(project.json()).toMatchObject({ decision: 'deny', reasonCode: 'session_budget_exceeded' });
   });
 
   it('validates every field of authorize and commit', async () => {

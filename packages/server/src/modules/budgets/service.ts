@@ -132,6 +132,10 @@ function keysFor(
   };
 }
 
+/**
+ * The figures of the requested scopes and of every scope with a limit: every limit is checked
+ * whatever `budgetScopes` names, so the answer shows each one that could have decided it.
+ */
 function budgetOf(
   config: EconomicConfig | null,
   usage: Record<BudgetScope, ScopeUsage>,
@@ -141,8 +145,8 @@ function budgetOf(
 ): Budget {
   const budget: Budget = { currency: 'USD', asOf, source: 'ledger' };
   for (const scope of BUDGET_SCOPES) {
-    if (!scopes.includes(scope)) continue;
     const limit = config ? limitOf(config, scope, category) : null;
+    if (limit === null && !scopes.includes(scope)) continue;
     budget[scope] = toScopeBudget(figuresOf(limit, usage[scope] ?? ZERO));
   }
   return budget;
@@ -238,7 +242,6 @@ export function createBudgetService(deps: BudgetServiceDeps) {
         maxAcceptableMicros: input.maxAcceptableMicros,
         payer,
         category: input.category,
-        scopes: input.budgetScopes,
         usage,
         approvalsAvailable: ctx.approvalsAvailable,
         approved: ctx.approved !== null,
@@ -371,7 +374,6 @@ export function createBudgetService(deps: BudgetServiceDeps) {
         maxAcceptableMicros: input.maxAcceptableMicros,
         payer,
         category: input.category,
-        scopes: input.budgetScopes,
         usage,
         approvalsAvailable,
         approved: false,
