@@ -93,7 +93,8 @@ async function withinTime<T>(answer: Promise<T>, what: string, ms = 15_000): Pro
 /** Answers in envelope B: anything under the payment gateway's prefix, and the key set's own route (GET). */
 function speaksEnvelopeB(req: HostileRequest): boolean {
   const { path } = delivered(req);
-  if (path === '/.well-known/svc-keys.json') return req.method === 'GET';
+  // The key set answers envelope B to every method; paths below it are unknown routes (envelope A).
+  if (path === '/.well-known/svc-keys.json') return true;
   return path === '/v1/gateway' || path.startsWith('/v1/gateway/');
 }
 

@@ -1,4 +1,4 @@
-import type { FastifyError, FastifyInstance } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { type EnvelopeBError, sendEnvelopeB } from '../../lib/envelope-b.js';
 import { AppError } from '../../lib/errors.js';
 import { SigningKeyMissingError } from '../../signing/model.js';
@@ -32,9 +32,9 @@ function paramOf(err: FastifyError): string | null {
   return path.length > 0 ? path.join('.') : (err.validationContext ?? null);
 }
 
-/** Every non-2xx answer under the gateway's prefix in envelope B. */
-export function registerEnvelopeB(app: FastifyInstance, docsUrl: string): void {
-  app.setErrorHandler((err: FastifyError | AppError | GatewayError, req, reply) => {
+/** The error handler answering in envelope B (the gateway's, also the key set's). */
+export function envelopeBErrorHandler(docsUrl: string) {
+  return (err: FastifyError | AppError | GatewayError, req: FastifyRequest, reply: FastifyReply) => {
     const send = (status: number, e: EnvelopeBError) => sendEnvelopeB(req, reply, docsUrl, status, e);
     if (err instanceof GatewayError) return send(err.status, err.body);
     if (err instanceof SigningKeyMissingError) {
@@ -93,13 +93,21 @@ export function registerEnvelopeB(app: FastifyInstance, docsUrl: string): void {
       message: `Internal error (request ${req.id})`,
       hint: 'quote request_id when reporting it',
     });
-  });
+  };
+}
 
-  app.setNotFoundHandler((req, reply) =>
+/** 404 `route_not_found` in envelope B: a path or method that has no route. */
+export function routeNotFoundB(docsUrl: string) {
+  return (req: FastifyRequest, reply: FastifyReply) =>
     sendEnvelopeB(req, reply, docsUrl, 404, {
       type: 'invalid_request',
       code: 'route_not_found',
       message: `Route ${req.method} ${req.url.split('?')[0]} not found`,
-    }),
-  );
+    });
+}
+
+/** Every non-2xx answer under the gateway's prefix in envelope B. */
+export function registerEnvelopeB(app: FastifyInstance, docsUrl: string): void {
+  app.setErrorHandler(envelopeBErrorHandler(docsUrl));
+  app.setNotFoundHandler(routeNotFoundB(docsUrl));
 }

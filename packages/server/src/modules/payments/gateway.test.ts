@@ -353,6 +353,44 @@ describe('capsules', () => {
     expect(entries).toHaveLength(1);
   });
 
+  it('answers capsule_payload_invalid naming the member for a consume body that fails validation', async () => {
+    const packId = await pack(a);
+    await payee(a, PAYEE);
+    const c = (await mint(a, packId)).json();
+    const cases: [Record<string, unknown>, string][] = [
+      [{ amount: '-1.00' }, 'amount'],
+      [{ amount: '050.00' }, 'amount'],
+      [{ amount: '1e1' }, 'amount'],
+      [{ amount: ' 50.00' }, 'amount'],
+      [{ amount: '1000000000.01' }, 'amount'],
+      [{ currency: 'EUR' }, 'currency'],
+      [{ currency: 'USDC' }, 'currency'],
+      [{ beneficiary: { name: 'a' } }, 'beneficiary'],
+      [{ beneficiary: { name: '   ', account_number: 'DE00' } }, 'beneficiary.name'],
+      [{ invoice_hash: `sha256:${'0'.repeat(64)}` }, 'invoice_hash'],
+    ];
+    for (const [over, param] of cases) {
+      const err = expectB(await consume(a, c.capsule, over), 400, 'capsule_payload_invalid');
+      expect([over, err['param']]).toEqual([over, param]);
+    }
+    // Other endpoints keep invalid_request for the same kind of failure.
+    const other = expectB(
+      await mint(a, packId, { amount_ceiling: { currency: 'EUR', amount: '5.00' } }),
+      400,
+      'invalid_request',
+    );
+    expect(other['param']).toBe('amount_ceiling.currency');
+    expect(
+      expectB(
+        await inject('POST', '/v1/gateway/payees', key(a), { details: { name: 'a' } }),
+        400,
+        'invalid_request',
+      )['param'],
+    ).toBe('details');
+    // Nothing changed: the capsule is still consumable.
+    expect((await consume(a, c.capsule)).statusCode).toBe(200);
+  });
+
   it('answers each drift with its code and changes nothing', async () => {
     const packId = await pack(a);
     await payee(a, PAYEE);
@@ -364,8 +402,12 @@ describe('capsules', () => {
       'beneficiary_hash_mismatch',
     );
     expectB(await consume(a, c.capsule, { amount: '500.01' }), 403, 'amount_exceeds_capsule_ceiling');
-    expectB(await consume(a, c.capsule, { amount: '1.001' }), 400, 'invalid_amount_precision');
-    expectB(await consume(a, c.capsule, { currency: 'USDC' }), 400, 'invalid_request');
+    expect(
+      expectB(await consume(a, c.capsule, { amount: '1.001' }), 400, 'invalid_amount_precision')['param'],
+    ).toBe('amount');
+    expect(
+      expectB(await consume(a, c.capsule, { currency: 'USDC' }), 400, 'capsule_payload_invalid')['param'],
+    ).toBe('currency');
     const parts = c.capsule.split('.');
     const flipped = `${parts[0]}.${parts[1]}.${parts[2].startsWith('A') ? `B${parts[2].slice(1)}` : `A${parts[2].slice(1)}`}`;
     expectB(await consume(a, flipped), 403, 'capsule_signature_invalid');
@@ -527,6 +569,25 @@ describe('Idempotency-Key', () => {
       expect(later.statusCode).toBe(201);
     } finally {
       offset = 0;
+    }
+  });
+
+  it('takes any printable ASCII key, inner spaces included, and refuses the rest', async () => {
+    const body = (n: number) => ({ details: { name: `Idem Payee ${n}`, account_number: `AC${n}` } });
+    const post = (k: string, n: number) =>
+      inject('POST', '/v1/gateway/payees', { ...key(a), 'idempotency-key': k }, body(n));
+    const spaced = await post('a b', 1);
+    expect(spaced.statusCode).toBe(201);
+    const again = await post('a b', 1);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.json().id).toBe(spaced.json().id);
+    // Another key: two spaces are not one.
+    expect((await post('a  b', 2)).headers['idempotent-replayed']).toBeUndefined();
+    expectB(await post('a b', 3), 400, 'idempotency_key_reused_with_different_payload');
+    expect((await post(`!" ~${'x'.repeat(251)}`, 4)).statusCode).toBe(201);
+    for (const bad of ['', ' ', '   ', ' a', 'a ', 'a\tb', 'é', 'x'.repeat(256)]) {
+      const res = await post(bad, 5);
+      expect([bad, expectB(res, 400, 'invalid_request')['param']]).toEqual([bad, 'Idempotency-Key']);
     }
   });
 });

@@ -9,7 +9,11 @@ import type { GatewayRepository } from './repository.js';
 export /** How long an unanswered claim holds its key before it counts as abandoned. */
 const STALE_CLAIM_MS = 60_000;
 const IDEMPOTENCY_RETENTION_MS = 24 * 3600 * 1000;
-const KEY_RE = /^[\x21-\x7e]{1,255}$/;
+/**
+ * 1-255 printable ASCII characters (space included). HTTP strips white space around a header
+ * value, so a key neither starts nor ends with a space, and one of spaces only arrives empty.
+ */
+const KEY_RE = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/;
 
 const held = new WeakMap<FastifyRequest, { org: string; key: string }>();
 
@@ -29,7 +33,7 @@ export function registerIdempotency(
     if (sent === undefined) return;
     if (typeof sent !== 'string' || !KEY_RE.test(sent)) {
       throw gatewayError.invalidRequest(
-        'Idempotency-Key must be 1-255 printable ASCII characters',
+        'Idempotency-Key must be 1-255 printable ASCII characters, not starting or ending with a space',
         'Idempotency-Key',
       );
     }

@@ -245,7 +245,7 @@ describe('capsules bound to invoices', () => {
       await k.mint(a, { ...base, pack_id: await k.pack(a, { ...PACK, invoice_required: false }) }),
       201,
     );
-    k.expectB(
+    const extra = k.expectB(
       await k.consume(a, {
         capsule: unbound.capsule,
         amount: '250.00',
@@ -255,7 +255,20 @@ describe('capsules bound to invoices', () => {
         invoice_hash: inv.invoice_hash,
       }),
       400,
-      'invalid_request',
+      'capsule_payload_invalid',
+    );
+    expect(extra['param']).toBe('invoice_hash');
+    // A capsule that binds an invoice is consumed naming it.
+    const { invoice_hash: _bound, ...withoutHash } = {
+      capsule: one.capsule,
+      amount: '250.00',
+      currency: 'USD',
+      rail: 'ach',
+      beneficiary: PAYEE,
+      invoice_hash: inv.invoice_hash,
+    };
+    expect(k.expectB(await k.consume(a, withoutHash), 400, 'capsule_payload_invalid')['param']).toBe(
+      'invoice_hash',
     );
     const consumed = k.ok(await pay(one.capsule));
     expect(consumed.consumption.invoice_hash).toBe(inv.invoice_hash);

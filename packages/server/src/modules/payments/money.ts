@@ -1,5 +1,8 @@
 import { precisionProblem } from '@svc/capsules';
-import { gatewayError } from './model.js';
+import { type GatewayError, gatewayError } from './model.js';
+
+/** The error a malformed member answers: invalid_request, or capsule_payload_invalid on consume. */
+export type Invalid = (message: string, param: string) => GatewayError;
 
 /** Currencies the gateway accepts; both count 1:1 in USD on the spend ledger (USDC is a USD stablecoin). */
 export const GATEWAY_CURRENCIES = ['USD', 'USDC'] as const;
@@ -9,28 +12,37 @@ const DECIMAL = /^(0|[1-9]\d{0,14})(\.\d{1,6})?$/;
 const MAX_MICROS = 1_000_000_000_000_000n;
 
 /** Exact micro-units of a decimal string (never through a binary float). */
-export function toMicros(amount: string, param: string): number {
+export function toMicros(
+  amount: string,
+  param: string,
+  invalid: Invalid = gatewayError.invalidRequest,
+): number {
   if (!DECIMAL.test(amount)) {
-    throw gatewayError.invalidRequest(`${param} must be a decimal string such as "12.50"`, param);
+    throw invalid(`${param} must be a decimal string such as "12.50"`, param);
   }
   const [whole, frac = ''] = amount.split('.');
   const micros = BigInt(whole!) * 1_000_000n + BigInt(frac.padEnd(6, '0'));
-  if (micros > MAX_MICROS) throw gatewayError.invalidRequest(`${param} is above 1000000000`, param);
+  if (micros > MAX_MICROS) throw invalid(`${param} is above 1000000000`, param);
   return Number(micros);
 }
 
-/** Checks currency and precision of a money value; answers its micro-units. */
-export function moneyMicros(money: { currency: string; amount: string }, param: string): number {
+/**
+ * Checks currency and precision of a money value; answers its micro-units. `param` is the member
+ * holding it (`amount_ceiling`), or '' when currency and amount are members of the body itself.
+ */
+export function moneyMicros(
+  money: { currency: string; amount: string },
+  param: string,
+  invalid: Invalid = gatewayError.invalidRequest,
+): number {
+  const at = (member: string) => (param ? `${param}.${member}` : member);
   if (!(GATEWAY_CURRENCIES as readonly string[]).includes(money.currency)) {
-    throw gatewayError.invalidRequest(
-      `${param}.currency must be one of ${GATEWAY_CURRENCIES.join(', ')}`,
-      `${param}.currency`,
-    );
+    throw invalid(`${at('currency')} must be one of ${GATEWAY_CURRENCIES.join(', ')}`, at('currency'));
   }
   // Too many decimals is its own catalog code, checked before the general form.
   const problem = /^\d+(\.\d+)?$/.test(money.amount) ? precisionProblem(money) : null;
-  if (problem) throw gatewayError.precision(problem, `${param}.amount`);
-  return toMicros(money.amount, `${param}.amount`);
+  if (problem) throw gatewayError.precision(problem, at('amount'));
+  return toMicros(money.amount, at('amount'), invalid);
 }
 
 /** Decimal string of micro-units, without trailing zeros ("12.5", "3"). */

@@ -50,7 +50,7 @@ import {
   type PackContent,
   type PayeeAnswer,
 } from './model.js';
-import { fromMicros, moneyMicros } from './money.js';
+import { fromMicros, type Invalid, moneyMicros } from './money.js';
 import { evaluateConditions, type PackInput, packContent, packJson, packSha256 } from './packs.js';
 import { createPaymentRepository } from './providers.js';
 import {
@@ -148,12 +148,23 @@ const capsuleAnswer = (row: CapsuleRow): CapsuleAnswer => ({
   updated_at: row.updated_at,
 });
 
-/** Normalizes and hashes runtime details the way @svc/capsules does; bad details are the caller's. */
-async function hashDetails(details: BeneficiaryDetails, param: string) {
+/**
+ * Normalizes and hashes runtime details the way @svc/capsules does; bad details are the caller's
+ * (`param.name` when the name is empty, else `param`: an account_number or wallet_address is missing).
+ */
+async function hashDetails(
+  details: BeneficiaryDetails,
+  param: string,
+  invalid: Invalid = gatewayError.invalidRequest,
+) {
   try {
     return { normalized: normalizeBeneficiary(details), hash: await beneficiaryHash(details) };
   } catch (err) {
-    throw gatewayError.invalidRequest(`${param}: ${(err as Error).message}`, param);
+    const member =
+      typeof details.name === 'string' && details.name.normalize('NFC').trim() !== ''
+        ? param
+        : `${param}.name`;
+    throw invalid(`${member}: ${(err as Error).message}`, member);
   }
 }
 
@@ -256,17 +267,16 @@ export function createPaymentService(deps: PaymentServiceDeps) {
     if (p.organization_id !== scope.organizationId || p.issuer !== deps.issuer) {
       throw gatewayError.payloadInvalid('the capsule was not issued to this organization', 'organization_id');
     }
-    const amountMicros = moneyMicros({ currency: input.currency, amount: input.amount }, 'payment');
+    // A body member that fails validation answers capsule_payload_invalid (param: the member).
+    const invalid = gatewayError.payloadInvalid;
+    const amountMicros = moneyMicros({ currency: input.currency, amount: input.amount }, '', invalid);
     if (input.currency !== p.amount_ceiling.currency) {
-      throw gatewayError.invalidRequest(
-        `currency must be the capsule's (${p.amount_ceiling.currency})`,
-        'currency',
-      );
+      throw invalid(`currency must be the capsule's (${p.amount_ceiling.currency})`, 'currency');
     }
     if (!p.rail_allowlist.includes(input.rail)) {
       throw gatewayError.rail(`rail ${input.rail} is not in the capsule's rail_allowlist`, 'rail');
     }
-    const { hash } = await hashDetails(input.beneficiary, 'beneficiary');
+    const { hash } = await hashDetails(input.beneficiary, 'beneficiary', invalid);
     if (hash !== p.beneficiary) {
       throw gatewayError.hashMismatch(
         "the beneficiary details do not hash to the capsule's beneficiary",
@@ -282,7 +292,7 @@ export function createPaymentService(deps: PaymentServiceDeps) {
     }
     if (input.invoice_hash !== p.invoice_hash) {
       // A consume names exactly the invoice its capsule binds: none when it binds none.
-      throw gatewayError.invalidRequest(
+      throw invalid(
         p.invoice_hash === undefined
           ? 'the capsule binds no invoice; consume without invoice_hash'
           : 'invoice_hash must be the one the capsule binds',

@@ -4,7 +4,9 @@ import type { AppContext } from '../../context.js';
 import { sendEnvelopeB } from '../../lib/envelope-b.js';
 import { AppError } from '../../lib/errors.js';
 import { NoBody } from '../../lib/schemas.js';
+import { sendError } from '../../plugins/errors.js';
 import { SigningKeyMissingError } from '../../signing/model.js';
+import { envelopeBErrorHandler, routeNotFoundB } from '../payments/errors.js';
 
 const PublishedKeySchema = Type.Object({
   kty: Type.Literal('OKP'),
@@ -25,10 +27,24 @@ const KeyInfoSchema = Type.Object({
   published: Type.Boolean(),
 });
 
-/** The published signing key set, and its operator API (list, rotate). */
-export const signingKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
+const KEY_SET_PATH = '/.well-known/svc-keys.json';
+
+/**
+ * The published key set, in a context of its own under its path: every answer of that path other
+ * than 2xx is envelope B, as on the payment gateway; another method (POST, DELETE…) answers 404
+ * route_not_found.
+ */
+const keySetRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
+  app.setErrorHandler(envelopeBErrorHandler(ctx.config.docsUrl));
+  const notFoundB = routeNotFoundB(ctx.config.docsUrl);
+  // The context's 404 also takes the paths below it: those are unknown routes as anywhere else.
+  app.setNotFoundHandler((req, reply) =>
+    req.url.split('?')[0] === KEY_SET_PATH
+      ? notFoundB(req, reply)
+      : sendError(reply, 'not_found', `Route ${req.method} ${req.url.split('?')[0]} not found`),
+  );
   app.get(
-    '/.well-known/svc-keys.json',
+    '',
     {
       config: { auth: 'none' },
       schema: { response: { 200: Type.Object({ keys: Type.Array(PublishedKeySchema) }) } },
@@ -50,6 +66,11 @@ export const signingKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = 
       }
     },
   );
+};
+
+/** The published signing key set, and its operator API (list, rotate). */
+export const signingKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
+  await app.register(keySetRoutes, { ctx, prefix: KEY_SET_PATH });
 
   app.get(
     '/v1/admin/signing-keys',

@@ -26,6 +26,36 @@ describe('GET /.well-known/svc-keys.json', () => {
     });
     expect(JSON.stringify(keys[0])).not.toContain('"d"');
   });
+
+  it('answers every other method, and bad requests, in envelope B', async () => {
+    const methods = ['POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'TRACE', 'PROPFIND'] as const;
+    for (const method of methods) {
+      const res = await t.inject({ method: method as 'POST', url: '/.well-known/svc-keys.json' });
+      expect([method, res.statusCode]).toEqual([method, 404]);
+      expect(res.json()).toEqual({
+        error: {
+          type: 'invalid_request',
+          code: 'route_not_found',
+          message: `Route ${method} /.well-known/svc-keys.json not found`,
+          param: null,
+          doc_url: `${t.config.docsUrl}/errors/route_not_found`,
+          hint: null,
+          request_id: res.headers['x-request-id'],
+        },
+      });
+    }
+    const nul = await t.inject({ method: 'GET', url: '/.well-known/svc-keys.json?x=%00' });
+    expect(nul.statusCode).toBe(400);
+    expect(nul.json().error).toMatchObject({ type: 'invalid_request', code: 'invalid_request' });
+    expect(nul.json().error.doc_url).toBe(`${t.config.docsUrl}/errors/invalid_request`);
+    // HEAD is served with GET; the rest of the API keeps envelope A.
+    expect((await t.inject({ method: 'HEAD', url: '/.well-known/svc-keys.json' })).statusCode).toBe(200);
+    for (const url of ['/.well-known/other.json', '/.well-known/svc-keys.json/x']) {
+      const elsewhere = await t.inject({ method: 'POST', url });
+      expect(elsewhere.statusCode).toBe(404);
+      expect(elsewhere.json()).toEqual({ error: { code: 'not_found', message: expect.any(String) } });
+    }
+  });
 });
 
 describe('operator key rotation', () => {
