@@ -4,6 +4,7 @@ import { sha256Tagged } from '../../ledger/canonical.js';
 import { loadLlmSettings } from './config.js';
 import { createJudge } from './judge.js';
 import { type JudgeRequest, PROVIDERS, type ProviderName } from './model.js';
+import { duplicateMember } from './prompt.js';
 
 let server: FakeModelServer;
 beforeAll(async () => {
@@ -106,6 +107,32 @@ describe.each(PROVIDERS)('the %s adapter', (provider) => {
     const v = await judgeWith().judge(request(provider, { to: 'a@evil.test' }));
     expect(v).toMatchObject({ ok: false, kind: 'invalid_output' });
     if (!v.ok) expect(v.message).toContain('exception the policy does not list');
+  });
+
+  it('fails on an allow that names a violating argument', async () => {
+    server.script = () => ({
+      object: {
+        decision: 'allow',
+        reason: 'The recipient evil.test violates the policy.',
+        failedArgument: 'to',
+        matchedException: null,
+      },
+    });
+    const v = await judgeWith().judge(request(provider, { to: 'x@evil.test' }));
+    expect(v).toMatchObject({ ok: false, kind: 'invalid_output' });
+    if (!v.ok) expect(v.message).toContain('allowed the call but named an argument');
+  });
+
+  it('fails on an answer holding a member twice (a parser keeps the last one)', async () => {
+    for (const text of [
+      '{"decision":"deny","reason":"External.","failedArgument":"to","matchedException":null,"decision":"allow"}',
+      '{"decision":"deny","reason":"External.","failedArgument":"to","matchedException":null,"decisio\\u006e":"allow"}',
+    ]) {
+      server.script = () => ({ text });
+      const v = await judgeWith().judge(request(provider, { to: `x${text.length}@evil.test` }));
+      expect(v, text).toMatchObject({ ok: false, kind: 'invalid_output' });
+      if (!v.ok) expect(v.message).toContain('"decision" twice');
+    }
   });
 
   it('fails on 429 and on 500, saying which', async () => {
@@ -229,5 +256,20 @@ describe('routing', () => {
     );
     expect(() => loadLlmSettings({ SVC_LLM_TIMEOUT_MS: '-1' })).toThrow(/SVC_LLM_TIMEOUT_MS/);
     expect(() => loadLlmSettings({ SVC_LLM_OPENAI_BASE_URL: 'ftp://x' })).toThrow(/BASE_URL/);
+  });
+});
+
+describe('duplicateMember', () => {
+  it.each([
+    ['{"a":1,"b":2}', null],
+    ['{"a":"x\\"a\\":","b":"{\\"a\\":1}"}', null],
+    ['{"a":{"a":1},"b":[{"a":1},{"a":2}]}', null],
+    ['```json\n{"a":1, "b" : 2}\n```', null],
+    ['{"a":1,"b":2,"a":3}', 'a'],
+    ['{"a":1,"\\u0061":2}', 'a'],
+    ['{"o":{"x":1,"x":2}}', 'x'],
+    ['[{"a":1,"a":2}]', 'a'],
+  ])('%s → %s', (text, expected) => {
+    expect(duplicateMember(text)).toBe(expected);
   });
 });

@@ -16,7 +16,7 @@ import type {
   ProviderSettings,
   Verdict,
 } from './model.js';
-import { ANSWER_SCHEMA, answerProblem, buildPrompt } from './prompt.js';
+import { ANSWER_SCHEMA, answerProblem, buildPrompt, duplicateMember } from './prompt.js';
 import { anthropicAdapter } from './providers/anthropic.js';
 import { googleAdapter } from './providers/google.js';
 import { openaiAdapter } from './providers/openai.js';
@@ -115,9 +115,18 @@ export function createJudge({ settings, now = Date.now }: JudgeDeps): Judge & {
     // The SDK validated the object already; parsing again keeps this module's type honest.
     const parsed = ANSWER_SCHEMA.safeParse(object);
     if (!parsed.success) return failure('invalid_output', 'the answer does not match the schema', binding);
+    const duplicate = duplicateMember(text);
+    if (duplicate !== null) {
+      return failure(
+        'invalid_output',
+        `the answer is ambiguous: it holds ${JSON.stringify(duplicate.slice(0, 100))} twice`,
+        binding,
+      );
+    }
     const answer: JudgeAnswer = parsed.data;
     const problem = answerProblem(answer, req);
     if (problem) return failure('invalid_output', `the answer is inconsistent: ${problem}`, binding);
+    // An allow names no argument (an empty name is none).
     if (answer.decision === 'allow') answer.failedArgument = null;
     cache.set(key, answer, binding);
     return { ok: true, answer, binding, cached: false };

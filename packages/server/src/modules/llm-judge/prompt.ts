@@ -67,6 +67,11 @@ export function buildPrompt(req: JudgeRequest): Prompt {
  * policy lists and means allow; a failed argument must be one the call has. Returns the problem, or null.
  */
 export function answerProblem(answer: JudgeAnswer, req: JudgeRequest): string | null {
+  // An allow that names a violating argument contradicts itself: which of the two is meant is a
+  // guess, and a guess never allows.
+  if (answer.decision === 'allow' && answer.failedArgument !== null && answer.failedArgument.trim() !== '') {
+    return `it allowed the call but named an argument that violates the policy (${JSON.stringify(answer.failedArgument.slice(0, 100))})`;
+  }
   if (answer.matchedException !== null) {
     if (!req.exceptions.some((e) => e.trim() === answer.matchedException!.trim())) {
       return 'it named an exception the policy does not list';
@@ -79,6 +84,44 @@ export function answerProblem(answer: JudgeAnswer, req: JudgeRequest): string | 
     !hasArgument(req.arguments, answer.failedArgument)
   ) {
     return `it blamed an argument the call does not have (${JSON.stringify(answer.failedArgument.slice(0, 100))})`;
+  }
+  return null;
+}
+
+/**
+ * The first member name that appears twice in one object of a JSON text, or null. JSON parsers keep
+ * the last of duplicates ({"decision":"deny", …, "decision":"allow"} reads as allow), so an answer
+ * holding two is ambiguous. Member names are compared decoded (\u0064ecision is decision). Text
+ * around the JSON (a code fence) is skipped; strings are read whole, so braces in them do not count.
+ */
+export function duplicateMember(text: string): string | null {
+  // One entry per open object (its names so far) or array (null).
+  const open: (Set<string> | null)[] = [];
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '{') open.push(new Set());
+    else if (c === '[') open.push(null);
+    else if (c === '}' || c === ']') open.pop();
+    else if (c === '"') {
+      let end = i + 1;
+      while (end < text.length && text[end] !== '"') end += text[end] === '\\' ? 2 : 1;
+      const token = text.slice(i, end + 1);
+      i = end;
+      const names = open[open.length - 1];
+      if (!names) continue;
+      // A string followed by a colon inside an object is a member name.
+      let next = end + 1;
+      while (next < text.length && /\s/.test(text[next]!)) next++;
+      if (text[next] !== ':') continue;
+      let name: string;
+      try {
+        name = JSON.parse(token) as string;
+      } catch {
+        return token;
+      }
+      if (names.has(name)) return name;
+      names.add(name);
+    }
   }
   return null;
 }
