@@ -23,6 +23,7 @@ import { createDraftService } from './service.js';
 
 /** A reviewer key reads drafts and approves or rejects them; it writes nothing else. */
 const REVIEW: readonly KeyScope[] = ['api', 'policy-drafts:approve'];
+const APPROVE: readonly KeyScope[] = ['policy-drafts:approve'];
 
 const ApproveHeaders = Type.Object({
   'if-match': Type.Optional(
@@ -40,7 +41,6 @@ function ifMatch(header: string | undefined): string | undefined {
   if (v.includes(',')) throw invalid('If-Match takes one revision of the draft (its ETag)');
   return v.length >= 2 && v.startsWith('"') && v.endsWith('"') ? v.slice(1, -1) : v;
 }
-const APPROVE: readonly KeyScope[] = ['policy-drafts:approve'];
 
 export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const projects = createProjectRepository(ctx.store.db);
