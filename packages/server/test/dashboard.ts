@@ -84,12 +84,15 @@ export async function startDashboard(
   let server: StartedServer | undefined;
   let context: BrowserContext | undefined;
   const profile = mkdtempSync(join(tmpdir(), 'svc-chromium-'));
+  // What the pages' Content-Security-Policy refused: the pages must work under it, so any is a failure.
+  const refused: string[] = [];
   const close = async () => {
     await context?.close();
     await server?.stop();
     await db.drop();
     rmSync(profile, { recursive: true, force: true });
     if (!process.env.SVC_UPDATE_SCREENSHOTS) rmSync(screenshots, { recursive: true, force: true });
+    if (refused.length > 0) throw new Error(`the Content-Security-Policy refused:\n${refused.join('\n')}`);
   };
   try {
     server = await startServerProcess(command, env, base, 60_000);
@@ -110,6 +113,9 @@ export async function startDashboard(
     await close();
     throw err;
   }
+  context.on('console', (m) => {
+    if (m.text().includes('Content Security Policy')) refused.push(m.text());
+  });
   const page = context.pages()[0] ?? (await context.newPage());
 
   async function call(

@@ -29,10 +29,14 @@ describe('the dashboard', () => {
   });
 
   it('answers client routes with its page, but never API paths or missing files', async () => {
-    for (const url of ['/approvals', '/approvals/abc?x=1', '/settings/keys']) {
+    for (const url of ['/', '/approvals', '/approvals/abc?x=1', '/settings/keys']) {
       const res = await t.inject({ method: 'GET', url });
       expect(res.statusCode, url).toBe(200);
       expect(res.body).toContain('<title>dash</title>');
+      // Its buttons approve: no other site may frame it; only its own scripts run.
+      expect(res.headers['x-frame-options'], url).toBe('DENY');
+      expect(res.headers['content-security-policy'], url).toContain("frame-ancestors 'none'");
+      expect(res.headers['content-security-policy'], url).toContain("script-src 'self'");
     }
     for (const url of [
       '/v1/nope',

@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { extname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance, FastifyReply } from 'fastify';
+import { PAGE_HEADERS } from '../lib/page-headers.js';
 
 /** packages/dashboard/dist, from src/plugins or dist/plugins alike. */
 export const DASHBOARD_DIR = fileURLToPath(new URL('../../../dashboard/dist', import.meta.url));
@@ -86,7 +87,7 @@ export async function dashboardRoutes(app: FastifyInstance, { dir }: { dir: stri
     reply
       .type(asset.type)
       .header('cache-control', cache)
-      .header('x-content-type-options', 'nosniff')
+      .headers(asset === index ? PAGE_HEADERS : { 'x-content-type-options': 'nosniff' })
       .send(asset.body);
 
   // Only the dashboard's own paths are routed here, never a catch-all: API paths keep their own

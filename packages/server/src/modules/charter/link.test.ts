@@ -42,12 +42,16 @@ describe('GET /charter/verify/:id with the dashboard built', () => {
     expect(plain.statusCode).toBe(200);
     expect(plain.body).toContain('is at most 1000');
     expect(plain.headers.vary).toBe('cookie');
+    // Its approve button (in the dashboard's page) must not be framed by another site.
+    expect(plain.headers['x-frame-options']).toBe('DENY');
+    expect(plain.headers['content-security-policy']).toContain("frame-ancestors 'none'");
 
     const cookie = await cookieOf('alice');
     const page = await t.inject({ method: 'GET', url, headers: { cookie } });
     expect(page.statusCode).toBe(200);
     expect(page.body).toBe('<!doctype html><title>dash</title>');
     expect(page.headers['cache-control']).toBe('no-store');
+    expect(page.headers['x-frame-options']).toBe('DENY');
 
     // A cookie that opens no session is anyone else.
     const stale = await t.inject({ method: 'GET', url, headers: { cookie: 'svc_session=nope' } });

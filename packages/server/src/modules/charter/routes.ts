@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyRequest } from 'fastify';
 import type { AppContext } from '../../context.js';
 import { AppError } from '../../lib/errors.js';
+import { PAGE_HEADERS } from '../../lib/page-headers.js';
 import { NoBody } from '../../lib/schemas.js';
 import { createPolicyRepository } from '../policies/repository.js';
 import { sessionCookie } from '../sessions/cookie.js';
@@ -171,7 +172,7 @@ export const charterRoutes: FastifyPluginAsyncTypebox<{
         .header('content-type', 'text/html; charset=utf-8')
         .header('cache-control', 'no-store')
         .header('referrer-policy', 'no-referrer')
-        .header('x-content-type-options', 'nosniff')
+        .headers(PAGE_HEADERS)
         .header('vary', 'cookie')
         .send(inDashboard ? dashboardPage : verificationPage(v, ctx.config.baseUrl));
     },
