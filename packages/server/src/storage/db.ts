@@ -75,7 +75,14 @@ function openSqlite(url: string): Store {
 
 function openPostgres(url: string): Store {
   const pool = new pg.Pool({ connectionString: url, max: 10 });
-  // A dropped idle connection must not crash the process; the pool replaces it.
+  // A connection the server ends (a failover, pg_terminate_backend, a restart) emits 'error'. The
+  // pool listens only while the connection is idle in it; one checked out (a transaction waiting
+  // on the application) had no listener, so the event crashed the process. Every connection
+  // listens from the start: the query in flight fails on its own (its caller answers 503) and the
+  // pool drops the broken connection when it is released.
+  pool.on('connect', (client) => {
+    client.on('error', () => {});
+  });
   pool.on('error', () => {});
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   return {
