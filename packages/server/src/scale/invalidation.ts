@@ -53,10 +53,15 @@ export class InvalidationBroadcaster {
     targets.policies.onInvalidate = (organizationId, toolName) =>
       b.broadcast({ kind: 'policy', organizationId, toolName });
     targets.keys.onForget = (what) => b.broadcast({ kind: 'keys', ...what });
-    // Invalidations published while the subscriber was away are lost: forget everything cached.
+    // Invalidations published while the subscriber is away are lost: from the moment it goes, no
+    // cached key or policy is trusted (every lookup reads the store), until it is subscribed again.
+    link.onDisconnect(() => {
+      targets.policies.pause();
+      targets.keys.pause();
+    });
     link.onReconnect(() => {
-      targets.policies.clear();
-      targets.keys.forgetAll();
+      targets.policies.resume();
+      targets.keys.resume();
     });
     return b;
   }

@@ -25,6 +25,7 @@ const OPTIONS: RedisOptions = {
 export class RedisLink {
   private readonly handlers = new Map<string, MessageHandler>();
   private readonly reconnectHandlers: Array<() => void> = [];
+  private readonly disconnectHandlers: Array<() => void> = [];
   private dropped = false;
   private closing = false;
 
@@ -44,8 +45,10 @@ export class RedisLink {
       }
     });
     subscriber.on('close', () => {
-      if (!this.closing && !this.dropped) log.warn({}, 'redis subscriber connection lost; reconnecting');
+      if (this.closing || this.dropped) return;
+      log.warn({}, 'redis subscriber connection lost; reconnecting');
       this.dropped = true;
+      for (const h of this.disconnectHandlers) h();
     });
     subscriber.on('ready', () => void this.resubscribe());
     // ioredis reports connection errors as events; without a listener they would crash the process.
@@ -93,6 +96,11 @@ export class RedisLink {
    */
   onReconnect(handler: () => void): void {
     this.reconnectHandlers.push(handler);
+  }
+
+  /** When the subscriber connection is lost: from then on messages may be missed until onReconnect. */
+  onDisconnect(handler: () => void): void {
+    this.disconnectHandlers.push(handler);
   }
 
   private async resubscribe(): Promise<void> {

@@ -32,6 +32,8 @@ export class ApiKeyAuthenticator {
   private generation = 0;
   /** Called after local forget*, so other instances can forget too (scale-out). */
   onForget: ((what: { keyIds?: string[]; organizationId?: string }) => void) | null = null;
+  /** While set, nothing is read from or kept in the cache: every key is looked up in the store (pause). */
+  private paused = false;
 
   constructor(
     private readonly store: Store,
@@ -43,7 +45,7 @@ export class ApiKeyAuthenticator {
 
   async authenticate(key: string): Promise<KeyPrincipal | null> {
     const hash = hashApiKey(key);
-    let principal = this.cache.get(hash) ?? null;
+    let principal = this.paused ? null : (this.cache.get(hash) ?? null);
     if (!principal) {
       const generation = this.generation;
       const row = await this.store.db
@@ -70,7 +72,7 @@ export class ApiKeyAuthenticator {
         rateLimitPerMinute: row.rate_limit_per_minute,
         scopes: parseScopes(row.scopes),
       };
-      if (generation === this.generation) {
+      if (generation === this.generation && !this.paused) {
         if (this.cache.size >= MAX_CACHED) this.cache.delete(this.cache.keys().next().value!);
         this.cache.set(hash, principal);
       }
@@ -97,10 +99,26 @@ export class ApiKeyAuthenticator {
     if (broadcast) this.onForget?.({ organizationId });
   }
 
-  /** Drops every cached key, locally only (scale-out: after invalidations may have been missed). */
-  forgetAll(): void {
+  /** Drops every cached key, locally only. */
+  private forgetAll(): void {
     this.generation++;
     this.cache.clear();
+  }
+
+  /**
+   * Scale-out, while invalidations can be missed (the subscriber connection is away): forgets every
+   * key and looks each one up in the store until resume(), so a key revoked on another instance
+   * meanwhile stops authenticating here too.
+   */
+  pause(): void {
+    this.paused = true;
+    this.forgetAll();
+  }
+
+  /** Invalidations arrive again: caching resumes from empty. */
+  resume(): void {
+    this.forgetAll();
+    this.paused = false;
   }
 
   async flush(): Promise<void> {

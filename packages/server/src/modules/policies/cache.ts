@@ -51,6 +51,8 @@ export class PolicyCache {
   private generation = 0;
   onInvalidate: ((organizationId: string, toolName: string | null) => void) | null = null;
   private readonly listeners: ((organizationId: string, toolName: string | null) => void)[] = [];
+  /** While set, nothing is read from or kept in the cache: every lookup reads the store (pause). */
+  private paused = false;
 
   constructor(private readonly policies: PolicyRepository) {}
 
@@ -60,12 +62,12 @@ export class PolicyCache {
 
   async get(organizationId: string, toolName: string): Promise<LoadedPolicy | null> {
     const key = this.key(organizationId, toolName);
-    const hit = this.entries.get(key);
+    const hit = this.paused ? undefined : this.entries.get(key);
     if (hit !== undefined) return hit;
     const generation = this.generation;
     const row = await this.policies.get(organizationId, toolName);
     const loaded = row ? loadPolicy(row) : null;
-    if (generation === this.generation) {
+    if (generation === this.generation && !this.paused) {
       if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value!);
       this.entries.set(key, loaded);
     }
@@ -90,9 +92,25 @@ export class PolicyCache {
     this.listeners.push(listener);
   }
 
-  /** Drops every entry, locally only (scale-out: after invalidations may have been missed). */
-  clear(): void {
+  /** Drops every entry, locally only. */
+  private clear(): void {
     this.generation++;
     this.entries.clear();
+  }
+
+  /**
+   * Scale-out, while invalidations can be missed (the subscriber connection is away): drops every
+   * entry and reads the store on every lookup until resume(), so a policy changed on another
+   * instance meanwhile is never answered from an old copy.
+   */
+  pause(): void {
+    this.paused = true;
+    this.clear();
+  }
+
+  /** Invalidations arrive again: caching resumes from empty. */
+  resume(): void {
+    this.clear();
+    this.paused = false;
   }
 }
