@@ -16,7 +16,6 @@ const FAILURES: Record<string, string> = {
     "The identity provider's answer failed the service's checks. Ask an operator to look at the log.",
   no_user:
     'The identity provider did not say who you are (no usable user claim, or an email address it has not verified).',
-  busy: 'Too many sign-ins are under way right now. Try again in a few minutes.',
 };
 
 export function SignIn() {

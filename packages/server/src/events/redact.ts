@@ -1,5 +1,8 @@
-/** Query parameters that carry credentials (SSE `apiKey`, WebSocket `token`): never written to logs. */
-const CREDENTIAL_PARAMS = new Set(['apikey', 'token']);
+/**
+ * Query parameters that carry credentials (SSE `apiKey`, WebSocket and login-link `token`, the
+ * OpenID Connect callback's authorization `code` and `state`): never written to logs.
+ */
+const CREDENTIAL_PARAMS = new Set(['apikey', 'token', 'code', 'state']);
 
 /** The decoded name of one `name=value` query segment, as the query parser sees it. */
 function paramName(segment: string): string {

@@ -32,7 +32,10 @@ export interface PendingSignIn {
 
 /** How long a person has at the identity provider before the sign-in must start again. */
 export const OIDC_SIGN_IN_TTL_SECONDS = 10 * 60;
-/** Sign-ins under way at once (begun and not finished or expired); beyond, new ones are refused. */
+/**
+ * Sign-ins kept under way at once (begun and not finished or expired); a new one beyond makes room by
+ * dropping the oldest, so nobody can lock sign-in by beginning many (see beginSignIn).
+ */
 export const OIDC_SIGN_INS_MAX = 10_000;
 /** Cookie binding a sign-in to the browser that began it (so nobody can finish someone else's). */
 export const OIDC_STATE_COOKIE = 'svc_oidc_state';

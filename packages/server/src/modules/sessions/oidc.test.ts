@@ -144,6 +144,12 @@ describe('sign-in through an OpenID Connect provider', () => {
     const other = await begin();
     const swapped = await callback(back, other.stateCookie);
     expect(swapped.headers.location).toBe('/?signin=invalid');
+    // A callback with no, a repeated or an overlong state leads to the page as well, never to JSON.
+    for (const query of ['', '?state=a&state=b', `?state=${'s'.repeat(300)}&code=x`]) {
+      const res = await t.inject({ method: 'GET', url: `/v1/auth/oidc/callback${query}` });
+      expect(res.statusCode, query).toBe(303);
+      expect(res.headers.location, query).toBe('/?signin=invalid');
+    }
   });
 
   it('uses the configured claim as the user id', async () => {
@@ -210,7 +216,7 @@ describe('sign-in through an OpenID Connect provider', () => {
 });
 
 describe('sign-ins under way', () => {
-  it('drop when expired, and are capped so nobody can fill the table', async () => {
+  it('drop when expired, and are capped by dropping the oldest: nobody can lock sign-in', async () => {
     const db = t.store.db;
     await db.deleteFrom('oidc_sign_ins').execute();
     const row = (i: number, expires: string) => ({
@@ -234,9 +240,29 @@ describe('sign-ins under way', () => {
         .values(Array.from({ length: n }, (_, j) => row(1000 + i + j, '2999-01-01T00:00:00.000Z')))
         .execute();
     }
+    // Full: the next sign-in still begins, and the oldest one under way makes room for it.
+    const count = async () =>
+      Number(
+        (
+          await db
+            .selectFrom('oidc_sign_ins')
+            .select((eb) => eb.fn.countAll<number | string>().as('n'))
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
+    expect(await count()).toBe(OIDC_SIGN_INS_MAX);
     const full = await t.inject({ method: 'GET', url: '/v1/auth/oidc/login' });
-    expect(full.headers.location).toBe('/?signin=busy');
-    expect(full.headers['set-cookie']).toBeUndefined();
+    expect(new URL(String(full.headers.location)).origin).toBe(idp.issuer);
+    expect(String(full.headers['set-cookie'])).toContain(OIDC_STATE_COOKIE);
+    expect(await count()).toBe(OIDC_SIGN_INS_MAX);
+    // The fillers were begun earliest: one of them went; the two real sign-ins are kept.
+    const real = await db
+      .selectFrom('oidc_sign_ins')
+      .select('state_hash')
+      .where('state_hash', 'not like', 'filler-%')
+      .execute();
+    expect(real.map((r) => r.state_hash)).toContain(left[0]!.state_hash);
+    expect(real).toHaveLength(2);
     await db.deleteFrom('oidc_sign_ins').execute();
   });
 });

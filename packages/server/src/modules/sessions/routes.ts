@@ -24,6 +24,21 @@ const MethodsSchema = Type.Object({
 const Redirect = { 303: Type.Null({ description: 'To the dashboard, or to the identity provider.' }) };
 
 /**
+ * The query of a link a person follows in a browser (a login link, the provider's callback): read
+ * leniently, since a link cut short, mistyped or repeated must lead to the sign-in page with
+ * `?signin=invalid`, never to a JSON error. Anything but one string is no value.
+ */
+const LinkQuery = Type.Object(
+  {
+    token: Type.Optional(Type.Unknown()),
+    state: Type.Optional(Type.Unknown()),
+  },
+  { additionalProperties: true },
+);
+
+const oneParam = (v: unknown): string | undefined => (typeof v === 'string' && v !== '' ? v : undefined);
+
+/**
  * Dashboard sign-in: a login link, or the configured OpenID Connect provider, opens a cookie
  * session; the SPA reads it back and signs out.
  */
@@ -49,10 +64,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       let url: string;
       try {
         const begun = await oidc.begin(state);
-        if (!(await sessions.beginSignIn(state, begun.pending))) {
-          req.log.warn('OpenID sign-in refused: too many sign-ins under way');
-          return reply.redirect('/?signin=busy', 303);
-        }
+        await sessions.beginSignIn(state, begun.pending);
         url = begun.url;
       } catch (err) {
         if (!(err instanceof SignInFailed)) throw err;
@@ -70,17 +82,15 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     {
       config: { auth: 'none' },
       schema: {
-        querystring: Type.Object(
-          { state: Type.Optional(Type.String({ maxLength: 200 })) },
-          { additionalProperties: true },
-        ),
+        // Read leniently: whatever comes back, the person is sent to a page (see LinkQuery).
+        querystring: LinkQuery,
         response: Redirect,
       },
     },
     async (req, reply) => {
       if (!oidc)
         throw new AppError('not_found', 'Sign-in through an OpenID Connect provider is not configured');
-      const state = req.query.state;
+      const state = oneParam(req.query.state);
       // The state must be the one this browser was sent off with (its cookie), and not used before.
       const pending =
         state !== undefined && readCookie(req, OIDC_STATE_COOKIE) === state
@@ -113,7 +123,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     {
       config: { auth: 'none' },
       schema: {
-        querystring: Type.Object({ token: Type.String({ maxLength: 200 }) }),
+        querystring: LinkQuery,
         response: {
           303: Type.Null({
             description:
@@ -123,7 +133,8 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       },
     },
     async (req, reply) => {
-      const opened = await sessions.redeem(req.query.token);
+      const token = oneParam(req.query.token);
+      const opened = token === undefined ? null : await sessions.redeem(token);
       // A person followed this link in a browser: send them to a page, not to a JSON error.
       if (!opened) return reply.redirect('/?signin=invalid', 303);
       req.log.info({ userId: opened.userId }, 'dashboard session opened with a login link');

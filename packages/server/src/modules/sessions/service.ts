@@ -100,18 +100,30 @@ export function createSessionService(deps: { db: Kysely<Database>; clock: Clock;
     },
 
     /**
-     * Keeps what the identity provider's answer to `state` will be checked with (ten minutes, once);
-     * false when OIDC_SIGN_INS_MAX sign-ins are already under way.
+     * Keeps what the identity provider's answer to `state` will be checked with (ten minutes, once).
+     * Anyone may begin a sign-in, so the live ones are capped (OIDC_SIGN_INS_MAX) by dropping the
+     * oldest: refusing new ones instead would let one client lock everyone out for ten minutes with
+     * that many requests, while this way it must keep beginning sign-ins faster than people finish
+     * theirs (a dropped one answers `invalid`, and the person starts again).
      */
-    async beginSignIn(state: string, pending: PendingSignIn): Promise<boolean> {
-      // Anyone may begin a sign-in: expired rows go first, and the live ones are capped.
+    async beginSignIn(state: string, pending: PendingSignIn): Promise<void> {
       const at = now().toISOString();
       await db.deleteFrom('oidc_sign_ins').where('expires_at', '<=', at).execute();
       const live = await db
         .selectFrom('oidc_sign_ins')
         .select((eb) => eb.fn.countAll<number | string>().as('n'))
         .executeTakeFirstOrThrow();
-      if (Number(live.n) >= OIDC_SIGN_INS_MAX) return false;
+      const over = Number(live.n) - OIDC_SIGN_INS_MAX + 1;
+      if (over > 0) {
+        await db
+          .deleteFrom('oidc_sign_ins')
+          .where(
+            'state_hash',
+            'in',
+            db.selectFrom('oidc_sign_ins').select('state_hash').orderBy('created_at').limit(over),
+          )
+          .execute();
+      }
       await db
         .insertInto('oidc_sign_ins')
         .values({
@@ -122,7 +134,6 @@ export function createSessionService(deps: { db: Kysely<Database>; clock: Clock;
           expires_at: later(OIDC_SIGN_IN_TTL_SECONDS),
         })
         .execute();
-      return true;
     },
 
     /** Takes (and spends) the sign-in begun with `state`; null if unknown, already used or expired. */
