@@ -3,7 +3,13 @@ import { DEFAULT_UPSTREAM_LIMITS } from '../src/modules/mcp/model.js';
 import { useTestApp } from './fixture.js';
 import { createTenant, type Tenant } from './helpers.js';
 import { createUpstream, gatewayClient, rawRpc } from './mcp-helpers.js';
-import { type McpUpstream, startMcpUpstream } from './mcp-upstream.js';
+import {
+  type McpUpstream,
+  type RawAnswerFields,
+  type RawUpstream,
+  startMcpUpstream,
+  startRawUpstream,
+} from './mcp-upstream.js';
 
 /**
  * Whatever an upstream answers to an allowed call, however deep or large, the call is recorded as
@@ -11,20 +17,52 @@ import { type McpUpstream, startMcpUpstream } from './mcp-upstream.js';
  * that ran upstream without a decision on record.
  */
 let upstream: McpUpstream;
+let raw: RawUpstream;
 let tenant: Tenant;
+
+/** Answers no JSON-RPC peer may send: each must fail its request, never pass as a result. */
+const MALFORMED: Record<string, RawAnswerFields> = {
+  array: { result: [1, 2, 3] },
+  string: { result: 'hello' },
+  null: { result: null },
+  none: {},
+  both: { result: { content: [] }, error: { code: -32000, message: 'both' } },
+  'error-string': { error: 'just a string' },
+  'error-no-code': { error: { message: 'no code' } },
+  'error-float-code': { error: { code: 1.5, message: 'not an integer' } },
+  'error-number-message': { error: { code: -32000, message: 42 } },
+};
 
 const t = useTestApp({}, { listen: true });
 beforeAll(async () => {
   upstream = await startMcpUpstream({ transport: 'streamable' });
   tenant = await createTenant(t);
   await createUpstream(t, tenant, { name: 'bounds', slug: 'bounds', url: upstream.url });
+  raw = await startRawUpstream((what) => {
+    if (what === 'tools/call:ok') return { result: { content: [{ type: 'text', text: 'ok' }] } };
+    if (what === 'tools/call:fails') return { error: { code: -32000, message: 'boom', data: { why: 'x' } } };
+    if (what === 'resources/list') return MALFORMED.string!;
+    if (what === 'prompts/list') return MALFORMED.none!;
+    return MALFORMED[what.replace('tools/call:', '')] ?? { result: {} };
+  });
+  await createUpstream(t, tenant, { name: 'raw', slug: 'raw', url: raw.url });
 });
 afterAll(async () => {
   await upstream.close();
+  await raw.close();
 });
 
 async function decision(id: string) {
   return t.store.db.selectFrom('decisions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+}
+
+async function receiptOf(receiptId: string) {
+  const r = await t.store.db
+    .selectFrom('receipts')
+    .select('payload')
+    .where('receipt_id', '=', receiptId)
+    .executeTakeFirstOrThrow();
+  return JSON.parse(r.payload) as Record<string, unknown>;
 }
 
 async function decisionsOf(tool: string) {
@@ -99,5 +137,53 @@ describe('MCP gateway bounds on upstream answers', () => {
     const big = await fresh.client.callTool({ name: 'huge', arguments: { bytes: 1024 * 1024 } });
     expect((big.content as { text: string }[])[0]!.text).toHaveLength(1024 * 1024);
     await fresh.client.close();
+  });
+});
+
+describe('MCP gateway on malformed upstream answers', () => {
+  it('records a tools/call answered with a result that is not an object, no result, both, or a malformed error as a failed run', async () => {
+    const { client, sessionId } = await gatewayClient(t.url, 'raw', tenant.apiKey);
+    const key = { 'x-service-api-key': tenant.apiKey };
+    let id = 0;
+    for (const tool of Object.keys(MALFORMED)) {
+      for (const headers of [{ ...key, 'mcp-session-id': sessionId }, key]) {
+        const res = await rawRpc(`${t.url}/v1/mcp/raw`, call(++id, tool, {}), headers);
+        expect(res.status, tool).toBe(200);
+        const body = res.json();
+        expect(body, tool).toMatchObject({ id, error: { code: -32603 } });
+        expect(body.error.message, tool).toMatch(/upstream sent an invalid answer/);
+        const row = await decision(body.error.data.decisionId);
+        expect(row.decision).toBe('allow');
+        expect(row.reason, tool).toMatch(/upstream call failed: upstream sent an invalid answer: /);
+        expect(await receiptOf(row.receipt_id)).not.toHaveProperty('result_hash');
+      }
+    }
+    expect(raw.seen.filter((w) => w === 'tools/call:array')).toHaveLength(2);
+    // The connection is fine: the session goes on, and well-formed answers pass as before.
+    const ok = await client.callTool({ name: 'ok', arguments: {} });
+    expect(ok.content).toEqual([{ type: 'text', text: 'ok' }]);
+    const own = await rawRpc(`${t.url}/v1/mcp/raw`, call('own', 'fails', {}), {
+      ...key,
+      'mcp-session-id': sessionId,
+    });
+    expect(own.json()).toMatchObject({
+      id: 'own',
+      error: { code: -32000, message: 'boom', data: { why: 'x' } },
+    });
+    await client.close();
+  });
+
+  it('fails any other forwarded request answered malformed with -32603 and its id', async () => {
+    const { client, sessionId } = await gatewayClient(t.url, 'raw', tenant.apiKey);
+    const key = { 'x-service-api-key': tenant.apiKey };
+    for (const method of ['resources/list', 'prompts/list']) {
+      for (const headers of [{ ...key, 'mcp-session-id': sessionId }, key]) {
+        const res = await rawRpc(`${t.url}/v1/mcp/raw`, { jsonrpc: '2.0', id: method, method }, headers);
+        expect(res.status).toBe(200);
+        expect(res.json(), method).toMatchObject({ id: method, error: { code: -32603 } });
+        expect(res.json().error.message).toMatch(/upstream sent an invalid answer/);
+      }
+    }
+    await client.close();
   });
 });

@@ -206,3 +206,67 @@ export async function startMcpUpstream(options: UpstreamOptions): Promise<McpUps
     },
   };
 }
+
+/** What a RawUpstream answers to one request: the JSON-RPC fields after `jsonrpc` and `id`. */
+export type RawAnswerFields = Record<string, unknown>;
+
+export interface RawUpstream {
+  url: string;
+  /** Requests that reached it (initialize and notifications excluded), by method and tool name. */
+  seen: string[];
+  close(): Promise<void>;
+}
+
+/**
+ * A Streamable HTTP upstream without the SDK, which answers whatever it is told to, well-formed or
+ * not: what no SDK server would send. `answer` gives the fields of the response to a request (a
+ * tools/call is named `tools/call:<tool>`); initialize is answered properly, notifications 202,
+ * GET 405. It issues no session id, so each gateway session runs on it alike.
+ */
+export async function startRawUpstream(answer: (what: string) => RawAnswerFields): Promise<RawUpstream> {
+  const seen: string[] = [];
+  const http: Server = createServer(async (req, res) => {
+    if (req.method !== 'POST') {
+      res.writeHead(req.method === 'DELETE' ? 200 : 405).end();
+      return;
+    }
+    const msg = (await readJson(req)) as { id?: unknown; method?: string; params?: { name?: unknown } };
+    if (msg.id === undefined || typeof msg.method !== 'string') {
+      res.writeHead(202).end();
+      return;
+    }
+    if (msg.method === 'initialize') {
+      res.writeHead(200, { 'content-type': 'application/json' }).end(
+        JSON.stringify({
+          jsonrpc: '2.0',
+          id: msg.id,
+          result: {
+            protocolVersion: '2025-06-18',
+            capabilities: { tools: {} },
+            serverInfo: { name: 'raw-upstream', version: '1.0.0' },
+          },
+        }),
+      );
+      return;
+    }
+    const what = msg.method === 'tools/call' ? `tools/call:${String(msg.params?.name)}` : msg.method;
+    seen.push(what);
+    const fields = answer(what);
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ jsonrpc: '2.0', id: msg.id, ...fields }));
+  });
+  await new Promise<void>((resolve, reject) => {
+    http.once('error', reject);
+    http.listen(0, '127.0.0.1', () => resolve());
+  });
+  const port = (http.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}/mcp`,
+    seen,
+    async close() {
+      http.closeAllConnections();
+      await new Promise<void>((resolve) => http.close(() => resolve()));
+    },
+  };
+}

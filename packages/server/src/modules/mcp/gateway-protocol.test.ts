@@ -141,6 +141,75 @@ describe('MCP data plane over plain HTTP', () => {
     expect(tooDeep.json()).toMatchObject({ id: 5, error: { code: -32600 } });
   });
 
+  it('answers a __proto__ or constructor.prototype key with HTTP 400 and -32600 carrying the id, calling nothing', async () => {
+    const { tenant, url } = await setup();
+    const before = upstream.calls.echo ?? 0;
+    const bodies: [string, string | number | null][] = [
+      [
+        '{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x","__proto__":{"admin":true}}}}',
+        9,
+      ],
+      [
+        '{"jsonrpc":"2.0","id":"c-1","method":"tools/call","params":{"name":"echo","arguments":{"constructor":{"prototype":{"admin":true}}}}}',
+        'c-1',
+      ],
+      // An id only under the forbidden key is no id of the message.
+      ['{"jsonrpc":"2.0","__proto__":{"id":3},"method":"ping"}', null],
+      ['{"__proto__":{},"jsonrpc":"2.0","id":1.5,"method":"ping"}', null],
+    ];
+    for (const [body, id] of bodies) {
+      const res = await rawRpc(url, body, key(tenant));
+      expect(res.status, body).toBe(400);
+      expect(res.json(), body).toMatchObject({ jsonrpc: '2.0', id, error: { code: -32600 } });
+      expect(res.json().error.message).toMatch(/__proto__ or constructor\.prototype/);
+    }
+    // Not JSON at all is still a parse error.
+    const notJson = await rawRpc(url, '{"jsonrpc":"2.0","id":9,"__proto__":', key(tenant));
+    expect(notJson.json()).toMatchObject({ id: null, error: { code: -32700 } });
+    expect(upstream.calls.echo ?? 0).toBe(before);
+    expect(({} as Record<string, unknown>).admin).toBeUndefined();
+    const rows = await t.store.db
+      .selectFrom('decisions')
+      .select('id')
+      .where('organization_id', '=', tenant.orgId)
+      .execute();
+    expect(rows).toHaveLength(0);
+  });
+
+  it('refuses a tools/call whose name validate would refuse (length, control characters), recording nothing', async () => {
+    const { tenant, url } = await setup();
+    const before = upstream.calls.echo ?? 0;
+    const names: [number, string][] = [
+      [1, 'echo\u0001'],
+      [2, '\u001f'],
+      [3, 'e'.repeat(201)],
+      [4, 'e'.repeat(5000)],
+    ];
+    for (const [id, name] of names) {
+      const res = await rawRpc(url, call(id, name, { text: 'x' }), key(tenant));
+      expect(res.status).toBe(200);
+      expect(res.json()).toMatchObject({ id, error: { code: -32600 } });
+      expect(res.json().error.message).toMatch(/params\.name must be 1-200 characters/);
+    }
+    expect(upstream.calls.echo ?? 0).toBe(before);
+    const rows = await t.store.db
+      .selectFrom('decisions')
+      .select('id')
+      .where('organization_id', '=', tenant.orgId)
+      .execute();
+    expect(rows).toHaveLength(0);
+    // 200 characters are a name: checked and forwarded (the fixture has no such tool).
+    const longest = await rawRpc(url, call(5, 'e'.repeat(200), {}), key(tenant));
+    expect(longest.json().id).toBe(5);
+    expect(longest.json().error?.message ?? '').not.toMatch(/params\.name/);
+    const recorded = await t.store.db
+      .selectFrom('decisions')
+      .select('tool_name')
+      .where('organization_id', '=', tenant.orgId)
+      .execute();
+    expect(recorded).toEqual([{ tool_name: 'e'.repeat(200) }]);
+  });
+
   it('passes any other method to the upstream, whose own answer (even -32601) comes back unchanged', async () => {
     const { tenant, url } = await setup();
     const templates = await rawRpc(

@@ -259,6 +259,41 @@ describe('MCP gateway decisions', () => {
     }
   });
 
+  it('fails calls in flight at once and ends the session when the event stream of an SSE upstream is lost', async () => {
+    const dying = await startMcpUpstream({ transport: 'sse' });
+    let down = false;
+    try {
+      const { tenant, slug } = await setup(dying.url, 'mcp-sse', { timeoutMs: 10_000 });
+      const { client, sessionId } = await connect(slug, tenant);
+      await client.callTool({ name: 'echo', arguments: { text: 'warm' } });
+      const started = Date.now();
+      const pending = rpcFailure(client.callTool({ name: 'slow', arguments: { ms: 8000 } }));
+      await new Promise((r) => setTimeout(r, 300));
+      await dying.close();
+      down = true;
+      const err = await pending;
+      // Well within timeoutMs: the lost stream fails the call, rather than its timer.
+      expect(Date.now() - started).toBeLessThan(3000);
+      expect(err.code).toBe(-32603);
+      const row = await decisionRow((err.data as { decisionId: string }).decisionId);
+      expect(row.reason).toMatch(/upstream call failed: the upstream event stream was lost/);
+      expect(await receiptOf(row.receipt_id)).not.toHaveProperty('result_hash');
+      // The session ended with its upstream session: its id is unknown now.
+      const res = await fetch(`${t.url}/v1/mcp/${slug}`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'mcp-session-id': sessionId,
+          ...keyHeader(tenant.apiKey),
+        },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' }),
+      });
+      expect(res.status).toBe(404);
+    } finally {
+      if (!down) await dying.close();
+    }
+  });
+
   it("relays the client's cancellation upstream and records the call as failed", async () => {
     const { tenant, slug } = await setup(streamable.url);
     const { client } = await connect(slug, tenant);

@@ -1,4 +1,5 @@
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { FastifyBaseLogger } from 'fastify';
 import { callScopeOf, type Enforced, type ToolCall } from '../../enforcement/model.js';
 import { type Enforcement, UnrecordedError } from '../../enforcement/pipeline.js';
@@ -6,6 +7,7 @@ import { hashJson } from '../../ledger/canonical.js';
 import type { Clock } from '../../lib/clock.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../../lib/json.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
+import { ToolName } from '../tools/schemas.js';
 import {
   isObject,
   type Params,
@@ -25,6 +27,10 @@ import { GATEWAY_CLIENT_INFO, type OpenOptions, toUpstreamError, UpstreamError }
 import { type UpstreamMessage, UpstreamSession } from './upstream-session.js';
 
 export const GATEWAY_VERSION = '0.1.0';
+
+/** validate's own tool_name schema, so both entry points refuse the same names. */
+const toolNameCheck = TypeCompiler.Compile(ToolName);
+const isToolName = (name: string): boolean => toolNameCheck.Check(name);
 
 /** One JSON-RPC request through the gateway: who sent it, to which upstream, in which MCP session. */
 export interface Caller {
@@ -310,6 +316,16 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
           req.id,
           RPC.invalidRequest,
           'Invalid Request: tools/call needs params.name (string) and params.arguments (object)',
+        ),
+      );
+    }
+    // The same tool names as validate: a name no policy, tool or log entry can hold is not called.
+    if (!isToolName(p.name)) {
+      return Promise.resolve(
+        rpcError(
+          req.id,
+          RPC.invalidRequest,
+          'Invalid Request: params.name must be 1-200 characters without control characters (U+0000-U+001F)',
         ),
       );
     }

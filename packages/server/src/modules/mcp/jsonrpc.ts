@@ -173,6 +173,24 @@ export function negotiateVersion(params: Params | undefined): string {
 }
 
 /**
+ * The default parser refuses a `__proto__` or `constructor.prototype` key with the same error as a
+ * body that is not JSON. Valid JSON apart from such a key is a message past the body limits: an
+ * invalid request, answered with its id. Reading the id from a plain JSON.parse is safe: it keeps
+ * such a key as an own property (it never sets a prototype), only an own top-level `id` is read,
+ * and the parsed body is then dropped, so nothing downstream ever holds the key.
+ */
+function forbiddenKeyOrUnparsable(body: string): OutOfLimits | typeof UNPARSABLE {
+  let value: unknown;
+  try {
+    value = JSON.parse(body);
+  } catch {
+    return UNPARSABLE;
+  }
+  const id = isObject(value) && Object.hasOwn(value, 'id') && validId(value.id) ? value.id : null;
+  return new OutOfLimits(id, 'body has a __proto__ or constructor.prototype key');
+}
+
+/**
  * Replaces the JSON body parser of one encapsulated plugin: a body that is not JSON reaches the
  * handler as UNPARSABLE, so MCP clients get a JSON-RPC parse error rather than the REST envelope.
  */
@@ -183,7 +201,7 @@ export function useRpcBodyParser(app: FastifyInstance): void {
     if (typeof body !== 'string' || body.trim() === '') return done(null, undefined);
     try {
       parse(req, body, (err, value) => {
-        if (err) return done(null, UNPARSABLE);
+        if (err) return done(null, forbiddenKeyOrUnparsable(body));
         // The limits of every JSON body (lib/json.ts), one level deeper for the `params` wrapper.
         const problem = bodyJsonProblem(value, MAX_BODY_DEPTH + 1);
         if (!problem) return done(null, value);

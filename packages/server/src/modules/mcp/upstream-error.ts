@@ -3,7 +3,8 @@ import type { RpcError } from './jsonrpc.js';
 /**
  * Why a call to an upstream did not produce a result. `rpc`: the upstream answered with a JSON-RPC
  * error (the connection is fine); `invalid`: it sent something past the gateway's bounds (size,
- * depth); `cancelled`: the client cancelled the request; the others: the connection is suspect.
+ * depth) or an answer that is not a valid JSON-RPC response with an object result; `cancelled`: the
+ * client cancelled the request; the others: the connection is suspect.
  */
 export class UpstreamError extends Error {
   constructor(

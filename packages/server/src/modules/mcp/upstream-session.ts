@@ -1,3 +1,4 @@
+import { SseError } from '@modelcontextprotocol/sdk/client/sse.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { nestedDeeperThan } from '../../lib/json.js';
@@ -37,6 +38,30 @@ export interface Sent {
   done: Promise<Record<string, unknown>>;
 }
 
+/** Why an SSE stream broke, as the event source reports it (it gives no message when the stream just ended). */
+function streamLoss(err: SseError): string {
+  const detail = err.event?.message;
+  if (err.code !== undefined) return `HTTP ${err.code}${detail ? `: ${detail}` : ''}`;
+  return detail || 'it ended';
+}
+
+/**
+ * What makes a response to one of our requests unusable, or null: JSON-RPC wants exactly one of
+ * `result` and `error`, an error an object with an integer `code` and a string `message`; every MCP
+ * result is an object.
+ */
+function answerProblem(m: Record<string, unknown>): string | null {
+  const hasResult = 'result' in m;
+  const hasError = 'error' in m;
+  if (hasResult && hasError) return 'it has both result and error';
+  if (!hasResult && !hasError) return 'it has neither result nor error';
+  if (hasResult) return isObject(m.result) ? null : 'its result is not an object';
+  if (!isObject(m.error)) return 'its error is not an object';
+  if (!Number.isInteger(m.error.code)) return 'its error code is not an integer';
+  if (typeof m.error.message !== 'string') return 'its error message is not a string';
+  return null;
+}
+
 /**
  * One MCP session with an upstream server, owned by exactly one gateway session. JSON-RPC messages
  * are relayed as they are, except request ids: the gateway numbers its requests itself, so a client
@@ -73,8 +98,16 @@ export class UpstreamSession {
       session.fail(why),
     );
     session.transport.onmessage = (m) => session.receive(m);
-    // Stream hiccups are retried by the transport; lost requests end in their own timeout.
-    session.transport.onerror = () => {};
+    session.transport.onerror = (err) => {
+      // HTTP+SSE: the event stream is the session (its endpoint URL names it) and the only way
+      // answers come back; the SDK reports it broken only here, then reconnects to a session of its
+      // own that was never initialized. So a lost stream fails the session: requests in flight end
+      // now, not at their timeouts. Other errors (an unparsable event, a failed POST of a
+      // notification; for Streamable HTTP also a dropped standalone GET stream, which is retried)
+      // leave the session be: a failed request fails on its own, and one lost answer ends in its
+      // request's timeout.
+      if (err instanceof SseError) session.fail(`the upstream event stream was lost (${streamLoss(err)})`);
+    };
     session.transport.onclose = () => session.fail('the upstream connection closed');
     try {
       await session.withDeadline(session.transport.start(), 'connect');
@@ -182,18 +215,21 @@ export class UpstreamSession {
       if (typeof m.id !== 'number') return;
       const p = this.settle(m.id);
       if (!p) return;
-      if (isObject(m.error)) {
-        const e = m.error as { code?: unknown; message?: unknown; data?: unknown };
-        const code = typeof e.code === 'number' ? e.code : RPC.internal;
-        const message = typeof e.message === 'string' ? e.message : 'upstream error';
+      // Nothing is made up for a malformed answer: a result the upstream did not send would be
+      // bound into a receipt as if it had, and an error would pass as a success.
+      const problem = answerProblem(m);
+      if (problem) p.reject(new UpstreamError('invalid', `upstream sent an invalid answer: ${problem}`));
+      else if (isObject(m.result)) p.resolve(m.result);
+      else {
+        const e = m.error as { code: number; message: string; data?: unknown };
         p.reject(
-          new UpstreamError('rpc', `upstream answered error ${code}: ${message}`, {
-            code,
-            message,
+          new UpstreamError('rpc', `upstream answered error ${e.code}: ${e.message}`, {
+            code: e.code,
+            message: e.message,
             ...(e.data !== undefined ? { data: e.data } : {}),
           }),
         );
-      } else p.resolve(isObject(m.result) ? m.result : {});
+      }
       return;
     }
     this.events.message(m as unknown as UpstreamMessage);
