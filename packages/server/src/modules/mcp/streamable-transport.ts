@@ -81,8 +81,25 @@ export class StreamableHttpTransport implements Transport {
     }
     const type = String(res.headers['content-type'] ?? '').toLowerCase();
     if (type.startsWith('text/event-stream')) {
-      // Answered as a stream: messages (and finally the response) arrive as events.
-      this.readEvents(res);
+      // Answered as a stream: messages (and finally the response) arrive as events. A stream that
+      // ends before the response (the upstream died, the connection broke) fails the request now,
+      // as a failed POST does, instead of leaving it to its timeout.
+      const id = message.id;
+      let answered = false;
+      await new Promise<void>((resolve, reject) => {
+        this.readEvents(
+          res,
+          () =>
+            answered
+              ? resolve()
+              : reject(
+                  new UpstreamError('unreachable', 'the upstream answer stream ended before its response'),
+                ),
+          (m) => {
+            if (isObject(m) && m.id === id && ('result' in m || 'error' in m)) answered = true;
+          },
+        );
+      });
       return;
     }
     if (!type.startsWith('application/json')) {
@@ -146,8 +163,11 @@ export class StreamableHttpTransport implements Transport {
     });
   }
 
-  /** SSE: `data:` lines of one event joined; an event without a type or of type `message` is a JSON-RPC message. */
-  private readEvents(res: IncomingMessage, onEnd?: () => void): void {
+  /**
+   * SSE: `data:` lines of one event joined; an event without a type or of type `message` is a
+   * JSON-RPC message, shown to `seen` before it is delivered. `onEnd` when the stream closes.
+   */
+  private readEvents(res: IncomingMessage, onEnd?: () => void, seen?: (m: unknown) => void): void {
     res.setEncoding('utf8');
     let buffer = '';
     let data: string[] = [];
@@ -156,7 +176,9 @@ export class StreamableHttpTransport implements Transport {
     const dispatch = () => {
       if (data.length > 0 && (type === '' || type === 'message')) {
         try {
-          this.deliver(JSON.parse(data.join('\n')));
+          const m: unknown = JSON.parse(data.join('\n'));
+          seen?.(m);
+          this.deliver(m);
         } catch (err) {
           this.onerror?.(err as Error);
         }

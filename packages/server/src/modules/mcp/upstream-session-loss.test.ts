@@ -6,8 +6,8 @@ import { UpstreamError } from './upstream-error.js';
 import { UpstreamSession } from './upstream-session.js';
 
 /**
- * The reference server over HTTP+SSE killed (SIGKILL) while a call is in flight: the call fails at
- * once, not at its timeout, and the session is over. The sockets are the gateway's own.
+ * The reference server killed (SIGKILL) while a call is in flight, over either transport: the call
+ * fails at once, not at its timeout, and the session is over. The sockets are the gateway's own.
  */
 let everything: Everything | null = null;
 const http = createHttpFetch({ allowPrivate: true });
@@ -17,15 +17,19 @@ afterEach(async () => {
 });
 afterAll(() => http.close());
 
-describe('an upstream session over HTTP+SSE', () => {
+describe.each([
+  ['HTTP+SSE', 'sse', 'mcp-sse', /^the upstream event stream was lost/],
+  // The call's answer is an SSE stream of its own (progress, then the result): its end fails the call.
+  ['Streamable HTTP', 'streamableHttp', 'mcp-streamable-http', /^the upstream session failed/],
+] as const)('an upstream session over %s', (_name, mode, transport, closedWith) => {
   it('fails the request in flight and ends when the upstream dies', async () => {
-    const up = await startEverything('sse');
+    const up = await startEverything(mode);
     everything = up;
     const closed: string[] = [];
     const { session } = await UpstreamSession.open(
       {
         id: 'u1',
-        transport: 'mcp-sse',
+        transport,
         url: up.url,
         headers: {},
         timeoutMs: 10_000,
@@ -54,7 +58,7 @@ describe('an upstream session over HTTP+SSE', () => {
       expect(err).toBeInstanceOf(UpstreamError);
       expect((err as UpstreamError).kind).toBe('unreachable');
       expect(Date.now() - started).toBeLessThan(3000);
-      expect(closed).toEqual([expect.stringMatching(/^the upstream event stream was lost/)]);
+      expect(closed).toEqual([expect.stringMatching(closedWith)]);
       expect(session.closedReason).not.toBeNull();
       // Nothing more goes out on a lost session.
       await expect(session.request('tools/list', undefined).done).rejects.toMatchObject({
