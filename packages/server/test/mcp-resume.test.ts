@@ -181,6 +181,40 @@ describe('MCP gateway SSE resumption', () => {
     expect(ping.json()).toEqual({ jsonrpc: '2.0', id: 3, result: {} });
   });
 
+  it('answers 409 for a well-formed id the session never issued (another stream or kind at that number)', async () => {
+    const headers = await session();
+    // A one-event answer (a POST stream), then a GET stream: one event each, on two streams.
+    const answer = await rawRpc(
+      url,
+      { jsonrpc: '2.0', id: 5, method: 'ping' },
+      { ...headers, accept: 'text/event-stream' },
+    );
+    const posted = /^id: (p\d+-\d+)\n/.exec(answer.text)![1]!;
+    const stream = await get(headers);
+    const hello = await stream.waitForEvent(() => true, 'notifications/session');
+    const [p, pSeq] = posted.split('-') as [string, string];
+    const [g, gSeq] = hello.id!.split('-') as [string, string];
+    // Each names a stream the session has, at a number it issued, but the event there was the other's.
+    const wrong = [`g${p.slice(1)}-${pSeq}`, `${p}-${gSeq}`, `p${g.slice(1)}-${gSeq}`, `${g}-${pSeq}`];
+    expect(wrong.every((id) => /^[gp]\d+-\d+$/.test(id))).toBe(true);
+    for (const id of wrong) {
+      const res = await fetch(url, {
+        headers: { ...headers, accept: 'text/event-stream', 'last-event-id': id },
+      });
+      expect(res.status, id).toBe(409);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('conflict');
+    }
+    // Nothing changed: the GET stream is still open and the ids actually issued still resume.
+    expect(stream.ended).toBe(false);
+    const again = await get({ ...headers, 'last-event-id': posted });
+    expect(again.status).toBe(200);
+    await waitFor(() => again.ended, 'the empty replay of the answered POST to end');
+    expect(again.events).toEqual([]);
+    const resumed = await get({ ...headers, 'last-event-id': hello.id! });
+    expect(resumed.status).toBe(200);
+    await waitFor(() => stream.ended, 'the replaced GET connection to close');
+  });
+
   it('gives one-event SSE answers an id too, and an unmodified SDK client works with the ids', async () => {
     const headers = await session();
     const res = await rawRpc(

@@ -23,14 +23,34 @@ export function parseTypes(value: string | undefined): Set<string> | null {
 }
 
 /**
- * The one SSE writer of the service (event streams and MCP streams). Writes never wait: past
- * maxBufferedBytes of unsent data the client is too slow and is dropped. A heartbeat writes a
- * `:ping` comment and re-checks the credentials; a rejected re-check (a store hiccup) keeps the stream.
+ * The one SSE writer of the service (event streams and MCP streams). Writes never wait: a client
+ * that still has more than maxBufferedBytes unsent when new events come is too slow and is dropped.
+ *
+ * Only what the client had a chance to read counts. The response keeps the socket corked until the
+ * tick ends, so the writes of one tick (one event, a replay, the messages that waited for a stream)
+ * leave together and are judged together, by the backlog found before the first of them: judged
+ * after them, one event over the limit (an MCP message may be 8 MiB) or a replay over it (up to
+ * 4 MiB) would drop even a client reading as fast as it can. While a client reads such a large
+ * burst, what is left of it does not count against the events after it (a ping, a progress
+ * notification), only more than maxBufferedBytes on top of it; a large burst must find the one
+ * before it gone. Memory per client stays within maxBufferedBytes plus one burst.
+ *
+ * A heartbeat writes a `:ping` comment and re-checks the credentials; a rejected re-check (a store
+ * hiccup) keeps the stream.
  */
 export class SseWriter {
   private ended = false;
   private checking = false;
   private readonly endListeners: (() => void)[] = [];
+  /** The writes of this tick: the backlog before them, what they added, what was left of the last large burst. */
+  private burst: { before: number; added: number; largeLeft: number } | null = null;
+  /**
+   * The last burst larger than maxBufferedBytes and what was written after it, in the units of
+   * `writableLength`: data leaves in order, so of what is unsent the last `afterLarge` came after it
+   * and at most `large` before those is left of it.
+   */
+  private large = 0;
+  private afterLarge = 0;
 
   constructor(
     private readonly res: ServerResponse,
@@ -57,16 +77,22 @@ export class SseWriter {
     return this.ended || this.res.destroyed || this.res.writableEnded;
   }
 
-  /** Writes one raw chunk (whole frames); false when the stream is gone or was just dropped as too slow. */
+  /** Writes one raw chunk (whole frames); false when the stream is gone or was dropped as too slow. */
   write(chunk: string): boolean {
     if (this.gone) return false;
-    this.res.write(chunk);
-    if (this.res.writableLength > this.maxBufferedBytes) {
+    let burst = this.burst;
+    if (!burst) {
+      const unsent = this.res.writableLength;
+      const largeLeft = Math.min(this.large, Math.max(0, unsent - this.afterLarge));
       // The client reads slower than events arrive; holding more would grow memory without bound.
-      this.res.destroy();
-      this.finish();
-      return false;
+      if (unsent - largeLeft > this.maxBufferedBytes) return this.drop();
+      burst = this.burst = { before: unsent, added: 0, largeLeft };
+      process.nextTick(() => this.endBurst());
     }
+    const before = this.res.writableLength;
+    this.res.write(chunk);
+    burst.added += Math.max(0, this.res.writableLength - before);
+    if (burst.added > this.maxBufferedBytes && burst.before > this.maxBufferedBytes) return this.drop();
     return true;
   }
 
@@ -104,12 +130,33 @@ export class SseWriter {
       this.finish();
       return;
     }
+    const unsent = this.res.writableLength;
     this.res.end();
     this.finish();
-    // A client that stopped reading would hold the shutdown open; give it a moment, then cut.
-    // Once everything left, the connection stays (it may be kept alive for further requests).
-    const cut = setTimeout(() => this.res.destroy(), 1000).unref();
+    // A client that stopped reading would hold the shutdown open; give it a moment, then cut: a
+    // second per maxBufferedBytes still unsent (at least one), so that a client reading a large last
+    // event (an MCP answer may be 8 MiB) at a modest pace still gets it whole. Once everything left,
+    // the connection stays (it may be kept alive for further requests).
+    const grace = 1000 * Math.max(1, Math.ceil(unsent / this.maxBufferedBytes));
+    const cut = setTimeout(() => this.res.destroy(), grace).unref();
     this.res.once('finish', () => clearTimeout(cut));
+  }
+
+  private drop(): false {
+    this.res.destroy();
+    this.finish();
+    return false;
+  }
+
+  private endBurst(): void {
+    const burst = this.burst;
+    this.burst = null;
+    if (!burst) return;
+    if (burst.added > this.maxBufferedBytes) {
+      this.large = burst.added;
+      this.afterLarge = 0;
+    } else if (burst.largeLeft > 0) this.afterLarge += burst.added;
+    else this.large = 0;
   }
 
   private finish(): void {

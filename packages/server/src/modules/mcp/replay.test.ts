@@ -31,6 +31,26 @@ describe('ReplayLog (SSE resumption per MCP session)', () => {
       expect(log.after(bad), bad).toBeNull();
   });
 
+  it('refuses a well-formed id whose event was on another stream, or of another kind, than the one it names', () => {
+    const log = new ReplayLog({ events: 3, bytes: 1 << 20, totalBytes: 1 << 30 });
+    const post = log.stream('p');
+    const get = log.stream('g');
+    const a = log.append(post, '{"a":1}');
+    const b = log.append(get, '{"b":1}');
+    expect([a, b]).toEqual(['p1-1', 'g2-2']);
+    // Event 1 was p1's and event 2 was g2's: every other pairing names an event never sent.
+    for (const bad of ['g1-1', 'p2-1', 'g2-1', 'p1-2', 'g1-2', 'p2-2'])
+      expect(log.after(bad), bad).toBeNull();
+    expect(log.after(a)).toEqual({ stream: 'p1', kind: 'p', events: [] });
+    expect(log.after(b)).toEqual({ stream: 'g2', kind: 'g', events: [] });
+    // Once event 2 is the newest dropped one, resuming right after it still works, and still only on g2.
+    const later = ['{"c":1}', '{"d":1}', '{"e":1}'].map((d) => log.append(get, d));
+    expect(log.after(b)?.events.map((e) => e.id)).toEqual(later);
+    expect(log.after('p1-2')).toBeNull();
+    expect(log.after('p2-2')).toBeNull();
+    expect(log.after(a)).toBeNull();
+  });
+
   it('keeps within its byte bound, dropping the oldest events first', () => {
     const log = new ReplayLog({ events: 1000, bytes: 100, totalBytes: 1 << 30 });
     const s = log.stream('p');

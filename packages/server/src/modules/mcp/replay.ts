@@ -44,8 +44,10 @@ const EVENT_ID = /^([gp])([1-9][0-9]{0,14})-([1-9][0-9]{0,14})$/;
  * The SSE events one MCP session sent, on all its streams (POST answers and GET streams), kept
  * within ReplayLimits so that a client whose stream broke can resume it with Last-Event-ID. An
  * event id is `<stream>-<seq>` (`g3-17`: the 17th event of the session, on its third stream, a GET
- * one): `seq` counts every event of the session, so ids are unique across the session's streams,
- * and the stream a Last-Event-ID names (and its kind) is known even after its event was dropped. A resumption is possible only while every later event of that stream is still held.
+ * one): `seq` counts every event of the session, so ids are unique across the session's streams.
+ * A Last-Event-ID is this session's only if its event was on the stream it names (the stream of the
+ * newest dropped event is remembered for that). A resumption is possible only while every later
+ * event of that stream is still held.
  */
 export class ReplayLog {
   private seq = 0;
@@ -56,6 +58,8 @@ export class ReplayLog {
   private bytes = 0;
   /** The seq of the newest event dropped (0: none): events up to it cannot be replayed. */
   private dropped = 0;
+  /** The stream of that event: resuming right after it is still possible, and its id is checked against it. */
+  private droppedStream: StreamKey | null = null;
 
   constructor(
     private readonly limits: ReplayLimits = DEFAULT_REPLAY_LIMITS,
@@ -84,6 +88,7 @@ export class ReplayLog {
       this.bytes -= old.data.length;
       this.budget.used -= old.data.length;
       this.dropped = old.seq;
+      this.droppedStream = old.stream;
     }
     if (this.head > 1024 && this.head * 2 > this.entries.length) {
       this.entries = this.entries.slice(this.head);
@@ -96,6 +101,7 @@ export class ReplayLog {
   clear(): void {
     this.budget.used -= this.bytes;
     this.bytes = 0;
+    if (this.entries.length > this.head) this.droppedStream = this.entries[this.entries.length - 1]!.stream;
     this.entries = [];
     this.head = 0;
     this.dropped = this.seq;
@@ -111,10 +117,16 @@ export class ReplayLog {
     const kind = m[1] as 'g' | 'p';
     const stream = `${kind}${m[2]}`;
     const seq = Number(m[3]);
-    if (Number(m[2]) > this.streams || seq > this.seq || seq < this.dropped) return null;
-    const events: Replayed[] = [];
-    // Entries are in seq order and seqs are consecutive: the first one after `seq` is found directly.
+    if (seq > this.seq || seq < this.dropped) return null;
+    // Entries are in seq order and seqs are consecutive (the newest dropped one just before them).
     const first = this.entries[this.head];
+    const at =
+      first && seq >= first.seq ? this.entries[this.head + seq - first.seq]!.stream : this.droppedStream;
+    // The event numbered `seq` must have been on the stream the id names: a well-formed id with
+    // another stream or kind (`g1-1` when `p1-1` was sent) was never issued, and would resume the
+    // wrong stream or none.
+    if (at !== stream) return null;
+    const events: Replayed[] = [];
     const from = first ? this.head + Math.max(0, seq + 1 - first.seq) : this.entries.length;
     for (let i = from; i < this.entries.length; i++) {
       const e = this.entries[i]!;

@@ -78,4 +78,45 @@ describe('MCP event streams (GET /v1/mcp/:slug)', () => {
     expect(s.handlers.size).toBe(0);
     client.close();
   });
+
+  it('delivers an event far over the limit, and the events and pings right after it, to a client that reads', async () => {
+    const s = await serve(async () => true, 64 * 1024);
+    const client = await SseClient.open(s.url);
+    await waitFor(() => client.events.length > 0, 'the session notification');
+    s.publish({ type: 'decision', reason: 'x'.repeat(6_000_000) });
+    // The next events come while most of the large one is still unsent (pings every 20 ms too).
+    for (let i = 0; i < 20; i++) {
+      await new Promise((r) => setImmediate(r));
+      s.publish({ type: 'decision', reason: `small ${i}` });
+    }
+    await waitFor(() => client.events.length === 22, 'all the events');
+    expect((client.events[1]!.data as { reason: string }).reason).toHaveLength(6_000_000);
+    expect(client.events.at(-1)!.data).toMatchObject({ reason: 'small 19' });
+    expect(client.ended).toBe(false);
+    expect(s.streams.size).toBe(1);
+    client.close();
+  });
+
+  it('gives a client time to read a large last event when its stream ends, and cuts one that does not read', async () => {
+    const s = await serve(async () => true, 2 * 1024 * 1024);
+    const reader = await SseClient.open(s.url);
+    const idle = await SseClient.open(s.url);
+    await waitFor(() => reader.events.length > 0 && idle.events.length > 0, 'the session notifications');
+    // Neither reads for now; 6 MB is more than the kernel's socket buffers take for them.
+    reader.res!.pause();
+    idle.res!.pause();
+    s.publish({ type: 'decision', reason: 'y'.repeat(6_000_000) });
+    s.streams.endAll();
+    // The reader reads after 1.5 s: within its grace (3 s for 6 MB at a 2 MiB limit).
+    await new Promise((r) => setTimeout(r, 1500));
+    reader.res!.resume();
+    await waitFor(() => reader.ended, 'the stream to end', 20_000);
+    expect(reader.events).toHaveLength(2);
+    expect((reader.events[1]!.data as { reason: string }).reason).toHaveLength(6_000_000);
+    // The other one never read: it was cut, and what it finally reads stops short of the event.
+    await new Promise((r) => setTimeout(r, 2500));
+    idle.res!.resume();
+    await waitFor(() => idle.ended, 'the cut stream to end', 20_000);
+    expect(idle.events).toHaveLength(1);
+  });
 });
