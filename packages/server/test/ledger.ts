@@ -3,6 +3,16 @@ import { appendReceipts, argumentHash, emptyChainHead } from '../src/ledger/rece
 import { uuidv7 } from '../src/lib/ids.js';
 import type { TestApp } from './helpers.js';
 
+/** The receipt with this id as the decision log stored it (its payload, parsed). */
+export async function storedReceipt(t: TestApp, receiptId: string): Promise<Record<string, unknown>> {
+  const r = await t.store.db
+    .selectFrom('receipts')
+    .select('payload')
+    .where('receipt_id', '=', receiptId)
+    .executeTakeFirstOrThrow();
+  return JSON.parse(r.payload) as Record<string, unknown>;
+}
+
 /**
  * A decision as the pipeline hands it to the writer (receipt fields and decision row), of a call
  * with empty arguments under no policy, for tests that write decisions without a request.

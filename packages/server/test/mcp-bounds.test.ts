@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_UPSTREAM_LIMITS } from '../src/modules/mcp/model.js';
 import { useTestApp } from './fixture.js';
 import { createTenant, type Tenant } from './helpers.js';
+import { storedReceipt } from './ledger.js';
 import { createUpstream, gatewayClient, rawRpc } from './mcp-helpers.js';
 import {
   type McpUpstream,
@@ -54,15 +55,6 @@ afterAll(async () => {
 
 async function decision(id: string) {
   return t.store.db.selectFrom('decisions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-}
-
-async function receiptOf(receiptId: string) {
-  const r = await t.store.db
-    .selectFrom('receipts')
-    .select('payload')
-    .where('receipt_id', '=', receiptId)
-    .executeTakeFirstOrThrow();
-  return JSON.parse(r.payload) as Record<string, unknown>;
 }
 
 async function decisionsOf(tool: string) {
@@ -155,7 +147,7 @@ describe('MCP gateway on malformed upstream answers', () => {
         const row = await decision(body.error.data.decisionId);
         expect(row.decision).toBe('allow');
         expect(row.reason, tool).toMatch(/upstream call failed: upstream sent an invalid answer: /);
-        expect(await receiptOf(row.receipt_id)).not.toHaveProperty('result_hash');
+        expect(await storedReceipt(t, row.receipt_id)).not.toHaveProperty('result_hash');
       }
     }
     expect(raw.seen.filter((w) => w === 'tools/call:array')).toHaveLength(2);

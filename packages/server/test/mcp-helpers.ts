@@ -1,5 +1,6 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import type { PolicyDefinition } from '@svc/policy-engine';
 import { createPolicyRepository } from '../src/modules/policies/repository.js';
 import { ADMIN_TOKEN, keyHeader, type Tenant, type TestApp } from './helpers.js';
@@ -97,6 +98,34 @@ export async function rawRpc(
   });
   const text = await res.text();
   return { status: res.status, headers: res.headers, text, json: () => JSON.parse(text) };
+}
+
+/**
+ * A gateway session opened with bare requests (initialize, then notifications/initialized): the
+ * headers of its later requests, `headers` and its Mcp-Session-Id.
+ */
+export async function rawSession(
+  url: string,
+  headers: Record<string, string>,
+  clientName = 'raw',
+): Promise<Record<string, string>> {
+  const init = await rawRpc(
+    url,
+    {
+      jsonrpc: '2.0',
+      id: 0,
+      method: 'initialize',
+      params: {
+        protocolVersion: LATEST_PROTOCOL_VERSION,
+        capabilities: {},
+        clientInfo: { name: clientName, version: '1' },
+      },
+    },
+    headers,
+  );
+  const session = { ...headers, 'mcp-session-id': init.headers.get('mcp-session-id')! };
+  await rawRpc(url, { jsonrpc: '2.0', method: 'notifications/initialized' }, session);
+  return session;
 }
 
 /** Reads SSE events from a response body until `until` is satisfied or the deadline passes. */

@@ -1,10 +1,9 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTenant, createTestApp, type Tenant, type TestApp } from './helpers.js';
 import { type Everything, startEverything } from './mcp-everything.js';
-import { createUpstream, rawRpc } from './mcp-helpers.js';
+import { createUpstream, rawRpc, rawSession } from './mcp-helpers.js';
 import { SseClient, waitFor } from './streams.js';
 
 /**
@@ -34,25 +33,7 @@ afterAll(async () => {
 
 const key = () => ({ 'x-service-api-key': tenant.apiKey });
 
-async function session(): Promise<Record<string, string>> {
-  const init = await rawRpc(
-    url,
-    {
-      jsonrpc: '2.0',
-      id: 0,
-      method: 'initialize',
-      params: {
-        protocolVersion: LATEST_PROTOCOL_VERSION,
-        capabilities: {},
-        clientInfo: { name: 'r', version: '1' },
-      },
-    },
-    key(),
-  );
-  const headers = { ...key(), 'mcp-session-id': init.headers.get('mcp-session-id')! };
-  await rawRpc(url, { jsonrpc: '2.0', method: 'notifications/initialized' }, headers);
-  return headers;
-}
+const session = () => rawSession(url, key(), 'r');
 
 async function get(headers: Record<string, string>): Promise<SseClient> {
   const c = await SseClient.open(url, { accept: 'text/event-stream', ...headers });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
-import { asUser, createTenant, keyHeader } from '../../../test/helpers.js';
+import { asUser, createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { createSpendLedger } from './repository.js';
 
 const t = useTestApp();
@@ -41,33 +41,46 @@ function recompute(
   return sums;
 }
 
+/** A tenant whose organization allows $100 per session (payer corp). */
+async function tenantWithSessionLimit(): Promise<Tenant> {
+  const tenant = await createTenant(t);
+  const put = await t.inject({
+    method: 'PUT',
+    url: '/v1/economic/config',
+    headers: asUser(tenant),
+    payload: { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 },
+  });
+  expect(put.statusCode).toBe(200);
+  return tenant;
+}
+
+/** `n` parallel $10 authorizations in session `race`, each with its own fields from `vary(i)`. */
+function parallelAuthorizations(tenant: Tenant, n: number, vary: (i: number) => Record<string, unknown>) {
+  return Promise.all(
+    Array.from({ length: n }, (_, i) =>
+      t.inject({
+        method: 'POST',
+        url: '/v1/economic/authorize',
+        headers: keyHeader(tenant.apiKey),
+        payload: {
+          sessionId: 'race',
+          toolName: 'buy',
+          category: 'supplies',
+          estimatedSpendUsd: 10,
+          ...vary(i),
+        },
+      }),
+    ),
+  );
+}
+
 describe('spend ledger under concurrency', () => {
   it('allows exactly 10 of 100 parallel $10 authorizations against a $100 session budget', async () => {
-    const tenant = await createTenant(t);
-    const put = await t.inject({
-      method: 'PUT',
-      url: '/v1/economic/config',
-      headers: asUser(tenant),
-      payload: { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 },
-    });
-    expect(put.statusCode).toBe(200);
-    const results = await Promise.all(
-      Array.from({ length: 100 }, (_, i) =>
-        t.inject({
-          method: 'POST',
-          url: '/v1/economic/authorize',
-          headers: keyHeader(tenant.apiKey),
-          payload: {
-            actionId: `buy-${i}`,
-            sessionId: 'race',
-            agentId: `agent-${i % 7}`,
-            toolName: 'buy',
-            category: 'supplies',
-            estimatedSpendUsd: 10,
-          },
-        }),
-      ),
-    );
+    const tenant = await tenantWithSessionLimit();
+    const results = await parallelAuthorizations(tenant, 100, (i) => ({
+      actionId: `buy-${i}`,
+      agentId: `agent-${i % 7}`,
+    }));
     expect(results.every((r) => r.statusCode === 200)).toBe(true);
     const allowed = results.filter((r) => r.json().decision === 'allow');
     expect(allowed).toHaveLength(10);
@@ -112,32 +125,12 @@ describe('spend ledger under concurrency', () => {
   });
 
   it('holds the session budget in parallel when callers leave the session out of budgetScopes', async () => {
-    const tenant = await createTenant(t);
-    const put = await t.inject({
-      method: 'PUT',
-      url: '/v1/economic/config',
-      headers: asUser(tenant),
-      payload: { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 },
-    });
-    expect(put.statusCode).toBe(200);
-    const results = await Promise.all(
-      Array.from({ length: 40 }, (_, i) =>
-        t.inject({
-          method: 'POST',
-          url: '/v1/economic/authorize',
-          headers: keyHeader(tenant.apiKey),
-          payload: {
-            actionId: `scoped-${i}`,
-            sessionId: 'race',
-            agentId: 'agent',
-            toolName: 'buy',
-            category: 'supplies',
-            estimatedSpendUsd: 10,
-            budgetScopes: [i % 2 ? 'category' : 'agent'],
-          },
-        }),
-      ),
-    );
+    const tenant = await tenantWithSessionLimit();
+    const results = await parallelAuthorizations(tenant, 40, (i) => ({
+      actionId: `scoped-${i}`,
+      agentId: 'agent',
+      budgetScopes: [i % 2 ? 'category' : 'agent'],
+    }));
     expect(results.every((r) => r.statusCode === 200)).toBe(true);
     expect(results.filter((r) => r.json().decision === 'allow')).toHaveLength(10);
     expect(results.filter((r) => r.json().reasonCode === 'session_budget_exceeded')).toHaveLength(30);
@@ -147,13 +140,7 @@ describe('spend ledger under concurrency', () => {
   });
 
   it('answers 20 parallel copies of one authorize and of its commit alike, reserving and spending once', async () => {
-    const tenant = await createTenant(t);
-    await t.inject({
-      method: 'PUT',
-      url: '/v1/economic/config',
-      headers: asUser(tenant),
-      payload: { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 },
-    });
+    const tenant = await tenantWithSessionLimit();
     const body = {
       actionId: 'once',
       sessionId: 'dup',

@@ -23,6 +23,15 @@ async function setup(extra: Record<string, unknown> = {}) {
 }
 
 const key = (tenant: Tenant) => ({ 'x-service-api-key': tenant.apiKey });
+/** The tools of the decisions recorded in the tenant's organization. */
+const toolsRecorded = async (tenant: Tenant) =>
+  (
+    await t.store.db
+      .selectFrom('decisions')
+      .select('tool_name')
+      .where('organization_id', '=', tenant.orgId)
+      .execute()
+  ).map((r) => r.tool_name);
 const initialize = (id: number) => ({
   jsonrpc: '2.0',
   id,
@@ -168,12 +177,7 @@ describe('MCP data plane over plain HTTP', () => {
     expect(notJson.json()).toMatchObject({ id: null, error: { code: -32700 } });
     expect(upstream.calls.echo ?? 0).toBe(before);
     expect(({} as Record<string, unknown>).admin).toBeUndefined();
-    const rows = await t.store.db
-      .selectFrom('decisions')
-      .select('id')
-      .where('organization_id', '=', tenant.orgId)
-      .execute();
-    expect(rows).toHaveLength(0);
+    expect(await toolsRecorded(tenant)).toEqual([]);
   });
 
   it('refuses a tools/call whose name validate would refuse (length, control characters), recording nothing', async () => {
@@ -192,22 +196,12 @@ describe('MCP data plane over plain HTTP', () => {
       expect(res.json().error.message).toMatch(/params\.name must be 1-200 characters/);
     }
     expect(upstream.calls.echo ?? 0).toBe(before);
-    const rows = await t.store.db
-      .selectFrom('decisions')
-      .select('id')
-      .where('organization_id', '=', tenant.orgId)
-      .execute();
-    expect(rows).toHaveLength(0);
+    expect(await toolsRecorded(tenant)).toEqual([]);
     // 200 characters are a name: checked and forwarded (the fixture has no such tool).
     const longest = await rawRpc(url, call(5, 'e'.repeat(200), {}), key(tenant));
     expect(longest.json().id).toBe(5);
     expect(longest.json().error?.message ?? '').not.toMatch(/params\.name/);
-    const recorded = await t.store.db
-      .selectFrom('decisions')
-      .select('tool_name')
-      .where('organization_id', '=', tenant.orgId)
-      .execute();
-    expect(recorded).toEqual([{ tool_name: 'e'.repeat(200) }]);
+    expect(await toolsRecorded(tenant)).toEqual(['e'.repeat(200)]);
   });
 
   it('passes any other method to the upstream, whose own answer (even -32601) comes back unchanged', async () => {

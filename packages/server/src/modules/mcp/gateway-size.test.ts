@@ -3,12 +3,11 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { useTestApp } from '../../../test/fixture.js';
 import { createTenant, type Tenant } from '../../../test/helpers.js';
-import { createUpstream, rawRpc } from '../../../test/mcp-helpers.js';
+import { createUpstream, rawRpc, rawSession } from '../../../test/mcp-helpers.js';
 import { SseClient, waitFor } from '../../../test/streams.js';
 
 /**
@@ -111,25 +110,7 @@ afterAll(async () => {
 const key = () => ({ 'x-service-api-key': tenant.apiKey });
 const STREAM = 'application/json, text/event-stream';
 
-async function session(): Promise<Record<string, string>> {
-  const init = await rawRpc(
-    url,
-    {
-      jsonrpc: '2.0',
-      id: 0,
-      method: 'initialize',
-      params: {
-        protocolVersion: LATEST_PROTOCOL_VERSION,
-        capabilities: {},
-        clientInfo: { name: 's', version: '1' },
-      },
-    },
-    key(),
-  );
-  const headers = { ...key(), 'mcp-session-id': init.headers.get('mcp-session-id')! };
-  await rawRpc(url, { jsonrpc: '2.0', method: 'notifications/initialized' }, headers);
-  return headers;
-}
+const session = () => rawSession(url, key(), 's');
 
 const report = (id: number, args: { progress: number; progressBytes: number; resultBytes: number }) => ({
   jsonrpc: '2.0',

@@ -3,6 +3,7 @@ import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
+import { storedReceipt } from '../../../test/ledger.js';
 import { createUpstream, gatewayClient, putPolicy, setTier } from '../../../test/mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
 import type { EnforceRequest } from '../../enforcement/model.js';
@@ -39,15 +40,6 @@ async function connect(slug: string, tenant: Tenant) {
 
 async function decisionRow(id: string) {
   return t.store.db.selectFrom('decisions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-}
-
-async function receiptOf(receiptId: string) {
-  const r = await t.store.db
-    .selectFrom('receipts')
-    .select('payload')
-    .where('receipt_id', '=', receiptId)
-    .executeTakeFirstOrThrow();
-  return JSON.parse(r.payload) as Record<string, unknown>;
 }
 
 async function keyIdOf(tenant: Tenant): Promise<string> {
@@ -104,7 +96,7 @@ describe.each([
       .executeTakeFirstOrThrow();
     expect(row).toMatchObject({ decision: 'allow', tool_name: 'echo', organization_id: tenant.orgId });
     expect(JSON.parse(row.context)).toEqual({ session_id: sessionId, source: 'mcp', upstream: slug });
-    expect(await receiptOf(summary.receipt_id)).toMatchObject({
+    expect(await storedReceipt(t, summary.receipt_id)).toMatchObject({
       decision: 'allow',
       result_hash: hashJson(upstreamResult),
       client_id: await keyIdOf(tenant),
@@ -129,7 +121,7 @@ describe.each([
     expect(fixture().calls.pay ?? 0).toBe(before);
     const row = await decisionRow(data.decisionId);
     expect(row.decision).toBe('deny');
-    expect(await receiptOf(row.receipt_id)).not.toHaveProperty('result_hash');
+    expect(await storedReceipt(t, row.receipt_id)).not.toHaveProperty('result_hash');
 
     const ok = await client.callTool({ name: 'pay', arguments: { amount: 50 } });
     expect(ok.structuredContent).toEqual({ paid: 50 });
@@ -231,7 +223,7 @@ describe('MCP gateway decisions', () => {
     const row = await decisionRow(err.error.data.decisionId);
     expect(row.decision).toBe('allow');
     expect(row.reason).toMatch(/upstream call failed/);
-    expect(await receiptOf(row.receipt_id)).not.toHaveProperty('result_hash');
+    expect(await storedReceipt(t, row.receipt_id)).not.toHaveProperty('result_hash');
 
     const back = await startMcpUpstream({ transport: 'streamable', port });
     try {
@@ -277,7 +269,7 @@ describe('MCP gateway decisions', () => {
       expect(err.code).toBe(-32603);
       const row = await decisionRow((err.data as { decisionId: string }).decisionId);
       expect(row.reason).toMatch(/upstream call failed: the upstream event stream was lost/);
-      expect(await receiptOf(row.receipt_id)).not.toHaveProperty('result_hash');
+      expect(await storedReceipt(t, row.receipt_id)).not.toHaveProperty('result_hash');
       // The session ended with its upstream session: its id is unknown now.
       const res = await fetch(`${t.url}/v1/mcp/${slug}`, {
         method: 'POST',
