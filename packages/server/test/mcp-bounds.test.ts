@@ -6,6 +6,7 @@ import { storedReceipt } from './ledger.js';
 import { createUpstream, gatewayClient, rawRpc } from './mcp-helpers.js';
 import {
   type McpUpstream,
+  RAW_STREAM_ENDS_EARLY,
   type RawAnswerFields,
   type RawUpstream,
   startMcpUpstream,
@@ -44,6 +45,7 @@ beforeAll(async () => {
     if (what === 'tools/call:fails') return { error: { code: -32000, message: 'boom', data: { why: 'x' } } };
     if (what === 'resources/list') return MALFORMED.string!;
     if (what === 'prompts/list') return MALFORMED.none!;
+    if (what === 'tools/call:cut') return RAW_STREAM_ENDS_EARLY;
     return MALFORMED[what.replace('tools/call:', '')] ?? { result: {} };
   });
   await createUpstream(t, tenant, { name: 'raw', slug: 'raw', url: raw.url });
@@ -162,6 +164,25 @@ describe('MCP gateway on malformed upstream answers', () => {
       id: 'own',
       error: { code: -32000, message: 'boom', data: { why: 'x' } },
     });
+    await client.close();
+  });
+
+  it('fails a call whose answer stream ends before its response at once, and the session goes on', async () => {
+    const { client, sessionId } = await gatewayClient(t.url, 'raw', tenant.apiKey);
+    const headers = { 'x-service-api-key': tenant.apiKey, 'mcp-session-id': sessionId };
+    const started = Date.now();
+    const res = await rawRpc(`${t.url}/v1/mcp/raw`, call('cut', 'cut', {}), headers);
+    // Not at the upstream's timeout (30 s by default): when the stream ended.
+    expect(Date.now() - started).toBeLessThan(5000);
+    const body = res.json();
+    expect(body).toMatchObject({ id: 'cut', error: { code: -32603 } });
+    expect(body.error.message).toMatch(/answer stream ended before its response/);
+    const row = await decision(body.error.data.decisionId);
+    expect(row.reason).toMatch(/upstream call failed: the upstream answer stream ended before its response/);
+    // An upstream may end a stream on purpose (after a cancellation, or to be resumed): the session
+    // is not over, only that call.
+    const ok = await client.callTool({ name: 'ok', arguments: {} });
+    expect(ok.content).toEqual([{ type: 'text', text: 'ok' }]);
     await client.close();
   });
 

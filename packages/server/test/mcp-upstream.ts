@@ -207,8 +207,14 @@ export async function startMcpUpstream(options: UpstreamOptions): Promise<McpUps
   };
 }
 
-/** What a RawUpstream answers to one request: the JSON-RPC fields after `jsonrpc` and `id`. */
+/**
+ * What a RawUpstream answers to one request: the JSON-RPC fields after `jsonrpc` and `id`, as a
+ * JSON body; or, for RAW_STREAM_ENDS_EARLY, an SSE answer stream that ends without its response.
+ */
 export type RawAnswerFields = Record<string, unknown>;
+
+/** Answer with an SSE stream carrying one progress notification, then end it with no response. */
+export const RAW_STREAM_ENDS_EARLY: RawAnswerFields = { streamEndsEarly: true };
 
 export interface RawUpstream {
   url: string;
@@ -252,6 +258,17 @@ export async function startRawUpstream(answer: (what: string) => RawAnswerFields
     const what = msg.method === 'tools/call' ? `tools/call:${String(msg.params?.name)}` : msg.method;
     seen.push(what);
     const fields = answer(what);
+    if (fields === RAW_STREAM_ENDS_EARLY) {
+      const progress = {
+        jsonrpc: '2.0',
+        method: 'notifications/message',
+        params: { level: 'info', data: 'x' },
+      };
+      res
+        .writeHead(200, { 'content-type': 'text/event-stream' })
+        .end(`event: message\ndata: ${JSON.stringify(progress)}\n\n`);
+      return;
+    }
     res
       .writeHead(200, { 'content-type': 'application/json' })
       .end(JSON.stringify({ jsonrpc: '2.0', id: msg.id, ...fields }));

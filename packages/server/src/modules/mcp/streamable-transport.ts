@@ -3,7 +3,7 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import type { RawRequest } from './http-fetch.js';
 import { isObject } from './jsonrpc.js';
-import { UpstreamError } from './upstream-error.js';
+import { AnswerStreamEnded, UpstreamError } from './upstream-error.js';
 
 /**
  * The client side of MCP Streamable HTTP for upstream sessions, on node:http streams. It does what
@@ -82,21 +82,16 @@ export class StreamableHttpTransport implements Transport {
     const type = String(res.headers['content-type'] ?? '').toLowerCase();
     if (type.startsWith('text/event-stream')) {
       // Answered as a stream: messages (and finally the response) arrive as events. A stream that
-      // ends before the response (the upstream died, the connection broke) fails the request now,
-      // as a failed POST does, instead of leaving it to its timeout.
+      // ends before the response fails that request now instead of leaving it to its timeout.
       const id = message.id;
       let answered = false;
       await new Promise<void>((resolve, reject) => {
         this.readEvents(
           res,
-          () =>
-            answered
-              ? resolve()
-              : reject(
-                  new UpstreamError('unreachable', 'the upstream answer stream ended before its response'),
-                ),
+          () => (answered ? resolve() : reject(new AnswerStreamEnded())),
           (m) => {
-            if (isObject(m) && m.id === id && ('result' in m || 'error' in m)) answered = true;
+            // The response, well-formed or not: what the session takes as the answer to `id`.
+            if (isObject(m) && m.id === id && !('method' in m)) answered = true;
           },
         );
       });

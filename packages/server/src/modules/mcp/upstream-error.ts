@@ -17,3 +17,14 @@ export class UpstreamError extends Error {
     this.name = 'UpstreamError';
   }
 }
+
+/**
+ * The SSE stream answering one POST ended before its response (Streamable HTTP): that call is
+ * lost, not the session. The upstream may have died (its next request fails and ends the session),
+ * or ended the stream on purpose (after a cancellation, or for the client to resume it).
+ */
+export class AnswerStreamEnded extends UpstreamError {
+  constructor() {
+    super('unreachable', 'the upstream answer stream ended before its response');
+  }
+}

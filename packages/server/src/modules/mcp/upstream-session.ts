@@ -11,6 +11,7 @@ import {
   UpstreamError,
   type UpstreamTarget,
 } from './upstream-client.js';
+import { AnswerStreamEnded } from './upstream-error.js';
 
 /** A request or notification the upstream sent on its own (sampling, roots, progress, logging…). */
 export interface UpstreamMessage {
@@ -150,8 +151,10 @@ export class UpstreamSession {
         const e = toUpstreamError(err);
         this.settle(id)?.reject(e);
         // The POST itself failed (refused, 404 for an expired session…): the session is gone; the
-        // client learns it (404) at its next request and initializes again, as MCP prescribes.
-        if (method !== 'initialize') this.fail(`the upstream session failed: ${e.message}`);
+        // client learns it (404) at its next request and initializes again, as MCP prescribes. An
+        // answer stream that ended early loses only this request (AnswerStreamEnded).
+        if (method !== 'initialize' && !(err instanceof AnswerStreamEnded))
+          this.fail(`the upstream session failed: ${e.message}`);
       });
     });
     if (this.observe) {
