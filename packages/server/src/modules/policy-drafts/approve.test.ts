@@ -79,11 +79,20 @@ describe('POST /v1/policy-drafts/:id/approve', () => {
     expectError(self, 403, 'authorization_error');
     expect(self.json().error.message).toBe('an API key cannot approve a policy draft it created');
     const listed = await t.inject({ method: 'GET', url: '/v1/policy-drafts', headers: keyHeader(reviewer) });
-    expect(listed.json().data.map((d: { id: string }) => d.id)).toContain(own);
+    const shown = listed.json().data.find((d: { id: string }) => d.id === own);
+    // A key relays a person's click: it must name the revision it showed, or nothing is applied.
+    for (const ifMatch of [undefined, '*', `W/"${shown.revision}"`]) {
+      const blind = await t.inject({
+        method: 'POST',
+        url: `/v1/policy-drafts/${own}/approve`,
+        headers: { ...keyHeader(reviewer), ...(ifMatch ? { 'if-match': ifMatch } : {}) },
+      });
+      expectError(blind, 400, 'validation_failed');
+    }
     const res = await t.inject({
       method: 'POST',
       url: `/v1/policy-drafts/${own}/approve`,
-      headers: keyHeader(reviewer),
+      headers: { ...keyHeader(reviewer), 'if-match': `"${shown.revision}"` },
     });
     expect(res.statusCode).toBe(200);
     expect(res.json().data.status).toBe('approved');

@@ -201,7 +201,11 @@ describe('DELETE, submit and reject', () => {
     seen.stop();
     expect(res.json().data.status).toBe('pending_review');
     expect(seen.events).toEqual([
-      { organizationId: tenant.orgId, type: 'draft.submitted', data: { draftId: id, orgId: tenant.orgId } },
+      {
+        organizationId: tenant.orgId,
+        type: 'draft.submitted',
+        data: { draftId: id, orgId: tenant.orgId, revision: expect.stringMatching(/^sha256:/) },
+      },
     ]);
     const again = await call(tenant, 'POST', `/${id}/submit`);
     expectError(again, 400, 'validation_failed');

@@ -39,6 +39,8 @@ function ifMatch(header: string | undefined): string | undefined {
   const v = header?.trim();
   if (!v || v === '*') return undefined;
   if (v.includes(',')) throw invalid('If-Match takes one revision of the draft (its ETag)');
+  // A revision is a hash of the content: compared strongly, so a weak tag could never match.
+  if (v.startsWith('W/')) throw invalid('If-Match takes the strong ETag of the draft, not a weak one');
   return v.length >= 2 && v.startsWith('"') && v.endsWith('"') ? v.slice(1, -1) : v;
 }
 

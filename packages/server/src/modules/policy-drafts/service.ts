@@ -169,7 +169,7 @@ export function createDraftService(deps: DraftServiceDeps) {
       events.publish({
         organizationId: scope.organizationId,
         type: 'draft.submitted',
-        data: { draftId: id, orgId: scope.organizationId },
+        data: { draftId: id, orgId: scope.organizationId, revision: draftRevision(row) },
       });
       return toDraft(row);
     },
@@ -202,6 +202,14 @@ export function createDraftService(deps: DraftServiceDeps) {
         // created_by_key_id never changes, so reading it before the guarded update is enough.
         if ((await load(scope, id)).created_by_key_id === p.keyId) {
           throw forbidden('an API key cannot approve a policy draft it created');
+        }
+        // A key relays a person's click on what it showed them: it must say which revision that was,
+        // or a draft rewritten meanwhile would be applied unseen. (A user token may omit it, as the
+        // spec's approve has no precondition; the dashboard always sends it.)
+        if (expectedRevision === undefined) {
+          throw invalid(
+            'An API key approves a draft only with If-Match: the revision it showed (the ETag of GET /v1/policy-drafts/:id)',
+          );
         }
       }
       const at = now();
