@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { dropRedisKeys, redisPrefix, TEST_REDIS_URL, waitFor } from '../../test/streams.js';
 import { type CacheTargets, InvalidationBroadcaster } from './invalidation.js';
-import { RedisLink } from './redis.js';
+import { RedisLink, type SubscriberCheck } from './redis.js';
 
 /** Records what the broadcaster does to the caches; the real caches are exercised in instances.test. */
 function fakeTargets() {
@@ -32,8 +32,8 @@ describe('InvalidationBroadcaster', () => {
   const warnings: string[] = [];
   const log = { warn: (_: object, msg: string) => warnings.push(msg), error() {}, info() {} };
 
-  const instance = async (ackTimeoutMs = 2000) => {
-    const link = await RedisLink.connect(TEST_REDIS_URL, prefix, log);
+  const instance = async (ackTimeoutMs = 2000, check?: SubscriberCheck) => {
+    const link = await RedisLink.connect(TEST_REDIS_URL, prefix, log, check);
     closers.push(() => link.close());
     const f = fakeTargets();
     const b = await InvalidationBroadcaster.create(link, f.asTargets, log, ackTimeoutMs);
@@ -110,6 +110,25 @@ describe('InvalidationBroadcaster', () => {
     await waitFor(() => a.calls.includes('keys resumed'), 'caches resumed after reconnect');
     expect(a.calls).toEqual(['policies paused', 'keys paused', 'policies resumed', 'keys resumed']);
     // And it is subscribed again: a broadcast from elsewhere still arrives.
+    const b = await instance();
+    b.targets.policies.onInvalidate!('o', 't');
+    await b.b.settled();
+    expect(a.calls).toContain('policy o t false');
+  });
+  it('takes a subscriber that stops answering pings as lost: caches paused, then a new connection', async () => {
+    const a = await instance(2000, { everyMs: 100, timeoutMs: 50 });
+    // A connection that died without a FIN: nothing closes, pings go unanswered.
+    const subscriber = (a.link as unknown as { subscriber: { ping: () => Promise<string> } }).subscriber;
+    const ping = subscriber.ping.bind(subscriber);
+    subscriber.ping = () => new Promise(() => {});
+    await waitFor(() => a.calls.includes('keys paused'), 'caches paused after an unanswered ping');
+    subscriber.ping = ping;
+    await waitFor(() => a.calls.includes('keys resumed'), 'caches resumed on the new connection');
+    expect(a.calls).toEqual(['policies paused', 'keys paused', 'policies resumed', 'keys resumed']);
+    expect(warnings).toContain(
+      'redis subscriber connection did not answer a ping within 50 ms; reconnecting',
+    );
+    // Subscribed again: a broadcast from elsewhere still arrives.
     const b = await instance();
     b.targets.policies.onInvalidate!('o', 't');
     await b.b.settled();

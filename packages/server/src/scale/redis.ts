@@ -9,6 +9,18 @@ export interface Logger {
 
 type MessageHandler = (message: string) => void;
 
+/**
+ * How often the subscriber connection is pinged, and how long an answer may take. A connection
+ * that died without a FIN (a partition, a host gone) reports no `close` for as long as TCP
+ * keepalive takes (hours by default); meanwhile messages are missed, so the check treats a missing
+ * pong as a lost connection (see onDisconnect) and reconnects.
+ */
+export interface SubscriberCheck {
+  everyMs: number;
+  timeoutMs: number;
+}
+const SUBSCRIBER_CHECK: SubscriberCheck = { everyMs: 5000, timeoutMs: 2000 };
+
 const OPTIONS: RedisOptions = {
   lazyConnect: true,
   connectTimeout: 5000,
@@ -28,6 +40,7 @@ export class RedisLink {
   private readonly disconnectHandlers: Array<() => void> = [];
   private dropped = false;
   private closing = false;
+  private readonly checker: NodeJS.Timeout;
 
   private constructor(
     /** Identifies this process in messages, so it can skip its own. */
@@ -36,6 +49,7 @@ export class RedisLink {
     private readonly subscriber: Redis,
     readonly prefix: string,
     private readonly log: Logger,
+    check: SubscriberCheck,
   ) {
     subscriber.on('message', (channel: string, message: string) => {
       try {
@@ -44,18 +58,45 @@ export class RedisLink {
         log.error({ err, channel }, 'redis message handler failed');
       }
     });
-    subscriber.on('close', () => {
-      if (this.closing || this.dropped) return;
-      log.warn({}, 'redis subscriber connection lost; reconnecting');
-      this.dropped = true;
-      for (const h of this.disconnectHandlers) h();
-    });
+    subscriber.on('close', () => this.lost('redis subscriber connection lost; reconnecting'));
     subscriber.on('ready', () => void this.resubscribe());
     // ioredis reports connection errors as events; without a listener they would crash the process.
     for (const c of [commands, subscriber]) c.on('error', () => {});
+    this.checker = setInterval(() => void this.checkSubscriber(check.timeoutMs), check.everyMs);
+    this.checker.unref();
   }
 
-  static async connect(url: string, prefix: string, log: Logger): Promise<RedisLink> {
+  /** From now on messages may be missed: the disconnect handlers run once, until resubscribed. */
+  private lost(why: string): void {
+    if (this.closing || this.dropped) return;
+    this.log.warn({}, why);
+    this.dropped = true;
+    for (const h of this.disconnectHandlers) h();
+  }
+
+  /** Pings the subscriber; no pong in time: the connection is taken as lost and made again. */
+  private async checkSubscriber(timeoutMs: number): Promise<void> {
+    if (this.closing || this.dropped) return;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((r) => {
+      timer = setTimeout(() => r('late'), timeoutMs);
+    });
+    const answer = await Promise.race([this.subscriber.ping().then(() => 'pong' as const), late]).catch(
+      () => 'failed' as const,
+    );
+    clearTimeout(timer);
+    if (answer === 'pong' || this.closing || this.dropped) return;
+    this.lost(`redis subscriber connection did not answer a ping within ${timeoutMs} ms; reconnecting`);
+    // A fresh connection: its 'ready' resubscribes, and the reconnect handlers run.
+    this.subscriber.disconnect(true);
+  }
+
+  static async connect(
+    url: string,
+    prefix: string,
+    log: Logger,
+    check: SubscriberCheck = SUBSCRIBER_CHECK,
+  ): Promise<RedisLink> {
     const id = randomUUID();
     // Named, so an operator can tell the connections apart in CLIENT LIST.
     const commands = new Redis(url, { ...OPTIONS, enableAutoPipelining: true, connectionName: `svc-${id}` });
@@ -72,7 +113,7 @@ export class RedisLink {
       subscriber.disconnect();
       throw new Error(`cannot connect to Redis (SVC_REDIS_URL): ${(err as Error).message}`);
     }
-    return new RedisLink(id, commands, subscriber, prefix, log);
+    return new RedisLink(id, commands, subscriber, prefix, log, check);
   }
 
   key(...parts: string[]): string {
@@ -121,6 +162,7 @@ export class RedisLink {
 
   async close(): Promise<void> {
     this.closing = true;
+    clearInterval(this.checker);
     await Promise.allSettled([this.subscriber.quit(), this.commands.quit()]);
   }
 }
