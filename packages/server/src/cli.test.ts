@@ -53,6 +53,10 @@ describe('svc command', () => {
     await expect(run('node', [...SOURCE_FLAGS, SVC_BIN, 'token'], { env: env() })).rejects.toMatchObject({
       stderr: expect.stringContaining('--sub'),
     });
+    // A sub the server would refuse (lib/jwt.ts) gets no token.
+    await expect(
+      run('node', [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'e'.repeat(201)], { env: env() }),
+    ).rejects.toMatchObject({ stderr: expect.stringContaining('--sub must be 1-200 characters') });
     await expect(run('node', [...SOURCE_FLAGS, SVC_BIN, 'frobnicate'], { env: env() })).rejects.toMatchObject(
       { code: 2 },
     );

@@ -81,6 +81,9 @@ async function token(args: string[]): Promise<void> {
     options: { sub: { type: 'string' }, ttl: { type: 'string', default: '1h' } },
   });
   if (!values.sub) throw new Error('--sub USER is required');
+  // The server refuses a token naming anyone else (lib/jwt.ts): better not to print one.
+  const { isUserId } = await import('./lib/schemas.js');
+  if (!isUserId(values.sub)) throw new Error('--sub must be 1-200 characters without control characters');
   const config = loadConfig();
   if (!config.jwtSecret && config.jwtJwksUrl) {
     throw new Error('SVC_JWT_JWKS_URL is set: tokens come from your identity provider, not from svc token');

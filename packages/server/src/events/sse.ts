@@ -22,6 +22,9 @@ export function parseTypes(value: string | undefined): Set<string> | null {
   return types.length > 0 ? new Set(types) : null;
 }
 
+/** The longest a client is given to read what is left when its stream ends (see close). */
+const CLOSE_GRACE_MAX_MS = 5000;
+
 /**
  * The one SSE writer of the service (event streams and MCP streams). Writes never wait: a client
  * that still has more than maxBufferedBytes unsent when new events come is too slow and is dropped.
@@ -33,7 +36,7 @@ export function parseTypes(value: string | undefined): Set<string> | null {
  * 4 MiB) would drop even a client reading as fast as it can. While a client reads such a large
  * burst, what is left of it does not count against the events after it (a ping, a progress
  * notification), only more than maxBufferedBytes on top of it; a large burst must find the one
- * before it gone. Memory per client stays within maxBufferedBytes plus one burst.
+ * before it gone. Memory per client stays within about twice maxBufferedBytes plus one large burst.
  *
  * A heartbeat writes a `:ping` comment and re-checks the credentials; a rejected re-check (a store
  * hiccup) keeps the stream.
@@ -134,10 +137,11 @@ export class SseWriter {
     this.res.end();
     this.finish();
     // A client that stopped reading would hold the shutdown open; give it a moment, then cut: a
-    // second per maxBufferedBytes still unsent (at least one), so that a client reading a large last
-    // event (an MCP answer may be 8 MiB) at a modest pace still gets it whole. Once everything left,
-    // the connection stays (it may be kept alive for further requests).
-    const grace = 1000 * Math.max(1, Math.ceil(unsent / this.maxBufferedBytes));
+    // second per maxBufferedBytes still unsent (at least one, at most CLOSE_GRACE_MAX_MS, which keeps
+    // a shutdown within what docs/deploy.md asks for), so that a client reading a large last event
+    // (an MCP answer may be 8 MiB) at a modest pace still gets it whole. Once everything left, the
+    // connection stays (it may be kept alive for further requests).
+    const grace = Math.min(CLOSE_GRACE_MAX_MS, 1000 * Math.max(1, Math.ceil(unsent / this.maxBufferedBytes)));
     const cut = setTimeout(() => this.res.destroy(), grace).unref();
     this.res.once('finish', () => clearTimeout(cut));
   }

@@ -286,6 +286,10 @@ describe('request and answer schemas', () => {
     expect(revoke.requestBody!.required).toBe(false);
     expect(JSON.stringify(revoke.requestBody)).not.toContain('x-optional-body');
     expect(operation('POST', '/v1/tools/validate')!.requestBody!.required).toBe(true);
+    // A body that may be left out (the organization can come from X-Organization-Id).
+    const regenerate = operation('POST', '/v1/projects/:id/regenerate-key')!;
+    expect(regenerate.requestBody!.required).toBe(false);
+    expect(JSON.stringify(regenerate.requestBody)).toContain('organizationId');
   });
 
   it('documents the MCP endpoints as JSON-RPC, accepting every kind of valid MCP message', () => {

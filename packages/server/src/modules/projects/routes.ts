@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { IdParams, Name, Nullable, Success } from '../../lib/schemas.js';
+import { IdParams, Name, Nullable, OPTIONAL_BODY, Success } from '../../lib/schemas.js';
 import { createApiKeyRepository } from '../api-keys/repository.js';
 import { createApiKeyService } from '../api-keys/service.js';
 import { createOrganizationRepository } from '../organizations/repository.js';
@@ -110,7 +110,8 @@ export const projectRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       config: { auth: 'jwt' },
       schema: {
         params: IdParams,
-        body: Type.Object({ organizationId: OrgRef }, { additionalProperties: false }),
+        // Optional in /openapi.json too (the preValidation hook below reads no body as {}).
+        body: Type.Object({ organizationId: OrgRef }, { additionalProperties: false, [OPTIONAL_BODY]: true }),
         response: { 200: Type.Object({ apiKey: Type.String() }) },
       },
       // The body is optional (the organization may come from X-Organization-Id): none reads as {}.
