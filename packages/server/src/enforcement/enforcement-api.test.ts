@@ -38,6 +38,27 @@ describe('what POST /v1/tools/validate records', () => {
     expect(bound.policy_version).toBe(2);
     expect(bound.policy_hash).toMatch(/^sha256:[0-9a-f]{64}$/);
   });
+
+  it('says no model judged a call under an inactive llm policy', async () => {
+    const tenant = await createTenant(t);
+    const policy = {
+      toolName: 'mail',
+      mode: 'llm',
+      llmConfig: { description: 'Emails may only go to recipients at example.com.' },
+    };
+    expect((await send(tenant, 'POST', '/v1/policies', policy)).statusCode).toBe(201);
+    expect((await send(tenant, 'POST', '/v1/policies/mail/deactivate')).statusCode).toBe(200);
+    const res = await send(tenant, 'POST', '/v1/tools/validate', { tool_name: 'mail', arguments: {} });
+    expect(res.json()).toMatchObject({
+      decision: 'allow',
+      metadata: { policy_version: null, mode: 'deterministic' },
+    });
+    const receipt = (
+      await send(tenant, 'GET', `/v1/decisions/${res.json().metadata.decision_id}/receipt`)
+    ).json();
+    expect(receipt).toMatchObject({ mode: 'deterministic', policy_version: null });
+    expect(receipt).not.toHaveProperty('judge_provider');
+  });
 });
 
 describe('context.session_id under session limits', () => {

@@ -32,7 +32,8 @@ export function uncheckedVerdict(toolName: string, policy: LoadedPolicy | null):
       : `No policy for tool "${toolName}"; allowed without checks`,
     failedConstraints: [],
     failedArgument: null,
-    mode: policy?.mode ?? 'deterministic',
+    // Nothing judged the call, whatever mode an inactive policy has: it binds no policy either.
+    mode: 'deterministic',
     evaluation: NOT_EVALUATED,
     approvalId: null,
   };
