@@ -1,17 +1,18 @@
 /**
  * CPU profile of `svc serve` under the validate load: node --import tsx bench/profile.ts
  * PROFILE_DB=sqlite (default) or a postgres:// URL; PROFILE_SECONDS (default 10); PROFILE_RATE
- * (requests/s sent at a steady rate, open loop: bench/steady.ts; default: as fast as 32 autocannon
- * connections go); PROFILE_CPU_PROF=false to measure without the profiler (whose own thread
- * otherwise counts among the other threads). Writes the .cpuprofile (open it in Chrome DevTools),
- * prints self time by function and by area, and the server process's CPU time (user + system) per
- * answered request over the measured phase, in all, on the main thread, on the busiest other thread
- * (the decision writer's, when it runs) and per commit batch, and the main thread's garbage
- * collections during the phase (from /metrics): the figures that compare code
- * versions on a machine shared with others. With PROFILE_RATE it also prints when the slowest 1 %
- * of requests were due, in 100 ms windows, which shows whether the tail comes in stalls.
- * PROFILE_TARGET=baseline measures the bare node:http baseline (bench/baseline-server.ts) instead;
- * PROFILE_PATH=/v1/validate loads the validate route that answers with the receipt.
+ * (requests/s sent at a steady rate, open loop: bench/steady.ts; default: as fast as
+ * PROFILE_CONNECTIONS autocannon connections go, 32 unless set); PROFILE_CPU_PROF=false to measure
+ * without the profiler (whose own thread otherwise counts among the other threads). Writes the
+ * .cpuprofile (open it in Chrome DevTools), prints self time by function and by area, and the
+ * server process's CPU time (user + system) per answered request over the measured phase, in all,
+ * on the main thread, on the busiest other thread (the decision writer's, when it runs) and per
+ * commit batch, and the main thread's garbage collections during the phase (from /metrics): the
+ * figures that compare code versions on a machine shared with others. With PROFILE_RATE it also
+ * prints when the slowest 1 % of requests were due, in 100 ms windows, which shows whether the
+ * tail comes in stalls. PROFILE_TARGET=baseline measures the bare node:http baseline
+ * (bench/baseline-server.ts) instead; PROFILE_PATH=/v1/validate loads the validate route that
+ * answers with the receipt.
  */
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -30,6 +31,8 @@ const base = `http://127.0.0.1:${port}`;
 
 const cpuProf = process.env.PROFILE_CPU_PROF !== 'false';
 const rate = process.env.PROFILE_RATE ? Number(process.env.PROFILE_RATE) : undefined;
+/** Connections of the flat-out load (PROFILE_CONNECTIONS, default 32 as in the validate bench). */
+const connections = Number(process.env.PROFILE_CONNECTIONS ?? 32);
 const baseline = process.env.PROFILE_TARGET === 'baseline';
 const svc = await startChild(
   'node',
@@ -98,9 +101,9 @@ try {
     headers: { 'x-service-api-key': key },
     bodies: BODIES,
   };
-  // A fixed rate is sent steadily (open loop, bench/steady.ts); otherwise 32 connections go flat out.
+  // A fixed rate is sent steadily (open loop, bench/steady.ts); otherwise `connections` go flat out.
   const phase = (durationS: number, record = false): Promise<LoadResult | SteadyResult> =>
-    rate ? steadyLoad({ ...opts, rate, durationS, record }) : load({ ...opts, connections: 32, durationS });
+    rate ? steadyLoad({ ...opts, rate, durationS, record }) : load({ ...opts, connections, durationS });
   await phase(2);
   const pid = svc.proc.pid!;
   const counters0 = baseline ? null : await batchCounters();
