@@ -45,6 +45,13 @@ interface ValidateAnswer {
   metadata?: { decision_id?: string };
 }
 
+/** The decisions the API answers; anything else in a 200 is not an answer (see viaServer). */
+const DECISIONS: ReadonlySet<unknown> = new Set<ValidationResult['decision']>([
+  'allow',
+  'deny',
+  'require_approval',
+]);
+
 const isPlainObject = (v: unknown): v is ToolArgs => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 export function createClient(options: ClientOptions): Client {
@@ -190,7 +197,12 @@ export function createClient(options: ClientOptions): Client {
       try {
         const res = await http.request('POST', '/v1/tools/validate', body);
         if (res.status === 200) {
-          const a = res.body as ValidateAnswer;
+          const a = res.body as ValidateAnswer | null;
+          // Only the API's three decisions are answers: anything else (a proxy's page, `{}`, "ALLOW")
+          // would reach a caller testing `decision !== 'deny'` as a go-ahead.
+          if (!a || !DECISIONS.has(a.decision)) {
+            throw new ServiceUnavailableError('the service answered something that is not a decision');
+          }
           return {
             decision: a.decision,
             reason: a.reason ?? '',

@@ -1,4 +1,5 @@
 import { type CompiledPolicy, compilePolicy, type PolicyDefinition } from '@svc/policy-engine';
+import { ApiError } from './errors.js';
 import { apiError, type Http } from './http.js';
 
 /**
@@ -27,6 +28,29 @@ interface PolicyBody {
   sessionConstraints?: PolicyDefinition['sessionConstraints'];
   llmConfig?: PolicyDefinition['llmConfig'];
 }
+
+/**
+ * The policy of a 200 answer. What does not have the API's policy shape (a proxy's page, `{}`) is
+ * an error, never a decision: read as a policy, a missing `isActive` would make it "inactive" and
+ * allow the call.
+ */
+function policyBody(body: unknown): PolicyBody {
+  const b = body as Partial<PolicyBody> | null;
+  if (
+    typeof b !== 'object' ||
+    b === null ||
+    typeof b.isActive !== 'boolean' ||
+    typeof b.mode !== 'string' ||
+    !Number.isInteger(b.version)
+  ) {
+    throw new ApiError(200, 'invalid_answer', 'the service answered something that is not a policy');
+  }
+  return b as PolicyBody;
+}
+
+/** A 404 of the API itself (its error envelope, code not_found), not of a proxy or a wrong base URL. */
+const policyNotFound = (body: unknown): boolean =>
+  (body as { error?: { code?: unknown } } | null)?.error?.code === 'not_found';
 
 function toCached(body: PolicyBody): CachedPolicy {
   if (!body.isActive) return { kind: 'inactive', version: body.version };
@@ -85,13 +109,16 @@ export class PolicyCache {
   }
 
   private async fetch(toolName: string): Promise<CachedPolicy | null> {
+    // "." and ".." cannot be a path segment: URLs resolve them away, to another route. The server
+    // decides such a tool's calls by name (validate carries it in the body).
+    if (toolName === '.' || toolName === '..') return { kind: 'server', version: 0 };
     const generation = this.generations.get(toolName) ?? 0;
     const epoch = this.live ? this.epoch : -1;
     const verifiedAt = this.now();
     const res = await this.http.request('GET', `/v1/policies/${encodeURIComponent(toolName)}`);
     let policy: CachedPolicy;
-    if (res.status === 200) policy = toCached(res.body as PolicyBody);
-    else if (res.status === 404) policy = { kind: 'none' };
+    if (res.status === 200) policy = toCached(policyBody(res.body));
+    else if (res.status === 404 && policyNotFound(res.body)) policy = { kind: 'none' };
     else throw apiError(res);
     // An event for this tool arrived meanwhile: this answer may predate it, so it is used once, not kept.
     if ((this.generations.get(toolName) ?? 0) === generation) {

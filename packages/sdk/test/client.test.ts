@@ -1,4 +1,5 @@
 import {
+  ApiError,
   ApprovalDeniedError,
   ApprovalTimeoutError,
   type Client,
@@ -181,6 +182,17 @@ describe('live policy updates', () => {
     expect(await client.validate('pay', { amount: 30 })).toMatchObject({ decision: 'deny', source: 'local' });
   });
 
+  it('sends the calls of a tool named "." or ".." to the server, whose path they cannot be in', async () => {
+    const tenant = await createTenant(t);
+    await putPolicy(t, tenant, '..', {
+      mode: 'deterministic',
+      constraints: [{ argumentName: 'amount', maximum: 5 }],
+    });
+    const client = await track(createClient({ apiKey: tenant.apiKey, baseUrl: t.url, live: false }));
+    const r = await client.validate('..', { amount: 1000 });
+    expect(r).toMatchObject({ decision: 'deny', source: 'server' });
+  });
+
   it('sends calls that need the server (session limits) to the server', async () => {
     const tenant = await createTenant(t);
     await putPolicy(t, tenant, 'search', { mode: 'deterministic', sessionConstraints: { maxCalls: 1 } });
@@ -271,6 +283,38 @@ describe('when the service cannot be reached', () => {
     const closing = await client.close().catch((e: unknown) => e);
     expect(closing).toBeInstanceOf(FlushError);
     expect((closing as FlushError).pending).toHaveLength(2);
+  });
+
+  it('never takes an answer that is not the API’s for a decision: a proxy page or {} fails closed', async () => {
+    const answers: [number, string][] = [
+      [200, '<html>gateway</html>'],
+      [200, '{}'],
+      [200, '{"decision":"ALLOW"}'],
+      [404, '<html>not here</html>'],
+    ];
+    for (const [status, body] of answers) {
+      // Every request of this client (policy fetch, validate) gets the same foreign answer.
+      const client = createClient({
+        ...opts,
+        fetch: async () => new Response(body, { status, headers: { 'content-type': 'text/html' } }),
+      });
+      // A deny (the service counts as unreachable) or an error: never an allow, and wrap never runs.
+      const r = await client.validate('pay', { amount: 1000 }).catch((e: unknown) => e);
+      if (r instanceof Error) expect(r, `${status} ${body}`).toBeInstanceOf(ApiError);
+      else
+        expect(r, `${status} ${body}`).toMatchObject({
+          decision: 'deny',
+          reason: expect.stringMatching(/fail closed/),
+        });
+      let ran = false;
+      await client
+        .wrap('pay', async (_args: { amount: number }) => {
+          ran = true;
+        })({ amount: 1 })
+        .catch(() => {});
+      expect(ran, `${status} ${body}`).toBe(false);
+      await client.close().catch(() => {});
+    }
   });
 
   it('throws ServiceUnavailableError with onUnavailable: throw, allows only with onUnavailable: allow', async () => {
