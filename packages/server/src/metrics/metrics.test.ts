@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { resolveApproval } from '../../test/approvals.js';
 import { useTestApp } from '../../test/fixture.js';
 import {
@@ -155,11 +156,17 @@ describe('GET /metrics', () => {
     try {
       await client.listTools();
       await client.callTool({ name: 'echo', arguments: { text: 'hi' } });
+      // A method of the client's own invention is forwarded, but its name is no label.
+      await client
+        .request({ method: 'acme-customer-42/secret', params: {} }, z.object({}).passthrough())
+        .catch(() => {});
     } finally {
       await client.close();
     }
     const after = await scrape();
     const moved = (series: string) => sample(after, series) - sample(before, series);
+    expect(after).not.toContain('acme-customer-42');
+    expect(moved('svc_mcp_upstream_requests_total{method="other",outcome="rpc"}')).toBe(1);
     expect(moved('svc_mcp_upstream_requests_total{method="tools/list",outcome="ok"}')).toBe(1);
     expect(moved('svc_mcp_upstream_requests_total{method="tools/call",outcome="ok"}')).toBe(1);
     expect(moved('svc_mcp_upstream_request_duration_seconds_count{method="tools/call",outcome="ok"}')).toBe(

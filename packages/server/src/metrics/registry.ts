@@ -18,6 +18,31 @@ function processMetrics(): Registry {
   return processRegistry;
 }
 
+/**
+ * The method label of the MCP upstream series: the protocol's request methods by name, anything
+ * else a client sent (a method name is any string it chooses) as `other`. Otherwise one tenant's
+ * text would be a label of the operator's metrics, and the series would grow without bound.
+ */
+const MCP_METHODS: ReadonlySet<string> = new Set([
+  'initialize',
+  'ping',
+  'tools/list',
+  'tools/call',
+  'resources/list',
+  'resources/templates/list',
+  'resources/read',
+  'resources/subscribe',
+  'resources/unsubscribe',
+  'prompts/list',
+  'prompts/get',
+  'completion/complete',
+  'logging/setLevel',
+  'tasks/get',
+  'tasks/result',
+  'tasks/list',
+  'tasks/cancel',
+]);
+
 export function createMetrics(): Metrics {
   // Process CPU is counted from the first collection on: start it with the app, not at the first scrape.
   const proc = processMetrics();
@@ -99,7 +124,8 @@ export function createMetrics(): Metrics {
       commitTime.observe(seconds);
     },
     rateLimited: (limit) => rateLimited.inc({ limit }),
-    upstreamCall(method, outcome, seconds) {
+    upstreamCall(sent, outcome, seconds) {
+      const method = MCP_METHODS.has(sent) ? sent : 'other';
       upstreamCalls.inc({ method, outcome });
       upstreamTime.observe({ method, outcome }, seconds);
     },
