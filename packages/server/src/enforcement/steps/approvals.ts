@@ -55,7 +55,7 @@ export function approvalsStep(approvals: Pick<ApprovalService, 'use' | 'open'>):
       }
       // Allowed without it: the approval is ignored and stays unused for the call that needs it.
       if (verdict.decision !== 'require_approval') return { verdict };
-      const use = await approvals.use(scope.organizationId, approvalId, call);
+      const use = await approvals.use(scope.organizationId, approvalId, call, scope.projectId);
       if (!use.ok) return { verdict: { ...verdict, decision: 'deny', reason: `Denied: ${use.reason}` } };
       return {
         verdict: {

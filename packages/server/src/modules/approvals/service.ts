@@ -382,11 +382,17 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       organizationId: string,
       id: string,
       call: { toolName: string; arguments: Record<string, unknown> },
+      /** The project of the key that presents it, if a key does. */
+      projectId?: string | null,
     ): Promise<ApprovalUse> {
       const at = now();
       const row = await approvals.get(organizationId, id);
       const refuse = (why: string): ApprovalUse => ({ ok: false, reason: `approval ${id} ${why}` });
       if (!row) return refuse('was not found');
+      // What an agent's key does stays in its project: a key uses approvals its own project's keys
+      // opened, or people did, never another project's (as for capsule mints); that one is not found.
+      if (projectId !== undefined && row.requested_by_key_id !== null && row.project_id !== projectId)
+        return refuse('was not found');
       const status = statusAt(row, at);
       if (status === 'pending') return refuse('is still pending: wait until it is approved');
       if (status === 'expired') return refuse(`expired at ${row.expires_at} without a decision`);

@@ -59,6 +59,27 @@ const usedAt = async (id: string) =>
   (await t.store.db.selectFrom('approvals').select('used_at').where('id', '=', id).executeTakeFirstOrThrow())
     .used_at;
 
+describe('an approval across projects', () => {
+  it("is used only by its own project's keys: another project's key finds none and uses nothing", async () => {
+    const tenant = await teamTenantWithPolicy();
+    const id = await approved(tenant, { amount: 501 });
+    const second = await t.inject({
+      method: 'POST',
+      url: '/v1/projects',
+      headers: { authorization: `Bearer ${tenant.token}` },
+      payload: { name: 'other', organizationId: tenant.orgId },
+    });
+    const other = { ...tenant, apiKey: second.json().apiKey as string };
+    const taken = await validate(other, { amount: 501 }, { approval_id: id });
+    expect(taken.json()).toMatchObject({ decision: 'deny' });
+    expect(taken.json().reason).toMatch(`approval ${id} was not found`);
+    expect(await usedAt(id)).toBeNull();
+    // Its own project's call still gets it.
+    const own = await validate(tenant, { amount: 501 }, { approval_id: id });
+    expect(own.json()).toMatchObject({ decision: 'allow' });
+  });
+});
+
 describe('require_approval through POST /v1/tools/validate', () => {
   it('opens an approval linked to the recorded decision, then allows the approved call exactly once', async () => {
     const tenant = await teamTenantWithPolicy();
