@@ -4,6 +4,7 @@ import {
   leafHash,
   MerkleFrontier,
   nodeHash,
+  receiptHash,
   tag,
   verifyCheckpointSignature,
   verifyInclusion,
@@ -122,6 +123,18 @@ describe('checkpoints and inclusion (docs/receipts.md)', () => {
       const altered = { ...receipt, reason: 'something else' };
       expect((await verifyReceiptInclusion(altered, proof, checkpoint, keys)).ok).toBe(false);
     }
+    // The checkpoint's last receipt with a forged merkle_root and its receipt_hash recomputed: the
+    // leaf (and so the path) does not cover either, the checkpoint does.
+    const last = JSON.parse(lines[checkpoint.tree_size - 1]!);
+    const lastProof = await get(
+      `/v1/receipts/proofs/inclusion?sequence=${checkpoint.tree_size - 1}&tree_size=${checkpoint.tree_size}`,
+    );
+    const forged = { ...last, merkle_root: `sha256:${'0'.repeat(64)}` };
+    forged.receipt_hash = await receiptHash(forged);
+    expect(await verifyReceiptInclusion(forged, lastProof, checkpoint, keys)).toMatchObject({
+      ok: false,
+      code: 'root_mismatch',
+    });
     const proof = await get(`/v1/receipts/proofs/inclusion?sequence=2&tree_size=${checkpoint.tree_size}`);
     const other = JSON.parse(lines[3]!);
     expect(await verifyReceiptInclusion(other, { ...proof, sequence: 3 }, checkpoint, keys)).toMatchObject({

@@ -130,9 +130,20 @@ export async function verifyReceiptInclusion(
     proof.audit_path.map(untag),
     untag(checkpoint.root_hash),
   );
-  return included
-    ? { ok: true }
-    : fail('not_included', 'the audit path does not lead to the checkpoint root');
+  if (!included) return fail('not_included', 'the audit path does not lead to the checkpoint root');
+  // The leaf leaves out merkle_root and receipt_hash, so the path does not vouch for them. The
+  // checkpoint does for its last receipt: its root is that receipt's merkle_root, and it names the
+  // receipt's hash. (Of an earlier receipt, a consistency proof to its own tree size would.)
+  if (
+    receipt.sequence === checkpoint.tree_size - 1 &&
+    (receipt.merkle_root !== checkpoint.root_hash || receipt.receipt_hash !== checkpoint.last_receipt_hash)
+  ) {
+    return fail(
+      'root_mismatch',
+      "the checkpoint's last receipt must carry its root_hash and last_receipt_hash; this one does not",
+    );
+  }
+  return { ok: true };
 }
 
 /**
