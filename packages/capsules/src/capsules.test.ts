@@ -90,6 +90,36 @@ describe('capsule JWS', () => {
     });
   });
 
+  it('takes the key set as published, skips entries that are no key, refuses keys for another use', async () => {
+    expect(await verifyCapsule(mint(payload()), { keys: [jwk] }, { now: at })).toMatchObject({ ok: true });
+    expect(
+      await verifyCapsule(mint(payload()), [null, jwk] as unknown as (typeof jwk)[], { now: at }),
+    ).toMatchObject({ ok: true });
+    for (const key of [
+      { ...jwk, alg: 'ES256' },
+      { ...jwk, use: 'enc' },
+    ]) {
+      expect(await verifyCapsule(mint(payload()), [key], { now: at }), JSON.stringify(key)).toMatchObject({
+        ok: false,
+        code: 'capsule_kid_unknown',
+      });
+    }
+  });
+
+  it('never takes an invalid clock or skew for "not expired": it throws', async () => {
+    const expired = mint(payload());
+    for (const opts of [
+      { now: new Date('x') },
+      { now: at, skewSeconds: Number.NaN },
+      { now: at, skewSeconds: Number.POSITIVE_INFINITY },
+      { now: at, skewSeconds: -1 },
+    ]) {
+      await expect(verifyCapsule(expired, [jwk], opts), JSON.stringify(opts)).rejects.toBeInstanceOf(
+        TypeError,
+      );
+    }
+  });
+
   it('refuses a signed payload that is not canonical, or has an unknown member, or misses one', async () => {
     const input = (text: string) => {
       const header = base64url(

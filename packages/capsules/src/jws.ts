@@ -66,9 +66,23 @@ const fail = (
  */
 export async function verifyCapsule(
   jws: string,
-  keys: readonly PublicJwk[],
+  /** The keys, or the key set as published (`{keys: [...]}`, GET /.well-known/svc-keys.json). */
+  keys: readonly PublicJwk[] | { keys: readonly PublicJwk[] },
   opts: VerifyCapsuleOptions = {},
 ): Promise<CapsuleCheck> {
+  const now = (opts.now ?? new Date()).getTime();
+  const skew = (opts.skewSeconds ?? DEFAULT_SKEW_SECONDS) * 1000;
+  // A NaN here would make every capsule unexpired: a caller's mistake must not accept one.
+  if (!Number.isFinite(now) || !Number.isFinite(skew) || skew < 0) {
+    throw new TypeError(
+      'verifyCapsule: opts.now must be a valid Date and opts.skewSeconds a finite number ≥ 0',
+    );
+  }
+  const list: readonly unknown[] = Array.isArray(keys)
+    ? keys
+    : Array.isArray((keys as { keys?: unknown })?.keys)
+      ? (keys as { keys: unknown[] }).keys
+      : [];
   const parts = typeof jws === 'string' ? jws.split('.') : [];
   if (parts.length !== 3)
     return fail('capsule_payload_invalid', 'a capsule is a compact JWS of three parts', 'capsule');
@@ -94,10 +108,18 @@ export async function verifyCapsule(
     return fail('capsule_payload_invalid', 'the header is not canonical or has unknown members', 'header');
   }
   const kid = header['kid'];
-  const jwk = keys.find((k) => k.kid === kid);
+  const jwk = list.find((k): k is PublicJwk & { use?: unknown } => (k as PublicJwk | null)?.kid === kid);
   if (!jwk) return fail('capsule_kid_unknown', `key ${kid} is not in the key set`, 'header.kid');
-  if (jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519' || typeof jwk.x !== 'string') {
-    return fail('capsule_kid_unknown', `key ${kid} is not an Ed25519 key`, 'header.kid');
+  // An Ed25519 key for signatures (as the checkpoint verifier requires): a key published for
+  // another algorithm or use never verifies a capsule.
+  if (
+    jwk.kty !== 'OKP' ||
+    jwk.crv !== 'Ed25519' ||
+    typeof jwk.x !== 'string' ||
+    (jwk.alg !== undefined && jwk.alg !== 'EdDSA') ||
+    (jwk.use !== undefined && jwk.use !== 'sig')
+  ) {
+    return fail('capsule_kid_unknown', `key ${kid} is not an Ed25519 signing key`, 'header.kid');
   }
   let valid = false;
   try {
@@ -119,8 +141,6 @@ export async function verifyCapsule(
     return fail('capsule_payload_invalid', 'the signed payload is not RFC 8785 canonical JSON', 'payload');
   }
   const capsule = payload as CapsulePayload;
-  const now = (opts.now ?? new Date()).getTime();
-  const skew = (opts.skewSeconds ?? DEFAULT_SKEW_SECONDS) * 1000;
   if (now >= Date.parse(capsule.expires_at) + skew) {
     return fail('capsule_expired', `the capsule expired at ${capsule.expires_at}`, 'expires_at');
   }
