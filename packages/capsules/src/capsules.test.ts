@@ -112,7 +112,6 @@ describe('capsule JWS', () => {
       { now: new Date('x') },
       { now: at, skewSeconds: Number.NaN },
       { now: at, skewSeconds: Number.POSITIVE_INFINITY },
-      { now: at, skewSeconds: -1 },
     ]) {
       await expect(verifyCapsule(expired, [jwk], opts), JSON.stringify(opts)).rejects.toBeInstanceOf(
         TypeError,
