@@ -3,6 +3,7 @@ export { base64url, canonicalJson, fromBase64url, sha256Tagged } from './canonic
 export {
   capsuleSigningInput,
   compactCapsule,
+  keyList,
   type VerifyCapsuleOptions,
   verifyCapsule,
   verifyEd25519,

@@ -4,6 +4,7 @@ import {
   type CapsuleCheck,
   type CapsulePayload,
   DEFAULT_SKEW_SECONDS,
+  type KeySet,
   type PublicJwk,
 } from './model.js';
 import { payloadProblems } from './schema.js';
@@ -57,6 +58,12 @@ const fail = (
   param: string | null = null,
 ) => ({ ok: false, code, message, param }) as const;
 
+/** The keys of a key set, as a list whichever form it came in; none for anything else. */
+export function keyList(keys: KeySet): readonly PublicJwk[] {
+  const list = Array.isArray(keys) ? keys : (keys as { keys?: readonly PublicJwk[] })?.keys;
+  return Array.isArray(list) ? list : [];
+}
+
 /**
  * Verifies a capsule against a published key set (the service's /.well-known/svc-keys.json), in any
  * runtime with WebCrypto Ed25519. Checks, in order: the compact form and header, the key (`kid`
@@ -67,7 +74,7 @@ const fail = (
 export async function verifyCapsule(
   jws: string,
   /** The keys, or the key set as published (`{keys: [...]}`, GET /.well-known/svc-keys.json). */
-  keys: readonly PublicJwk[] | { keys: readonly PublicJwk[] },
+  keys: KeySet,
   opts: VerifyCapsuleOptions = {},
 ): Promise<CapsuleCheck> {
   const now = (opts.now ?? new Date()).getTime();
@@ -76,11 +83,6 @@ export async function verifyCapsule(
   if (!Number.isFinite(now) || !Number.isFinite(skew)) {
     throw new TypeError('verifyCapsule: opts.now must be a valid Date and opts.skewSeconds a finite number');
   }
-  const list: readonly unknown[] = Array.isArray(keys)
-    ? keys
-    : Array.isArray((keys as { keys?: unknown })?.keys)
-      ? (keys as { keys: unknown[] }).keys
-      : [];
   const parts = typeof jws === 'string' ? jws.split('.') : [];
   if (parts.length !== 3)
     return fail('capsule_payload_invalid', 'a capsule is a compact JWS of three parts', 'capsule');
@@ -106,7 +108,8 @@ export async function verifyCapsule(
     return fail('capsule_payload_invalid', 'the header is not canonical or has unknown members', 'header');
   }
   const kid = header['kid'];
-  const jwk = list.find((k): k is PublicJwk & { use?: unknown } => (k as PublicJwk | null)?.kid === kid);
+  // A published set may hold entries that are no key at all: they match nothing.
+  const jwk = keyList(keys).find((k) => (k as PublicJwk | null)?.kid === kid);
   if (!jwk) return fail('capsule_kid_unknown', `key ${kid} is not in the key set`, 'header.kid');
   // An Ed25519 key for signatures: a key published for another algorithm or use never verifies a
   // capsule.

@@ -47,7 +47,11 @@ export interface PublicJwk {
   x?: string;
   kid?: string;
   alg?: string;
+  use?: string;
 }
+
+/** Public keys as a list, or as the key set is published (GET /.well-known/svc-keys.json). */
+export type KeySet = readonly PublicJwk[] | { keys: readonly PublicJwk[] };
 
 export type CapsuleErrorCode =
   | 'capsule_payload_invalid'

@@ -1,19 +1,12 @@
-import { verifyEd25519 } from '@svc/capsules';
+import { type KeySet, keyList, verifyEd25519 } from '@svc/capsules';
 import { receiptHash, receiptLeafData } from './chain.js';
 import { canonicalJson, isTaggedHash, tag, untag } from './hash.js';
 import { leafHash, verifyConsistency, verifyInclusion } from './merkle.js';
-import type {
-  Checkpoint,
-  CheckResult,
-  ConsistencyProof,
-  FailureCode,
-  InclusionProof,
-  PublicJwk,
-} from './model.js';
+import type { Checkpoint, CheckResult, ConsistencyProof, FailureCode, InclusionProof } from './model.js';
 
 export const CHECKPOINT_SCHEMA = 'svc.checkpoint/1';
 
-export type KeySet = readonly PublicJwk[] | { keys: readonly PublicJwk[] };
+export type { KeySet };
 
 const fail = (code: FailureCode, reason: string): CheckResult => ({ ok: false, code, reason });
 
@@ -24,11 +17,6 @@ function fromBase64Url(s: string): Uint8Array {
   const out = new Uint8Array(bin.length);
   for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
   return out;
-}
-
-function keyList(keys: KeySet): readonly PublicJwk[] {
-  const list = Array.isArray(keys) ? keys : (keys as { keys?: readonly PublicJwk[] })?.keys;
-  return Array.isArray(list) ? list : [];
 }
 
 /** The members of a checkpoint, before its signature is looked at. */
