@@ -53,6 +53,23 @@ function fromFastify(err: FastifyError): { code: ErrorCode; message: string } | 
   return null;
 }
 
+/** The API's error handler: every error in envelope A (SPEC section 2). */
+export function errorHandlerA(
+  err: FastifyError | AppError,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): FastifyReply {
+  if (err instanceof AppError) {
+    if (err.headers) reply.headers(err.headers);
+    return sendError(reply, err.code, err.message);
+  }
+  if (err.validation) return sendError(reply, 'validation_failed', validationMessage(err));
+  const mapped = fromFastify(err);
+  if (mapped) return sendError(reply, mapped.code, mapped.message);
+  request.log.error({ err }, 'unhandled error');
+  return sendError(reply, 'internal_error', `Internal error (request ${request.id})`);
+}
+
 /**
  * Fastify's `frameworkErrors`: errors of the router itself (a bad percent-encoding, an over-long
  * parameter) reach no route and no plugin's handler, so they are answered here, in envelope B under
@@ -147,17 +164,7 @@ export function registerErrorHandling(app: FastifyInstance): void {
     );
   });
 
-  app.setErrorHandler((err: FastifyError | AppError, request, reply) => {
-    if (err instanceof AppError) {
-      if (err.headers) reply.headers(err.headers);
-      return sendError(reply, err.code, err.message);
-    }
-    if (err.validation) return sendError(reply, 'validation_failed', validationMessage(err));
-    const mapped = fromFastify(err);
-    if (mapped) return sendError(reply, mapped.code, mapped.message);
-    request.log.error({ err }, 'unhandled error');
-    return sendError(reply, 'internal_error', `Internal error (request ${request.id})`);
-  });
+  app.setErrorHandler(errorHandlerA);
 
   app.setNotFoundHandler((request, reply) =>
     sendError(reply, 'not_found', `Route ${request.method} ${request.url.split('?')[0]} not found`),

@@ -1,10 +1,11 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
+import type { FastifyError, FastifyRequest } from 'fastify';
 import type { AppContext } from '../../context.js';
 import { sendEnvelopeB } from '../../lib/envelope-b.js';
 import { AppError } from '../../lib/errors.js';
 import { NoBody } from '../../lib/schemas.js';
-import { sendError } from '../../plugins/errors.js';
+import { errorHandlerA, sendError } from '../../plugins/errors.js';
 import { SigningKeyMissingError } from '../../signing/model.js';
 import { envelopeBErrorHandler, routeNotFoundB } from '../payments/errors.js';
 
@@ -35,11 +36,16 @@ const KEY_SET_PATH = '/.well-known/svc-keys.json';
  * route_not_found.
  */
 const keySetRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
-  app.setErrorHandler(envelopeBErrorHandler(ctx.config.docsUrl));
+  const errorB = envelopeBErrorHandler(ctx.config.docsUrl);
   const notFoundB = routeNotFoundB(ctx.config.docsUrl);
-  // The context's 404 also takes the paths below it: those are unknown routes as anywhere else.
+  // The context also takes the paths below it (its 404, and errors of hooks that run before the
+  // router's verdict, such as a %00 in the URL): those are unknown routes in envelope A as anywhere else.
+  const isKeySet = (req: FastifyRequest) => req.url.split('?')[0] === KEY_SET_PATH;
+  app.setErrorHandler((err: FastifyError, req, reply) =>
+    isKeySet(req) ? errorB(err, req, reply) : errorHandlerA(err, req, reply),
+  );
   app.setNotFoundHandler((req, reply) =>
-    req.url.split('?')[0] === KEY_SET_PATH
+    isKeySet(req)
       ? notFoundB(req, reply)
       : sendError(reply, 'not_found', `Route ${req.method} ${req.url.split('?')[0]} not found`),
   );

@@ -55,6 +55,12 @@ describe('GET /.well-known/svc-keys.json', () => {
       expect(elsewhere.statusCode).toBe(404);
       expect(elsewhere.json()).toEqual({ error: { code: 'not_found', message: expect.any(String) } });
     }
+    // A path below the key set is refused for its %00 in envelope A too.
+    const below = await t.inject({ method: 'GET', url: '/.well-known/svc-keys.json/%00' });
+    expect(below.statusCode).toBe(400);
+    expect(below.json()).toEqual({
+      error: { code: 'validation_failed', message: expect.stringContaining('%00') },
+    });
   });
 });
 
