@@ -11,8 +11,12 @@ import {
   canonicalJson,
   capsuleSigningInput,
   compactCapsule,
+  type KeySet,
+  keyList,
+  type PublicJwk,
   payloadProblems,
   precisionProblem,
+  signingKey,
   verifyCapsule,
 } from './index.js';
 
@@ -106,6 +110,25 @@ describe('capsule JWS', () => {
     }
   });
 
+  it('refuses a kid the key set publishes twice, whichever entry signed', async () => {
+    const twin = {
+      ...(other.publicKey.export({ format: 'jwk' }) as { kty: string; crv: string; x: string }),
+      kid: 'k1',
+      alg: 'EdDSA',
+    };
+    for (const keys of [[jwk, twin], [twin, jwk], { keys: [jwk, { ...jwk }] }]) {
+      expect(await verifyCapsule(mint(payload()), keys, { now: at })).toEqual({
+        ok: false,
+        code: 'capsule_kid_unknown',
+        message: 'key k1 appears 2 times in the key set: ambiguous, so it is not used',
+        param: 'header.kid',
+      });
+    }
+    // Another kid twice leaves this one usable.
+    const k2 = { ...twin, kid: 'k2' };
+    expect(await verifyCapsule(mint(payload()), [k2, jwk, k2], { now: at })).toMatchObject({ ok: true });
+  });
+
   it('never takes an invalid clock or skew for "not expired": it throws', async () => {
     const expired = mint(payload());
     for (const opts of [
@@ -138,6 +161,41 @@ describe('capsule JWS', () => {
     });
     const { nonce: _n, ...noNonce } = payload();
     expect(await verifyCapsule(mint(noNonce), [jwk], { now: at })).toMatchObject({ param: 'nonce' });
+  });
+});
+
+describe('key sets (signingKey, the rule capsules and checkpoints share)', () => {
+  it('answers the one Ed25519 signing key of a kid, or why there is none', () => {
+    expect(signingKey({ keys: [jwk] }, 'k1')).toEqual({ ok: true, jwk });
+    expect(signingKey([{ ...jwk, use: 'sig' }], 'k1')).toMatchObject({ ok: true });
+    expect(signingKey([jwk], 'k2')).toEqual({
+      ok: false,
+      problem: 'unknown',
+      message: 'key k2 is not in the key set',
+    });
+    expect(signingKey([jwk, jwk], 'k1')).toMatchObject({ ok: false, problem: 'ambiguous' });
+    for (const key of [
+      { ...jwk, use: 'enc' },
+      { ...jwk, alg: 'ES256' },
+      { ...jwk, crv: 'X25519' },
+      { ...jwk, kty: 'EC' },
+      { ...jwk, x: undefined },
+    ]) {
+      expect(signingKey([key], 'k1'), JSON.stringify(key)).toEqual({
+        ok: false,
+        problem: 'unusable',
+        message: 'key k1 is not an Ed25519 signing key',
+      });
+    }
+  });
+
+  it('reads a list or a published set, leaving out entries that are no key', () => {
+    const set = [null, 3, 'k1', [jwk], jwk] as unknown as KeySet;
+    expect(keyList(set)).toEqual([jwk]);
+    expect(keyList({ keys: set as PublicJwk[] })).toEqual([jwk]);
+    for (const notASet of [null, undefined, 7, 'keys', { keys: null }, {}]) {
+      expect(keyList(notASet as unknown as KeySet)).toEqual([]);
+    }
   });
 });
 

@@ -3,11 +3,11 @@ export { base64url, canonicalJson, fromBase64url, sha256Tagged } from './canonic
 export {
   capsuleSigningInput,
   compactCapsule,
-  keyList,
   type VerifyCapsuleOptions,
   verifyCapsule,
   verifyEd25519,
 } from './jws.js';
+export { keyList, type SigningKeyLookup, signingKey } from './keys.js';
 export * from './model.js';
 export {
   CAPSULE_PAYLOAD_SCHEMA,

@@ -1,11 +1,11 @@
 import { base64url, canonicalJson, fromBase64url } from './canonical.js';
+import { signingKey } from './keys.js';
 import {
   CAPSULE_TYP,
   type CapsuleCheck,
   type CapsulePayload,
   DEFAULT_SKEW_SECONDS,
   type KeySet,
-  type PublicJwk,
 } from './model.js';
 import { payloadProblems } from './schema.js';
 
@@ -58,18 +58,13 @@ const fail = (
   param: string | null = null,
 ) => ({ ok: false, code, message, param }) as const;
 
-/** The keys of a key set, as a list whichever form it came in; none for anything else. */
-export function keyList(keys: KeySet): readonly PublicJwk[] {
-  const list = Array.isArray(keys) ? keys : (keys as { keys?: readonly PublicJwk[] })?.keys;
-  return Array.isArray(list) ? list : [];
-}
-
 /**
  * Verifies a capsule against a published key set (the service's /.well-known/svc-keys.json), in any
  * runtime with WebCrypto Ed25519. Checks, in order: the compact form and header, the key (`kid`
- * known), the signature, that the payload is canonical JSON with exactly the schema's members, and
- * that it has not expired (with `skewSeconds` of tolerance). Consumption (single use, amounts,
- * payee, rail) is the service's to check at the moment of paying.
+ * names exactly one Ed25519 signing key of the set, see signingKey), the signature, that the
+ * payload is canonical JSON with exactly the schema's members, and that it has not expired (with
+ * `skewSeconds` of tolerance). Consumption (single use, amounts, payee, rail) is the service's to
+ * check at the moment of paying.
  */
 export async function verifyCapsule(
   jws: string,
@@ -108,23 +103,13 @@ export async function verifyCapsule(
     return fail('capsule_payload_invalid', 'the header is not canonical or has unknown members', 'header');
   }
   const kid = header['kid'];
-  // A published set may hold entries that are no key at all: they match nothing.
-  const jwk = keyList(keys).find((k) => (k as PublicJwk | null)?.kid === kid);
-  if (!jwk) return fail('capsule_kid_unknown', `key ${kid} is not in the key set`, 'header.kid');
-  // An Ed25519 key for signatures: a key published for another algorithm or use never verifies a
-  // capsule.
-  if (
-    jwk.kty !== 'OKP' ||
-    jwk.crv !== 'Ed25519' ||
-    typeof jwk.x !== 'string' ||
-    (jwk.alg !== undefined && jwk.alg !== 'EdDSA') ||
-    (jwk.use !== undefined && jwk.use !== 'sig')
-  ) {
-    return fail('capsule_kid_unknown', `key ${kid} is not an Ed25519 signing key`, 'header.kid');
-  }
+  // Unknown, published twice, or not an Ed25519 signing key: the catalog has one code for a kid
+  // that names no key to verify with.
+  const key = signingKey(keys, kid);
+  if (!key.ok) return fail('capsule_kid_unknown', key.message, 'header.kid');
   let valid = false;
   try {
-    valid = await verifyEd25519(jwk.x, signature, encoder.encode(`${h}.${p}`));
+    valid = await verifyEd25519(key.jwk.x, signature, encoder.encode(`${h}.${p}`));
   } catch {
     valid = false;
   }

@@ -1,4 +1,5 @@
 import { canonicalJson, GENESIS_HASH, hashJson, isTaggedHash, tag, untag } from './hash.js';
+import { duplicateMember } from './json.js';
 import { leafHash, MerkleFrontier } from './merkle.js';
 import type { ChainStart, VerifyError, VerifyOptions, VerifyReport } from './model.js';
 
@@ -52,14 +53,27 @@ export function receiptLeafData(r: Json): string {
 /**
  * Checks an exported receipt chain (GET /v1/receipts/export): schema and hash formats, every
  * receipt_hash, the previous_receipt_hash links, sequence continuity and every merkle_root. Input:
- * NDJSON text, or lines / receipt objects (sync or async). Everything wrong is reported, not thrown;
- * only an invalid `options.start` throws. `options.treeSizes` asks for the recomputed root and last
- * receipt hash at those tree sizes (`report.heads`), what a checkpoint of that size must have signed.
+ * NDJSON text, or lines / receipt objects (sync or async). Everything wrong with the chain is
+ * reported, not thrown: a line that is not JSON, not an object, or holds a member name twice is an
+ * error at its line. Only a caller's mistake throws, a TypeError: an input that is neither text nor
+ * iterable, or invalid options. `options.treeSizes` asks for the recomputed root and last receipt
+ * hash at those tree sizes (`report.heads`), what a checkpoint of that size must have signed.
  */
 export async function verifyReceiptChain(
   input: string | Iterable<string | Json> | AsyncIterable<string | Json>,
   options: VerifyOptions = {},
 ): Promise<VerifyReport> {
+  if (typeof input !== 'string' && !isIterable(input)) {
+    throw new TypeError(
+      `verifyReceiptChain: input must be NDJSON text or an iterable (sync or async) of lines or receipt objects, not ${kindOf(input)}`,
+    );
+  }
+  if (options === null || typeof options !== 'object') {
+    throw new TypeError(`verifyReceiptChain: options must be an object, not ${kindOf(options)}`);
+  }
+  if (options.treeSizes != null && !isIterable(options.treeSizes)) {
+    throw new TypeError('verifyReceiptChain: options.treeSizes must be an iterable of tree sizes');
+  }
   const v = new ChainVerifier(options.start, new Set(options.treeSizes ?? []));
   let line = 0;
   const items = typeof input === 'string' ? input.split('\n') : input;
@@ -69,6 +83,15 @@ export async function verifyReceiptChain(
   }
   return v.report();
 }
+
+const isIterable = (x: unknown): boolean =>
+  x != null &&
+  (typeof (x as Iterable<unknown>)[Symbol.iterator] === 'function' ||
+    typeof (x as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function');
+
+/** What a wrong argument was, for a TypeError's message. */
+export const kindOf = (x: unknown): string =>
+  x === null ? 'null' : Array.isArray(x) ? 'an array' : typeof x;
 
 class ChainVerifier {
   private started = false;
@@ -90,29 +113,45 @@ class ChainVerifier {
     private readonly wantedSizes: ReadonlySet<number> = new Set(),
   ) {
     if (!start) return;
-    if (!Number.isSafeInteger(start.sequence) || start.sequence < 0) {
-      throw new Error(`invalid start sequence ${start.sequence}`);
+    if (typeof start !== 'object') {
+      throw new TypeError('verifyReceiptChain: invalid start: it must be {sequence, lastHash, frontier}');
     }
-    if (!isTaggedHash(start.lastHash)) throw new Error(`invalid start lastHash ${start.lastHash}`);
+    if (!Number.isSafeInteger(start.sequence) || start.sequence < 0) {
+      throw new TypeError(`verifyReceiptChain: invalid start sequence ${start.sequence}`);
+    }
+    if (!isTaggedHash(start.lastHash))
+      throw new TypeError(`verifyReceiptChain: invalid start lastHash ${start.lastHash}`);
+    if (!Array.isArray(start.frontier) || !start.frontier.every(isTaggedHash)) {
+      throw new TypeError('verifyReceiptChain: invalid start frontier: it must be a list of sha256:<64 hex>');
+    }
+    let frontier: MerkleFrontier;
+    try {
+      frontier = new MerkleFrontier(start.frontier.map(untag), start.sequence);
+    } catch (err) {
+      throw new TypeError(`verifyReceiptChain: invalid start frontier: ${(err as Error).message}`);
+    }
     this.started = true;
     this.expectedSeq = start.sequence;
     this.expectedPrev = start.lastHash;
-    this.tree = new MerkleFrontier(start.frontier.map(untag), start.sequence);
+    this.tree = frontier;
   }
 
   async item(item: string | Json, line: number): Promise<void> {
     let parsed: unknown = item;
     if (typeof item === 'string') {
       if (item.trim() === '') return;
+      let problem: string | null = null;
       try {
         parsed = JSON.parse(item);
+        const twice = duplicateMember(item);
+        if (twice !== null) {
+          problem = `duplicate member name ${JSON.stringify(twice)} in one object: the line can be read two ways (I-JSON, RFC 7493, forbids it)`;
+        }
       } catch (err) {
-        this.error({
-          line,
-          sequence: null,
-          receipt_id: null,
-          problem: `not valid JSON: ${(err as Error).message}`,
-        });
+        problem = `not valid JSON: ${(err as Error).message}`;
+      }
+      if (problem !== null) {
+        this.error({ line, sequence: null, receipt_id: null, problem });
         this.lost(line);
         return;
       }

@@ -1,4 +1,4 @@
-import { type KeySet, keyList, verifyEd25519 } from '@svc/capsules';
+import { type KeySet, signingKey, verifyEd25519 } from '@svc/capsules';
 import { receiptHash, receiptLeafData } from './chain.js';
 import { canonicalJson, isTaggedHash, tag, untag } from './hash.js';
 import { leafHash, verifyConsistency, verifyInclusion } from './merkle.js';
@@ -42,27 +42,24 @@ function checkpointProblem(c: Checkpoint): CheckResult | null {
  * A checkpoint's Ed25519 signature against a key set you trust (GET /.well-known/svc-keys.json,
  * fetched and kept independently of the chain): the signed bytes are the canonical JSON of the
  * checkpoint without `signature`, `kid` included. A key that is not in the set (unknown, or
- * withdrawn after its overlap) is refused, so is a key of any other type. WebCrypto Ed25519.
+ * withdrawn after its overlap) is refused (`unknown_key`), so is a kid the set publishes more than
+ * once and a key that is not an Ed25519 signing key (`unusable_key`). WebCrypto Ed25519.
  */
 export async function verifyCheckpointSignature(checkpoint: Checkpoint, keys: KeySet): Promise<CheckResult> {
   const malformed = checkpointProblem(checkpoint);
   if (malformed) return malformed;
-  const jwk = keyList(keys).find((k) => k.kid === checkpoint.kid);
-  if (!jwk) {
-    return fail('unknown_key', `signed with key ${checkpoint.kid}, which the key set does not publish`);
-  }
-  if (
-    jwk.kty !== 'OKP' ||
-    jwk.crv !== 'Ed25519' ||
-    typeof jwk.x !== 'string' ||
-    (jwk.alg !== undefined && jwk.alg !== 'EdDSA')
-  ) {
-    return fail('unusable_key', `key ${checkpoint.kid} is not an Ed25519 signing key`);
+  // The same rule as capsules (@svc/capsules signingKey): exactly one entry with the kid, an
+  // Ed25519 key for signatures.
+  const key = signingKey(keys, checkpoint.kid);
+  if (!key.ok) {
+    return key.problem === 'unknown'
+      ? fail('unknown_key', `signed with key ${checkpoint.kid}, which the key set does not publish`)
+      : fail('unusable_key', key.message);
   }
   const { signature, ...signed } = checkpoint;
   try {
     const ok = await verifyEd25519(
-      jwk.x,
+      key.jwk.x,
       fromBase64Url(signature),
       new TextEncoder().encode(canonicalJson(signed)),
     );

@@ -1,4 +1,4 @@
-import { MAX_ERRORS, verifyReceiptChain } from './chain.js';
+import { kindOf, MAX_ERRORS, verifyReceiptChain } from './chain.js';
 import { type KeySet, verifyCheckpointSignature } from './checkpoint.js';
 import type {
   ChainStart,
@@ -23,7 +23,15 @@ export async function checkCheckpoints(
   keys: KeySet,
   report: Pick<VerifyReport, 'heads' | 'organizationId'>,
 ): Promise<CheckpointResult[]> {
-  const sorted = [...checkpoints].sort((a, b) => a.tree_size - b.tree_size);
+  if (!Array.isArray(checkpoints)) {
+    throw new TypeError(`checkCheckpoints: checkpoints must be an array, not ${kindOf(checkpoints)}`);
+  }
+  if (report === null || typeof report !== 'object' || typeof report.heads?.get !== 'function') {
+    throw new TypeError('checkCheckpoints: report must be a report of verifyReceiptChain (with heads)');
+  }
+  // Entries that are no checkpoint (null, a number…) sort last and fail one by one, like any
+  // malformed checkpoint: what the caller holds is data to report on, not a reason to crash.
+  const sorted = [...checkpoints].sort((a, b) => sizeOf(a) - sizeOf(b));
   const results: CheckpointResult[] = [];
   const signedAt = new Map<number, Checkpoint>();
   const forks = new Set<number>();
@@ -93,11 +101,18 @@ export async function checkCheckpoints(
   );
 }
 
+/** A checkpoint's tree size for ordering; anything without a numeric one sorts last. */
+function sizeOf(c: unknown): number {
+  const size = c !== null && typeof c === 'object' ? (c as Checkpoint).tree_size : undefined;
+  return typeof size === 'number' && !Number.isNaN(size) ? size : Number.POSITIVE_INFINITY;
+}
+
 /**
  * The whole export at once: the chain (verifyReceiptChain) and every checkpoint against it
  * (checkCheckpoints). `ok` only when the chain verifies and no checkpoint fails; a checkpoint the
  * export does not cover is reported `unchecked` (verify it with a consistency proof:
- * verifyCheckpointConsistency).
+ * verifyCheckpointConsistency). What is wrong with the chain or a checkpoint is reported; options
+ * that are no object, or `checkpoints` that is no array, throw a TypeError.
  */
 export async function verifyExport(
   input:
@@ -106,6 +121,14 @@ export async function verifyExport(
     | AsyncIterable<string | Record<string, unknown>>,
   options: { checkpoints: readonly Checkpoint[]; keys: KeySet; start?: ChainStart },
 ): Promise<ExportReport> {
+  if (options === null || typeof options !== 'object') {
+    throw new TypeError(`verifyExport: options must be {checkpoints, keys, start?}, not ${kindOf(options)}`);
+  }
+  if (!Array.isArray(options.checkpoints)) {
+    throw new TypeError(
+      `verifyExport: options.checkpoints must be an array of checkpoints, not ${kindOf(options.checkpoints)}`,
+    );
+  }
   const chain = await verifyReceiptChain(input, {
     start: options.start,
     treeSizes: options.checkpoints.map((c) => c?.tree_size),
@@ -148,7 +171,9 @@ export function formatCheckpointResults(results: readonly CheckpointResult[]): s
   ];
   for (const r of results) {
     if (r.status !== 'ok')
-      out.push(`  checkpoint ${r.tree_size} (${r.timestamp}, key ${r.kid}): ${r.status}: ${r.problem}`);
+      out.push(
+        `  checkpoint ${r.tree_size ?? '?'} (${r.timestamp ?? '?'}, key ${r.kid ?? '?'}): ${r.status}: ${r.problem}`,
+      );
   }
   return out.join('\n');
 }
