@@ -16,6 +16,20 @@ export interface BeneficiaryDetails {
 const MEMBERS = ['name', 'account_number', 'routing_number', 'wallet_address', 'country'] as const;
 
 /**
+ * Details that cannot name a payee. `member` is the one at fault, or null when neither
+ * `account_number` nor `wallet_address` is given.
+ */
+export class BeneficiaryError extends TypeError {
+  constructor(
+    message: string,
+    readonly member: (typeof MEMBERS)[number] | null,
+  ) {
+    super(message);
+    this.name = 'BeneficiaryError';
+  }
+}
+
+/**
  * The normalized form that is hashed, so that the same payee written twice gives one hash: every
  * string NFC-normalized and trimmed; the name lower-cased with runs of white space made one space;
  * identifiers upper-cased with spaces and hyphens removed; wallet addresses lower-cased (hex
@@ -26,16 +40,16 @@ export function normalizeBeneficiary(details: BeneficiaryDetails): Record<string
   for (const key of MEMBERS) {
     const raw = details[key];
     if (raw === undefined || raw === null) continue;
-    if (typeof raw !== 'string') throw new TypeError(`beneficiary ${key} must be a string`);
+    if (typeof raw !== 'string') throw new BeneficiaryError(`beneficiary ${key} must be a string`, key);
     let v = raw.normalize('NFC').trim();
     if (key === 'name') v = v.toLowerCase().replace(/\s+/g, ' ');
     else if (key === 'wallet_address') v = v.toLowerCase();
     else v = v.toUpperCase().replace(/[\s-]+/g, '');
     if (v !== '') out[key] = v;
   }
-  if (!out['name']) throw new TypeError('beneficiary name is required');
+  if (!out['name']) throw new BeneficiaryError('beneficiary name is required', 'name');
   if (!out['account_number'] && !out['wallet_address']) {
-    throw new TypeError('beneficiary needs an account_number or a wallet_address');
+    throw new BeneficiaryError('beneficiary needs an account_number or a wallet_address', null);
   }
   return out;
 }

@@ -4,6 +4,8 @@ import { join } from 'node:path';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { describe, expect, it } from 'vitest';
 import {
+  type BeneficiaryDetails,
+  BeneficiaryError,
   base64url,
   beneficiaryHash,
   CAPSULE_PAYLOAD_SCHEMA,
@@ -13,6 +15,7 @@ import {
   compactCapsule,
   type KeySet,
   keyList,
+  normalizeBeneficiary,
   type PublicJwk,
   payloadProblems,
   precisionProblem,
@@ -262,6 +265,20 @@ describe('beneficiary hash', () => {
     expect(a).not.toBe(c);
     expect(a).toMatch(/^sha256:[0-9a-f]{64}$/);
     await expect(beneficiaryHash({ name: 'x' })).rejects.toThrow(/account_number or a wallet_address/);
+    // Refusals name the member at fault, so a caller can point at it.
+    const memberOf = (d: unknown) => {
+      try {
+        normalizeBeneficiary(d as BeneficiaryDetails);
+      } catch (err) {
+        return err instanceof BeneficiaryError ? err.member : 'other';
+      }
+      return 'accepted';
+    };
+    expect(memberOf({ name: ' \u00a0 ', account_number: '1' })).toBe('name');
+    expect(memberOf({ name: 5, account_number: '1' })).toBe('name');
+    expect(memberOf({ name: 'x', account_number: 5 })).toBe('account_number');
+    expect(memberOf({ name: 'x', account_number: ' - ' })).toBe(null);
+    expect(memberOf({ name: 'x', wallet_address: '0xab' })).toBe('accepted');
   });
 });
 

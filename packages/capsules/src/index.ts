@@ -1,4 +1,9 @@
-export { type BeneficiaryDetails, beneficiaryHash, normalizeBeneficiary } from './beneficiary.js';
+export {
+  type BeneficiaryDetails,
+  BeneficiaryError,
+  beneficiaryHash,
+  normalizeBeneficiary,
+} from './beneficiary.js';
 export { base64url, canonicalJson, fromBase64url, sha256Tagged } from './canonical.js';
 export {
   capsuleSigningInput,

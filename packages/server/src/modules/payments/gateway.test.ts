@@ -353,6 +353,61 @@ describe('capsules', () => {
     expect(entries).toHaveLength(1);
   });
 
+  it('refuses a zero-value authorization: a ceiling of 0 at mint, an amount of 0 at consume', async () => {
+    const packId = await pack(a);
+    await payee(a, PAYEE);
+    for (const [currency, amount] of [
+      ['USD', '0'],
+      ['USD', '0.00'],
+      ['USDC', '0.000000'],
+    ] as const) {
+      const res = await mint(a, packId, { rails: ['usdc'], amount_ceiling: { currency, amount } });
+      expect([amount, expectB(res, 400, 'invalid_request')['param']]).toEqual([
+        amount,
+        'amount_ceiling.amount',
+      ]);
+    }
+    // The smallest amount of each currency is a payment.
+    expect((await mint(a, packId, { amount_ceiling: { currency: 'USD', amount: '0.01' } })).statusCode).toBe(
+      201,
+    );
+    expect(
+      (await mint(a, packId, { rails: ['usdc'], amount_ceiling: { currency: 'USDC', amount: '0.000001' } }))
+        .statusCode,
+    ).toBe(201);
+    // A consume of nothing neither spends nor uses the capsule up (nor moves what it binds).
+    const c = (await mint(a, packId)).json();
+    for (const amount of ['0', '0.00']) {
+      const err = expectB(await consume(a, c.capsule, { amount }), 400, 'capsule_payload_invalid');
+      expect(err['param']).toBe('amount');
+    }
+    // A capsule of 0 signed before mints refused it cannot pay 0 either.
+    const payload = {
+      ...c.payload,
+      capsule_id: `${c.id}-zero`,
+      nonce: `${c.payload.nonce}z`,
+      amount_ceiling: { currency: 'USD', amount: '0.00' },
+    };
+    let input = '';
+    const sig = await t.ctx.signing.signNaming((kid) => {
+      input = capsuleSigningInput(payload, kid);
+      return new TextEncoder().encode(input);
+    });
+    const zero = compactCapsule(input, sig.signature);
+    const stored = (await createGatewayRepository(t.store.db).capsule(a.orgId, c.id))!;
+    await createGatewayRepository(t.store.db).insertCapsule({
+      ...stored,
+      id: payload.capsule_id,
+      payload: JSON.stringify(payload),
+      capsule: zero,
+    });
+    expectB(await consume(a, zero, { amount: '0.00' }), 400, 'capsule_payload_invalid');
+    expect((await inject('GET', `/v1/gateway/capsules/${payload.capsule_id}`, key(a))).json().status).toBe(
+      'active',
+    );
+    expect((await consume(a, c.capsule)).statusCode).toBe(200);
+  });
+
   it('answers capsule_payload_invalid naming the member for a consume body that fails validation', async () => {
     const packId = await pack(a);
     await payee(a, PAYEE);

@@ -45,6 +45,22 @@ export function moneyMicros(
   return toMicros(money.amount, at('amount'), invalid);
 }
 
+/**
+ * The amount of a payment (a capsule's ceiling, a consume's amount): a money value as moneyMicros
+ * checks it, and more than zero. A payment of nothing authorizes nothing, yet consuming it would use
+ * the capsule up and move what it binds (invoice, workflow) on a $0 ledger entry: refused.
+ */
+export function paymentMicros(
+  money: { currency: string; amount: string },
+  param: string,
+  invalid: Invalid = gatewayError.invalidRequest,
+): number {
+  const micros = moneyMicros(money, param, invalid);
+  const at = param ? `${param}.amount` : 'amount';
+  if (micros === 0) throw invalid(`${at} must be greater than 0`, at);
+  return micros;
+}
+
 /** Decimal string of micro-units, without trailing zeros ("12.5", "3"). */
 export function fromMicros(micros: number): string {
   const whole = Math.floor(micros / 1_000_000);

@@ -1,12 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import {
   type BeneficiaryDetails,
-  beneficiaryHash,
   CAPSULE_VERSION,
   type CapsulePayload,
   capsuleSigningInput,
   compactCapsule,
-  normalizeBeneficiary,
   verifyCapsule,
 } from '@svc/capsules';
 import { windowStart } from '@svc/policy-engine';
@@ -50,8 +48,9 @@ import {
   type PackContent,
   type PayeeAnswer,
 } from './model.js';
-import { fromMicros, type Invalid, moneyMicros } from './money.js';
+import { fromMicros, moneyMicros, paymentMicros } from './money.js';
 import { evaluateConditions, type PackInput, packContent, packJson, packSha256 } from './packs.js';
+import { hashDetails } from './payee-details.js';
 import { createPaymentRepository } from './providers.js';
 import {
   type CapsuleRow,
@@ -147,26 +146,6 @@ const capsuleAnswer = (row: CapsuleRow): CapsuleAnswer => ({
   created_at: row.created_at,
   updated_at: row.updated_at,
 });
-
-/**
- * Normalizes and hashes runtime details the way @svc/capsules does; bad details are the caller's
- * (`param.name` when the name is empty, else `param`: an account_number or wallet_address is missing).
- */
-async function hashDetails(
-  details: BeneficiaryDetails,
-  param: string,
-  invalid: Invalid = gatewayError.invalidRequest,
-) {
-  try {
-    return { normalized: normalizeBeneficiary(details), hash: await beneficiaryHash(details) };
-  } catch (err) {
-    const member =
-      typeof details.name === 'string' && details.name.normalize('NFC').trim() !== ''
-        ? param
-        : `${param}.name`;
-    throw invalid(`${member}: ${(err as Error).message}`, member);
-  }
-}
 
 /** Whether first-time quarantine still applies to a payee under a pack's window. */
 function inQuarantine(payee: PayeeRow, pack: PackContent, now: number): boolean {
@@ -269,7 +248,7 @@ export function createPaymentService(deps: PaymentServiceDeps) {
     }
     // A body member that fails validation answers capsule_payload_invalid (param: the member).
     const invalid = gatewayError.payloadInvalid;
-    const amountMicros = moneyMicros({ currency: input.currency, amount: input.amount }, '', invalid);
+    const amountMicros = paymentMicros({ currency: input.currency, amount: input.amount }, '', invalid);
     if (input.currency !== p.amount_ceiling.currency) {
       throw invalid(`currency must be the capsule's (${p.amount_ceiling.currency})`, 'currency');
     }
@@ -548,7 +527,7 @@ export function createPaymentService(deps: PaymentServiceDeps) {
     async mint(scope: Caller, input: MintInput): Promise<CapsuleAnswer> {
       const packRow = await packFor(scope.organizationId, input.pack_id, input.pack_version);
       const pack = JSON.parse(packRow.content) as PackContent;
-      const ceilingMicros = moneyMicros(input.amount_ceiling, 'amount_ceiling');
+      const ceilingMicros = paymentMicros(input.amount_ceiling, 'amount_ceiling');
       if (pack.invoice_required && input.invoice_hash === undefined) {
         throw gatewayError.invoiceMissing(
           `policy pack ${input.pack_id} requires an invoice: mint with invoice_hash`,
