@@ -300,13 +300,23 @@ function Review({ id, organizationId, userId }: { id: string; organizationId: st
   );
 }
 
+/**
+ * The heading over the policy a change replaces: its version, and whether it is enforced at all (a
+ * change to an inactive policy stays unenforced until someone activates it).
+ */
+export function nowHeading(c: Pick<PolicyChange, 'current'>): string {
+  if (!c.current) return 'Now';
+  const inactive = c.current.isActive === false ? ', inactive: not enforced until activated' : '';
+  return `Now (version ${c.current.version}${inactive})`;
+}
+
 function ChangeView({ change: c }: { change: PolicyChange }) {
   return (
     <article aria-label={`Change to ${c.toolName}`}>
       <h2 className="tool">{c.toolName}</h2>
       <div className="side">
         <div>
-          <h3>Now{c.current ? ` (version ${c.current.version})` : ''}</h3>
+          <h3>{nowHeading(c)}</h3>
           <ul>
             {(c.current?.definition
               ? describePolicy(c.current.definition)

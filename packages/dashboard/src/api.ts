@@ -109,7 +109,8 @@ import type { PolicyDefinition } from '@svc/policy-engine';
 
 export interface PolicyChange {
   toolName: string;
-  current: { version: number; definition: PolicyDefinition } | null;
+  /** `isActive` is absent on changes proposed before it was recorded (they count as active). */
+  current: { version: number; isActive?: boolean; definition: PolicyDefinition } | null;
   proposed: PolicyDefinition;
   rules: string[];
   quality: { valid: boolean; score: number; issues: string[] };

@@ -6,7 +6,15 @@ import {
   scorePolicy,
   type ToolArgument,
 } from '@svc/policy-engine';
-import type { Analysis, CompiledRule, ExampleCall, Finding, PolicyChange, ToolInfo } from './model.js';
+import type {
+  Analysis,
+  CompiledRule,
+  CurrentPolicy,
+  ExampleCall,
+  Finding,
+  PolicyChange,
+  ToolInfo,
+} from './model.js';
 
 const enabled = (def: PolicyDefinition) => (def.constraints ?? []).filter((c) => c.enabled !== false);
 
@@ -265,7 +273,7 @@ export function analyse(tool: ToolInfo | null, def: PolicyDefinition, rules: Com
 export function describeChange(
   toolName: string,
   tool: ToolInfo | null,
-  current: { version: number; definition: PolicyDefinition } | null,
+  current: CurrentPolicy | null,
   rules: CompiledRule[],
 ): PolicyChange {
   const proposed = proposeDefinition(current?.definition ?? null, rules);

@@ -1,6 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
+import { createPolicyRepository, type PolicyRepository } from '../policies/repository.js';
+import { createToolRepository } from '../tools/repository.js';
+import { createCharterRepository } from './repository.js';
+import { createCharterService } from './service.js';
 
 const t = useTestApp();
 
@@ -207,6 +211,153 @@ describe('POST /v1/charter/turn (compile)', () => {
     expectError(approve, 409, 'conflict');
     expect(approve.json().error.message).toContain('rewritten');
     expect(await policyOf(tenant)).toEqual(rewritten);
+  });
+
+  it('refuses to apply a proposal whose policy was deactivated or activated since', async () => {
+    const tenant = await tenantWithTool();
+    const h = keyHeader(tenant.apiKey);
+    const setActive = async (action: 'activate' | 'deactivate') =>
+      expect(
+        (await t.inject({ method: 'POST', url: `/v1/policies/send_payment/${action}`, headers: h }))
+          .statusCode,
+      ).toBe(200);
+    const approve = (id: string) =>
+      t.inject({ method: 'POST', url: `/v1/charter/verifications/${id}/approve`, headers: asUser(tenant) });
+
+    // Proposed over an active policy, deactivated before the review: the reviewer's tightening
+    // would be saved on a policy that checks nothing.
+    const whileActive = (
+      await turn(tenant, { message: 'Limit send_payment amount to 100', mode: 'compile' })
+    ).json();
+    expect(whileActive.changes[0].current).toMatchObject({ isActive: true });
+    await setActive('deactivate');
+    const before = await policyOf(tenant);
+    const off = await approve(whileActive.verification.id);
+    expectError(off, 409, 'conflict');
+    expect(off.json().error.message).toContain('deactivated');
+    expect(await policyOf(tenant)).toEqual(before);
+
+    // Proposed over an inactive policy (the reply says so), activated before the review: the change
+    // would go live although the reviewer saw a policy that checked nothing.
+    const whileInactive = await turn(tenant, {
+      message: 'Limit send_payment amount to 200',
+      mode: 'compile',
+    });
+    expect(whileInactive.json().changes[0].current).toMatchObject({ isActive: false });
+    expect(whileInactive.json().reply).toContain('inactive');
+    const page = await t.inject({
+      method: 'GET',
+      url: whileInactive.json().verification.linkUrl.slice(t.config.baseUrl.length),
+    });
+    expect(page.body).toContain('inactive');
+    await setActive('activate');
+    const on = await approve(whileInactive.json().verification.id);
+    expectError(on, 409, 'conflict');
+    expect(on.json().error.message).toContain('activated');
+    expect((await policyOf(tenant)).version).toBe(before.version);
+    expect((await validate(tenant, { amount: 5000 })).json().decision).toBe('allow');
+
+    // Approved in the state it was proposed in, the change applies and keeps that state.
+    await setActive('deactivate');
+    const again = (
+      await turn(tenant, { message: 'Limit send_payment amount to 300', mode: 'compile' })
+    ).json();
+    const applied = await approve(again.verification.id);
+    expect(applied.statusCode).toBe(200);
+    expect(await policyOf(tenant)).toMatchObject({ version: before.version + 1, isActive: false });
+  });
+
+  it('reads a proposal that recorded no activity (made before it was recorded) as made over an active policy', async () => {
+    const tenant = await tenantWithTool();
+    const propose = async (max: number) => {
+      const body = (
+        await turn(tenant, { message: `Limit send_payment amount to ${max}`, mode: 'compile' })
+      ).json();
+      const row = await t.store.db
+        .selectFrom('charter_verifications')
+        .select('changes')
+        .where('id', '=', body.verification.id)
+        .executeTakeFirstOrThrow();
+      const changes = JSON.parse(row.changes) as { current: Record<string, unknown> }[];
+      for (const c of changes) delete c.current.isActive;
+      await t.store.db
+        .updateTable('charter_verifications')
+        .set({ changes: JSON.stringify(changes) })
+        .where('id', '=', body.verification.id)
+        .execute();
+      return body.verification.id as string;
+    };
+    const approve = (id: string) =>
+      t.inject({ method: 'POST', url: `/v1/charter/verifications/${id}/approve`, headers: asUser(tenant) });
+    const first = await propose(100);
+    const second = await propose(100);
+    await t.inject({
+      method: 'POST',
+      url: '/v1/policies/send_payment/deactivate',
+      headers: keyHeader(tenant.apiKey),
+    });
+    const refused = await approve(first);
+    expectError(refused, 409, 'conflict');
+    expect(refused.json().error.message).toContain('deactivated since this proposal');
+    await t.inject({
+      method: 'POST',
+      url: '/v1/policies/send_payment/activate',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect((await approve(second)).statusCode).toBe(200);
+    expect(await policyOf(tenant)).toMatchObject({ version: 2, isActive: true });
+  });
+
+  it('refuses a proposal whose policy is deactivated between the approval reading and writing it', async () => {
+    const tenant = await tenantWithTool();
+    const body = (
+      await turn(tenant, { message: 'Limit send_payment amount to 100', mode: 'compile' })
+    ).json();
+    const real = createPolicyRepository(t.store.db);
+    // A deactivation that lands after the approval checked the policy, before its write: activity
+    // has no version, so only the written row can show it.
+    const policies: PolicyRepository = {
+      ...real,
+      async replace(organizationId, toolName, patch, trx, expectedVersion) {
+        await (trx ?? t.store.db)
+          .updateTable('policies')
+          .set({ is_active: 0 })
+          .where('organization_id', '=', organizationId)
+          .where('tool_name', '=', toolName)
+          .execute();
+        return real.replace(organizationId, toolName, patch, trx, expectedVersion);
+      },
+    };
+    const service = createCharterService({
+      db: t.store.db,
+      repo: createCharterRepository(t.store.db),
+      tools: createToolRepository(t.store.db),
+      policies,
+      registry: {
+        upsert: () => {
+          throw new Error('not used');
+        },
+      },
+      cache: t.ctx.policies,
+      events: t.ctx.events,
+      clock: t.ctx.clock,
+      baseUrl: t.config.baseUrl,
+      judgeRoute: (p) => t.ctx.judge.route(p),
+      ask: null,
+    });
+    const scope = {
+      organizationId: tenant.orgId,
+      projectId: null,
+      principal: { kind: 'user' as const, userId: tenant.userId },
+    };
+    await expect(service.approve(scope, body.verification.id)).rejects.toMatchObject({ code: 'conflict' });
+    expect(await policyOf(tenant)).toMatchObject({ version: 1, isActive: true });
+    const read = await t.inject({
+      method: 'GET',
+      url: `/v1/charter/verifications/${body.verification.id}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(read.json().status).toBe('pending');
   });
 
   it('says what it could not understand and offers nothing for it', async () => {

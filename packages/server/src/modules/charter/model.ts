@@ -54,10 +54,21 @@ export interface Analysis {
   examples: ExampleCall[];
 }
 
+/** The policy a change is proposed over, as the reviewer is shown it. */
+export interface CurrentPolicy {
+  version: number;
+  /**
+   * Whether it was enforced when proposed: approval applies only over the same state. Absent on
+   * proposals made before it was recorded, which showed no state: read as active.
+   */
+  isActive?: boolean;
+  definition: PolicyDefinition;
+}
+
 /** One tool's proposed policy change, side by side with what is live. */
 export interface PolicyChange {
   toolName: string;
-  current: { version: number; definition: PolicyDefinition } | null;
+  current: CurrentPolicy | null;
   proposed: PolicyDefinition;
   rules: string[];
   quality: QualityReport;

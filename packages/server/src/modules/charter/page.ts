@@ -23,7 +23,7 @@ export function verificationPage(v: Verification, baseUrl: string): string {
     );
     return `<section>
 <h2>${esc(c.toolName)}</h2>
-<table class="side"><tr><th>Now${c.current ? ` (version ${c.current.version})` : ''}</th><th>Proposed</th></tr>
+<table class="side"><tr><th>Now${c.current ? ` (version ${c.current.version}${c.current.isActive === false ? ', inactive: calls pass without checks until it is activated; approving keeps it inactive' : ''})` : ''}</th><th>Proposed</th></tr>
 <tr><td>${list(current)}</td><td>${list(describePolicy(c.proposed))}</td></tr></table>
 <h3>Review findings</h3>${list(c.analysis.findings.map((f) => `${f.kind}: ${f.message}`))}
 <h3>Quality</h3><p>${c.quality.valid ? 'valid' : 'INVALID'}, score ${c.quality.score}</p>${list(c.quality.issues)}

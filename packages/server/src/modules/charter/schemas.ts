@@ -36,7 +36,18 @@ const NotUnderstoodSchema = Type.Object({ text: Type.String(), why: Type.String(
 
 const PolicyChangeSchema = Type.Object({
   toolName: Type.String(),
-  current: Nullable(Type.Object({ version: Type.Integer(), definition: PolicyDefinitionSchema })),
+  current: Nullable(
+    Type.Object({
+      version: Type.Integer(),
+      isActive: Type.Optional(
+        Type.Boolean({
+          description:
+            'Whether the policy was enforced when the change was proposed; approval applies only over the same state (absent on older proposals: read as active)',
+        }),
+      ),
+      definition: PolicyDefinitionSchema,
+    }),
+  ),
   proposed: PolicyDefinitionSchema,
   rules: Type.Array(Type.String(), { description: 'The sentences the proposal comes from' }),
   quality: QualitySchema,

@@ -110,6 +110,10 @@ function who(scope: OrgScope): string {
   return p.kind === 'user' ? p.userId : p.kind === 'apiKey' ? `apikey:${p.keyId}` : 'admin';
 }
 
+/** What a reviewer must know beside the rules: a change to an inactive policy is not enforced. */
+const INACTIVE = 'inactive: not enforced until activated';
+const inactive = (c: PolicyChange) => c.current?.isActive === false;
+
 function compileReply(
   offered: PolicyChange[],
   refused: PolicyChange[],
@@ -118,7 +122,7 @@ function compileReply(
   const lines: string[] = [];
   for (const c of offered) {
     lines.push(
-      `Proposed for ${c.toolName}${c.current ? ` (now v${c.current.version})` : ' (no policy yet)'}:`,
+      `Proposed for ${c.toolName}${c.current ? ` (now v${c.current.version}${inactive(c) ? `, ${INACTIVE}` : ''})` : ' (no policy yet)'}:`,
     );
     for (const r of c.rules) lines.push(`- ${r}`);
     for (const f of c.analysis.findings) lines.push(`! ${f.message}`);
@@ -222,7 +226,7 @@ export function createCharterService(deps: CharterServiceDeps) {
       return describeChange(
         toolName,
         tool,
-        live ? { version: live.version, definition: live.definition } : null,
+        live ? { version: live.version, isActive: live.isActive, definition: live.definition } : null,
         toolRules,
       );
     });
@@ -284,7 +288,9 @@ export function createCharterService(deps: CharterServiceDeps) {
         let verification: VerificationRef = { required: false };
         if (offered.length > 0) {
           progress('verification', 'opening a verification for a person to approve');
-          const summary = offered.map((c) => `${c.toolName}: ${c.rules.join('; ')}`).join(' | ');
+          const summary = offered
+            .map((c) => `${c.toolName}${inactive(c) ? ` (${INACTIVE})` : ''}: ${c.rules.join('; ')}`)
+            .join(' | ');
           verification = await openVerification(
             scope,
             'policy_change',
@@ -428,6 +434,16 @@ export function createCharterService(deps: CharterServiceDeps) {
               `The policy of "${change.toolName}" changed since this proposal (v${expected ?? 'none'} → v${current?.version ?? 'none'}${(current?.version ?? null) === expected ? ', rewritten' : ''}); nothing was applied. Ask again for a fresh proposal.`,
             );
           }
+          // Activity is part of what the reviewer saw, and it has no version: a change approved over a
+          // policy deactivated since would be saved where nothing enforces it, one activated since
+          // would go live unseen. A proposal that recorded no activity showed none: read as active.
+          const seenActive = change.current?.isActive ?? true;
+          if (current && (current.is_active === 1) !== seenActive) {
+            throw new AppError(
+              'conflict',
+              `The policy of "${change.toolName}" was ${seenActive ? 'deactivated' : 'activated'} since this proposal (v${expected}, proposed while ${seenActive ? 'active' : 'inactive'}); nothing was applied. Ask again for a fresh proposal.`,
+            );
+          }
           if (!current) {
             if (
               !(await policies.insertIfAbsent(
@@ -455,7 +471,8 @@ export function createCharterService(deps: CharterServiceDeps) {
             trx,
             current.version,
           );
-          if (!written)
+          // The written row shows an (de)activation committed between the read above and the write.
+          if (!written || (written.is_active === 1) !== seenActive)
             throw new AppError(
               'conflict',
               `The policy of "${change.toolName}" changed during approval; nothing was applied`,
