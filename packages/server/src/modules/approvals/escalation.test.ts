@@ -131,4 +131,48 @@ describe('GET /v1/approvals/pending: what escalated each approval', () => {
     // Another organization sees none of them.
     expect(await pending(b)).toEqual([]);
   });
+
+  it("gives an approval opened by hand on a decision that decision's call, and its escalation only if it asked for a person", async () => {
+    const policy = await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(b.apiKey),
+      payload: {
+        toolName: 'refund',
+        constraints: [
+          { argumentName: 'amount', maximum: 100 },
+          { argumentName: 'amount', maximum: 10, action: 'require_approval' },
+        ],
+      },
+    });
+    expect(policy.statusCode).toBe(201);
+    const decide = async (amount: number) => {
+      const res = await t.inject({
+        method: 'POST',
+        url: '/v1/tools/validate',
+        headers: keyHeader(b.apiKey),
+        payload: {
+          tool_name: 'refund',
+          arguments: { amount },
+          context: { agent_id: 'clerk', session_id: `s-${amount}` },
+        },
+      });
+      const { decision, metadata } = res.json() as { decision: string; metadata: { decision_id: string } };
+      return { decision, id: metadata.decision_id };
+    };
+    const denied = await decide(500);
+    const asked = await decide(50);
+    expect([denied.decision, asked.decision]).toEqual(['deny', 'require_approval']);
+    for (const d of [denied, asked]) {
+      const opened = await openApproval(t, b, { toolName: 'refund', decisionId: d.id });
+      expect(opened.statusCode).toBe(201);
+    }
+    const all = await pending(b);
+    const byArgs = new Map(all.map((p) => [p.arguments.amount, p]));
+    // The policy denied this call: the person who opened the approval asked, not the policy.
+    expect(byArgs.get(500)).toMatchObject({ agentId: 'clerk', sessionId: 's-500' });
+    expect(byArgs.get(500)!.escalation).toBeUndefined();
+    expect(byArgs.get(50)).toMatchObject({ agentId: 'clerk', sessionId: 's-50' });
+    expect(byArgs.get(50)!.escalation).toMatchObject({ source: 'policy', policyVersion: 1 });
+  });
 });

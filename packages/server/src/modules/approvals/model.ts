@@ -135,6 +135,8 @@ function callContext(json: string | null | undefined): Pick<PendingApproval, 'ag
 
 /** The escalating decision as listPending joins it (absent for approvals not opened by a validation). */
 export interface DecisionJoin {
+  /** The linked decision's verdict: only a require_approval one asked for a person. */
+  decision_verdict?: string | null;
   decision_context?: string | null;
   decision_validations?: string | null;
   decision_reason?: string | null;
@@ -142,12 +144,15 @@ export interface DecisionJoin {
 }
 
 /**
- * The escalation an approval recorded when it was opened; for a validation's approval, what its
- * decision recorded: the policy version and the constraints that failed (on a require_approval
- * decision every failed constraint is one that asks for a person).
+ * The escalation an approval recorded when it was opened; for an approval linked to a
+ * require_approval decision, what that decision recorded: the policy version and the constraints
+ * that failed (on such a decision every failed constraint is one that asks for a person). An
+ * approval opened by hand on a decision that allowed or denied the call was asked for by whoever
+ * opened it, not by the policy: it has none.
  */
 function escalationOf(row: ApprovalRow & DecisionJoin): Escalation | undefined {
   if (row.escalation) return JSON.parse(row.escalation) as Escalation;
+  if (row.decision_verdict !== 'require_approval') return undefined;
   if (row.decision_reason === undefined || row.decision_reason === null) return undefined;
   const failed = row.decision_validations
     ? (JSON.parse(row.decision_validations) as {

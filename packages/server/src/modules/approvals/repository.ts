@@ -41,6 +41,7 @@ export function createApprovalRepository(db: Kysely<Database>) {
         )
         .selectAll('approvals')
         .select([
+          'decisions.decision as decision_verdict',
           'decisions.context as decision_context',
           'decisions.validations as decision_validations',
           'decisions.reason as decision_reason',
