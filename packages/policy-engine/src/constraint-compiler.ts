@@ -1,6 +1,7 @@
 import { isSet } from './definition-check.js';
 import { failure, typeFailure } from './failures.js';
 import { plural, show, showList } from './format.js';
+import { codePointLength } from './limits.js';
 import { argumentReader, typeName } from './lookup.js';
 import { compileRegex, type RegexMatcher } from './regex.js';
 import type { Constraint, FailedConstraint } from './types.js';
@@ -21,22 +22,6 @@ function tighter(a: unknown, b: unknown, pick: (x: number, y: number) => number)
 
 function optional(v: unknown): number | null {
   return isSet(v) ? (v as number) : null;
-}
-
-/** UTF-16 code units overcount astral characters; lengths are counted in code points. */
-export function codePointLength(s: string): number {
-  let n = s.length;
-  for (let i = 0; i < s.length - 1; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 0xd800 && c <= 0xdbff) {
-      const d = s.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d <= 0xdfff) {
-        n--;
-        i++;
-      }
-    }
-  }
-  return n;
 }
 
 function matcherFor(pattern: unknown): RegexMatcher | null {

@@ -35,6 +35,15 @@ describe('checkPolicyDefinition', () => {
     expect(check(det({ argumentName: 'q', notRegex: 'a'.repeat(MAX_REGEX_LENGTH) }))).toEqual([]);
   });
 
+  it('counts a regex in characters (code points), not UTF-16 units', () => {
+    // 256 emoji are 512 UTF-16 units: still 256 characters, within the limit.
+    expect(check(det({ argumentName: 'q', regex: '😀'.repeat(MAX_REGEX_LENGTH) }))).toEqual([]);
+    expect(check(det({ argumentName: 'q', regex: `^${'😀'.repeat(200)}$` }))).toEqual([]);
+    expect(check(det({ argumentName: 'q', notRegex: '😀'.repeat(MAX_REGEX_LENGTH + 1) }))).toEqual([
+      'Constraint 1 on "q": notRegex cannot be used: it is 257 characters long; the limit is 256.',
+    ]);
+  });
+
   it('rejects patterns re2js cannot compile and gives its reason', () => {
     const [lookahead] = check(det({ argumentName: 'q', regex: 'a(?=b)' }));
     expect(lookahead).toContain(

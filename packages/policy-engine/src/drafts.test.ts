@@ -1,6 +1,5 @@
 import { RE2JS } from 're2js';
 import { describe, expect, it } from 'vitest';
-import { codePointLength } from './constraint-compiler.js';
 import {
   checkPolicyDefinition,
   compileDraftRules,
@@ -10,6 +9,7 @@ import {
   type DraftRule,
   evaluate,
 } from './index.js';
+import { codePointLength } from './limits.js';
 
 const rule = (
   id: string,
@@ -150,6 +150,23 @@ describe('compileDraftRules', () => {
       { ruleId: 'number-list', reason: '"n": in needs a non-empty list of strings (got [1,2])' },
       { ruleId: 'two-blocks', reason: expect.stringContaining('a block rule with several conditions') },
       { ruleId: 'half-bad', reason: '"b": less_than needs a finite number (got "7")' },
+    ]);
+  });
+
+  it('measures a literal turned pattern in characters (code points), as the regex limit counts', () => {
+    // 200 emoji are 400 UTF-16 units but 200 characters: within the 256 of a pattern.
+    const { policies, skipped } = compileDraftRules([
+      rule('emoji', 'block', 'arguments.memo', 'contains', '😀'.repeat(200)),
+      rule('too-long', 'block', 'arguments.note', 'contains', '😀'.repeat(257)),
+    ]);
+    expect(policies[0]?.constraints).toEqual([
+      { argumentName: 'memo', enabled: true, notRegex: '😀'.repeat(200) },
+    ]);
+    expect(skipped).toEqual([
+      {
+        ruleId: 'too-long',
+        reason: expect.stringContaining('contains value is too long to become a pattern'),
+      },
     ]);
   });
 

@@ -1,5 +1,5 @@
 import { show } from './format.js';
-import { MAX_REGEX_LENGTH } from './limits.js';
+import { codePointLength, MAX_REGEX_LENGTH } from './limits.js';
 import { quoteRegex, regexProblem } from './regex.js';
 import type { Constraint } from './types.js';
 
@@ -113,7 +113,7 @@ function pattern(source: string, op: string): string | null {
 function literalPattern(op: string, value: unknown, wrap: (quoted: string) => string): Translation {
   if (typeof value !== 'string' || value.length === 0) return `${op} needs a non-empty string`;
   const source = wrap(quoteRegex(value));
-  if (source.length > MAX_REGEX_LENGTH) return `${op} value is too long to become a pattern`;
+  if (codePointLength(source) > MAX_REGEX_LENGTH) return `${op} value is too long to become a pattern`;
   return { holds: { required: true, regex: source }, fails: { notRegex: source } };
 }
 

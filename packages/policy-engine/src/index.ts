@@ -42,7 +42,7 @@ export {
   type DraftRule,
   type SkippedRule,
 } from './drafts.js';
-export { MAX_REGEX_LENGTH } from './limits.js';
+export { codePointLength, MAX_REGEX_LENGTH } from './limits.js';
 export { INVALID_SCORE_CAP, PENALTY, type QualityReport, scorePolicy } from './quality.js';
 export { evaluateSession, mergeEvaluation, sessionIncrements } from './session.js';
 export { type StarterPolicy, starterPolicy } from './starter.js';

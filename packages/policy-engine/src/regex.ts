@@ -1,5 +1,5 @@
 import { RE2JS } from 're2js';
-import { MAX_REGEX_LENGTH } from './limits.js';
+import { codePointLength, MAX_REGEX_LENGTH } from './limits.js';
 
 /** A compiled pattern: unanchored search with RE2 syntax (linear time, so ReDoS-safe). */
 export interface RegexMatcher {
@@ -28,11 +28,10 @@ export function regexProblem(pattern: unknown): string | null {
 
 export function compileRegex(pattern: unknown): RegexCompileResult {
   if (typeof pattern !== 'string') return { ok: false, reason: 'it is not a string' };
-  if (pattern.length > MAX_REGEX_LENGTH) {
-    return {
-      ok: false,
-      reason: `it is ${pattern.length} characters long; the limit is ${MAX_REGEX_LENGTH}`,
-    };
+  // Counted in characters (code points), as SPEC's "max 256 chars" and every other length limit.
+  const length = codePointLength(pattern);
+  if (length > MAX_REGEX_LENGTH) {
+    return { ok: false, reason: `it is ${length} characters long; the limit is ${MAX_REGEX_LENGTH}` };
   }
   let re: RE2JS;
   try {

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Config } from './config.js';
 import type { AppContext } from './context.js';
@@ -15,6 +15,7 @@ import { Checkpointer } from './ledger/checkpoints.js';
 import { DecisionWriter } from './ledger/writer.js';
 import { type Clock, systemClock } from './lib/clock.js';
 import { createJwtVerifier, resolveJwtSecret } from './lib/jwt.js';
+import { validatorCompiler } from './lib/schemas.js';
 import { createScopeResolver } from './lib/scope.js';
 import { countEvents, countRateLimits } from './metrics/observe.js';
 import { createMetrics } from './metrics/registry.js';
@@ -97,7 +98,8 @@ export async function buildApp({
     return503OnClosing: true,
     forceCloseConnections: 'idle',
   }).withTypeProvider<TypeBoxTypeProvider>();
-  app.setValidatorCompiler(TypeBoxValidatorCompiler);
+  // TypeBox's, with string lengths counted in characters as JSON Schema counts them (lib/schemas.ts).
+  app.setValidatorCompiler(validatorCompiler);
 
   // A callback hook, not an async one: it runs on every response, and costs no promise that way.
   app.addHook('onSend', (req, reply, payload, done) => {

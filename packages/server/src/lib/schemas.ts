@@ -1,9 +1,157 @@
-import { FormatRegistry, type TSchema, type TUnsafe, Type } from '@sinclair/typebox';
+import { FormatRegistry, Kind, type TSchema, type TUnsafe, Type } from '@sinclair/typebox';
+import { type TypeCheck, TypeCompiler } from '@sinclair/typebox/compiler';
+import {
+  DefaultErrorFunction,
+  type ErrorFunctionParameter,
+  SetErrorFunction,
+  ValueErrorType,
+} from '@sinclair/typebox/errors';
+import { Value } from '@sinclair/typebox/value';
+import { codePointLength } from '@svc/policy-engine';
+import type { FastifySchemaCompiler } from 'fastify';
 import { isUuid } from './ids.js';
 
 // TypeBox's compiler knows no formats by itself; these are the ones the API uses.
 if (!FormatRegistry.Has('uuid')) FormatRegistry.Set('uuid', isUuid);
 if (!FormatRegistry.Has('date-time')) FormatRegistry.Set('date-time', (v) => !Number.isNaN(Date.parse(v)));
+
+/*
+ * String lengths count characters (Unicode code points), as JSON Schema's minLength/maxLength and the
+ * spec's "1-100 chars" do; TypeBox's compiler counts UTF-16 code units, so a name of 100 emoji (200
+ * units) would be refused at 51. Every schema the service validates with goes through countCharacters
+ * before it is compiled (compileSchema, validatorCompiler); the schemas themselves, and so the API
+ * document, keep the bounds as written.
+ */
+
+/** The length bounds (and format) a string schema was written with, on its compiled copy. */
+const CHAR_BOUNDS = Symbol('svc.charBounds');
+interface CharBounds {
+  minLength: number | undefined;
+  maxLength: number | undefined;
+  format: string | undefined;
+}
+
+/**
+ * The format that checks the bounds in characters. The compiled copy keeps its bounds in UTF-16
+ * units where they are implied (N characters are at most 2N units), so the usual string (units
+ * within the limit) is accepted without counting, and a huge one is refused before any pattern runs.
+ */
+function charsFormat({ minLength, maxLength, format }: CharBounds): string {
+  const name = `svc-chars:${minLength ?? 0}-${maxLength ?? ''}${format ? `:${format}` : ''}`;
+  if (FormatRegistry.Has(name)) return name;
+  const min = minLength ?? 0;
+  const max = maxLength ?? Number.POSITIVE_INFINITY;
+  FormatRegistry.Set(
+    name,
+    (v) =>
+      (v.length <= max || codePointLength(v) <= max) &&
+      (v.length >= 2 * min || codePointLength(v) >= min) &&
+      (format === undefined || (FormatRegistry.Get(format)?.(v) ?? false)),
+  );
+  return name;
+}
+
+function rewriteLengths(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(rewriteLengths);
+  if (typeof node !== 'object' || node === null) return node;
+  const source = node as Record<PropertyKey, unknown>;
+  const copy: Record<PropertyKey, unknown> = {};
+  for (const key of Reflect.ownKeys(source)) copy[key] = rewriteLengths(source[key]);
+  if (copy[CHAR_BOUNDS] !== undefined) return copy; // rewritten already
+  const { minLength, maxLength, format } = copy;
+  const bounded = typeof maxLength === 'number' || (typeof minLength === 'number' && minLength > 1);
+  if (copy[Kind] !== 'String' || !bounded) return copy;
+  const bounds: CharBounds = {
+    minLength: typeof minLength === 'number' ? minLength : undefined,
+    maxLength: typeof maxLength === 'number' ? maxLength : undefined,
+    format: typeof format === 'string' ? format : undefined,
+  };
+  // minLength stays as written: N characters are at least N units.
+  if (bounds.maxLength !== undefined) copy.maxLength = 2 * bounds.maxLength;
+  copy.format = charsFormat(bounds);
+  copy[CHAR_BOUNDS] = bounds;
+  return copy;
+}
+
+/** A copy of `schema` whose string length bounds count characters when compiled (see above). */
+export function countCharacters<T extends TSchema>(schema: T): T {
+  return rewriteLengths(schema) as T;
+}
+
+/** TypeCompiler.Compile, with string lengths counted in characters: for schemas checked outside a route. */
+export function compileSchema<T extends TSchema>(schema: T): TypeCheck<T> {
+  return TypeCompiler.Compile(countCharacters(schema));
+}
+
+/**
+ * The routes' validator (app.setValidatorCompiler): @fastify/type-provider-typebox's, with lengths
+ * in characters. Bodies are never coerced; querystring, params and headers are converted (`limit=10`).
+ */
+export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, httpPart }) => {
+  const compiled = countCharacters(schema);
+  const check = TypeCompiler.Compile(compiled);
+  return (value) => {
+    const converted = httpPart === 'body' ? value : Value.Convert(compiled, value);
+    if (check.Check(converted)) return { value: converted };
+    const error = [...check.Errors(converted)].map((e) => ({
+      keyword: ValueErrorType[e.type],
+      instancePath: e.path,
+      schemaPath: '',
+      params: {},
+      message: e.message,
+    }));
+    return { error };
+  };
+};
+
+/** The values a closed set allows (a union of literals, OneOf, with null), or null for any other schema. */
+function allowedValues(schema: TSchema): unknown[] | null {
+  if (schema[Kind] === 'Literal') return [schema.const];
+  if (schema[Kind] === 'Null') return [null];
+  if (schema[Kind] === 'String') return Array.isArray(schema.enum) ? schema.enum : null;
+  if (schema[Kind] !== 'Union' || !Array.isArray(schema.anyOf)) return null;
+  const values: unknown[] = [];
+  for (const variant of schema.anyOf as TSchema[]) {
+    const some = allowedValues(variant);
+    if (some === null) return null;
+    values.push(...some);
+  }
+  return values;
+}
+
+/**
+ * TypeBox's messages, except: a closed set names its values ("must be one of: allow, deny", not
+ * "Expected union value"), and a length bound counted in characters reports the bound as written.
+ */
+function errorMessage(e: ErrorFunctionParameter): string {
+  const bounds = (e.schema as { [CHAR_BOUNDS]?: CharBounds })[CHAR_BOUNDS];
+  if (bounds && typeof e.value === 'string') {
+    const n = codePointLength(e.value);
+    if (bounds.maxLength !== undefined && n > bounds.maxLength) {
+      const schema = { ...e.schema, maxLength: bounds.maxLength };
+      return DefaultErrorFunction({ ...e, errorType: ValueErrorType.StringMaxLength, schema });
+    }
+    if (bounds.minLength !== undefined && n < bounds.minLength) {
+      const schema = { ...e.schema, minLength: bounds.minLength };
+      return DefaultErrorFunction({ ...e, errorType: ValueErrorType.StringMinLength, schema });
+    }
+    if (e.errorType === ValueErrorType.StringFormat) {
+      return DefaultErrorFunction({ ...e, schema: { ...e.schema, format: bounds.format } });
+    }
+  }
+  const closed =
+    e.errorType === ValueErrorType.Union ||
+    e.errorType === ValueErrorType.StringPattern ||
+    e.errorType === ValueErrorType.String
+      ? allowedValues(e.schema)
+      : null;
+  if (closed !== null && closed.length > 0) {
+    const shown = closed.map((v) => (typeof v === 'string' ? v : JSON.stringify(v)));
+    return `must be one of: ${shown.join(', ')}`;
+  }
+  return DefaultErrorFunction(e);
+}
+SetErrorFunction(errorMessage);
 
 /** No C0 control characters (U+0000-U+001F): PostgreSQL rejects NUL in text, and none belong in a name. */
 export const NO_CONTROL_CHARS = '^[^\\u0000-\\u001f]*$';
@@ -15,7 +163,10 @@ const NO_CONTROL_CHARS_RE = new RegExp(NO_CONTROL_CHARS);
  */
 export function isUserId(value: unknown): value is string {
   return (
-    typeof value === 'string' && value.trim() !== '' && value.length <= 200 && NO_CONTROL_CHARS_RE.test(value)
+    typeof value === 'string' &&
+    value.trim() !== '' &&
+    codePointLength(value) <= 200 &&
+    NO_CONTROL_CHARS_RE.test(value)
   );
 }
 export const Name = Type.String({ minLength: 1, maxLength: 100, pattern: NO_CONTROL_CHARS });
@@ -58,7 +209,7 @@ export const FailedConstraintSchema = Type.Object({
 
 const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
-/** A closed set of strings; unlike a literal union, its validation error shows the allowed values. */
+/** A closed set of strings, checked with one pattern; its validation error names the allowed values. */
 export function OneOf<const T extends readonly string[]>(values: T): TUnsafe<T[number]> {
   return Type.String({
     enum: [...values],

@@ -1,12 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
-import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { AppContext } from '../../context.js';
 import { callScopeOf } from '../../enforcement/model.js';
 import { UnrecordedError } from '../../enforcement/pipeline.js';
 import { roundMs } from '../../lib/clock.js';
 import { AppError, invalid } from '../../lib/errors.js';
 import { recordError } from '../../lib/json.js';
+import { compileSchema } from '../../lib/schemas.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { createReceiptRepository } from '../receipts/repository.js';
 import { intParam, parseListQuery } from './query.js';
@@ -25,7 +25,7 @@ import {
 } from './schemas.js';
 import { createDecisionService } from './service.js';
 
-const checkLogBody = TypeCompiler.Compile(LogBody);
+const checkLogBody = compileSchema(LogBody);
 
 /**
  * The body is one decision or an array of them; a union's own error says only "Expected union

@@ -1,7 +1,7 @@
 import { type Static, Type } from '@sinclair/typebox';
-import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { ToolArgument } from '@svc/policy-engine';
 import { AppError } from '../../lib/errors.js';
+import { compileSchema } from '../../lib/schemas.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { CharterService } from '../charter/service.js';
 import { dropNulls } from '../policies/model.js';
@@ -51,7 +51,7 @@ const RegisterArgs = Type.Object(
   },
   { additionalProperties: false },
 );
-const checkRegister = TypeCompiler.Compile(RegisterArgs);
+const checkRegister = compileSchema(RegisterArgs);
 
 const Message = { message: Text, conversationId: Opt(Type.String({ format: 'uuid' })) };
 const Empty = Type.Object({}, { additionalProperties: false });

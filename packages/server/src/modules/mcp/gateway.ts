@@ -1,11 +1,11 @@
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
-import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { FastifyBaseLogger } from 'fastify';
 import { callScopeOf, type Enforced, type ToolCall } from '../../enforcement/model.js';
 import { type Enforcement, UnrecordedError } from '../../enforcement/pipeline.js';
 import { hashJson } from '../../ledger/canonical.js';
 import type { Clock } from '../../lib/clock.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../../lib/json.js';
+import { compileSchema } from '../../lib/schemas.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { ToolName } from '../tools/schemas.js';
 import {
@@ -29,7 +29,7 @@ import { type UpstreamMessage, UpstreamSession } from './upstream-session.js';
 export const GATEWAY_VERSION = '0.1.0';
 
 /** validate's own tool_name schema, so both entry points refuse the same names. */
-const toolNameCheck = TypeCompiler.Compile(ToolName);
+const toolNameCheck = compileSchema(ToolName);
 const isToolName = (name: string): boolean => toolNameCheck.Check(name);
 
 /** One JSON-RPC request through the gateway: who sent it, to which upstream, in which MCP session. */

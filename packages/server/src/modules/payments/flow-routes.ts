@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
-import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { AppContext } from '../../context.js';
+import { compileSchema } from '../../lib/schemas.js';
 import type { DocumentedOnly } from '../../plugins/openapi.js';
 import type { InvoiceService } from './invoices.js';
 import { gatewayError } from './model.js';
@@ -35,7 +35,7 @@ const JsonInvoiceBody = Type.Object(
   },
   { additionalProperties: false },
 );
-const checkJsonInvoice = TypeCompiler.Compile(JsonInvoiceBody);
+const checkJsonInvoice = compileSchema(JsonInvoiceBody);
 
 const UblInvoice = Type.String({ description: 'A UBL 2.1 Invoice document (up to 1 MB), kept as received' });
 
