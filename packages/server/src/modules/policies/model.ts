@@ -42,6 +42,15 @@ export function dropNulls(value: unknown): unknown {
 }
 
 /**
+ * An LLM config as the spec shows it: `exceptions` is always a list (SPEC section 2), `[]` when none
+ * were given. Written that way, and read that way for policies stored before it was.
+ */
+export function withExceptions(config: LlmConfig | null | undefined): LlmConfig | null {
+  if (!config) return null;
+  return Array.isArray(config.exceptions) ? config : { ...config, exceptions: [] };
+}
+
+/**
  * The stored form of a body: deterministic mode and enabled constraints unless said otherwise. A PUT
  * replaces the whole definition, so an omitted field resets to its default.
  */
@@ -50,7 +59,7 @@ export function toDefinition(input: PolicyInput): PolicyDefinition {
     mode: input.mode ?? 'deterministic',
     constraints: (input.constraints ?? []).map((c) => ({ ...c, enabled: c.enabled ?? true })),
     sessionConstraints: input.sessionConstraints ?? null,
-    llmConfig: input.llmConfig ?? null,
+    llmConfig: withExceptions(input.llmConfig),
   };
 }
 
@@ -63,7 +72,8 @@ export function toPolicy(row: PolicyRow): Policy {
     mode: def.mode,
     constraints: def.constraints ?? [],
     sessionConstraints: def.sessionConstraints ?? null,
-    llmConfig: def.llmConfig ?? null,
+    // Not in definitionOf: a stored definition is what its policy_hash covers, and stays as stored.
+    llmConfig: withExceptions(def.llmConfig),
     createdAt: row.created_at,
     updatedAt: row.updated_at,
   };

@@ -108,6 +108,41 @@ describe('POST /v1/policies', () => {
     expect(res.json().quality.issues.join(' ')).toContain('llmConfig');
   });
 
+  it('always answers llmConfig.exceptions: [] when none were given, or stored', async () => {
+    const tenant = await createTenant(t);
+    const res = await create(tenant, { toolName: 'x', mode: 'llm', llmConfig: { description: 'x' } });
+    expect(res.statusCode).toBe(201);
+    expect(res.json().llmConfig).toEqual({ description: 'x', exceptions: [] });
+    expect((await get(tenant, 'x')).json().llmConfig).toEqual({ description: 'x', exceptions: [] });
+    const put = await update(tenant, 'x', {
+      mode: 'llm',
+      llmConfig: { description: 'y', exceptions: null, preferredModel: 'openai' },
+    });
+    expect(put.json().llmConfig).toEqual({ description: 'y', exceptions: [], preferredModel: 'openai' });
+    // Written with it: the version's definition (what policy_hash covers) carries it too.
+    const versions = (await get(tenant, 'x/versions')).json().data;
+    expect(versions.map((v: { definition: { llmConfig: unknown } }) => v.definition.llmConfig)).toEqual([
+      { description: 'y', exceptions: [], preferredModel: 'openai' },
+      { description: 'x', exceptions: [] },
+    ]);
+
+    // A policy stored without it (before it was always written) is answered with it; what is
+    // stored, and so its policy_hash, stays as it was.
+    const stored = JSON.stringify({ description: 'old' });
+    await t.store.db
+      .updateTable('policies')
+      .set({ llm_config: stored })
+      .where('organization_id', '=', tenant.orgId)
+      .where('tool_name', '=', 'x')
+      .execute();
+    t.ctx.policies.invalidate(tenant.orgId, 'x');
+    expect((await get(tenant, 'x')).json().llmConfig).toEqual({ description: 'old', exceptions: [] });
+    const list = (await t.inject({ method: 'GET', url: '/v1/policies', headers: h(tenant) })).json().data;
+    expect(list[0].llmConfig).toEqual({ description: 'old', exceptions: [] });
+    const loaded = await t.ctx.policies.get(tenant.orgId, 'x');
+    expect(loaded?.definition.llmConfig).toEqual({ description: 'old' });
+  });
+
   it('treats null as "not set" for optional fields', async () => {
     const tenant = await createTenant(t);
     const res = await create(tenant, {
