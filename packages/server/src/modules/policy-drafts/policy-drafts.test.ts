@@ -2,6 +2,10 @@ import { describe, expect, it } from 'vitest';
 import { collectEvents } from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, bearer, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
+import type { OrgScope } from '../../lib/scope.js';
+import { createPolicyRepository } from '../policies/repository.js';
+import { createDraftRepository, type DraftRepository } from './repository.js';
+import { createDraftService } from './service.js';
 
 const t = useTestApp();
 
@@ -242,6 +246,126 @@ describe('DELETE, submit and reject', () => {
       headers: asUser(tenant),
     });
     expect(rejected.json().data.reviewedBy).toBe(tenant.userId);
+  });
+});
+
+describe('If-Match (the revision read) on PATCH, DELETE, submit and reject', () => {
+  type Method = 'PATCH' | 'DELETE' | 'POST';
+  const send = (tenant: Tenant, method: Method, path: string, ifMatch: string, payload?: object) =>
+    t.inject({
+      method,
+      url: `/v1/policy-drafts${path}`,
+      headers: { ...keyHeader(tenant.apiKey), 'if-match': ifMatch },
+      ...(payload ? { payload } : {}),
+    });
+  const read = async (tenant: Tenant, id: string) => (await call(tenant, 'GET', `/${id}`)).json().data;
+
+  it('PATCH applies only over the revision read: a stale one answers 409 and changes nothing', async () => {
+    const tenant = await createTenant(t);
+    const id = await createDraft(tenant);
+    const got = await call(tenant, 'GET', `/${id}`);
+    const etag = got.headers.etag as string;
+    expect(etag).toBe(`"${got.json().data.revision}"`);
+    // Someone edits meanwhile (without If-Match: no precondition).
+    const other = await call(tenant, 'PATCH', `/${id}`, { name: 'Edited meanwhile' });
+    expect(other.statusCode).toBe(200);
+    for (const payload of [{ name: 'Mine' }, { status: 'draft' }]) {
+      const stale = await send(tenant, 'PATCH', `/${id}`, etag, payload);
+      expectError(stale, 409, 'conflict');
+      expect(stale.json().error.message).toContain('edited since the revision in If-Match');
+    }
+    expect(await read(tenant, id)).toMatchObject({
+      name: 'Edited meanwhile',
+      revision: other.json().data.revision,
+    });
+    // The revision as it is now applies, quoted as an ETag or bare; each answer gives the next one.
+    const mine = await send(tenant, 'PATCH', `/${id}`, `"${other.json().data.revision}"`, { name: 'Mine' });
+    expect(mine.json().data.name).toBe('Mine');
+    const bare = await send(tenant, 'PATCH', `/${id}`, mine.json().data.revision, { description: 'bare' });
+    expect(bare.json().data.description).toBe('bare');
+    // `*` is no precondition; a list or a weak tag answers 400, as on approve.
+    expect((await send(tenant, 'PATCH', `/${id}`, '*', { name: 'Any' })).statusCode).toBe(200);
+    const revision = (await read(tenant, id)).revision;
+    expectError(
+      await send(tenant, 'PATCH', `/${id}`, `W/"${revision}"`, { name: 'w' }),
+      400,
+      'validation_failed',
+    );
+    expectError(
+      await send(tenant, 'PATCH', `/${id}`, `"${revision}", "x"`, { name: 'w' }),
+      400,
+      'validation_failed',
+    );
+    expectError(await send(tenant, 'PATCH', `/${UNKNOWN}`, `"${revision}"`, { name: 'w' }), 404, 'not_found');
+  });
+
+  it('DELETE, submit and reject act only on the revision read', async () => {
+    const tenant = await createTenant(t);
+    const id = await createDraft(tenant);
+    const seen = (await read(tenant, id)).revision as string;
+    const edited = (await call(tenant, 'PATCH', `/${id}`, { name: 'Edited' })).json().data.revision;
+
+    expectError(await send(tenant, 'DELETE', `/${id}`, `"${seen}"`), 409, 'conflict');
+    const submitStale = await send(tenant, 'POST', `/${id}/submit`, `"${seen}"`);
+    expectError(submitStale, 409, 'conflict');
+    expect(submitStale.json().error.message).toContain('it was not submitted');
+    expect((await read(tenant, id)).status).toBe('draft');
+
+    expect((await send(tenant, 'POST', `/${id}/submit`, `"${edited}"`)).json().data.status).toBe(
+      'pending_review',
+    );
+    expectError(await send(tenant, 'POST', `/${id}/reject`, `"${seen}"`), 409, 'conflict');
+    expect((await read(tenant, id)).status).toBe('pending_review');
+    // A status move keeps the revision: the one read before submitting still rejects.
+    expect((await send(tenant, 'POST', `/${id}/reject`, edited)).json().data.status).toBe('rejected');
+
+    expect((await send(tenant, 'DELETE', `/${id}`, `"${edited}"`)).statusCode).toBe(204);
+    expectError(await send(tenant, 'DELETE', `/${id}`, `"${edited}"`), 404, 'not_found');
+  });
+
+  it('an edit that lands between the check and the write is caught too', async () => {
+    const tenant = await createTenant(t);
+    const scope: OrgScope = {
+      organizationId: tenant.orgId,
+      projectId: null,
+      principal: { kind: 'user', userId: tenant.userId },
+    };
+    const repo = createDraftRepository(t.store.db);
+    // Another writer edits the draft right after the service has read it.
+    let race = false;
+    const racing: DraftRepository = {
+      ...repo,
+      async get(organizationId, id, trx) {
+        const row = await repo.get(organizationId, id, trx);
+        if (row && race) {
+          race = false;
+          await repo.updateIf(organizationId, id, row.status, { name: `${row.name} (raced)` });
+        }
+        return row;
+      },
+    };
+    const service = createDraftService({
+      db: t.store.db,
+      drafts: racing,
+      policies: createPolicyRepository(t.store.db),
+      cache: t.ctx.policies,
+      events: t.ctx.events,
+      clock: t.ctx.clock,
+      projectExists: async () => true,
+    });
+    const id = await createDraft(tenant);
+    race = true;
+    await expect(
+      service.update(scope, id, { name: 'Mine' }, (await read(tenant, id)).revision),
+    ).rejects.toMatchObject({
+      code: 'conflict',
+    });
+    expect((await read(tenant, id)).name).toBe('Payment caps (raced)');
+    race = true;
+    await expect(service.delete(scope, id, (await read(tenant, id)).revision)).rejects.toMatchObject({
+      code: 'conflict',
+    });
+    expect((await read(tenant, id)).name).toBe('Payment caps (raced) (raced)');
   });
 });
 

@@ -8,6 +8,9 @@ export type DraftPatch = Omit<
   'id' | 'organization_id' | 'project_id' | 'created_at'
 >;
 
+/** What a draft's revision covers that can change (its project never does). */
+export type DraftContent = Pick<DraftRow, 'name' | 'description' | 'rules'>;
+
 /** Policy draft storage; every method is scoped by organization. */
 export function createDraftRepository(db: Kysely<Database>) {
   return {
@@ -33,7 +36,8 @@ export function createDraftRepository(db: Kysely<Database>) {
 
     /**
      * Applies the patch only while the draft is still in `expected` status, so a status move can
-     * never be based on a stale read; the updated row, or undefined when nothing matched.
+     * never be based on a stale read, and with `same` only while its content is still that (what its
+     * revision covers); the updated row, or undefined when nothing matched.
      */
     async updateIf(
       organizationId: string,
@@ -41,23 +45,36 @@ export function createDraftRepository(db: Kysely<Database>) {
       expected: string,
       patch: DraftPatch,
       trx: Db = db,
+      same?: DraftContent,
     ): Promise<DraftRow | undefined> {
-      return trx
+      let q = trx
         .updateTable('policy_drafts')
         .set(patch)
         .where('organization_id', '=', organizationId)
         .where('id', '=', id)
-        .where('status', '=', expected)
-        .returningAll()
-        .executeTakeFirst();
+        .where('status', '=', expected);
+      if (same) {
+        q = q
+          .where('name', '=', same.name)
+          .where('description', '=', same.description)
+          .where('rules', '=', same.rules);
+      }
+      return q.returningAll().executeTakeFirst();
     },
 
-    async delete(organizationId: string, id: string): Promise<boolean> {
-      const res = await db
+    /** Deletes the draft (with `same`, only while its content is still that); whether it did. */
+    async delete(organizationId: string, id: string, same?: DraftContent): Promise<boolean> {
+      let q = db
         .deleteFrom('policy_drafts')
         .where('organization_id', '=', organizationId)
-        .where('id', '=', id)
-        .executeTakeFirst();
+        .where('id', '=', id);
+      if (same) {
+        q = q
+          .where('name', '=', same.name)
+          .where('description', '=', same.description)
+          .where('rules', '=', same.rules);
+      }
+      const res = await q.executeTakeFirst();
       return Number(res.numDeletedRows) > 0;
     },
   };

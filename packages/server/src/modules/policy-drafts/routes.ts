@@ -34,6 +34,16 @@ const ApproveHeaders = Type.Object({
   ),
 });
 
+/** Every other write to a draft takes the same optional precondition. */
+const IfMatchHeaders = Type.Object({
+  'if-match': Type.Optional(
+    Type.String({
+      description:
+        'The revision (ETag) of the draft as read: if the draft was edited since, nothing is done and the answer is 409 conflict',
+    }),
+  ),
+});
+
 /** The one revision an If-Match names (quoted as an ETag or bare); none for `*` or no header. */
 function ifMatch(header: string | undefined): string | undefined {
   const v = header?.trim();
@@ -111,23 +121,48 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
 
   app.patch(
     '/v1/policy-drafts/:id',
-    { schema: { params: IdParams, body: PatchDraftBody, response: { 200: DraftEnvelope } } },
-    async (req) => ({ data: await service.update(await ctx.scope(req), req.params.id, req.body) }),
+    {
+      schema: {
+        params: IdParams,
+        headers: IfMatchHeaders,
+        body: PatchDraftBody,
+        response: { 200: DraftEnvelope },
+      },
+    },
+    async (req) => {
+      const scope = await ctx.scope(req);
+      return { data: await service.update(scope, req.params.id, req.body, ifMatch(req.headers['if-match'])) };
+    },
   );
 
   app.delete(
     '/v1/policy-drafts/:id',
-    { schema: { params: IdParams, response: { 204: Type.Null({ description: 'The draft is deleted' }) } } },
+    {
+      schema: {
+        params: IdParams,
+        headers: IfMatchHeaders,
+        response: { 204: Type.Null({ description: 'The draft is deleted' }) },
+      },
+    },
     async (req, reply) => {
-      await service.delete(await ctx.scope(req), req.params.id);
+      await service.delete(await ctx.scope(req), req.params.id, ifMatch(req.headers['if-match']));
       return reply.code(204).send(null);
     },
   );
 
   app.post(
     '/v1/policy-drafts/:id/submit',
-    { schema: { params: IdParams, documented: { body: NoBody }, response: { 200: DraftEnvelope } } },
-    async (req) => ({ data: await service.submit(await ctx.scope(req), req.params.id) }),
+    {
+      schema: {
+        params: IdParams,
+        headers: IfMatchHeaders,
+        documented: { body: NoBody },
+        response: { 200: DraftEnvelope },
+      },
+    },
+    async (req) => ({
+      data: await service.submit(await ctx.scope(req), req.params.id, ifMatch(req.headers['if-match'])),
+    }),
   );
 
   // SPEC §5.3: approving needs a person: a user token, or a key made to relay one (never the key
@@ -150,8 +185,15 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
     '/v1/policy-drafts/:id/reject',
     {
       config: { scopes: REVIEW },
-      schema: { params: IdParams, documented: { body: NoBody }, response: { 200: DraftEnvelope } },
+      schema: {
+        params: IdParams,
+        headers: IfMatchHeaders,
+        documented: { body: NoBody },
+        response: { 200: DraftEnvelope },
+      },
     },
-    async (req) => ({ data: await service.reject(await ctx.scope(req), req.params.id) }),
+    async (req) => ({
+      data: await service.reject(await ctx.scope(req), req.params.id, ifMatch(req.headers['if-match'])),
+    }),
   );
 };

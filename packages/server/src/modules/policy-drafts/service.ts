@@ -19,6 +19,19 @@ import {
 } from './model.js';
 import type { DraftPatch, DraftRepository, DraftRow } from './repository.js';
 
+/**
+ * If-Match: the draft must still be the revision the caller read (none given: no precondition);
+ * otherwise 409 conflict, `outcome` saying what was not done.
+ */
+function assertRevision(row: DraftRow, expected: string | undefined, outcome: string): void {
+  if (expected !== undefined && draftRevision(row) !== expected) {
+    throw new AppError(
+      'conflict',
+      `The draft was edited since the revision in If-Match was read; ${outcome}. Read it again and review what it says now`,
+    );
+  }
+}
+
 export interface DraftServiceDeps {
   db: Kysely<Database>;
   drafts: DraftRepository;
@@ -73,9 +86,24 @@ export function createDraftService(deps: DraftServiceDeps) {
     return row;
   }
 
-  /** A status move guarded by the status it starts from; explains a miss (404 or 400). */
-  async function move(scope: OrgScope, id: string, from: DraftStatus, patch: DraftPatch, verb: string) {
-    const row = await drafts.updateIf(scope.organizationId, id, from, patch);
+  /**
+   * A status move guarded by the status it starts from, and by the revision the caller read when it
+   * gives one (checked on the moved row, in its transaction: a stale one rolls the move back);
+   * explains a miss (404 or 400).
+   */
+  async function move(
+    scope: OrgScope,
+    id: string,
+    from: DraftStatus,
+    patch: DraftPatch,
+    verb: string,
+    expectedRevision: string | undefined,
+  ) {
+    const row = await db.transaction().execute(async (trx) => {
+      const moved = await drafts.updateIf(scope.organizationId, id, from, patch, trx);
+      if (moved) assertRevision(moved, expectedRevision, `it was not ${verb}`);
+      return moved;
+    });
     if (row) return row;
     const current = await load(scope, id);
     throw invalid(`Only a draft in status ${from} can be ${verb}; this one is ${current.status}`);
@@ -116,10 +144,19 @@ export function createDraftService(deps: DraftServiceDeps) {
       return toDraft(await load(scope, id));
     },
 
-    /** Content (name, description, rules) is editable only in status draft; see patchMoveProblem. */
-    async update(scope: OrgScope, id: string, changes: DraftChanges): Promise<PolicyDraft> {
+    /**
+     * Content (name, description, rules) is editable only in status draft; see patchMoveProblem.
+     * With `expectedRevision` (If-Match) the draft must still be that revision, up to the write.
+     */
+    async update(
+      scope: OrgScope,
+      id: string,
+      changes: DraftChanges,
+      expectedRevision?: string,
+    ): Promise<PolicyDraft> {
       if (changes.rules) assertRules(changes.rules);
       const row = await load(scope, id);
+      assertRevision(row, expectedRevision, 'nothing was changed');
       const from = row.status as DraftStatus;
       const to = changes.status ?? from;
       const problem = patchMoveProblem(from, to);
@@ -148,24 +185,31 @@ export function createDraftService(deps: DraftServiceDeps) {
         status: to,
         updated_at: now(),
       };
-      const updated = await drafts.updateIf(scope.organizationId, id, from, patch);
+      // With If-Match, written only over the content whose revision was checked above.
+      const same = expectedRevision === undefined ? undefined : row;
+      const updated = await drafts.updateIf(scope.organizationId, id, from, patch, db, same);
       if (updated) return toDraft(updated);
-      await load(scope, id);
+      assertRevision(await load(scope, id), expectedRevision, 'nothing was changed');
       throw new AppError('conflict', 'The draft changed while it was being updated; read it again and retry');
     },
 
-    async delete(scope: OrgScope, id: string): Promise<void> {
-      if (!(await drafts.delete(scope.organizationId, id))) throw notFound('Policy draft');
+    /** With `expectedRevision` (If-Match), deletes only the revision the caller read. */
+    async delete(scope: OrgScope, id: string, expectedRevision?: string): Promise<void> {
+      if (expectedRevision === undefined) {
+        if (!(await drafts.delete(scope.organizationId, id))) throw notFound('Policy draft');
+        return;
+      }
+      const row = await load(scope, id);
+      assertRevision(row, expectedRevision, 'it was not deleted');
+      if (await drafts.delete(scope.organizationId, id, row)) return;
+      // Deleted (404) or edited (409) since it was read.
+      assertRevision(await load(scope, id), expectedRevision, 'it was not deleted');
+      throw new AppError('conflict', 'The draft changed while it was being deleted; read it again and retry');
     },
 
-    async submit(scope: OrgScope, id: string): Promise<PolicyDraft> {
-      const row = await move(
-        scope,
-        id,
-        'draft',
-        { status: 'pending_review', updated_at: now() },
-        'submitted',
-      );
+    async submit(scope: OrgScope, id: string, expectedRevision?: string): Promise<PolicyDraft> {
+      const patch = { status: 'pending_review', updated_at: now() };
+      const row = await move(scope, id, 'draft', patch, 'submitted', expectedRevision);
       events.publish({
         organizationId: scope.organizationId,
         type: 'draft.submitted',
@@ -174,10 +218,10 @@ export function createDraftService(deps: DraftServiceDeps) {
       return toDraft(row);
     },
 
-    async reject(scope: OrgScope, id: string): Promise<PolicyDraft> {
+    async reject(scope: OrgScope, id: string, expectedRevision?: string): Promise<PolicyDraft> {
       const at = now();
       const patch = { status: 'rejected', reviewed_by: reviewer(scope), reviewed_at: at, updated_at: at };
-      const row = await move(scope, id, 'pending_review', patch, 'rejected');
+      const row = await move(scope, id, 'pending_review', patch, 'rejected', expectedRevision);
       events.publish({ organizationId: scope.organizationId, type: 'draft.rejected', data: { draftId: id } });
       return toDraft(row);
     },
@@ -218,12 +262,7 @@ export function createDraftService(deps: DraftServiceDeps) {
         const row = await drafts.updateIf(scope.organizationId, id, 'pending_review', patch, trx);
         if (!row) return null;
         // Checked on the row the status move returned, in its transaction: throwing rolls it back.
-        if (expectedRevision !== undefined && draftRevision(row) !== expectedRevision) {
-          throw new AppError(
-            'conflict',
-            'The draft was edited since the revision in If-Match was read; nothing was applied. Read it again and review what it says now',
-          );
-        }
+        assertRevision(row, expectedRevision, 'nothing was applied');
         const owner = { ...scope, projectId: row.project_id };
         return { row, ...(await applyDraftRules(trx, policies, owner, JSON.parse(row.rules), at)) };
       });
