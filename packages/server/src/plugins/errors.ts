@@ -16,7 +16,10 @@ export function sendError(reply: FastifyReply, code: ErrorCode, message: string)
   return reply.code(STATUS_BY_CODE[code]).type('application/json').send({ error: { code, message } });
 }
 
-/** Names the offending field: "body/name must NOT have more than 100 characters". */
+/**
+ * Names the offending field before TypeBox's message: "body/name Expected string length less or equal
+ * to 100", "body/mode must be one of: auto, chat, compile" (lib/schemas.ts words the messages).
+ */
 function validationMessage(err: FastifyError): string {
   const first = err.validation?.[0];
   if (!first) return err.message;

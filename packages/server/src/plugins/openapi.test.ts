@@ -1,10 +1,13 @@
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { Ajv2020 } from 'ajv/dist/2020.js';
-import type { FastifyServerOptions, RouteOptions } from 'fastify';
+import type { FastifyServerOptions, InjectOptions, LightMyRequestResponse, RouteOptions } from 'fastify';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
+import { setTier } from '../../test/approvals.js';
 import { useTestApp } from '../../test/fixture.js';
-import { withTestApp } from '../../test/helpers.js';
+import { asUser, createTenant, keyHeader, type Tenant, withTestApp } from '../../test/helpers.js';
+import { flowError } from '../modules/payments/flow-model.js';
 import { invoiceAnswer } from '../modules/payments/invoices.js';
+import { gatewayError } from '../modules/payments/model.js';
 import { providerAnswer } from '../modules/payments/providers.js';
 import {
   InvoiceAnswerSchema,
@@ -30,8 +33,16 @@ vi.mock('fastify', async (importOriginal) => {
 
 interface Operation {
   security?: Record<string, string[]>[];
+  parameters?: { in: string; name: string; required?: boolean; schema: Schema; description?: string }[];
   requestBody?: { required?: boolean; content?: Record<string, { schema?: Schema }> };
-  responses: Record<string, { description: string; content?: Record<string, { schema: Schema }> }>;
+  responses: Record<
+    string,
+    {
+      description: string;
+      content?: Record<string, { schema: Schema }>;
+      headers?: Record<string, { schema: Schema }>;
+    }
+  >;
 }
 interface Schema {
   [key: string]: unknown;
@@ -43,7 +54,7 @@ interface Document {
   [key: string]: unknown;
   openapi: string;
   paths: Record<string, Record<string, Operation>>;
-  components: { securitySchemes: Record<string, Record<string, string>> };
+  components: { securitySchemes: Record<string, Record<string, string>>; schemas: Record<string, Schema> };
 }
 
 let doc: Document;
@@ -107,6 +118,30 @@ function unlisted(value: unknown, schema: Schema, at = ''): string[] {
 const openApiPath = (url: string) => url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
 const operation = (method: string, url: string) => doc.paths[openApiPath(url)]?.[method.toLowerCase()];
 
+/** The paths that answer their errors in envelope B: the payment gateway and the key set. */
+const isEnvelopeB = (path: string) =>
+  path.startsWith('/v1/gateway/') || path === '/.well-known/svc-keys.json';
+
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+
+/** The JSON schema the document gives an answer of `method url` with this status. */
+function answerSchema(method: string, url: string, status: number): Schema {
+  const answer = operation(method, url)?.responses[String(status)];
+  if (!answer) throw new Error(`${method} ${url}: the document has no ${status}`);
+  return answer.content!['application/json']!.schema;
+}
+
+/**
+ * What keeps a real answer from fitting the document: Ajv's errors against the schema of its
+ * operation and status, and its members the schema does not list.
+ */
+function misfits(res: LightMyRequestResponse, schema: Schema): string[] {
+  const check = ajv.compile(schema);
+  const body = res.json();
+  const errors = check(body) ? [] : (check.errors ?? []).map((e) => `${e.instancePath} ${e.message}`);
+  return [...errors, ...unlisted(body, schema).map((m) => `${m} is not listed`)];
+}
+
 describe('GET /openapi.json', () => {
   it('is a valid OpenAPI 3.1 document', async () => {
     expect(doc.openapi).toBe('3.1.0');
@@ -147,11 +182,12 @@ describe('GET /openapi.json', () => {
     expect(operation('GET', '/healthz')!.security).toEqual([]);
   });
 
-  it('gives every route its standard errors in the one envelope, with the codes of the error table', () => {
+  it('gives every route its standard errors in its envelope, with the codes of the error table', () => {
     for (const [path, methods] of Object.entries(doc.paths)) {
       for (const [method, op] of Object.entries(methods)) {
         expect(op.responses['500'], `${method} ${path}`).toBeDefined();
-        expect(op.responses['503'], `${method} ${path}`).toBeDefined();
+        // Envelope B lists a 503 only where one of its codes answers it (signing_key_missing…).
+        if (!isEnvelopeB(path)) expect(op.responses['503'], `${method} ${path}`).toBeDefined();
       }
     }
     const validate = operation('POST', '/v1/tools/validate')!;
@@ -373,5 +409,390 @@ describe('the interactive reference', () => {
       const doc = (await moved.inject({ method: 'GET', url: '/openapi.json' })).json();
       expect(doc.externalDocs.url).toBe('https://api.example.com/reference');
     });
+  });
+});
+
+describe('envelope B: the payment gateway and the key set', () => {
+  let tenant: Tenant;
+  beforeAll(async () => {
+    tenant = await createTenant(t);
+  });
+  const key = () => keyHeader(tenant.apiKey);
+  const MEMBERS = ['type', 'code', 'message', 'param', 'doc_url', 'hint', 'request_id'];
+
+  it('describes every error of those paths in envelope B, and no other path in it', () => {
+    const gateway = Object.keys(doc.paths).filter(isEnvelopeB);
+    expect(gateway.length).toBeGreaterThan(15);
+    expect(gateway).toContain('/.well-known/svc-keys.json');
+    for (const [path, methods] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(methods)) {
+        for (const [status, answer] of Object.entries(op.responses)) {
+          if (Number(status) < 400 || !answer.content?.['application/json']) continue;
+          const error = answer.content['application/json'].schema.properties?.error;
+          const where = `${method.toUpperCase()} ${path} ${status}`;
+          if (isEnvelopeB(path)) {
+            expect(error?.required, where).toEqual(MEMBERS);
+            // None of envelope A's own codes (validation_failed, slug_taken, not_found, internal_error…).
+            for (const code of ['validation_failed', 'slug_taken', 'not_found', 'internal_error'])
+              expect(error?.properties?.code?.enum, where).not.toContain(code);
+          } else {
+            expect(JSON.stringify(answer.content), where).not.toContain('doc_url');
+          }
+        }
+      }
+    }
+    expect(doc.components.schemas.EnvelopeB!.properties!.error!.required).toEqual(MEMBERS);
+    const info = (doc.info as { description: string }).description;
+    expect(info).toContain('/v1/gateway');
+    expect(info).toContain('/.well-known/svc-keys.json');
+    expect(info).toContain('doc_url');
+    expect(info).not.toMatch(/Every non-2xx answer is `\{error: \{code, message\}\}`/);
+  });
+
+  it('lists the codes of the catalog each gateway operation answers, by status', () => {
+    const codes = (method: string, url: string, status: number) =>
+      answerSchema(method, url, status).properties!.error!.properties!.code!.enum;
+    const consume = '/v1/gateway/capsules/consume';
+    expect(codes('POST', consume, 400)).toEqual(
+      expect.arrayContaining([
+        'capsule_payload_invalid',
+        'invalid_amount_precision',
+        'invalid_json',
+        'idempotency_key_reused_with_different_payload',
+      ]),
+    );
+    expect(codes('POST', consume, 403)).toEqual(
+      expect.arrayContaining([
+        'capsule_expired',
+        'capsule_signature_invalid',
+        'capsule_kid_unknown',
+        'beneficiary_hash_mismatch',
+        'beneficiary_held',
+        'beneficiary_quarantine_active',
+        'amount_exceeds_capsule_ceiling',
+        'amount_exceeds_entity_cap',
+        'rail_not_in_allowlist',
+      ]),
+    );
+    expect(codes('POST', consume, 409)).toEqual(
+      expect.arrayContaining(['capsule_replayed', 'capsule_consumed', 'policy_pack_hash_mismatch']),
+    );
+    expect(codes('POST', consume, 429)).toEqual(['provider_rate_limited']);
+    expect(codes('POST', consume, 500)).toEqual(['internal_server_error', 'policy_eval_error']);
+    expect(codes('POST', consume, 502)).toEqual(['provider_upstream_error']);
+    expect(codes('POST', consume, 504)).toEqual(['provider_timeout']);
+    expect(operation('POST', consume)!.responses['429']!.headers!['Retry-After']).toBeDefined();
+    expect(codes('POST', '/v1/gateway/capsules', 409)).toEqual(
+      expect.arrayContaining(['approval_required', 'dual_control_required', 'approval_payload_mismatch']),
+    );
+    expect(codes('POST', '/v1/gateway/capsules', 503)).toContain('signing_key_missing');
+    expect(codes('POST', '/v1/gateway/invoices', 502)).toEqual(['invoice_parse_failed']);
+    expect(codes('GET', '/v1/gateway/workflows/:entityId/:workflowId', 404)).toEqual(['workflow_not_found']);
+    expect(codes('POST', '/v1/gateway/approvals/:id/resolve', 409)).toEqual(
+      expect.arrayContaining(['approval_already_resolved', 'approval_expired']),
+    );
+    expect(codes('GET', '/.well-known/svc-keys.json', 503)).toEqual(['signing_key_missing']);
+    // The members some codes add are listed with them.
+    const mint409 = answerSchema('POST', '/v1/gateway/capsules', 409).properties!.error!.properties!;
+    expect(Object.keys(mint409)).toEqual(expect.arrayContaining(['approval_id', 'payload_hash']));
+    // A read answers no body errors; a route without a provider answers no provider errors.
+    expect(operation('GET', '/v1/gateway/capsules/:id')!.responses['413']).toBeUndefined();
+    expect(operation('GET', '/v1/gateway/payees/:id')!.responses['502']).toBeUndefined();
+  });
+
+  it('lists every code the gateway makes on an operation; not_implemented, which none answers, on none', () => {
+    const listed = new Set<string>();
+    const operations = Object.entries(doc.paths)
+      .filter(([path]) => isEnvelopeB(path))
+      .flatMap(([, methods]) => Object.values(methods));
+    for (const answer of operations.flatMap((op) => Object.values(op.responses))) {
+      const error = answer.content?.['application/json']?.schema.properties?.error;
+      for (const code of error?.properties?.code?.enum ?? []) listed.add(code);
+    }
+    const made = Object.values({ ...gatewayError, ...flowError }).map(
+      (make) => (make as (...args: string[]) => { body: { code: string } })('1', '1', '1').body.code,
+    );
+    expect(made.length).toBeGreaterThan(40);
+    expect(made.filter((code) => !listed.has(code))).toEqual(['not_implemented']);
+  });
+
+  it('states the body limit of each route: 512 KiB on the gateway, 1 MiB for invoices and elsewhere', () => {
+    expect(operation('POST', '/v1/gateway/payees')!.responses['413']!.description).toContain(
+      '512 KiB (524288 bytes)',
+    );
+    expect(operation('POST', '/v1/gateway/invoices')!.responses['413']!.description).toContain(
+      '1 MiB (1048576 bytes)',
+    );
+    expect(operation('POST', '/v1/tools/validate')!.responses['413']!.description).toContain('1 MiB');
+    expect(operation('POST', '/v1/gateway/invoices')!.responses['415']!.description).toContain(
+      'application/xml',
+    );
+  });
+
+  it('documents the Idempotency-Key header on every gateway POST, and only there', () => {
+    for (const [path, methods] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(methods)) {
+        const header = op.parameters?.find((p) => p.in === 'header' && p.name === 'Idempotency-Key');
+        const takes = method === 'post' && path.startsWith('/v1/gateway/');
+        expect(Boolean(header), `${method.toUpperCase()} ${path}`).toBe(takes);
+        if (header) {
+          expect(header.required).toBe(false);
+          expect(header.schema).toMatchObject({ type: 'string', minLength: 1, maxLength: 255 });
+          expect(answerSchema(method, path, 409).properties!.error!.properties!.code!.enum).toContain(
+            'idempotency_request_in_progress',
+          );
+        }
+      }
+    }
+  });
+
+  it('real error answers of the gateway fit the document (400, 401, 404, 409, 413, 415)', async () => {
+    const answers: [string, string, LightMyRequestResponse, number, string][] = [];
+    /** Sends a request to the route `path` (at `opts.url` when its parameters are filled in). */
+    const send = async (
+      method: 'GET' | 'POST' | 'PUT',
+      path: string,
+      status: number,
+      code: string,
+      opts: { url?: string; headers?: Record<string, string>; payload?: unknown } = {},
+    ) => {
+      const res = await t.inject({
+        method,
+        url: opts.url ?? path,
+        headers: opts.headers ?? key(),
+        ...(opts.payload !== undefined ? { payload: opts.payload as InjectOptions['payload'] } : {}),
+      });
+      expect([res.statusCode, res.json().error?.code], res.body).toEqual([status, code]);
+      answers.push([method, path, res, status, code]);
+      return res;
+    };
+    const consume = '/v1/gateway/capsules/consume';
+    const beneficiary = { name: 'ACME', account_number: 'DE89' };
+    const invalid = await send('POST', consume, 400, 'capsule_payload_invalid', {
+      payload: { capsule: 'x', amount: 12, currency: 'USD', rail: 'ach', beneficiary },
+    });
+    expect(invalid.json().error.param).toBe('amount');
+    await send('POST', '/v1/gateway/payees', 400, 'invalid_json', {
+      headers: { ...key(), 'content-type': 'application/json' },
+      payload: '{"details":',
+    });
+    const payee = { details: { name: 'Bolt', account_number: 'NL91' } };
+    const once = { ...key(), 'idempotency-key': 'openapi-1' };
+    expect(
+      (await t.inject({ method: 'POST', url: '/v1/gateway/payees', headers: once, payload: payee }))
+        .statusCode,
+    ).toBe(201);
+    await send('POST', '/v1/gateway/payees', 400, 'idempotency_key_reused_with_different_payload', {
+      headers: once,
+      payload: { details: { name: 'Volt', account_number: 'NL92' } },
+    });
+    const capsule = { url: '/v1/gateway/capsules/none' };
+    await send('GET', '/v1/gateway/capsules/:id', 401, 'unauthorized', { ...capsule, headers: {} });
+    await send('GET', '/v1/gateway/capsules/:id', 404, 'capsule_not_found', capsule);
+    const workflow = { entity_id: 'e-1', workflow_id: 'w-1' };
+    const created = await t.inject({
+      method: 'POST',
+      url: '/v1/gateway/workflows',
+      headers: key(),
+      payload: workflow,
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    await send('POST', '/v1/gateway/workflows', 409, 'workflow_already_exists', { payload: workflow });
+    // 512 KiB is the gateway's limit: one byte more is refused before the body is read.
+    const sized = (bytes: number) => {
+      const frame = JSON.stringify({ details: { name: '' } });
+      return JSON.stringify({ details: { name: 'x'.repeat(bytes - frame.length) } });
+    };
+    const json = { ...key(), 'content-type': 'application/json' };
+    await send('POST', '/v1/gateway/payees', 413, 'payload_too_large', {
+      headers: json,
+      payload: sized(524_289),
+    });
+    const atLimit = await t.inject({
+      method: 'POST',
+      url: '/v1/gateway/payees',
+      headers: json,
+      payload: sized(524_288),
+    });
+    expect(atLimit.statusCode).not.toBe(413);
+    await send('POST', '/v1/gateway/payees', 415, 'unsupported_media_type', {
+      headers: { ...key(), 'content-type': 'text/plain' },
+      payload: 'hello',
+    });
+    for (const [method, url, res, status, code] of answers) {
+      expect(misfits(res, answerSchema(method, url, status)), `${method} ${url} ${status} ${code}`).toEqual(
+        [],
+      );
+    }
+  });
+
+  it('a mint that needs an approval fits the document with the members it adds', async () => {
+    const team = await createTenant(t);
+    await setTier(t, team, 'team');
+    const pack = await t.inject({
+      method: 'PUT',
+      url: '/v1/gateway/packs/openapi-pack',
+      headers: asUser(team),
+      payload: { allowed_rails: ['ach'], approval_threshold_usd: '10.00' },
+    });
+    expect(pack.statusCode, pack.body).toBe(201);
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/gateway/capsules',
+      headers: keyHeader(team.apiKey),
+      payload: {
+        entity_id: 'e-1',
+        agent_id: 'agent-1',
+        pack_id: 'openapi-pack',
+        rails: ['ach'],
+        beneficiary: { details: { name: 'Bolt', account_number: 'NL91' } },
+        amount_ceiling: { currency: 'USD', amount: '50.00' },
+        ttl_seconds: 300,
+      },
+    });
+    expect([res.statusCode, res.json().error.code]).toEqual([409, 'approval_required']);
+    expect(res.json().error.approval_id).toEqual(expect.any(String));
+    expect(misfits(res, answerSchema('POST', '/v1/gateway/capsules', 409))).toEqual([]);
+  });
+
+  it('real error answers of the key set fit the document, its 404 the envelope of the components', async () => {
+    const bad = await t.inject({ method: 'GET', url: '/.well-known/svc-keys.json?x=%00' });
+    expect([bad.statusCode, bad.json().error.code]).toEqual([400, 'invalid_request']);
+    expect(misfits(bad, answerSchema('GET', '/.well-known/svc-keys.json', 400))).toEqual([]);
+    // Methods without a route and unknown gateway paths: 404 route_not_found in envelope B.
+    const envelope = doc.components.schemas.EnvelopeB!;
+    for (const [method, url] of [
+      ['POST', '/.well-known/svc-keys.json'],
+      ['DELETE', '/.well-known/svc-keys.json'],
+      ['GET', '/v1/gateway/nothing-here'],
+    ] as const) {
+      const res = await t.inject({ method, url, headers: key() });
+      expect([res.statusCode, res.json().error.code]).toEqual([404, 'route_not_found']);
+      expect(misfits(res, envelope), `${method} ${url}`).toEqual([]);
+    }
+  });
+});
+
+describe('envelope A answers and headers the audit found undocumented', () => {
+  it('declares 410 expired on resolving an approval, and a real one fits', async () => {
+    const resolve = operation('POST', '/v1/approvals/:id/resolve')!;
+    expect(
+      resolve.responses['410']!.content!['application/json']!.schema.properties!.error!.properties!.code!
+        .enum,
+    ).toEqual(['expired']);
+    const team = await createTenant(t);
+    await setTier(t, team, 'team');
+    const opened = await t.inject({
+      method: 'POST',
+      url: '/v1/approvals',
+      headers: keyHeader(team.apiKey),
+      payload: { toolName: 'wire', arguments: { a: 1 }, expiresInSeconds: 60 },
+    });
+    expect(opened.statusCode, opened.body).toBe(201);
+    const id = opened.json().id as string;
+    await t.store.db
+      .updateTable('approvals')
+      .set({ expires_at: '2000-01-01T00:00:00.000Z' })
+      .where('id', '=', id)
+      .execute();
+    const res = await t.inject({
+      method: 'POST',
+      url: `/v1/approvals/${id}/resolve`,
+      headers: asUser(team),
+      payload: { action: 'approve' },
+    });
+    expect([res.statusCode, res.json().error?.code]).toEqual([410, 'expired']);
+    expect(misfits(res, answerSchema('POST', '/v1/approvals/:id/resolve', 410))).toEqual([]);
+  });
+
+  it('documents X-Organization-Id where a user token acts in an organization it names by it', () => {
+    const header = (method: string, url: string) =>
+      operation(method, url)!.parameters?.find((p) => p.in === 'header' && p.name === 'X-Organization-Id');
+    for (const [method, url] of [
+      ['GET', '/v1/api-keys'],
+      ['GET', '/v1/decisions'],
+      ['POST', '/v1/approvals/:id/resolve'],
+      ['POST', '/v1/projects/:id/regenerate-key'],
+      ['POST', '/v1/gateway/capsules'],
+      ['GET', '/v1/events/stream'],
+    ]) {
+      expect(header(method!, url!), `${method} ${url}`).toMatchObject({ required: false });
+      expect(header(method!, url!)!.description).toContain('missing_organization');
+    }
+    // Not where no user token is taken, nor where the organization is the user's own or in the path.
+    for (const [method, url] of [
+      ['POST', '/v1/tools/validate'],
+      ['GET', '/v1/organizations'],
+      ['GET', '/v1/organizations/:id'],
+      ['GET', '/v1/projects/:id'],
+      ['GET', '/healthz'],
+    ])
+      expect(header(method!, url!), `${method} ${url}`).toBeUndefined();
+  });
+
+  it('documents the X-RateLimit-* headers of the rate-limited routes', () => {
+    for (const url of ['/v1/tools/validate', '/v1/validate', '/v1/decisions']) {
+      const op = operation('POST', url)!;
+      for (const status of Object.keys(op.responses).filter((s) => s !== '401')) {
+        expect(Object.keys(op.responses[status]!.headers ?? {}), `${url} ${status}`).toEqual(
+          expect.arrayContaining(['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']),
+        );
+      }
+      expect(op.responses['429']!.headers!['Retry-After']).toBeDefined();
+    }
+    expect(operation('GET', '/v1/decisions')!.responses['200']!.headers).toBeUndefined();
+  });
+
+  it('describes the bounds and values of the decision queries, and url as required for an upstream', () => {
+    const param = (url: string, name: string) =>
+      operation('GET', url)!.parameters!.find((p) => p.in === 'query' && p.name === name)!.schema;
+    expect(param('/v1/decisions', 'limit')).toMatchObject({
+      type: 'integer',
+      minimum: 1,
+      maximum: 100,
+      default: 50,
+    });
+    expect(param('/v1/decisions', 'offset')).toMatchObject({ type: 'integer', minimum: 0, default: 0 });
+    expect(param('/v1/decisions', 'decision').enum).toEqual(['allow', 'deny', 'require_approval']);
+    expect(param('/v1/decisions/stats', 'days')).toMatchObject({
+      type: 'integer',
+      minimum: 1,
+      maximum: 90,
+      default: 7,
+    });
+    const create = operation('POST', '/v1/mcp/upstreams')!.requestBody!.content!['application/json']!.schema!;
+    expect(create.required).toEqual(expect.arrayContaining(['name', 'slug', 'url']));
+    expect(
+      operation('PATCH', '/v1/mcp/upstreams/:id')!.requestBody!.content!['application/json']!.schema!
+        .required,
+    ).toBeUndefined();
+  });
+
+  it('keeps what the routes enforce: string queries checked by the handler, url checked after the transport', async () => {
+    const tenant = await createTenant(t);
+    const list = await t.inject({
+      method: 'GET',
+      url: '/v1/decisions?limit=0',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect([list.statusCode, list.json().error.message]).toEqual([
+      400,
+      'querystring/limit must be an integer from 1 to 100',
+    ]);
+    const kind = await t.inject({
+      method: 'GET',
+      url: '/v1/decisions?decision=maybe',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(kind.json().error.message).toBe(
+      'querystring/decision must be one of allow, deny, require_approval',
+    );
+    const noUrl = await t.inject({
+      method: 'POST',
+      url: '/v1/mcp/upstreams',
+      headers: keyHeader(tenant.apiKey),
+      payload: { name: 'n', slug: 'no-url' },
+    });
+    expect([noUrl.statusCode, noUrl.json().error.message]).toEqual([400, 'body/url is required']);
   });
 });

@@ -4,20 +4,47 @@ import swaggerUi from '@fastify/swagger-ui';
 import { type TSchema, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifySchema, RouteOptions } from 'fastify';
 import type { Config } from '../config.js';
+import type { EnvelopeBError } from '../lib/envelope-b.js';
 import { type ErrorCode, STATUS_BY_CODE } from '../lib/errors.js';
 import { OPTIONAL_BODY } from '../lib/schemas.js';
 import type { AuthMode } from './auth.js';
 
 const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 
-/** What a route documents without declaring it to Fastify (see `FastifySchema.documented`). */
+/**
+ * What a route documents without declaring it to Fastify (see `FastifySchema.documented`). A body or
+ * query given here is what the document shows, in place of the route's own schema.
+ */
 export interface DocumentedOnly {
   /** A schema, or `{content: {mediaType: {schema}}}` for a body taken in several media types. */
   body?: TSchema | { content: Record<string, { schema: TSchema }> };
+  /** Header parameters added to the route's own (an object schema). */
   headers?: TSchema;
+  /** The query as clients send it, where the handler checks what the route's schema leaves a string. */
+  querystring?: TSchema;
   /** By status, as `schema.response`; a schema may list `content` by media type. */
   response?: Record<string, TSchema | Record<string, unknown>>;
+  /** Codes of the error table (envelope A) the route answers beyond the standard ones of its declarations. */
+  errors?: readonly ErrorCode[];
+  /**
+   * The route answers every error in envelope B (the payment gateway's, the key set's): the codes it
+   * answers beyond the standard ones of its auth mode, inputs and method. Present, even empty, means B.
+   */
+  envelopeB?: readonly ErrorB[];
 }
+
+/** One code of envelope B: its status, its `type`, and the members it adds to the envelope. */
+export interface CodeB {
+  status: number;
+  code: string;
+  type: EnvelopeBError['type'];
+  extra?: readonly string[];
+  /** Response headers it sets (`retry-after`). */
+  headers?: readonly string[];
+}
+
+/** A code of envelope B, or a factory of the gateway's catalogs (`gatewayError.expired`) that makes one. */
+export type ErrorB = CodeB | ((...args: never[]) => { status: number; body: EnvelopeBError });
 
 declare module 'fastify' {
   interface FastifySchema {
@@ -71,24 +98,40 @@ function security(mode: AuthMode, queryApiKey: boolean): Requirement {
   }
 }
 
+const MiB = 1024 * 1024;
+
+/** A body limit as the document states it: `512 KiB (524288 bytes)`. */
+const sizeOf = (bytes: number) =>
+  `${bytes % MiB === 0 ? `${bytes / MiB} MiB` : `${bytes / 1024} KiB`} (${bytes} bytes)`;
+
 const WHY: Record<number, string> = {
   400: 'The request is invalid',
   401: 'Missing or invalid credentials',
   403: 'The credentials do not allow this',
   404: 'The resource does not exist or belongs to another organization',
   409: 'Conflicts with the current state',
+  410: 'The approval expired',
   413: 'The body is larger than 1 MiB',
   415: 'The body is not JSON',
   429: 'A rate limit or a plan limit is reached',
   500: 'Internal error',
+  502: 'The payment provider failed, or the invoice could not be parsed',
   503: 'The store (or Redis) is unavailable, or the server is shutting down; retry',
+  504: 'The payment provider did not answer in time',
+};
+
+/** Envelope B's statuses where the gateway means more than the API's standard errors. */
+const WHY_B: Record<number, string> = {
+  403: 'Refused: by the credentials, or by a check of the payment',
+  429: 'The payment provider is rate-limiting; back off',
+  503: 'Not available now; retry (signing_key_missing and credentials_key_missing wait for the operator)',
 };
 
 /** The error envelope of one status, listing the codes the error table maps to it. */
-export function errorResponse(status: number) {
+export function errorResponse(status: number, why = WHY[status] ?? 'Error') {
   const codes = (Object.keys(STATUS_BY_CODE) as ErrorCode[]).filter((c) => STATUS_BY_CODE[c] === status);
   return {
-    description: `${WHY[status] ?? 'Error'}: ${codes.join(', ')}`,
+    description: `${why}: ${codes.join(', ')}`,
     type: 'object',
     required: ['error'],
     properties: {
@@ -101,13 +144,25 @@ export function errorResponse(status: number) {
   };
 }
 
+/** What one route's declarations say about it: the inputs and methods the standard errors follow from. */
+function traitsOf(route: RouteOptions, schema: FastifySchema, mode: AuthMode) {
+  const methods = ([] as string[]).concat(route.method);
+  const hasBody = methods.some((m) => m === 'POST' || m === 'PUT' || m === 'PATCH');
+  const authed = mode !== 'none';
+  return {
+    hasBody,
+    writes: hasBody || methods.includes('DELETE'),
+    takesInput: hasBody || Boolean(schema.querystring || schema.params || route.url.includes(':')),
+    authed,
+    /** User tokens (and the dashboard's session) are accepted. */
+    users: mode === 'any' || mode === 'jwt',
+    keys: mode === 'any' || mode === 'apiKey',
+  };
+}
+
 /** The standard errors a route can answer, from what it declares (auth mode, inputs, method). */
 function errorStatuses(route: RouteOptions, schema: FastifySchema, mode: AuthMode): number[] {
-  const methods = ([] as string[]).concat(route.method);
-  const writes = methods.some((m) => m === 'POST' || m === 'PUT' || m === 'PATCH' || m === 'DELETE');
-  const hasBody = methods.some((m) => m === 'POST' || m === 'PUT' || m === 'PATCH');
-  const takesInput = hasBody || Boolean(schema.querystring || schema.params || route.url.includes(':'));
-  const authed = mode !== 'none';
+  const { hasBody, writes, takesInput, authed } = traitsOf(route, schema, mode);
   const statuses = [
     takesInput && 400,
     authed && 401,
@@ -123,6 +178,160 @@ function errorStatuses(route: RouteOptions, schema: FastifySchema, mode: AuthMod
   return statuses.filter((s): s is number => s !== false);
 }
 
+/** The `type` of envelope B for a status, as the gateway's error handler gives it to a code of the error table. */
+function typeB(status: number): EnvelopeBError['type'] {
+  if (status === 401) return 'authentication_error';
+  if (status === 403) return 'authorization_error';
+  if (status === 409) return 'conflict';
+  return status >= 500 ? 'api_error' : 'invalid_request';
+}
+
+/** A code of the error table as envelope B answers it (`validation_failed` is `invalid_request` there). */
+export function tableCodeB(code: ErrorCode): CodeB {
+  const status = STATUS_BY_CODE[code];
+  return { status, code: code === 'validation_failed' ? 'invalid_request' : code, type: typeB(status) };
+}
+
+/** What envelope B's error handler (modules/payments/errors.ts) answers of its own. */
+export const HANDLER_B = {
+  invalidRequest: { status: 400, code: 'invalid_request', type: 'invalid_request' },
+  invalidJson: { status: 400, code: 'invalid_json', type: 'invalid_request' },
+  routeNotFound: { status: 404, code: 'route_not_found', type: 'invalid_request' },
+  payloadTooLarge: { status: 413, code: 'payload_too_large', type: 'invalid_request' },
+  unsupportedMediaType: { status: 415, code: 'unsupported_media_type', type: 'invalid_request' },
+  internal: { status: 500, code: 'internal_server_error', type: 'api_error' },
+  signingKeyMissing: { status: 503, code: 'signing_key_missing', type: 'api_error' },
+} as const satisfies Record<string, CodeB>;
+
+function codeB(e: ErrorB): CodeB {
+  if (typeof e !== 'function') return e;
+  // A factory is called once with placeholders: what it makes names its status, type, members and headers.
+  const { status, body } = (e as (...args: string[]) => { status: number; body: EnvelopeBError })(
+    '1',
+    '1',
+    '1',
+  );
+  const extra = Object.keys(body.extra ?? {});
+  const headers = Object.keys(body.headers ?? {});
+  return {
+    status,
+    code: body.code,
+    type: body.type,
+    ...(extra.length > 0 ? { extra } : {}),
+    ...(headers.length > 0 ? { headers } : {}),
+  };
+}
+
+/** The envelope-B errors every such route can answer, from what it declares (auth mode, inputs, method). */
+function standardB(route: RouteOptions, schema: FastifySchema, mode: AuthMode): CodeB[] {
+  const { hasBody, writes, takesInput, authed, users, keys } = traitsOf(route, schema, mode);
+  const codes = [
+    takesInput && HANDLER_B.invalidRequest,
+    hasBody && HANDLER_B.invalidJson,
+    // A user token names the organization it acts in (X-Organization-Id).
+    users && tableCodeB('missing_organization'),
+    authed && tableCodeB('unauthorized'),
+    keys && tableCodeB('invalid_api_key'),
+    authed && tableCodeB('authorization_error'),
+    users && writes && tableCodeB('csrf_failed'),
+    hasBody && HANDLER_B.payloadTooLarge,
+    hasBody && HANDLER_B.unsupportedMediaType,
+    HANDLER_B.internal,
+    // The identity provider's key set could not be fetched to check a user token.
+    users && tableCodeB('service_unavailable'),
+  ];
+  return codes.filter((c): c is CodeB => c !== false);
+}
+
+/** Members of envelope B, as every answer carries them. */
+const ENVELOPE_B_MEMBERS = {
+  type: { type: 'string', description: 'The class of the error' },
+  code: { type: 'string' },
+  message: { type: 'string' },
+  param: {
+    type: ['string', 'null'],
+    description: 'The member at fault, dotted (`amount_ceiling.amount`), a header or parameter name, or null',
+  },
+  doc_url: { type: 'string', description: 'The documentation of the code: `SVC_DOCS_URL/errors/<code>`' },
+  hint: { type: ['string', 'null'], description: 'What to do next, or null' },
+  request_id: { type: 'string', description: 'The request id (`X-Request-Id`)' },
+};
+
+/** Envelope B with any code: the shape of every error of the gateway and the key set (components). */
+const ENVELOPE_B = {
+  description:
+    'Envelope B: every non-2xx answer under /v1/gateway and of /.well-known/svc-keys.json, also their ' +
+    '404 route_not_found (an unknown path under /v1/gateway, another method on the key set). Codes may add ' +
+    'members (approval_id, payload_hash, invoice_id, invoice_hash).',
+  type: 'object',
+  required: ['error'],
+  properties: {
+    error: {
+      type: 'object',
+      required: Object.keys(ENVELOPE_B_MEMBERS),
+      properties: ENVELOPE_B_MEMBERS,
+    },
+  },
+};
+
+/** The envelope-B answer of one status: the codes a route answers with it, their types, members and headers. */
+function errorResponseB(codes: CodeB[], why: string) {
+  const extra = [...new Set(codes.flatMap((c) => c.extra ?? []))];
+  const carriedBy = (member: string) => codes.filter((c) => c.extra?.includes(member)).map((c) => c.code);
+  const retrying = codes.filter((c) => c.headers?.includes('retry-after')).map((c) => c.code);
+  return {
+    description: `${why}: ${codes.map((c) => c.code).join(', ')}`,
+    ...(retrying.length > 0
+      ? {
+          headers: {
+            'Retry-After': {
+              type: 'string',
+              description: `When to try again, in seconds or as an HTTP date (with ${retrying.join(', ')})`,
+            },
+          },
+        }
+      : {}),
+    type: 'object',
+    required: ['error'],
+    properties: {
+      error: {
+        type: 'object',
+        required: Object.keys(ENVELOPE_B_MEMBERS),
+        properties: {
+          ...ENVELOPE_B_MEMBERS,
+          type: { ...ENVELOPE_B_MEMBERS.type, enum: [...new Set(codes.map((c) => c.type))] },
+          code: { type: 'string', enum: codes.map((c) => c.code) },
+          ...Object.fromEntries(
+            extra.map((m) => [m, { type: 'string', description: `With ${carriedBy(m).join(', ')}` }]),
+          ),
+        },
+      },
+    },
+  };
+}
+
+/** Envelope-B answers by status: the standard codes of the route, then its own (each code once). */
+function responsesB(
+  route: RouteOptions,
+  schema: FastifySchema,
+  mode: AuthMode,
+  own: readonly ErrorB[],
+  why: Record<number, string>,
+) {
+  const byStatus = new Map<number, CodeB[]>();
+  const seen = new Set<string>();
+  for (const c of [...standardB(route, schema, mode), ...own.map(codeB)]) {
+    if (seen.has(c.code)) continue;
+    seen.add(c.code);
+    byStatus.set(c.status, [...(byStatus.get(c.status) ?? []), c]);
+  }
+  return new Map(
+    [...byStatus]
+      .sort(([a], [b]) => a - b)
+      .map(([status, codes]) => [status, errorResponseB(codes, why[status] ?? 'Error')]),
+  );
+}
+
 function tagOf(url: string): string {
   const [first, second] = url.split('/').filter(Boolean);
   if (first === 'healthz' || first === 'readyz') return 'health';
@@ -132,36 +341,132 @@ function tagOf(url: string): string {
 }
 
 /**
- * Documents a route from what it already declares: its schemas, its auth mode (security) and the
- * standard errors of the one error table. Only the document changes; the route's own validation and
- * serialization stay as declared.
+ * Routes a user token calls without X-Organization-Id: its own organizations (or one named in the
+ * path), its sign-in session, and a project read by id (the project names its organization).
  */
-function documentRoute({ schema, url, route }: { schema: FastifySchema; url: string; route: RouteOptions }) {
-  const { documented, ...own } = (schema ?? {}) as FastifySchema & {
-    response?: Record<string, unknown>;
-    tags?: string[];
-  };
-  const mode: AuthMode = route.config?.auth ?? 'any';
-  // Every route declares its success (the API document test holds it to that): no generic 2xx.
-  const response: Record<string, unknown> = { ...own.response, ...documented?.response };
-  for (const status of errorStatuses(route, own, mode)) {
-    const standard = errorResponse(status);
-    const mine = documented?.response?.[status] as { description?: string } | undefined;
-    // A documented answer on a standard error status (a JSON-RPC error) is one of two possible bodies.
-    response[status] = mine
-      ? { description: `${mine.description ?? ''} Or ${standard.description}`, anyOf: [mine, standard] }
-      : (response[status] ?? standard);
-  }
+const NO_ORGANIZATION_HEADER = [
+  /^[A-Z]+ \/v1\/organizations(\/|$)/,
+  /^[A-Z]+ \/v1\/auth\//,
+  /^GET \/v1\/projects\/:id$/,
+];
+
+const ORGANIZATION_HEADER = {
+  type: 'string',
+  minLength: 1,
+  description:
+    'With a user token: the organization the call acts in (the user must be a member), unless the query ' +
+    'or body names it (`organizationId`); without either the answer is 400 missing_organization. An API ' +
+    'key acts in its own organization and needs none.',
+};
+
+const RATE_LIMIT_HEADERS = {
+  'X-RateLimit-Limit': { type: 'integer', description: 'Calls the API key may make in the current window' },
+  'X-RateLimit-Remaining': { type: 'integer', description: 'Calls left in the current window' },
+  'X-RateLimit-Reset': { type: 'integer', description: 'When the window ends (Unix time, seconds)' },
+};
+
+const RETRY_AFTER = { type: 'integer', description: 'Seconds until a call may succeed again' };
+
+const propertiesOf = (schema: unknown) =>
+  (schema as { properties?: Record<string, unknown> }).properties ?? {};
+
+/** Adds header parameters to a route's header schema (an object schema, or none). */
+function withHeaders(schema: unknown, add: Record<string, unknown>): TSchema {
+  const base = (schema ?? { type: 'object', properties: {} }) as TSchema;
+  return { ...base, type: 'object', properties: { ...propertiesOf(base), ...add } };
+}
+
+/**
+ * A route schema whose document answers every error in envelope B, with what `more` adds to what the
+ * route documents itself: codes, and header parameters (for a plugin that answers them on every route).
+ */
+export function withEnvelopeB(
+  schema: FastifySchema | undefined,
+  more: Pick<DocumentedOnly, 'envelopeB' | 'headers'> = {},
+): FastifySchema {
+  const documented = schema?.documented ?? {};
+  const headers = more.headers
+    ? withHeaders(documented.headers, propertiesOf(more.headers))
+    : documented.headers;
   return {
-    url,
-    schema: {
-      ...own,
-      ...(documented?.body && !own.body ? { body: documented.body } : {}),
-      ...(documented?.headers && !own.headers ? { headers: documented.headers } : {}),
-      tags: own.tags ?? [tagOf(route.url)],
-      security: security(mode, route.config?.queryApiKey === true),
-      response,
+    ...schema,
+    documented: {
+      ...documented,
+      ...(headers ? { headers } : {}),
+      envelopeB: [...(documented.envelopeB ?? []), ...(more.envelopeB ?? [])],
     },
+  };
+}
+
+/**
+ * Documents a route from what it already declares: its schemas, its auth mode (security) and the
+ * standard errors of the one error table, or of envelope B where the route answers in it. Only the
+ * document changes; the route's own validation and serialization stay as declared.
+ */
+function documentRoute(defaultBodyLimit: number) {
+  return ({ schema, url, route }: { schema: FastifySchema; url: string; route: RouteOptions }) => {
+    const { documented, ...own } = (schema ?? {}) as FastifySchema & {
+      response?: Record<string, unknown>;
+      tags?: string[];
+    };
+    const mode: AuthMode = route.config?.auth ?? 'any';
+    const why: Record<number, string> = {
+      ...WHY,
+      ...(documented?.envelopeB ? WHY_B : {}),
+      413: `The body is larger than ${sizeOf(route.bodyLimit ?? defaultBodyLimit)}`,
+    };
+    const media = Object.keys((documented?.body as { content?: object } | undefined)?.content ?? {});
+    if (media.length > 0) why[415] = `The body is not ${media.join(', ')}`;
+    // Every route declares its success (the API document test holds it to that): no generic 2xx.
+    const response: Record<string, unknown> = { ...own.response, ...documented?.response };
+    const standard = documented?.envelopeB
+      ? responsesB(route, own, mode, documented.envelopeB, why)
+      : new Map(
+          [
+            ...new Set([
+              ...errorStatuses(route, own, mode),
+              ...(documented?.errors ?? []).map((c) => STATUS_BY_CODE[c]),
+            ]),
+          ].map((status) => [status, errorResponse(status, why[status])]),
+        );
+    for (const [status, answer] of standard) {
+      const mine = documented?.response?.[status] as { description?: string } | undefined;
+      // A documented answer on a standard error status (a JSON-RPC error) is one of two possible bodies.
+      response[status] = mine
+        ? { description: `${mine.description ?? ''} Or ${answer.description}`, anyOf: [mine, answer] }
+        : (response[status] ?? answer);
+    }
+    if (route.config?.rateLimit) {
+      // Counted once the API key is known: every answer but a refused credential carries them.
+      for (const [status, answer] of Object.entries(response)) {
+        if (status === '401') continue;
+        const headers =
+          status === '429' ? { ...RATE_LIMIT_HEADERS, 'Retry-After': RETRY_AFTER } : RATE_LIMIT_HEADERS;
+        response[status] = { ...(answer as object), headers };
+      }
+    }
+    let headers = documented?.headers
+      ? withHeaders(own.headers, propertiesOf(documented.headers))
+      : own.headers;
+    const methods = ([] as string[]).concat(route.method);
+    if (
+      traitsOf(route, own, mode).users &&
+      !methods.every((m) => NO_ORGANIZATION_HEADER.some((re) => re.test(`${m} ${route.url}`)))
+    ) {
+      headers = withHeaders(headers, { 'X-Organization-Id': ORGANIZATION_HEADER });
+    }
+    return {
+      url,
+      schema: {
+        ...own,
+        ...(documented?.body ? { body: documented.body } : {}),
+        ...(documented?.querystring ? { querystring: documented.querystring } : {}),
+        ...(headers ? { headers } : {}),
+        tags: own.tags ?? [tagOf(route.url)],
+        security: security(mode, route.config?.queryApiKey === true),
+        response,
+      },
+    };
   };
 }
 
@@ -207,13 +512,20 @@ export async function registerOpenApi(app: FastifyInstance, config: Config): Pro
         title: 'svc',
         version,
         description:
-          'Tool-call policy enforcement for AI agents. Every non-2xx answer is `{error: {code, message}}`.',
+          'Tool-call policy enforcement for AI agents. Errors come in one of two envelopes. Envelope A, ' +
+          '`{error: {code, message}}`, is every non-2xx answer of the API except the two below (the MCP ' +
+          'endpoints also answer JSON-RPC errors, as documented there). Envelope B, ' +
+          '`{error: {type, code, message, param, doc_url, hint, request_id}}` (some codes add members such ' +
+          'as approval_id and payload_hash), is every non-2xx answer of the payment-authorization gateway ' +
+          '(/v1/gateway/*, unknown paths there included: 404 route_not_found) and of the key set ' +
+          '(/.well-known/svc-keys.json; another method on it answers 404 route_not_found); its shape is ' +
+          '`#/components/schemas/EnvelopeB`. Each operation lists the codes it can answer by status.',
       },
       servers: [{ url: config.baseUrl }],
       externalDocs: { description: 'API reference', url: config.docsUrl },
-      components: { securitySchemes: SECURITY_SCHEMES },
+      components: { securitySchemes: SECURITY_SCHEMES, schemas: { EnvelopeB: ENVELOPE_B as never } },
     },
-    transform: documentRoute,
+    transform: documentRoute(app.initialConfig.bodyLimit ?? MiB),
     transformObject: optionalBodies as never,
   });
 

@@ -64,7 +64,13 @@ export const approvalRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
     '/v1/approvals/:id/resolve',
     {
       config: { scopes: RESOLVE },
-      schema: { params: IdParams, body: ResolveBody, response: { 200: ResolvedSchema } },
+      schema: {
+        params: IdParams,
+        body: ResolveBody,
+        response: { 200: ResolvedSchema },
+        // 410 expired: the approval passed its expiresAt before anyone resolved it.
+        documented: { errors: ['expired'] },
+      },
     },
     async (req) => service.resolve(await ctx.scope(req), req.params.id, req.body.action, req.body.resolvedBy),
   );

@@ -27,6 +27,26 @@ import { createDecisionService } from './service.js';
 
 const checkLogBody = compileSchema(LogBody);
 
+/*
+ * The queries as the API document describes them: the numbers and the decision filter are checked by
+ * query.ts (the route's schema leaves them strings, so its messages and order stay), within these bounds.
+ */
+const ListQueryDocumented = Type.Object({
+  ...ListQuery.properties,
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50 })),
+  offset: Type.Optional(Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 })),
+  decision: Type.Optional(
+    Type.String({
+      enum: ['allow', 'deny', 'require_approval'],
+      description: 'require_approval: escalated calls',
+    }),
+  ),
+});
+const StatsQueryDocumented = Type.Object({
+  ...StatsQuery.properties,
+  days: Type.Optional(Type.Integer({ minimum: 1, maximum: 90, default: 7 })),
+});
+
 /**
  * The body is one decision or an array of them; a union's own error says only "Expected union
  * value", so each decision is checked here to name the offending field (`body/3/decision ...`).
@@ -52,7 +72,13 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
 
   app.get(
     '/v1/decisions',
-    { schema: { querystring: ListQuery, response: { 200: ListResponse } } },
+    {
+      schema: {
+        querystring: ListQuery,
+        response: { 200: ListResponse },
+        documented: { querystring: ListQueryDocumented },
+      },
+    },
     async (req) => {
       const scope = await ctx.scope(req);
       const { filter, limit, offset } = parseListQuery(req.query);
@@ -62,7 +88,13 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
 
   app.get(
     '/v1/decisions/stats',
-    { schema: { querystring: StatsQuery, response: { 200: StatsResponse } } },
+    {
+      schema: {
+        querystring: StatsQuery,
+        response: { 200: StatsResponse },
+        documented: { querystring: StatsQueryDocumented },
+      },
+    },
     async (req) => {
       const scope = await ctx.scope(req);
       return service.stats(scope, intParam('days', req.query.days, 1, 90, 7), req.query.projectId);

@@ -44,6 +44,16 @@ export const CreateUpstreamBody = Type.Object(
   { additionalProperties: false },
 );
 
+/**
+ * The create body as the API document describes it: `url` is required. The service checks it (400
+ * `body/url is required`) after the transport, so mcp-stdio keeps its own refusal; the route's schema
+ * leaves it optional for that order.
+ */
+export const CreateUpstreamDocumented = Type.Object(
+  { ...CreateUpstreamBody.properties, url: fields.url },
+  { additionalProperties: false },
+);
+
 export const UpdateUpstreamBody = Type.Partial(Type.Object(fields), { additionalProperties: false });
 
 export type CreateUpstreamInput = Static<typeof CreateUpstreamBody>;

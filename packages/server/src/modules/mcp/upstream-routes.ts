@@ -2,7 +2,14 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { IdParams, NoBody, Success } from '../../lib/schemas.js';
-import { CreateUpstreamBody, ListQuery, TestResult, UpdateUpstreamBody, UpstreamSchema } from './schemas.js';
+import {
+  CreateUpstreamBody,
+  CreateUpstreamDocumented,
+  ListQuery,
+  TestResult,
+  UpdateUpstreamBody,
+  UpstreamSchema,
+} from './schemas.js';
 import type { UpstreamService } from './service.js';
 
 /** Control plane: /v1/mcp/upstreams*, for users (JWT + X-Organization-Id) and API keys of the organization. */
@@ -23,7 +30,13 @@ export const upstreamRoutes: FastifyPluginAsyncTypebox<{
 
   app.post(
     '/v1/mcp/upstreams',
-    { schema: { body: CreateUpstreamBody, response: { 201: UpstreamSchema } } },
+    {
+      schema: {
+        body: CreateUpstreamBody,
+        response: { 201: UpstreamSchema },
+        documented: { body: CreateUpstreamDocumented },
+      },
+    },
     async (req, reply) => reply.code(201).send(await service.create(await ctx.scope(req), req.body)),
   );
 

@@ -3,6 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { compileSchema } from '../../lib/schemas.js';
 import type { DocumentedOnly } from '../../plugins/openapi.js';
+import { flowError } from './flow-model.js';
 import type { InvoiceService } from './invoices.js';
 import { gatewayError } from './model.js';
 import type { ProviderService } from './providers.js';
@@ -51,6 +52,8 @@ const InvoicePost: DocumentedOnly = {
       'application/json': { schema: JsonInvoiceBody },
     },
   },
+  // A UBL document that cannot be read is kept as parse_failed (adds invoice_id, invoice_hash).
+  envelopeB: [flowError.invoiceParseFailed],
 };
 const InvoiceAnswers = {
   200: { ...InvoiceAnswerSchema, description: 'The invoice kept earlier for the same terms' },
@@ -163,13 +166,25 @@ export const flowRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext; services: 
 
   app.get(
     '/invoices/:id',
-    { schema: { params: IdParams, response: { 200: InvoiceAnswerSchema } } },
+    {
+      schema: {
+        params: IdParams,
+        response: { 200: InvoiceAnswerSchema },
+        documented: { envelopeB: [flowError.invoiceNotFound] },
+      },
+    },
     async (req) => services.invoices.get(await ctx.scope(req), req.params.id),
   );
 
   app.post(
     '/workflows',
-    { schema: { body: WorkflowBody, response: { 201: WorkflowAnswerSchema } } },
+    {
+      schema: {
+        body: WorkflowBody,
+        response: { 201: WorkflowAnswerSchema },
+        documented: { envelopeB: [gatewayError.packNotFound, flowError.workflowAlreadyExists] },
+      },
+    },
     async (req, reply) => {
       reply.code(201);
       return services.workflows.create(await ctx.scope(req), req.body);
@@ -178,13 +193,27 @@ export const flowRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext; services: 
 
   app.get(
     '/workflows/:entityId/:workflowId',
-    { schema: { params: WorkflowParams, response: { 200: WorkflowAnswerSchema } } },
+    {
+      schema: {
+        params: WorkflowParams,
+        response: { 200: WorkflowAnswerSchema },
+        documented: { envelopeB: [flowError.workflowNotFound] },
+      },
+    },
     async (req) => services.workflows.get(await ctx.scope(req), req.params.entityId, req.params.workflowId),
   );
 
   app.post(
     '/workflows/:entityId/:workflowId/transition',
-    { schema: { params: WorkflowParams, body: TransitionBody, response: { 200: WorkflowAnswerSchema } } },
+    {
+      schema: {
+        params: WorkflowParams,
+        body: TransitionBody,
+        response: { 200: WorkflowAnswerSchema },
+        // Into a state of person_states with an API key: 403 authorization_error.
+        documented: { envelopeB: [flowError.workflowNotFound, flowError.workflowInvalidTransition] },
+      },
+    },
     async (req) =>
       services.workflows.transition(
         await ctx.scope(req),
@@ -196,7 +225,13 @@ export const flowRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext; services: 
 
   app.post(
     '/providers',
-    { schema: { body: ProviderBody, response: { 201: ProviderAnswerSchema } } },
+    {
+      schema: {
+        body: ProviderBody,
+        response: { 201: ProviderAnswerSchema },
+        documented: { envelopeB: [flowError.credentialsKeyMissing, flowError.providerRailTaken] },
+      },
+    },
     async (req, reply) => {
       checkCredentialNames(req.body.credentials);
       reply.code(201);
@@ -210,13 +245,32 @@ export const flowRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext; services: 
 
   app.get(
     '/providers/:id',
-    { schema: { params: IdParams, response: { 200: ProviderAnswerSchema } } },
+    {
+      schema: {
+        params: IdParams,
+        response: { 200: ProviderAnswerSchema },
+        documented: { envelopeB: [flowError.providerNotFound] },
+      },
+    },
     async (req) => services.providers.get(await ctx.scope(req), req.params.id),
   );
 
   app.patch(
     '/providers/:id',
-    { schema: { params: IdParams, body: ProviderPatch, response: { 200: ProviderAnswerSchema } } },
+    {
+      schema: {
+        params: IdParams,
+        body: ProviderPatch,
+        response: { 200: ProviderAnswerSchema },
+        documented: {
+          envelopeB: [
+            flowError.providerNotFound,
+            flowError.credentialsKeyMissing,
+            flowError.providerRailTaken,
+          ],
+        },
+      },
+    },
     async (req) => {
       checkCredentialNames(req.body.credentials);
       return services.providers.update(await ctx.scope(req), req.params.id, req.body);
@@ -226,7 +280,11 @@ export const flowRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext; services: 
   app.delete(
     '/providers/:id',
     {
-      schema: { params: IdParams, response: { 204: Type.Null({ description: 'The provider is removed' }) } },
+      schema: {
+        params: IdParams,
+        response: { 204: Type.Null({ description: 'The provider is removed' }) },
+        documented: { envelopeB: [flowError.providerNotFound, flowError.paymentUnresolved] },
+      },
     },
     async (req, reply) => {
       await services.providers.remove(await ctx.scope(req), req.params.id);

@@ -1,13 +1,16 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { CAPSULE_PAYLOAD_SCHEMA } from '@svc/capsules';
 import type { AppContext } from '../../context.js';
 import { NoBody, VersionNumber } from '../../lib/schemas.js';
+import { type DocumentedOnly, HANDLER_B, tableCodeB, withEnvelopeB } from '../../plugins/openapi.js';
 import { ResolveBody, ResolvedSchema } from '../approvals/schemas.js';
 import { createEconomicConfigRepository, createSpendLedger } from '../budgets/repository.js';
 import { createHttpFetch } from '../mcp/http-fetch.js';
 import { createOrganizationRepository } from '../organizations/repository.js';
 import { registerEnvelopeB } from './errors.js';
+import { flowError } from './flow-model.js';
 import { flowRoutes, INVOICE_BODY_LIMIT } from './flow-routes.js';
 import { registerIdempotency } from './idempotency.js';
 import { createInvoiceRepository, createInvoiceService } from './invoices.js';
@@ -38,6 +41,92 @@ export const GATEWAY_BODY_LIMIT = 512 * 1024;
 
 /** How long a payment in flight holds its capsule beyond its provider's timeout (then a retry may take it over). */
 const PAYMENT_LEASE_MARGIN_MS = 30_000;
+
+/** What every gateway POST adds to the API document: the Idempotency-Key it takes (idempotency.ts) and its refusals. */
+const IDEMPOTENT: DocumentedOnly = {
+  headers: Type.Object({
+    'Idempotency-Key': Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 255,
+        pattern: '^[\\x21-\\x7e](?:[\\x20-\\x7e]{0,253}[\\x21-\\x7e])?$',
+        description:
+          'Makes the POST idempotent: the same key with the same method, path and body replays the first ' +
+          'answer (header idempotent-replayed: true) for 24 hours; with another request it answers 400 ' +
+          'idempotency_key_reused_with_different_payload. 1-255 printable ASCII characters, not starting or ' +
+          'ending with a space.',
+      }),
+    ),
+  }),
+  envelopeB: [
+    gatewayError.invalidRequest,
+    gatewayError.idempotencyReused,
+    gatewayError.idempotencyInProgress,
+  ],
+};
+
+/** A mint: every check of `service.mint` (pack, money, approval, invoice and workflow bindings, signing). */
+const MINT_ERRORS = [
+  gatewayError.packNotFound,
+  gatewayError.precision,
+  gatewayError.invoiceMissing,
+  gatewayError.rail,
+  gatewayError.payeeNotFound,
+  gatewayError.held,
+  gatewayError.hashMismatch,
+  flowError.invoiceNotFound,
+  flowError.invoiceMismatch,
+  flowError.invoiceAlreadyConsumed,
+  flowError.invoiceParseFailed,
+  flowError.workflowNotFound,
+  gatewayError.approvalsUnavailable,
+  gatewayError.approvalRequired,
+  gatewayError.dualControlRequired,
+  gatewayError.approvalNotFound,
+  gatewayError.approvalPayloadMismatch,
+  gatewayError.approvalDenied,
+  gatewayError.approvalExpired,
+  gatewayError.approvalConsumed,
+  HANDLER_B.signingKeyMissing,
+];
+
+/** A consume: the capsule, the drift checks, the pack, payee, invoice, workflow and caps, the provider. */
+const CONSUME_ERRORS = [
+  gatewayError.payloadInvalid,
+  gatewayError.precision,
+  gatewayError.signature,
+  gatewayError.kidUnknown,
+  gatewayError.expired,
+  gatewayError.rail,
+  gatewayError.hashMismatch,
+  gatewayError.overCeiling,
+  gatewayError.capsuleNotFound,
+  gatewayError.consumed,
+  gatewayError.revoked,
+  gatewayError.replayed,
+  gatewayError.packNotFound,
+  gatewayError.packHashMismatch,
+  gatewayError.payeeNotFound,
+  gatewayError.held,
+  gatewayError.quarantine,
+  gatewayError.conditionFailed,
+  gatewayError.evalError,
+  gatewayError.overEntityCap,
+  flowError.invoiceNotFound,
+  flowError.invoiceMismatch,
+  flowError.invoiceAlreadyConsumed,
+  flowError.workflowNotFound,
+  flowError.workflowInvalidTransition,
+  flowError.paymentInProgress,
+  flowError.paymentMismatch,
+  flowError.providerUpstream,
+  flowError.providerTimeout,
+  flowError.providerRateLimited,
+  flowError.credentialsKeyMissing,
+  HANDLER_B.signingKeyMissing,
+  // The consume committed but its receipt could not be written yet (it is repaired).
+  gatewayError.unavailable,
+];
 
 /**
  * The payment-authorization gateway under /v1/gateway: policy packs, payees and spend capsules.
@@ -82,6 +171,8 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
   app.addHook('onRoute', (route) => {
     // Invoice ingest declares its own (larger) limit; every other route gets the gateway's.
     route.bodyLimit = route.bodyLimit === INVOICE_BODY_LIMIT ? INVOICE_BODY_LIMIT : GATEWAY_BODY_LIMIT;
+    // In the API document only: every error in envelope B, and the Idempotency-Key of every POST.
+    route.schema = withEnvelopeB(route.schema, route.method === 'POST' ? IDEMPOTENT : {});
   });
   registerEnvelopeB(app, ctx.config.docsUrl);
   registerIdempotency(app, { repo, scope: ctx.scope, clock: ctx.clock });
@@ -108,16 +199,11 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     },
   });
 
-  /** Actions on one payee or capsule: no body, the record as it is now. */
+  /** Actions on one payee: no body, the payee as it is now. */
   const payeeAction = {
     params: IdParams,
-    documented: { body: NoBody },
+    documented: { body: NoBody, envelopeB: [gatewayError.payeeNotFound] },
     response: { 200: PayeeAnswerSchema },
-  };
-  const capsuleAction = {
-    params: IdParams,
-    documented: { body: NoBody },
-    response: { 200: CapsuleAnswerSchema },
   };
 
   app.get(
@@ -131,7 +217,15 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
 
   app.put(
     '/packs/:packId',
-    { schema: { params: PackParams, body: PackBody, response: { 201: PackAnswerSchema } } },
+    {
+      schema: {
+        params: PackParams,
+        body: PackBody,
+        response: { 201: PackAnswerSchema },
+        // Packs are written by people (403 authorization_error for a key); saves racing for a version: 503.
+        documented: { envelopeB: [gatewayError.precision, gatewayError.unavailable] },
+      },
+    },
     async (req, reply) => {
       reply.code(201);
       return service.putPack(await ctx.scope(req), req.params.packId, req.body);
@@ -140,7 +234,14 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
 
   app.get(
     '/packs/:packId',
-    { schema: { params: PackParams, querystring: PackQuery, response: { 200: PackAnswerSchema } } },
+    {
+      schema: {
+        params: PackParams,
+        querystring: PackQuery,
+        response: { 200: PackAnswerSchema },
+        documented: { envelopeB: [gatewayError.packNotFound] },
+      },
+    },
     async (req) => {
       const raw = req.query.version;
       const version = raw === undefined ? undefined : Number(raw);
@@ -163,7 +264,13 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
 
   app.get(
     '/payees/:id',
-    { schema: { params: IdParams, response: { 200: PayeeAnswerSchema } } },
+    {
+      schema: {
+        params: IdParams,
+        response: { 200: PayeeAnswerSchema },
+        documented: { envelopeB: [gatewayError.payeeNotFound] },
+      },
+    },
     async (req) => service.getPayee(await ctx.scope(req), req.params.id),
   );
 
@@ -181,7 +288,13 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
 
   app.post(
     '/capsules',
-    { schema: { body: MintBody, response: { 201: CapsuleAnswerSchema } } },
+    {
+      schema: {
+        body: MintBody,
+        response: { 201: CapsuleAnswerSchema },
+        documented: { envelopeB: MINT_ERRORS },
+      },
+    },
     async (req, reply) => {
       reply.code(201);
       return service.mint(await ctx.scope(req), req.body);
@@ -190,7 +303,13 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
 
   app.post(
     '/capsules/consume',
-    { schema: { body: ConsumeBody, response: { 200: CapsuleAnswerSchema } } },
+    {
+      schema: {
+        body: ConsumeBody,
+        response: { 200: CapsuleAnswerSchema },
+        documented: { envelopeB: CONSUME_ERRORS },
+      },
+    },
     async (req) => service.consume(await ctx.scope(req), req.body),
   );
 
@@ -198,7 +317,20 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     '/approvals/:id/resolve',
     {
       config: { scopes: ['approvals:resolve'] },
-      schema: { params: IdParams, body: ResolveBody, response: { 200: ResolvedSchema } },
+      schema: {
+        params: IdParams,
+        body: ResolveBody,
+        response: { 200: ResolvedSchema },
+        documented: {
+          envelopeB: [
+            gatewayError.approvalNotFound,
+            gatewayError.approvalResolved,
+            gatewayError.approvalExpired,
+            // Resolutions raced: send it again.
+            tableCodeB('conflict'),
+          ],
+        },
+      },
     },
     async (req) =>
       service.resolveApproval(await ctx.scope(req), req.params.id, req.body.action, req.body.resolvedBy),
@@ -206,11 +338,33 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
 
   app.get(
     '/capsules/:id',
-    { schema: { params: IdParams, response: { 200: CapsuleAnswerSchema } } },
+    {
+      schema: {
+        params: IdParams,
+        response: { 200: CapsuleAnswerSchema },
+        documented: { envelopeB: [gatewayError.capsuleNotFound] },
+      },
+    },
     async (req) => service.getCapsule(await ctx.scope(req), req.params.id),
   );
 
-  app.post('/capsules/:id/revoke', { schema: capsuleAction }, async (req) =>
-    service.revoke(await ctx.scope(req), req.params.id),
+  app.post(
+    '/capsules/:id/revoke',
+    {
+      schema: {
+        params: IdParams,
+        response: { 200: CapsuleAnswerSchema },
+        documented: {
+          body: NoBody,
+          envelopeB: [
+            gatewayError.capsuleNotFound,
+            gatewayError.consumed,
+            flowError.paymentInProgress,
+            flowError.paymentUnresolved,
+          ],
+        },
+      },
+    },
+    async (req) => service.revoke(await ctx.scope(req), req.params.id),
   );
 };

@@ -6,6 +6,7 @@ import { sendEnvelopeB } from '../../lib/envelope-b.js';
 import { AppError } from '../../lib/errors.js';
 import { NoBody } from '../../lib/schemas.js';
 import { errorHandlerA, sendError } from '../../plugins/errors.js';
+import { HANDLER_B } from '../../plugins/openapi.js';
 import { SigningKeyMissingError } from '../../signing/model.js';
 import { envelopeBErrorHandler, routeNotFoundB } from '../payments/errors.js';
 
@@ -53,7 +54,11 @@ const keySetRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app,
     '',
     {
       config: { auth: 'none' },
-      schema: { response: { 200: Type.Object({ keys: Type.Array(PublishedKeySchema) }) } },
+      schema: {
+        response: { 200: Type.Object({ keys: Type.Array(PublishedKeySchema) }) },
+        // Every error in envelope B: no loadable key, a malformed query (`%00`), an internal error.
+        documented: { envelopeB: [HANDLER_B.invalidRequest, HANDLER_B.signingKeyMissing] },
+      },
     },
     async (req, reply) => {
       try {
