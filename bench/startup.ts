@@ -86,7 +86,10 @@ const median = (xs: number[]) => {
 /** Starts each mode `runs` times, interleaved, on one migrated embedded store; returns the medians. */
 export async function runStartupBench(runs = 7, port = 18470): Promise<Record<string, StartFigures>> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-startup-'));
-  const env = { SVC_DATABASE_URL: `sqlite:${join(dir, 'svc.db')}`, SVC_JWT_SECRET: 'bench-secret' };
+  const env = {
+    SVC_DATABASE_URL: `sqlite:${join(dir, 'svc.db')}`,
+    SVC_JWT_SECRET: 'bench-secret-of-at-least-32-bytes!',
+  };
   try {
     const samples: Record<string, StartFigures[]> = {};
     // One start per mode first, not counted: migrates the store and warms the file cache.

@@ -42,21 +42,107 @@ describe('svc command', () => {
   });
 
   it('uses SVC_JWT_SECRET when set', async () => {
+    const secret = 'configured-secret-of-at-least-32-bytes';
     const { stdout } = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'bob'], {
-      env: env({ SVC_JWT_SECRET: 'configured-secret' }),
+      env: env({ SVC_JWT_SECRET: secret }),
     });
-    const { payload } = await jwtVerify(stdout.trim(), new TextEncoder().encode('configured-secret'));
+    const { payload } = await jwtVerify(stdout.trim(), new TextEncoder().encode(secret));
     expect(payload.sub).toBe('bob');
+  });
+
+  it('mints tokens living 1 second to 366 days', async () => {
+    const [year, second] = await Promise.all(
+      ['366d', '1s'].map((ttl) =>
+        run('node', [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'carol', '--ttl', ttl], { env: env() }),
+      ),
+    );
+    const secret = new TextEncoder().encode(readFileSync(join(dir, 'jwt-secret'), 'utf8').trim());
+    const { payload } = await jwtVerify(year!.stdout.trim(), secret);
+    expect(payload.exp! - payload.iat!).toBe(366 * 86_400);
+    const short = JSON.parse(Buffer.from(second!.stdout.trim().split('.')[1]!, 'base64url').toString());
+    expect(short.exp - short.iat).toBe(1);
+  });
+
+  it('exits 2 on every usage error, naming what is wrong, and runs nothing', async () => {
+    // A store of its own: a command that ran anyway would create it (and serve would keep running).
+    const store = join(dir, 'usage', 'svc.db');
+    const cases: [string[], string][] = [
+      [['token'], '--sub USER is required'],
+      [['token', '--sub', 'e'.repeat(201)], '--sub must be 1-200 characters'],
+      [['token', '--sub', 'alice', '--ttl', '0'], '--ttl must be between 1s and 366d, got "0"'],
+      [['token', '--sub', 'alice', '--ttl', '99999999999999d'], '--ttl must be between 1s and 366d'],
+      [['token', '--sub', 'alice', '--ttl', '367d'], '--ttl must be between 1s and 366d'],
+      [['token', '--sub', 'alice', '--ttl', '1y'], '--ttl must be a duration'],
+      [['token', '--sub', 'alice', '--bogus'], "Unknown option '--bogus'"],
+      [['token', '--sub', 'alice', 'extra'], 'unexpected argument "extra"'],
+      [['token', '--sub'], "Option '--sub <value>' argument missing"],
+      [['login-link'], '--sub USER is required'],
+      [['login-link', '--sub', 'alice', '--ttl', '2d'], '--ttl must be between 1s and 1d'],
+      [['login-link', '--sub', 'alice', '--ttl', '0'], '--ttl must be between 1s and 1d'],
+      [['keys'], 'a keys command is required: list or rotate'],
+      [['keys', 'frob'], 'unknown keys command "frob"'],
+      [['keys', 'list', 'extra'], 'unexpected argument "extra"'],
+      [['keys', 'rotate', '--force'], "Unknown option '--force'"],
+      [['serve', '--port', '19130'], "Unknown option '--port'"],
+      [['serve', 'now'], 'unexpected argument "now"'],
+      [['migrate', '--bogus'], "Unknown option '--bogus'"],
+      [['migrate', 'a', 'b'], 'unexpected arguments "a" "b"'],
+      [['help', 'frob'], 'unknown command "frob"'],
+      [['frobnicate'], 'unknown command "frobnicate"'],
+    ];
+    const results = await Promise.all(
+      cases.map(([args]) =>
+        run('node', [...SOURCE_FLAGS, SVC_BIN, ...args], {
+          env: env({ SVC_DATABASE_URL: `sqlite:${store}`, PORT: '0' }),
+          timeout: 20_000,
+        }).then(
+          (r) => ({ code: 0 as number | null, stdout: r.stdout, stderr: r.stderr }),
+          (e: { code: number | null; stdout: string; stderr: string }) => e,
+        ),
+      ),
+    );
+    cases.forEach(([args, message], i) => {
+      const r = results[i]!;
+      expect({ args, code: r.code, stdout: r.stdout }).toEqual({ args, code: 2, stdout: '' });
+      expect(r.stderr, args.join(' ')).toContain(`svc: ${message}`);
+      // The command's usage line follows the message.
+      const usage =
+        args[0] === 'frobnicate' || args[0] === 'help' ? 'Usage: svc <command>' : `usage: svc ${args[0]}`;
+      expect(r.stderr, args.join(' ')).toContain(usage);
+    });
+    expect(existsSync(store)).toBe(false);
+  });
+
+  it('prints the usage of a command named after help', async () => {
+    const { stdout } = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'help', 'keys'], { env: env() });
+    expect(stdout).toMatch(/^usage: svc keys list\|rotate/);
+  });
+
+  it('refuses a signing key overlap past its bound before rotating', async () => {
+    const own = join(dir, 'overlap');
+    const r = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'keys', 'rotate'], {
+      env: env({
+        SVC_DATABASE_URL: `sqlite:${join(own, 'svc.db')}`,
+        SVC_SIGNING_KEY_OVERLAP: '99999999999d',
+      }),
+    }).catch((e) => e);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(
+      'svc: SVC_SIGNING_KEY_OVERLAP must be between 0s and 3650d, got "99999999999d"',
+    );
+    // Nothing was written: the key set (signing-keys.json beside the store) was never opened.
+    expect(existsSync(join(own, 'signing-keys.json'))).toBe(false);
   });
 
   it('fails clearly on a missing --sub and on unknown commands', async () => {
     await expect(run('node', [...SOURCE_FLAGS, SVC_BIN, 'token'], { env: env() })).rejects.toMatchObject({
+      code: 2,
       stderr: expect.stringContaining('--sub'),
     });
     // A sub the server would refuse (lib/jwt.ts) gets no token.
     await expect(
       run('node', [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'e'.repeat(201)], { env: env() }),
-    ).rejects.toMatchObject({ stderr: expect.stringContaining('--sub must be 1-200 characters') });
+    ).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining('--sub must be 1-200 characters') });
     await expect(run('node', [...SOURCE_FLAGS, SVC_BIN, 'frobnicate'], { env: env() })).rejects.toMatchObject(
       { code: 2 },
     );

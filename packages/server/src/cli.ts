@@ -1,6 +1,6 @@
 import { createReadStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { parseArgs } from 'node:util';
+import { type ParseArgsConfig, parseArgs } from 'node:util';
 import {
   type Checkpoint,
   checkCheckpoints,
@@ -10,7 +10,9 @@ import {
   type PublicJwk,
   verifyReceiptChain,
 } from '@svc/sdk/verify';
-import { loadConfig } from './config.js';
+import { formatSeconds, loadConfig } from './config.js';
+import { parseTtl } from './lib/duration.js';
+import { LOGIN_LINK_MAX_TTL_SECONDS } from './modules/sessions/model.js';
 
 // The server, the store and JWT signing load only for the commands that use them, so offline
 // commands (receipts verify) start quickly.
@@ -39,11 +41,58 @@ Commands:
   keys list                      list the signing keys (active, retired, published until)
   keys rotate                    generate a new signing key; the previous one stays published
                                  for SVC_SIGNING_KEY_OVERLAP (default 30d)
-  help                           show this help (svc <command> --help: that command's usage)
+  help [command]                 show this help, or that command's usage (also svc <command> --help)
+
+Exit codes: 0 done, 1 failed (including an invalid configuration), 2 usage error (an unknown
+command, option or argument, a missing or invalid value); receipts verify: 1 broken chain.
 
 Configuration comes from the environment (see README.md).`;
 
-async function serve(): Promise<void> {
+/** A mistake in the command line: printed with the command's usage, exit code 2 (1 is a failure to do it). */
+export class UsageError extends Error {}
+
+/** How long `svc token` tokens may live: at least a second, at most 366 days. */
+export const TOKEN_MAX_TTL_SECONDS = 366 * 86_400;
+
+/**
+ * The command's options and positionals (strict: an unknown option, or more positionals than
+ * `maxPositionals`, is a usage error naming it).
+ */
+function parseCommand<O extends NonNullable<ParseArgsConfig['options']>>(
+  args: string[],
+  options: O,
+  maxPositionals = 0,
+) {
+  let parsed: ReturnType<typeof parseArgs<{ args: string[]; options: O; allowPositionals: true }>>;
+  try {
+    parsed = parseArgs({ args, options, allowPositionals: true, strict: true });
+  } catch (err) {
+    // Node's message names the option; its advice about `--` is not needed here.
+    throw new UsageError((err as Error).message.replace(/\. To specify a positional argument[\s\S]*$/, ''));
+  }
+  if (parsed.positionals.length > maxPositionals) {
+    const extra = parsed.positionals.slice(maxPositionals).map((a) => `"${a}"`);
+    throw new UsageError(`unexpected argument${extra.length > 1 ? 's' : ''} ${extra.join(' ')}`);
+  }
+  return parsed;
+}
+
+/** --ttl: a duration ("90s", "15m", "1h", "7d") between 1 second and `max` seconds. */
+function ttlOption(value: string, max: number): number {
+  let ttl: number;
+  try {
+    ttl = parseTtl(value);
+  } catch {
+    throw new UsageError(`--ttl must be a duration such as 90s, 15m, 1h or 7d, got "${value}"`);
+  }
+  if (!(ttl >= 1 && ttl <= max)) {
+    throw new UsageError(`--ttl must be between 1s and ${formatSeconds(max)}, got "${value}"`);
+  }
+  return ttl;
+}
+
+async function serve(args: string[]): Promise<void> {
+  parseCommand(args, {});
   const config = loadConfig();
   const { startServer } = await loadServer();
   const server = await startServer(config);
@@ -64,7 +113,8 @@ async function serve(): Promise<void> {
   process.on('SIGINT', () => shutdown('SIGINT'));
 }
 
-async function migrate(): Promise<void> {
+async function migrate(args: string[]): Promise<void> {
+  parseCommand(args, {});
   const { openStore, migrateToLatest } = await loadStorage();
   const store = openStore(loadConfig().databaseUrl);
   try {
@@ -76,41 +126,39 @@ async function migrate(): Promise<void> {
 }
 
 async function token(args: string[]): Promise<void> {
-  const { values } = parseArgs({
-    args,
-    options: { sub: { type: 'string' }, ttl: { type: 'string', default: '1h' } },
-  });
-  if (!values.sub) throw new Error('--sub USER is required');
+  const { values } = parseCommand(args, { sub: { type: 'string' }, ttl: { type: 'string', default: '1h' } });
+  if (!values.sub) throw new UsageError('--sub USER is required');
   // The server refuses a token naming anyone else (lib/jwt.ts): better not to print one.
   const { isUserId } = await import('./lib/schemas.js');
-  if (!isUserId(values.sub)) throw new Error('--sub must be 1-200 characters without control characters');
+  if (!isUserId(values.sub))
+    throw new UsageError('--sub must be 1-200 characters without control characters');
+  const ttl = ttlOption(values.ttl ?? '1h', TOKEN_MAX_TTL_SECONDS);
   const config = loadConfig();
   if (!config.jwtSecret && config.jwtJwksUrl) {
     throw new Error('SVC_JWT_JWKS_URL is set: tokens come from your identity provider, not from svc token');
   }
   const { openStore, migrateToLatest } = await loadStorage();
-  const { parseTtl, resolveJwtSecret, signUserToken } = await import('./lib/jwt.js');
+  const { resolveJwtSecret, signUserToken } = await import('./lib/jwt.js');
   const store = openStore(config.databaseUrl);
   try {
     if (store.dialect === 'postgres') await migrateToLatest(store);
     const secret = await resolveJwtSecret(config, store);
-    console.log(await signUserToken(secret!, values.sub, parseTtl(values.ttl ?? '1h'), config));
+    console.log(await signUserToken(secret!, values.sub, ttl, config));
   } finally {
     await store.close();
   }
 }
 
 async function loginLink(args: string[]): Promise<void> {
-  const { values } = parseArgs({
-    args,
-    options: { sub: { type: 'string' }, ttl: { type: 'string', default: '15m' } },
-  });
-  if (!values.sub) throw new Error('--sub USER is required');
+  const { values } = parseCommand(args, { sub: { type: 'string' }, ttl: { type: 'string', default: '15m' } });
+  if (!values.sub) throw new UsageError('--sub USER is required');
+  const { isUserId } = await import('./lib/schemas.js');
+  if (!isUserId(values.sub))
+    throw new UsageError('--sub must be 1-200 characters without control characters');
+  const ttl = ttlOption(values.ttl ?? '15m', LOGIN_LINK_MAX_TTL_SECONDS);
   const config = loadConfig();
   const { openStore, migrateToLatest } = await loadStorage();
-  const { parseTtl } = await import('./lib/jwt.js');
   const { createSessionService } = await import('./modules/sessions/service.js');
-  const ttl = parseTtl(values.ttl ?? '15m');
   const store = openStore(config.databaseUrl);
   try {
     await migrateToLatest(store);
@@ -128,8 +176,15 @@ async function loginLink(args: string[]): Promise<void> {
 }
 
 async function keys(args: string[]): Promise<void> {
-  const action = args[0];
-  if (action !== 'list' && action !== 'rotate') throw new Error('usage: svc keys list|rotate');
+  const { positionals } = parseCommand(args, {}, 1);
+  const action = positionals[0];
+  if (action !== 'list' && action !== 'rotate') {
+    throw new UsageError(
+      action === undefined
+        ? 'a keys command is required: list or rotate'
+        : `unknown keys command "${action}"`,
+    );
+  }
   const config = loadConfig();
   const { openStore, migrateToLatest } = await loadStorage();
   const { openSigningKeys } = await import('./signing/open.js');
@@ -331,11 +386,23 @@ export async function main(argv: string[]): Promise<void> {
     console.log(COMMAND_USAGE[command]);
     return;
   }
+  try {
+    await run(command, rest);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    const usage =
+      command !== undefined && Object.hasOwn(COMMAND_USAGE, command) ? COMMAND_USAGE[command]! : USAGE;
+    console.error(`svc: ${err.message}\n${usage.split('\n\n')[0]}`);
+    process.exitCode = 2;
+  }
+}
+
+function run(command: string | undefined, rest: string[]): Promise<void> | undefined {
   switch (command) {
     case 'serve':
-      return serve();
+      return serve(rest);
     case 'migrate':
-      return migrate();
+      return migrate(rest);
     case 'token':
       return token(rest);
     case 'login-link':
@@ -347,11 +414,16 @@ export async function main(argv: string[]): Promise<void> {
     case undefined:
     case 'help':
     case '--help':
-    case '-h':
-      console.log(USAGE);
+    case '-h': {
+      const { positionals } = parseCommand(rest, {}, 1);
+      const topic = positionals[0];
+      if (topic === undefined) console.log(USAGE);
+      else if (Object.hasOwn(COMMAND_USAGE, topic)) console.log(COMMAND_USAGE[topic]);
+      else throw new UsageError(`unknown command "${topic}"`);
       return;
+    }
     default:
-      console.error(`unknown command "${command}"\n\n${USAGE}`);
+      console.error(`svc: unknown command "${command}"\n\n${USAGE}`);
       process.exitCode = 2;
   }
 }

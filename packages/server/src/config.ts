@@ -97,26 +97,66 @@ export function loadOidcSettings(env: Record<string, string | undefined>): OidcS
 
 export const DEFAULT_DATABASE_URL = 'sqlite:./data/svc.db';
 
+/** Node keeps timer delays in a signed 32-bit integer: a longer delay fires after 1 ms instead. */
+export const MAX_TIMER_MS = 2_147_483_647;
+/** SVC_CHECKPOINT_INTERVAL at most 24 days: a timer delay (MAX_TIMER_MS is 24.8 days). */
+export const MAX_CHECKPOINT_INTERVAL_SECONDS = 24 * 86_400;
+/** SVC_SIGNING_KEY_OVERLAP at most 10 years: far from the end of the Date range. */
+export const MAX_SIGNING_KEY_OVERLAP_SECONDS = 3650 * 86_400;
+/** RFC 7518 §3.2: an HS256 key has at least 256 bits. The secret's UTF-8 bytes are the key. */
+export const MIN_JWT_SECRET_BYTES = 32;
+/** The levels the logger (pino) knows; anything else stops the start. */
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
 function nonEmpty(value: string | undefined): string | null {
   return value !== undefined && value.trim() !== '' ? value.trim() : null;
 }
 
+/**
+ * PORT: decimal digits only (no 0x…, 1e4 or 80.0). 0 is allowed on purpose: the system picks a free
+ * port, which the test suite uses; links then need SVC_BASE_URL (the default one would end in :0).
+ */
 function port(value: string | undefined): number {
-  if (value === undefined || value === '') return 8080;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0 || n > 65535)
-    throw new Error(`PORT must be an integer 0-65535, got "${value}"`);
+  const v = nonEmpty(value);
+  if (v === null) return 8080;
+  const n = /^\d{1,5}$/.test(v) ? Number(v) : Number.NaN;
+  if (!(n >= 0 && n <= 65535)) {
+    throw new Error(`PORT must be a decimal integer 1-65535 (0: any free port), got "${value}"`);
+  }
   return n;
 }
 
-function duration(name: string, value: string | undefined, fallback: number): number {
+/** A duration in seconds ("3600", "90m", "12h", "30d"), within [min, max]. */
+function duration(
+  name: string,
+  value: string | undefined,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
   const v = nonEmpty(value);
   if (v === null) return fallback;
+  let n: number;
   try {
-    return parseTtl(v);
+    n = parseTtl(v);
   } catch {
     throw new Error(`${name} must be a duration such as 3600, 90m, 12h or 30d, got "${value}"`);
   }
+  if (!(n >= min && n <= max)) {
+    throw new Error(
+      `${name} must be between ${formatSeconds(min)} and ${formatSeconds(max)}, got "${value}"`,
+    );
+  }
+  return n;
+}
+
+/** 0s, 90s, 15m, 12h, 30d: the largest unit that divides the number of seconds. */
+export function formatSeconds(s: number): string {
+  if (s === 0) return '0s';
+  if (s % 86_400 === 0) return `${s / 86_400}d`;
+  if (s % 3600 === 0) return `${s / 3600}h`;
+  if (s % 60 === 0) return `${s / 60}m`;
+  return `${s}s`;
 }
 
 function flag(name: string, value: string | undefined, fallback = false): boolean {
@@ -130,8 +170,8 @@ function flag(name: string, value: string | undefined, fallback = false): boolea
 function seconds(name: string, value: string | undefined, fallback: number): number {
   const v = nonEmpty(value);
   if (v === null) return fallback;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 1 || n > 86_400)
+  const n = /^\d{1,6}$/.test(v) ? Number(v) : Number.NaN;
+  if (!(n >= 1 && n <= 86_400))
     throw new Error(`${name} must be a whole number of seconds 1-86400, got "${value}"`);
   return n;
 }
@@ -146,36 +186,127 @@ function aesKey(name: string, value: string | undefined): Buffer | null {
   return key;
 }
 
+/** An absolute http(s) URL without query or fragment (paths are appended to it); trailing slashes dropped. */
+function httpUrl(name: string, value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new Error(
+      `${name} must be an absolute http(s) URL such as https://svc.example.com, got "${value}"`,
+    );
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new Error(
+      `${name} must be an absolute http(s) URL such as https://svc.example.com, got "${value}"`,
+    );
+  }
+  if (url.search !== '' || url.hash !== '' || value.includes('?') || value.includes('#')) {
+    throw new Error(`${name} must not have a query or fragment (paths are appended to it), got "${value}"`);
+  }
+  if (url.username !== '' || url.password !== '') {
+    throw new Error(`${name} must not hold a user name or password, got "${value}"`);
+  }
+  return value.replace(/\/+$/, '');
+}
+
+/** SVC_JWT_JWKS_URL: as SVC_OIDC_ISSUER, https unless the provider runs on this machine. */
+function jwksUrl(value: string | undefined): string | null {
+  const v = nonEmpty(value);
+  if (v === null) return null;
+  let url: URL;
+  try {
+    url = new URL(v);
+  } catch {
+    throw new Error(`SVC_JWT_JWKS_URL must be a URL, got "${v}"`);
+  }
+  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && LOOPBACK.test(url.hostname))) {
+    throw new Error(`SVC_JWT_JWKS_URL must use https (http only for a provider on localhost), got "${v}"`);
+  }
+  return v;
+}
+
+function jwtSecret(value: string | undefined): string | null {
+  const v = nonEmpty(value);
+  if (v === null) return null;
+  const bytes = Buffer.byteLength(v, 'utf8');
+  if (bytes < MIN_JWT_SECRET_BYTES) {
+    throw new Error(
+      `SVC_JWT_SECRET must be at least ${MIN_JWT_SECRET_BYTES} bytes (an HS256 key of at least 256 bits, ` +
+        `RFC 7518 §3.2; e.g. openssl rand -base64 32), got ${bytes}`,
+    );
+  }
+  return v;
+}
+
+function logLevel(value: string | undefined): string {
+  const v = nonEmpty(value);
+  if (v === null) return 'info';
+  const level = v.toLowerCase();
+  if (!(LOG_LEVELS as readonly string[]).includes(level)) {
+    throw new Error(`SVC_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got "${value}"`);
+  }
+  return level;
+}
+
+function databaseUrl(value: string | undefined): string {
+  const url = nonEmpty(value) ?? DEFAULT_DATABASE_URL;
+  if (!/^(sqlite:|postgres(ql)?:\/\/)/.test(url)) {
+    throw new Error('SVC_DATABASE_URL must start with sqlite: or postgres://');
+  }
+  // "sqlite:" alone used to open a store in memory, silently losing everything at exit.
+  if (url.startsWith('sqlite:') && url.slice('sqlite:'.length).trim() === '') {
+    throw new Error(
+      'SVC_DATABASE_URL "sqlite:" names no file: give a path (e.g. sqlite:./data/svc.db); ' +
+        'sqlite::memory: keeps everything in memory and loses it at exit',
+    );
+  }
+  return url;
+}
+
 /** Reads the operator contract from the environment; invalid values stop the start with a clear message. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const host = nonEmpty(env.HOST) ?? '127.0.0.1';
   const p = port(env.PORT);
-  const databaseUrl = nonEmpty(env.SVC_DATABASE_URL) ?? DEFAULT_DATABASE_URL;
-  if (!/^(sqlite:|postgres(ql)?:\/\/)/.test(databaseUrl)) {
-    throw new Error('SVC_DATABASE_URL must start with sqlite: or postgres://');
-  }
-  const baseUrl = (nonEmpty(env.SVC_BASE_URL) ?? `http://${host}:${p}`).replace(/\/+$/, '');
+  const explicitBase = nonEmpty(env.SVC_BASE_URL);
+  const baseUrl = explicitBase
+    ? httpUrl('SVC_BASE_URL', explicitBase)
+    : `http://${host.includes(':') && !host.startsWith('[') ? `[${host}]` : host}:${p}`;
+  const docsUrl = nonEmpty(env.SVC_DOCS_URL);
   return {
     port: p,
     host,
-    databaseUrl,
-    jwtSecret: nonEmpty(env.SVC_JWT_SECRET),
-    jwtJwksUrl: nonEmpty(env.SVC_JWT_JWKS_URL),
+    databaseUrl: databaseUrl(env.SVC_DATABASE_URL),
+    jwtSecret: jwtSecret(env.SVC_JWT_SECRET),
+    jwtJwksUrl: jwksUrl(env.SVC_JWT_JWKS_URL),
     jwtJwksCacheSeconds: seconds('SVC_JWT_JWKS_CACHE_SECONDS', env.SVC_JWT_JWKS_CACHE_SECONDS, 600),
     jwtIssuer: nonEmpty(env.SVC_JWT_ISSUER),
     jwtAudience: nonEmpty(env.SVC_JWT_AUDIENCE),
     adminToken: nonEmpty(env.SVC_ADMIN_TOKEN),
     baseUrl,
-    docsUrl: (nonEmpty(env.SVC_DOCS_URL) ?? `${baseUrl}/docs`).replace(/\/+$/, ''),
-    logLevel: nonEmpty(env.SVC_LOG_LEVEL) ?? 'info',
+    docsUrl: docsUrl ? httpUrl('SVC_DOCS_URL', docsUrl) : `${baseUrl}/docs`,
+    logLevel: logLevel(env.SVC_LOG_LEVEL),
     redisUrl: nonEmpty(env.SVC_REDIS_URL),
     redisPrefix: nonEmpty(env.SVC_REDIS_PREFIX) ?? 'svc:',
     mcpAllowPrivateUpstreams: flag('SVC_MCP_ALLOW_PRIVATE_UPSTREAMS', env.SVC_MCP_ALLOW_PRIVATE_UPSTREAMS),
     providerCredentialsKey: aesKey('SVC_PROVIDER_CREDENTIALS_KEY', env.SVC_PROVIDER_CREDENTIALS_KEY),
     signingKeyFile: nonEmpty(env.SVC_SIGNING_KEY_FILE),
     oidc: loadOidcSettings(env),
-    signingKeyOverlapSeconds: duration('SVC_SIGNING_KEY_OVERLAP', env.SVC_SIGNING_KEY_OVERLAP, 30 * 86400),
-    checkpointIntervalMs: duration('SVC_CHECKPOINT_INTERVAL', env.SVC_CHECKPOINT_INTERVAL, 5) * 1000,
+    signingKeyOverlapSeconds: duration(
+      'SVC_SIGNING_KEY_OVERLAP',
+      env.SVC_SIGNING_KEY_OVERLAP,
+      30 * 86_400,
+      0,
+      MAX_SIGNING_KEY_OVERLAP_SECONDS,
+    ),
+    checkpointIntervalMs:
+      duration(
+        'SVC_CHECKPOINT_INTERVAL',
+        env.SVC_CHECKPOINT_INTERVAL,
+        5,
+        0,
+        MAX_CHECKPOINT_INTERVAL_SECONDS,
+      ) * 1000,
     writerThread: flag('SVC_WRITER_THREAD', env.SVC_WRITER_THREAD, true),
     llm: loadLlmSettings(env),
   };

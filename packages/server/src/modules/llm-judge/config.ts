@@ -10,11 +10,27 @@ function nonEmpty(value: string | undefined): string | null {
   return value !== undefined && value.trim() !== '' ? value.trim() : null;
 }
 
-function positiveInt(name: string, value: string | undefined, fallback: number): number {
+/**
+ * Upper bounds of the SVC_LLM_* numbers. The timeout is a timer delay (at most 2147483647 ms in Node;
+ * a longer one fires at once, or AbortSignal.timeout throws): 10 minutes is already far past any
+ * caller's patience. The cache bounds keep one instance's memory and staleness in reason.
+ */
+export const LLM_LIMITS = {
+  SVC_LLM_TIMEOUT_MS: 600_000,
+  SVC_LLM_MAX_CONCURRENCY: 1_000,
+  SVC_LLM_CACHE_TTL_MS: 86_400_000,
+  SVC_LLM_CACHE_SIZE: 1_000_000,
+} as const;
+
+function positiveInt(name: keyof typeof LLM_LIMITS, value: string | undefined, fallback: number): number {
   const v = nonEmpty(value);
   if (v === null) return fallback;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got "${value}"`);
+  const max = LLM_LIMITS[name];
+  // Decimal digits only: Number() would also take 0x10, 1e3 or 5.0.
+  const n = /^\d{1,16}$/.test(v) ? Number(v) : Number.NaN;
+  if (!(n >= 1 && n <= max)) {
+    throw new Error(`${name} must be an integer 1-${max}, got "${value}"`);
+  }
   return n;
 }
 
@@ -44,6 +60,15 @@ export function loadLlmSettings(env: NodeJS.ProcessEnv): LlmSettings {
   const named = nonEmpty(env.SVC_LLM_DEFAULT_PROVIDER)?.toLowerCase() ?? null;
   if (named !== null && !(PROVIDERS as readonly string[]).includes(named)) {
     throw new Error(`SVC_LLM_DEFAULT_PROVIDER must be one of ${PROVIDERS.join(', ')}, got "${named}"`);
+  }
+  // A default that is not configured would deny every llm policy ("no model provider is configured").
+  if (named !== null && providers[named as ProviderName] === null) {
+    const prefix = `SVC_LLM_${named.toUpperCase()}`;
+    const configured = PROVIDERS.filter((p) => providers[p] !== null);
+    throw new Error(
+      `SVC_LLM_DEFAULT_PROVIDER is ${named} but that provider is not configured: set ${prefix}_API_KEY or ` +
+        `${prefix}_BASE_URL${configured.length ? `, or name a configured one (${configured.join(', ')})` : ''}`,
+    );
   }
   return {
     providers,

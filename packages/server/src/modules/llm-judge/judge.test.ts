@@ -257,6 +257,45 @@ describe('routing', () => {
     expect(() => loadLlmSettings({ SVC_LLM_TIMEOUT_MS: '-1' })).toThrow(/SVC_LLM_TIMEOUT_MS/);
     expect(() => loadLlmSettings({ SVC_LLM_OPENAI_BASE_URL: 'ftp://x' })).toThrow(/BASE_URL/);
   });
+
+  it('refuses a default provider that is not configured, naming both variables', () => {
+    // It used to be accepted, and every llm policy was then denied "no model provider is configured".
+    expect(() =>
+      loadLlmSettings({
+        SVC_LLM_DEFAULT_PROVIDER: 'anthropic',
+        SVC_LLM_OPENAI_BASE_URL: 'http://127.0.0.1:11434/v1',
+      }),
+    ).toThrow(
+      'SVC_LLM_DEFAULT_PROVIDER is anthropic but that provider is not configured: set SVC_LLM_ANTHROPIC_API_KEY ' +
+        'or SVC_LLM_ANTHROPIC_BASE_URL, or name a configured one (openai)',
+    );
+    expect(() => loadLlmSettings({ SVC_LLM_DEFAULT_PROVIDER: 'Google' })).toThrow(
+      /^SVC_LLM_DEFAULT_PROVIDER is google but that provider is not configured: set SVC_LLM_GOOGLE_API_KEY or SVC_LLM_GOOGLE_BASE_URL$/,
+    );
+    // Named and configured (by a key or a base URL): accepted.
+    expect(
+      loadLlmSettings({ SVC_LLM_DEFAULT_PROVIDER: 'anthropic', SVC_LLM_ANTHROPIC_API_KEY: 'ak' })
+        .defaultProvider,
+    ).toBe('anthropic');
+    expect(
+      loadLlmSettings({
+        SVC_LLM_DEFAULT_PROVIDER: 'google',
+        SVC_LLM_GOOGLE_BASE_URL: 'http://127.0.0.1:1/v1beta',
+      }).defaultProvider,
+    ).toBe('google');
+    expect(loadLlmSettings({ SVC_LLM_GOOGLE_API_KEY: 'gk' }).defaultProvider).toBe('google');
+    expect(loadLlmSettings({}).defaultProvider).toBeNull();
+  });
+
+  it('bounds the SVC_LLM_* numbers (timer delays, cache), naming the variable', () => {
+    for (const v of ['3000000000', '5000000000', '600001', '1e4', '0x10']) {
+      expect(() => loadLlmSettings({ SVC_LLM_TIMEOUT_MS: v })).toThrow(
+        `SVC_LLM_TIMEOUT_MS must be an integer 1-600000, got "${v}"`,
+      );
+    }
+    expect(() => loadLlmSettings({ SVC_LLM_CACHE_TTL_MS: '99999999999' })).toThrow(/^SVC_LLM_CACHE_TTL_MS/);
+    expect(loadLlmSettings({ SVC_LLM_TIMEOUT_MS: '600000' }).timeoutMs).toBe(600_000);
+  });
 });
 
 describe('duplicateMember', () => {

@@ -1,0 +1,181 @@
+import { randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { JWT_SECRET } from '../test/helpers.js';
+import {
+  LOG_LEVELS,
+  loadConfig,
+  MAX_CHECKPOINT_INTERVAL_SECONDS,
+  MAX_SIGNING_KEY_OVERLAP_SECONDS,
+  MAX_TIMER_MS,
+} from './config.js';
+
+/** The message loadConfig stops the start with, or null when it accepts the environment. */
+function refusal(env: Record<string, string>): string | null {
+  try {
+    loadConfig(env);
+    return null;
+  } catch (err) {
+    return (err as Error).message;
+  }
+}
+
+describe('loadConfig: upper bounds of durations', () => {
+  it('refuses a checkpoint interval longer than a Node timer can wait, naming the variable', () => {
+    // 25d is over the 24.8 days of a timer delay: the interval used to fire every millisecond.
+    for (const v of ['25d', '2147484', '99999999999999999999d']) {
+      expect(refusal({ SVC_CHECKPOINT_INTERVAL: v })).toMatch(
+        /^SVC_CHECKPOINT_INTERVAL must be between 0s and 24d/,
+      );
+    }
+    expect(loadConfig({ SVC_CHECKPOINT_INTERVAL: '24d' }).checkpointIntervalMs).toBe(24 * 86_400_000);
+    expect(MAX_CHECKPOINT_INTERVAL_SECONDS * 1000).toBeLessThanOrEqual(MAX_TIMER_MS);
+    expect(loadConfig({ SVC_CHECKPOINT_INTERVAL: '0' }).checkpointIntervalMs).toBe(0);
+    expect(loadConfig({}).checkpointIntervalMs).toBe(5000);
+  });
+
+  it('refuses a signing key overlap whose end is no valid date, naming the variable', () => {
+    for (const v of ['99999999999d', '3651d']) {
+      expect(refusal({ SVC_SIGNING_KEY_OVERLAP: v })).toMatch(
+        /^SVC_SIGNING_KEY_OVERLAP must be between 0s and 3650d/,
+      );
+    }
+    const { signingKeyOverlapSeconds } = loadConfig({ SVC_SIGNING_KEY_OVERLAP: '3650d' });
+    expect(signingKeyOverlapSeconds).toBe(MAX_SIGNING_KEY_OVERLAP_SECONDS);
+    // The published-until date of a key retired now (signing/keyset.ts) is a valid date.
+    expect(() => new Date(Date.now() + signingKeyOverlapSeconds * 1000).toISOString()).not.toThrow();
+    expect(loadConfig({}).signingKeyOverlapSeconds).toBe(30 * 86_400);
+  });
+
+  it('refuses the SVC_LLM_* numbers past their bounds, naming the variable', () => {
+    // 3000000000 made every judgement time out at once; 5000000000 made AbortSignal.timeout throw.
+    for (const v of ['3000000000', '5000000000', '600001']) {
+      expect(refusal({ SVC_LLM_TIMEOUT_MS: v })).toMatch(/^SVC_LLM_TIMEOUT_MS must be an integer 1-600000/);
+    }
+    expect(refusal({ SVC_LLM_MAX_CONCURRENCY: '1001' })).toMatch(
+      /^SVC_LLM_MAX_CONCURRENCY must be an integer 1-1000/,
+    );
+    expect(refusal({ SVC_LLM_CACHE_TTL_MS: '86400001' })).toMatch(
+      /^SVC_LLM_CACHE_TTL_MS must be an integer 1-86400000/,
+    );
+    expect(refusal({ SVC_LLM_CACHE_SIZE: '1000001' })).toMatch(
+      /^SVC_LLM_CACHE_SIZE must be an integer 1-1000000/,
+    );
+    const max = loadConfig({
+      SVC_LLM_TIMEOUT_MS: '600000',
+      SVC_LLM_MAX_CONCURRENCY: '1000',
+      SVC_LLM_CACHE_TTL_MS: '86400000',
+      SVC_LLM_CACHE_SIZE: '1000000',
+    }).llm;
+    expect(max).toMatchObject({
+      timeoutMs: 600_000,
+      maxConcurrency: 1000,
+      cacheTtlMs: 86_400_000,
+      cacheSize: 1_000_000,
+    });
+    expect(max.timeoutMs).toBeLessThanOrEqual(MAX_TIMER_MS);
+    expect(() => AbortSignal.timeout(max.timeoutMs)).not.toThrow();
+    // Only decimal integers, as for PORT.
+    for (const v of ['0x10', '1e3', '5.0', '0', '-1']) {
+      expect(refusal({ SVC_LLM_TIMEOUT_MS: v })).toMatch(/^SVC_LLM_TIMEOUT_MS must be an integer/);
+    }
+  });
+
+  it('keeps the JWKS cache within a day, decimal seconds only', () => {
+    for (const v of ['86401', '0', '1e3', '0x10']) {
+      expect(refusal({ SVC_JWT_JWKS_CACHE_SECONDS: v })).toMatch(/^SVC_JWT_JWKS_CACHE_SECONDS must be/);
+    }
+    expect(loadConfig({ SVC_JWT_JWKS_CACHE_SECONDS: '86400' }).jwtJwksCacheSeconds).toBe(86_400);
+  });
+});
+
+describe('loadConfig: SVC_DATABASE_URL', () => {
+  it('refuses sqlite: without a path, which used to keep everything in memory', () => {
+    for (const v of ['sqlite:', 'sqlite:  ']) {
+      expect(refusal({ SVC_DATABASE_URL: v })).toMatch(/^SVC_DATABASE_URL "sqlite:" names no file/);
+    }
+  });
+
+  it('accepts a file, PostgreSQL, and an explicit sqlite::memory:', () => {
+    expect(loadConfig({}).databaseUrl).toBe('sqlite:./data/svc.db');
+    expect(loadConfig({ SVC_DATABASE_URL: 'sqlite:/var/lib/svc/svc.db' }).databaseUrl).toBe(
+      'sqlite:/var/lib/svc/svc.db',
+    );
+    expect(loadConfig({ SVC_DATABASE_URL: 'sqlite::memory:' }).databaseUrl).toBe('sqlite::memory:');
+    expect(loadConfig({ SVC_DATABASE_URL: 'postgres://svc@db:5432/svc' }).databaseUrl).toBe(
+      'postgres://svc@db:5432/svc',
+    );
+    expect(refusal({ SVC_DATABASE_URL: 'mysql://x' })).toMatch(/^SVC_DATABASE_URL must start with/);
+  });
+});
+
+describe('loadConfig: values checked at start', () => {
+  it('takes PORT as a decimal integer 1-65535, or 0 for any free port', () => {
+    for (const v of ['0x4a9d', '1e4', '80.0', '-1', '65536', '+80', '8 0', 'http']) {
+      expect(refusal({ PORT: v })).toMatch(/^PORT must be a decimal integer 1-65535/);
+    }
+    expect(loadConfig({ PORT: '19130' })).toMatchObject({ port: 19130, baseUrl: 'http://127.0.0.1:19130' });
+    expect(loadConfig({ PORT: '65535' }).port).toBe(65535);
+    expect(loadConfig({ PORT: '0' }).port).toBe(0);
+    expect(loadConfig({}).port).toBe(8080);
+  });
+
+  it('requires SVC_BASE_URL and SVC_DOCS_URL to be absolute http(s) URLs', () => {
+    for (const [name, v] of [
+      ['SVC_BASE_URL', 'not-a-url'],
+      ['SVC_BASE_URL', 'ftp://svc.example.com'],
+      ['SVC_BASE_URL', '/svc'],
+      ['SVC_BASE_URL', 'https://svc.example.com/?x=1'],
+      ['SVC_DOCS_URL', 'not-a-url'],
+      ['SVC_DOCS_URL', 'javascript:alert(1)'],
+      ['SVC_DOCS_URL', 'https://docs.example.com/#top'],
+    ] as const) {
+      expect(refusal({ [name]: v }), `${name}=${v}`).toMatch(new RegExp(`^${name} must`));
+    }
+    expect(
+      loadConfig({ SVC_BASE_URL: 'https://svc.example.com/', SVC_DOCS_URL: 'https://docs.example.com/svc/' }),
+    ).toMatchObject({ baseUrl: 'https://svc.example.com', docsUrl: 'https://docs.example.com/svc' });
+    expect(loadConfig({ SVC_BASE_URL: 'https://svc.example.com/api' }).docsUrl).toBe(
+      'https://svc.example.com/api/docs',
+    );
+    // The default base URL is a URL too, also on an IPv6 host.
+    expect(loadConfig({ HOST: '::', PORT: '8080' }).baseUrl).toBe('http://[::]:8080');
+    expect(() => new URL(loadConfig({ HOST: '::1' }).baseUrl)).not.toThrow();
+  });
+
+  it('takes SVC_JWT_JWKS_URL over https, or http on this machine, as SVC_OIDC_ISSUER', () => {
+    expect(refusal({ SVC_JWT_JWKS_URL: 'ftp://idp.example.com/jwks' })).toMatch(
+      /^SVC_JWT_JWKS_URL must use https \(http only for a provider on localhost\)/,
+    );
+    expect(refusal({ SVC_JWT_JWKS_URL: 'http://idp.example.com/jwks' })).toMatch(
+      /^SVC_JWT_JWKS_URL must use https/,
+    );
+    expect(refusal({ SVC_JWT_JWKS_URL: 'not-a-url' })).toBe(
+      'SVC_JWT_JWKS_URL must be a URL, got "not-a-url"',
+    );
+    for (const v of ['https://idp.example.com/jwks', 'http://127.0.0.1:4000/jwks', 'http://localhost/jwks']) {
+      expect(loadConfig({ SVC_JWT_JWKS_URL: v }).jwtJwksUrl).toBe(v);
+    }
+  });
+
+  it('requires SVC_JWT_SECRET to be at least 32 bytes (RFC 7518 §3.2)', () => {
+    expect(refusal({ SVC_JWT_SECRET: 'a' })).toMatch(/^SVC_JWT_SECRET must be at least 32 bytes .*got 1$/);
+    expect(refusal({ SVC_JWT_SECRET: 'x'.repeat(31) })).toMatch(/got 31$/);
+    // Bytes, not characters: the secret's UTF-8 encoding is the key (lib/jwt.ts).
+    expect(refusal({ SVC_JWT_SECRET: 'é'.repeat(15) })).toMatch(/got 30$/);
+    expect(loadConfig({ SVC_JWT_SECRET: 'é'.repeat(16) }).jwtSecret).toBe('é'.repeat(16));
+    expect(loadConfig({ SVC_JWT_SECRET: 'x'.repeat(32) }).jwtSecret).toBe('x'.repeat(32));
+    // What the tests use, and what is generated when it is unset (lib/jwt.ts), both qualify.
+    expect(loadConfig({ SVC_JWT_SECRET: JWT_SECRET }).jwtSecret).toBe(JWT_SECRET);
+    const generated = randomBytes(32).toString('base64url');
+    expect(loadConfig({ SVC_JWT_SECRET: generated }).jwtSecret).toBe(generated);
+  });
+
+  it('takes SVC_LOG_LEVEL from the known levels, naming the variable otherwise', () => {
+    expect(refusal({ SVC_LOG_LEVEL: 'verbose' })).toBe(
+      'SVC_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"',
+    );
+    for (const level of LOG_LEVELS) expect(loadConfig({ SVC_LOG_LEVEL: level }).logLevel).toBe(level);
+    expect(loadConfig({ SVC_LOG_LEVEL: 'DEBUG' }).logLevel).toBe('debug');
+    expect(loadConfig({}).logLevel).toBe('info');
+  });
+});
