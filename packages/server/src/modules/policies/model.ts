@@ -7,9 +7,10 @@ import type {
   SessionConstraints,
 } from '@svc/policy-engine';
 import type { ServiceEvent } from '../../events/bus.js';
+import { hashJson } from '../../ledger/canonical.js';
 import type { OrgScope } from '../../lib/scope.js';
 import { definitionOf } from './cache.js';
-import type { PolicyRow, PolicyVersionRow } from './repository.js';
+import type { PolicyRow, PolicyState, PolicyVersionRow } from './repository.js';
 import type { UpdatePolicyBody } from './schemas.js';
 
 /** A policy as the API shows it. */
@@ -77,6 +78,22 @@ export function toPolicy(row: PolicyRow): Policy {
     createdAt: row.created_at,
     updatedAt: row.updated_at,
   };
+}
+
+/**
+ * The entity tag of a policy's current version (without the quotes of the header): `v<version>-`
+ * and 32 hex digits of the SHA-256 of the version, the policy_hash of its definition and its
+ * creation time. A policy deleted and created again starts at version 1 again: its creation time
+ * (and mostly its definition) tell the incarnations apart, so an old tag never matches the new
+ * one. Activating and deactivating change neither the version nor the tag.
+ */
+export function policyEtag(row: PolicyState): string {
+  const digest = hashJson({
+    version: row.version,
+    policyHash: hashJson(definitionOf(row)),
+    createdAt: row.created_at,
+  });
+  return `v${row.version}-${digest.slice('sha256:'.length, 'sha256:'.length + 32)}`;
 }
 
 /** A new policy row: version 1, active. */

@@ -1,4 +1,4 @@
-import type { Kysely, Selectable } from 'kysely';
+import type { ExpressionBuilder, Kysely, Selectable } from 'kysely';
 import { hashJson } from '../../ledger/canonical.js';
 import type { Db } from '../../storage/db.js';
 import type { Database, PoliciesTable, PolicyVersionsTable } from '../../storage/schema.js';
@@ -6,6 +6,29 @@ import { definitionOf } from './cache.js';
 
 export type PolicyRow = Selectable<PoliciesTable>;
 export type PolicyVersionRow = Selectable<PolicyVersionsTable>;
+
+/**
+ * What a policy's ETag covers (see policyEtag): its version, its definition and when this
+ * incarnation was created. A write conditioned on it applies only while the row is still in it.
+ */
+export type PolicyState = Pick<
+  PolicyRow,
+  'version' | 'created_at' | 'mode' | 'constraints' | 'session_constraints' | 'llm_config'
+>;
+
+/** The condition "the policy is still in `state`", for an UPDATE or DELETE of the row. */
+function inState(eb: ExpressionBuilder<Database, 'policies'>, state: PolicyState) {
+  const same = (column: 'session_constraints' | 'llm_config', value: string | null) =>
+    value === null ? eb(column, 'is', null) : eb(column, '=', value);
+  return eb.and([
+    eb('version', '=', state.version),
+    eb('created_at', '=', state.created_at),
+    eb('mode', '=', state.mode),
+    eb('constraints', '=', state.constraints),
+    same('session_constraints', state.session_constraints),
+    same('llm_config', state.llm_config),
+  ]);
+}
 
 /** Runs `work` in the caller's transaction, or in a new one: a policy write and its version row commit together. */
 function atomically<T>(trx: Db, work: (trx: Db) => Promise<T>): Promise<T> {
@@ -84,8 +107,11 @@ export function createPolicyRepository(db: Kysely<Database>) {
       > &
         Partial<Pick<PolicyRow, 'is_active'>>,
       trx: Db = db,
-      /** Replace only if the stored version is still this one (a read-modify-write must not lose an update). */
-      expectedVersion?: number,
+      /**
+       * Replace only if the stored version is still this one (a read-modify-write must not lose an
+       * update), or, given a state, only while the policy is still exactly in it (If-Match).
+       */
+      expected?: number | PolicyState,
     ): Promise<PolicyRow | undefined> {
       return atomically(trx, async (t) => {
         let q = t
@@ -93,7 +119,8 @@ export function createPolicyRepository(db: Kysely<Database>) {
           .set((eb) => ({ ...patch, version: eb('version', '+', 1) }))
           .where('organization_id', '=', organizationId)
           .where('tool_name', '=', toolName);
-        if (expectedVersion !== undefined) q = q.where('version', '=', expectedVersion);
+        if (typeof expected === 'number') q = q.where('version', '=', expected);
+        else if (expected !== undefined) q = q.where((eb) => inState(eb, expected));
         const res = await q.executeTakeFirst();
         if (Number(res.numUpdatedRows) === 0) return undefined;
         const row = await this.get(organizationId, toolName, t);
@@ -124,22 +151,32 @@ export function createPolicyRepository(db: Kysely<Database>) {
       active: boolean,
       at: string,
       projectId: string | null,
+      /** Only while the policy is still exactly in this state (If-Match). */
+      expected?: PolicyState,
     ): Promise<boolean> {
-      const res = await db
+      let q = db
         .updateTable('policies')
         .set({ is_active: active ? 1 : 0, updated_at: at, project_id: projectId })
         .where('organization_id', '=', organizationId)
-        .where('tool_name', '=', toolName)
-        .executeTakeFirst();
+        .where('tool_name', '=', toolName);
+      if (expected) q = q.where((eb) => inState(eb, expected));
+      const res = await q.executeTakeFirst();
       return Number(res.numUpdatedRows) > 0;
     },
 
-    async delete(organizationId: string, toolName: string, trx: Db = db): Promise<boolean> {
-      const res = await trx
+    /** Deletes the policy (given a state, only while it is still exactly in it: If-Match); whether it did. */
+    async delete(
+      organizationId: string,
+      toolName: string,
+      trx: Db = db,
+      expected?: PolicyState,
+    ): Promise<boolean> {
+      let q = trx
         .deleteFrom('policies')
         .where('organization_id', '=', organizationId)
-        .where('tool_name', '=', toolName)
-        .executeTakeFirst();
+        .where('tool_name', '=', toolName);
+      if (expected) q = q.where((eb) => inState(eb, expected));
+      const res = await q.executeTakeFirst();
       return Number(res.numDeletedRows) > 0;
     },
   };

@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { invalid } from '../../lib/errors.js';
+import { ifMatchOf } from '../../lib/if-match.js';
 import { NoBody, Success } from '../../lib/schemas.js';
 import { intParam } from '../decisions/query.js';
 import { createToolRepository } from '../tools/repository.js';
@@ -22,6 +23,27 @@ import {
   ValidatePolicyBody,
 } from './schemas.js';
 import { createPolicyService } from './service.js';
+
+/** The optional precondition of a write to one policy. */
+const IfMatchHeaders = Type.Object({
+  'if-match': Type.Optional(
+    Type.String({
+      description:
+        'The ETag of the policy as read (GET /v1/policies/:toolName): if it is another version now, nothing is done and the answer is 409 conflict. `*` or no header: no precondition',
+    }),
+  ),
+});
+
+const ETAG = {
+  type: 'string',
+  description:
+    'The version of the policy as an entity tag (`"v<version>-<hash>"`), for If-Match on PUT, DELETE, activate and deactivate; a policy deleted and created again gets a new one',
+};
+
+/** A response schema documented with the ETag header it carries. */
+const withEtag = (schema: object) => ({ ...schema, headers: { ETag: ETAG } });
+
+const etagHeader = (etag: string) => `"${etag}"`;
 
 export const policyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const service = createPolicyService({
@@ -47,8 +69,18 @@ export const policyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
 
   app.get(
     '/v1/policies/:toolName',
-    { schema: { params: PolicyParams, response: { 200: PolicyWithTool } } },
-    async (req) => service.get(await ctx.scope(req), req.params.toolName),
+    {
+      schema: {
+        params: PolicyParams,
+        response: { 200: PolicyWithTool },
+        documented: { response: { 200: withEtag(PolicyWithTool) } },
+      },
+    },
+    async (req, reply) => {
+      const { etag, ...policy } = await service.get(await ctx.scope(req), req.params.toolName);
+      reply.header('etag', etagHeader(etag));
+      return policy;
+    },
   );
 
   app.get(
@@ -79,21 +111,45 @@ export const policyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
 
   app.post(
     '/v1/policies',
-    { schema: { body: CreatePolicyBody, response: { 201: PolicyWithQuality } } },
-    async (req, reply) => reply.code(201).send(await service.create(await ctx.scope(req), req.body)),
+    {
+      schema: {
+        body: CreatePolicyBody,
+        response: { 201: PolicyWithQuality },
+        documented: { response: { 201: withEtag(PolicyWithQuality) } },
+      },
+    },
+    async (req, reply) => {
+      const { etag, ...policy } = await service.create(await ctx.scope(req), req.body);
+      return reply.code(201).header('etag', etagHeader(etag)).send(policy);
+    },
   );
 
   app.put(
     '/v1/policies/:toolName',
-    { schema: { params: PolicyParams, body: UpdatePolicyBody, response: { 200: PolicyWithQuality } } },
-    async (req) => service.update(await ctx.scope(req), req.params.toolName, req.body),
+    {
+      schema: {
+        params: PolicyParams,
+        headers: IfMatchHeaders,
+        body: UpdatePolicyBody,
+        response: { 200: PolicyWithQuality },
+        documented: { response: { 200: withEtag(PolicyWithQuality) } },
+      },
+    },
+    async (req, reply) => {
+      const expected = ifMatchOf(req.headers['if-match'], 'the policy');
+      const scope = await ctx.scope(req);
+      const { etag, ...policy } = await service.update(scope, req.params.toolName, req.body, expected);
+      reply.header('etag', etagHeader(etag));
+      return policy;
+    },
   );
 
   app.delete(
     '/v1/policies/:toolName',
-    { schema: { params: PolicyParams, response: { 200: Success } } },
+    { schema: { params: PolicyParams, headers: IfMatchHeaders, response: { 200: Success } } },
     async (req) => {
-      await service.delete(await ctx.scope(req), req.params.toolName);
+      const expected = ifMatchOf(req.headers['if-match'], 'the policy');
+      await service.delete(await ctx.scope(req), req.params.toolName, expected);
       return { success: true as const };
     },
   );
@@ -101,10 +157,18 @@ export const policyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
   for (const action of ['activate', 'deactivate'] as const) {
     app.post(
       `/v1/policies/:toolName/${action}`,
-      { schema: { params: PolicyParams, documented: { body: NoBody }, response: { 200: PolicyMessage } } },
+      {
+        schema: {
+          params: PolicyParams,
+          headers: IfMatchHeaders,
+          documented: { body: NoBody },
+          response: { 200: PolicyMessage },
+        },
+      },
       async (req) => {
+        const expected = ifMatchOf(req.headers['if-match'], 'the policy');
         const scope = await ctx.scope(req);
-        const message = await service.setActive(scope, req.params.toolName, action === 'activate');
+        const message = await service.setActive(scope, req.params.toolName, action === 'activate', expected);
         return { success: true as const, message };
       },
     );

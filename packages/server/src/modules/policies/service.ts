@@ -21,12 +21,13 @@ import {
   type Policy,
   type PolicyInput,
   type PolicyVersion,
+  policyEtag,
   policyEvent,
   toDefinition,
   toPolicy,
   toPolicyVersion,
 } from './model.js';
-import type { PolicyRepository } from './repository.js';
+import type { PolicyRepository, PolicyRow } from './repository.js';
 
 export interface PolicyServiceDeps {
   db: Kysely<Database>;
@@ -54,6 +55,21 @@ function assertWritable(toolName: string, def: PolicyDefinition): void {
   }
 }
 
+/**
+ * If-Match: the policy must still be the version the caller read, its ETag `expected` (none given:
+ * no precondition); otherwise 409 conflict, `outcome` saying what was not done.
+ */
+function assertEtag(toolName: string, row: PolicyRow, expected: string | undefined, outcome: string): void {
+  if (expected === undefined || policyEtag(row) === expected) return;
+  throw new AppError(
+    'conflict',
+    `The policy for "${toolName}" changed since the version in If-Match was read (it is now version ${row.version}); ${outcome}. Read it again and decide on what it says now`,
+  );
+}
+
+/** A policy as read or written, with the ETag of its version (sent as a header, not in the body). */
+export type Tagged<T> = T & { etag: string };
+
 export function createPolicyService({ db, policies, tools, cache, events, clock, judge }: PolicyServiceDeps) {
   async function registeredTool(scope: OrgScope, toolName: string): Promise<Tool | null> {
     const row = await tools.get(scope.organizationId, toolName);
@@ -78,6 +94,44 @@ export function createPolicyService({ db, policies, tools, cache, events, clock,
     return { ...report, issues, judge: route };
   }
 
+  /**
+   * If-Match before a write: the policy as read, once its ETag is `expected` (404 when there is no
+   * policy, 409 conflict when it is another version), for the write to be conditioned on; undefined
+   * without a precondition.
+   */
+  async function checked(
+    scope: OrgScope,
+    toolName: string,
+    expected: string | undefined,
+    outcome: string,
+  ): Promise<PolicyRow | undefined> {
+    if (expected === undefined) return undefined;
+    const row = await policies.get(scope.organizationId, toolName);
+    if (!row) throw policyNotFound(toolName);
+    assertEtag(toolName, row, expected, outcome);
+    return row;
+  }
+
+  /**
+   * A conditional write that matched no row: the policy was deleted (the caller answers 404) or
+   * written since it was checked (409 conflict).
+   */
+  async function settleMiss(
+    scope: OrgScope,
+    toolName: string,
+    expected: string | undefined,
+    outcome: string,
+  ): Promise<void> {
+    if (expected === undefined) return;
+    const now = await policies.get(scope.organizationId, toolName);
+    if (!now) return;
+    assertEtag(toolName, now, expected, outcome);
+    throw new AppError(
+      'conflict',
+      `The policy for "${toolName}" changed while it was being written; ${outcome}. Read it again and retry`,
+    );
+  }
+
   /** Runs after the write committed: other readers must never see the old policy after the answer. */
   function written(scope: OrgScope, toolName: string): void {
     cache.invalidate(scope.organizationId, toolName);
@@ -88,16 +142,16 @@ export function createPolicyService({ db, policies, tools, cache, events, clock,
       return (await policies.list(scope.organizationId)).map(toPolicy);
     },
 
-    async get(scope: OrgScope, toolName: string): Promise<Policy & { tool: Tool | null }> {
+    async get(scope: OrgScope, toolName: string): Promise<Tagged<Policy & { tool: Tool | null }>> {
       const row = await policies.get(scope.organizationId, toolName);
       if (!row) throw policyNotFound(toolName);
-      return { ...toPolicy(row), tool: await registeredTool(scope, toolName) };
+      return { ...toPolicy(row), tool: await registeredTool(scope, toolName), etag: policyEtag(row) };
     },
 
     async create(
       scope: OrgScope,
       input: PolicyInput & { toolName: string },
-    ): Promise<Policy & { quality: PolicyQuality }> {
+    ): Promise<Tagged<Policy & { quality: PolicyQuality }>> {
       const def = toDefinition(input);
       assertWritable(input.toolName, def);
       const row = newPolicyRow(scope, input.toolName, def, clock.now().toISOString());
@@ -112,15 +166,19 @@ export function createPolicyService({ db, policies, tools, cache, events, clock,
       }
       written(scope, input.toolName);
       events.publish(policyEvent(scope, 'policy.created', input.toolName));
-      return { ...toPolicy(row), quality: await quality(scope, input.toolName, def) };
+      return { ...toPolicy(row), quality: await quality(scope, input.toolName, def), etag: policyEtag(row) };
     },
 
-    /** Replaces the whole definition; the version is bumped in the same statement, activity is kept. */
+    /**
+     * Replaces the whole definition; the version is bumped in the same statement, activity is kept.
+     * With `expected` (If-Match) only over the version with that ETag, up to the write.
+     */
     async update(
       scope: OrgScope,
       toolName: string,
       input: PolicyInput,
-    ): Promise<Policy & { quality: PolicyQuality }> {
+      expected?: string,
+    ): Promise<Tagged<Policy & { quality: PolicyQuality }>> {
       const def = toDefinition(input);
       assertWritable(toolName, def);
       const patch = {
@@ -128,25 +186,44 @@ export function createPolicyService({ db, policies, tools, cache, events, clock,
         project_id: scope.projectId,
         updated_at: clock.now().toISOString(),
       };
+      const outcome = 'nothing was changed';
+      const state = await checked(scope, toolName, expected, outcome);
+      // With If-Match, written only while the policy is still what was checked.
       const row = await db
         .transaction()
-        .execute((trx) => policies.replace(scope.organizationId, toolName, patch, trx));
-      if (!row) throw policyNotFound(toolName);
+        .execute((trx) => policies.replace(scope.organizationId, toolName, patch, trx, state));
+      if (!row) {
+        await settleMiss(scope, toolName, expected, outcome);
+        throw policyNotFound(toolName);
+      }
       written(scope, toolName);
       events.publish(policyEvent(scope, 'policy.updated', toolName, { version: row.version }));
-      return { ...toPolicy(row), quality: await quality(scope, toolName, def) };
+      return { ...toPolicy(row), quality: await quality(scope, toolName, def), etag: policyEtag(row) };
     },
 
-    async delete(scope: OrgScope, toolName: string): Promise<void> {
-      if (!(await policies.delete(scope.organizationId, toolName))) throw policyNotFound(toolName);
+    /** With `expected` (If-Match), deletes only the version with that ETag, up to the write. */
+    async delete(scope: OrgScope, toolName: string, expected?: string): Promise<void> {
+      const outcome = 'it was not deleted';
+      const state = await checked(scope, toolName, expected, outcome);
+      if (!(await policies.delete(scope.organizationId, toolName, undefined, state))) {
+        await settleMiss(scope, toolName, expected, outcome);
+        throw policyNotFound(toolName);
+      }
       written(scope, toolName);
       events.publish(policyEvent(scope, 'policy.deleted', toolName));
     },
 
-    /** Idempotent: activating an active policy succeeds and still announces the state. */
-    async setActive(scope: OrgScope, toolName: string, active: boolean): Promise<string> {
+    /**
+     * Idempotent: activating an active policy succeeds and still announces the state. With
+     * `expected` (If-Match), only while the policy is the version with that ETag, up to the write.
+     */
+    async setActive(scope: OrgScope, toolName: string, active: boolean, expected?: string): Promise<string> {
       const at = clock.now().toISOString();
-      if (!(await policies.setActive(scope.organizationId, toolName, active, at, scope.projectId))) {
+      const outcome = `it was not ${active ? 'activated' : 'deactivated'}`;
+      const state = await checked(scope, toolName, expected, outcome);
+      const org = scope.organizationId;
+      if (!(await policies.setActive(org, toolName, active, at, scope.projectId, state))) {
+        await settleMiss(scope, toolName, expected, outcome);
         throw policyNotFound(toolName);
       }
       written(scope, toolName);

@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { DraftRule } from '@svc/policy-engine';
 import type { AppContext } from '../../context.js';
-import { invalid } from '../../lib/errors.js';
+import { ifMatchOf } from '../../lib/if-match.js';
 import { IdParams, NoBody } from '../../lib/schemas.js';
 import type { KeyScope } from '../api-keys/model.js';
 import { createPolicyRepository } from '../policies/repository.js';
@@ -43,16 +43,6 @@ const IfMatchHeaders = Type.Object({
     }),
   ),
 });
-
-/** The one revision an If-Match names (quoted as an ETag or bare); none for `*` or no header. */
-function ifMatch(header: string | undefined): string | undefined {
-  const v = header?.trim();
-  if (!v || v === '*') return undefined;
-  if (v.includes(',')) throw invalid('If-Match takes one revision of the draft (its ETag)');
-  // A revision is a hash of the content: compared strongly, so a weak tag could never match.
-  if (v.startsWith('W/')) throw invalid('If-Match takes the strong ETag of the draft, not a weak one');
-  return v.length >= 2 && v.startsWith('"') && v.endsWith('"') ? v.slice(1, -1) : v;
-}
 
 export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const projects = createProjectRepository(ctx.store.db);
@@ -131,7 +121,14 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
     },
     async (req) => {
       const scope = await ctx.scope(req);
-      return { data: await service.update(scope, req.params.id, req.body, ifMatch(req.headers['if-match'])) };
+      return {
+        data: await service.update(
+          scope,
+          req.params.id,
+          req.body,
+          ifMatchOf(req.headers['if-match'], 'the draft'),
+        ),
+      };
     },
   );
 
@@ -145,7 +142,11 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
       },
     },
     async (req, reply) => {
-      await service.delete(await ctx.scope(req), req.params.id, ifMatch(req.headers['if-match']));
+      await service.delete(
+        await ctx.scope(req),
+        req.params.id,
+        ifMatchOf(req.headers['if-match'], 'the draft'),
+      );
       return reply.code(204).send(null);
     },
   );
@@ -161,7 +162,11 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
       },
     },
     async (req) => ({
-      data: await service.submit(await ctx.scope(req), req.params.id, ifMatch(req.headers['if-match'])),
+      data: await service.submit(
+        await ctx.scope(req),
+        req.params.id,
+        ifMatchOf(req.headers['if-match'], 'the draft'),
+      ),
     }),
   );
 
@@ -178,7 +183,8 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
         response: { 200: ApprovedDraft },
       },
     },
-    async (req) => service.approve(await ctx.scope(req), req.params.id, ifMatch(req.headers['if-match'])),
+    async (req) =>
+      service.approve(await ctx.scope(req), req.params.id, ifMatchOf(req.headers['if-match'], 'the draft')),
   );
 
   app.post(
@@ -193,7 +199,11 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
       },
     },
     async (req) => ({
-      data: await service.reject(await ctx.scope(req), req.params.id, ifMatch(req.headers['if-match'])),
+      data: await service.reject(
+        await ctx.scope(req),
+        req.params.id,
+        ifMatchOf(req.headers['if-match'], 'the draft'),
+      ),
     }),
   );
 };
