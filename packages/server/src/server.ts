@@ -1,23 +1,67 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import type { Config } from './config.js';
-import { openStore } from './storage/db.js';
+import { openStore, type PostgresTimeouts, type Store } from './storage/db.js';
 import { migrateToLatest } from './storage/migrate.js';
+
+/**
+ * How long a graceful stop may take: in-flight requests, the commits of queued decisions, the final
+ * checkpoint, closing Redis and the database. A dependency that went away mid-stop (a partition)
+ * would otherwise hold the process until it comes back. Below the 30 s that orchestrators commonly
+ * give before a hard kill (Kubernetes' default terminationGracePeriodSeconds), so the process can
+ * still say what it was waiting for.
+ */
+export const STOP_TIMEOUT_MS = 25_000;
 
 export interface RunningServer {
   app: FastifyInstance;
   url: string;
+  /**
+   * Drains in-flight requests, commits what they queued, then closes Redis and the store. Rejects if
+   * that takes longer than the stop deadline, naming what it was still waiting for (the caller exits
+   * non-zero: nothing answered is lost, every acknowledged decision is committed before its answer).
+   */
   stop(): Promise<void>;
+}
+
+export interface StartOptions {
+  /** Default STOP_TIMEOUT_MS. */
+  stopTimeoutMs?: number;
+  /** Overrides of the serving store's PostgreSQL timeouts (SERVE_TIMEOUTS; tests). */
+  timeouts?: Partial<PostgresTimeouts>;
+}
+
+/**
+ * Applies pending migrations. On PostgreSQL through a store of their own, whose statements are not
+ * bounded as the serving ones are (db.ts): a migration may run for minutes.
+ */
+async function migrate(config: Config, store: Store, timeouts: StartOptions['timeouts']): Promise<void> {
+  if (store.dialect !== 'postgres') {
+    await migrateToLatest(store);
+    return;
+  }
+  const migrator = openStore(config.databaseUrl, {
+    purpose: 'command',
+    ...(timeouts?.connectMs !== undefined ? { timeouts: { connectMs: timeouts.connectMs } } : {}),
+  });
+  try {
+    await migrateToLatest(migrator);
+  } finally {
+    await migrator.close();
+  }
 }
 
 /**
  * Opens the store, migrates, listens. stop() drains in-flight requests, then closes the store. A
  * failure on the way closes whatever was opened before it is rethrown.
  */
-export async function startServer(config: Config): Promise<RunningServer> {
-  const store = openStore(config.databaseUrl);
+export async function startServer(config: Config, options: StartOptions = {}): Promise<RunningServer> {
+  const store = openStore(config.databaseUrl, {
+    purpose: 'serve',
+    ...(options.timeouts ? { timeouts: options.timeouts } : {}),
+  });
   try {
-    await migrateToLatest(store);
+    await migrate(config, store, options.timeouts);
   } catch (err) {
     await store.close();
     throw err;
@@ -29,9 +73,20 @@ export async function startServer(config: Config): Promise<RunningServer> {
     await store.close().catch(() => {});
     throw err;
   }
+  // What a stop that overruns its deadline is still waiting for.
+  let waitingFor = 'in-flight requests to finish';
+  // Registered last: Fastify runs it first among the onClose hooks, once the requests have drained.
+  app.addHook('onClose', async () => {
+    waitingFor =
+      'the application to close (commits of queued decisions, the final checkpoint, Redis connections)';
+  });
   // Not an onClose hook: Fastify runs those last-registered first, and the app's own hooks (final
   // commits, the shutdown checkpoint) must still find the store open.
-  const closeAll = () => app.close().finally(() => store.close());
+  const closeAll = () =>
+    app.close().finally(() => {
+      waitingFor = 'the database connections to close';
+      return store.close();
+    });
   let url: string;
   try {
     url = await app.listen({ port: config.port, host: config.host });
@@ -40,12 +95,34 @@ export async function startServer(config: Config): Promise<RunningServer> {
     await closeAll().catch(() => {});
     throw err;
   }
+  const stopTimeoutMs = options.stopTimeoutMs ?? STOP_TIMEOUT_MS;
+  const bounded = async () => {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((r) => {
+      timer = setTimeout(() => r('late'), stopTimeoutMs);
+    });
+    try {
+      if ((await Promise.race([closeAll().then(() => 'done' as const), late])) === 'done') return;
+    } finally {
+      clearTimeout(timer);
+    }
+    let open = '';
+    if (waitingFor.startsWith('in-flight')) {
+      const connections = await new Promise<number>((r) =>
+        app.server.getConnections((err, n) => r(err ? -1 : n)),
+      );
+      if (connections >= 0) open = ` (${connections} client connection(s) still open)`;
+    }
+    throw new Error(
+      `graceful stop did not finish within ${stopTimeoutMs} ms: still waiting for ${waitingFor}${open}`,
+    );
+  };
   let stopping: Promise<void> | null = null;
   return {
     app,
     url,
     stop: () => {
-      stopping ??= closeAll();
+      stopping ??= bounded();
       return stopping;
     },
   };

@@ -6,7 +6,7 @@ import { useTestApp } from '../../test/fixture.js';
 import { createTenant, TEST_PG_URL } from '../../test/helpers.js';
 import { decisionItem } from '../../test/ledger.js';
 import { uuidv7 } from '../lib/ids.js';
-import { openSqliteHandle, openStore, type Store } from '../storage/db.js';
+import { openSqliteHandle, openStore, type Store, StoreUnavailableError } from '../storage/db.js';
 import type { OrgBatch, WriteItem } from './model.js';
 import { argumentHash, receiptPayload } from './receipt.js';
 import { PostgresBatchStore } from './store-postgres.js';
@@ -247,6 +247,22 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
     const chain = await chainOf(orgId);
     expect(chain.map((p) => JSON.parse(p).tool_name)).toEqual(['tool-1', 'tool-5', 'tool-6', 'tool-7']);
     expect((await verifyReceipts(chain)).ok).toBe(true);
+  });
+
+  it('fails a whole batch at once while the store is not answering, without retrying each item', async () => {
+    const { orgId } = await createTenant(t);
+    const writer = new DecisionWriter(t.store, { thread });
+    const batches = (writer as unknown as { batches: { commit: (...a: unknown[]) => Promise<unknown> } })
+      .batches;
+    const away = new StoreUnavailableError('the database did not answer');
+    const commit = vi.spyOn(batches, 'commit').mockRejectedValue(away);
+    // One tick: one batch of three.
+    const writes = [1, 2, 3].map((n) => writer.write(item(orgId, n)));
+    for (const w of writes) await expect(w).rejects.toBe(away);
+    // Retried one by one, the third would have waited for three more timeouts.
+    expect(commit).toHaveBeenCalledTimes(1);
+    commit.mockRestore();
+    await writer.close();
   });
 
   it('refuses writes after close', async () => {
@@ -697,7 +713,8 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
       const writer = new DecisionWriter(t.store, {
         thread: true,
         metrics,
-        inlineMaxMs: 150,
+        // Well above what a real commit takes on a busy machine: only the added delays count as slow.
+        inlineMaxMs: 400,
         inlinePauseMs: pauseMs,
       });
       try {
@@ -721,9 +738,9 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
       };
       // The first opens the connection: its time is not held against the disk.
       await lone();
-      // A commit counts for at most 300 ms in the moving average (each new one weighing 1/5), so
-      // four slow ones in a row lift it over 150 ms: 60, 108, 146.4, 177.1.
-      slow.extraMs = 350;
+      // A commit counts for at most 800 ms in the moving average (each new one weighing 1/5), so
+      // four slow ones in a row lift it over 400 ms: 160, 288, 390.4, 472.3.
+      slow.extraMs = 900;
       for (let i = 0; i < 4; i++) await lone();
       // Paused: to the thread.
       await lone();
@@ -754,8 +771,8 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after a
     const { orgId } = await createTenant(t);
     const on = await withSlowInline(60_000, async (writer, slow) => {
       for (let i = 0; i < 6; i++) {
-        // The fourth takes 900 ms: counted as 300 ms, it lifts the average to about 60 ms, not 180.
-        slow.extraMs = i === 3 ? 900 : 0;
+        // The fourth takes 2.5 s: counted as 800 ms, it lifts the average to about 160 ms, not 500.
+        slow.extraMs = i === 3 ? 2500 : 0;
         await writer.write(item(orgId, i));
         await sleep(5);
       }

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { uuidv7 } from '../lib/ids.js';
 import type { Metrics } from '../metrics/model.js';
-import type { Store } from '../storage/db.js';
+import { isStoreUnavailable, type Store } from '../storage/db.js';
 import { isSqliteBusy } from '../storage/errors.js';
 import type { BatchStore, OrgBatch, Receipt, WriteItem } from './model.js';
 import { PostgresBatchStore } from './store-postgres.js';
@@ -167,6 +167,13 @@ export class DecisionWriter {
           const receipts = await this.commit(batch);
           for (const [i, p] of batch.entries()) p.resolve(receipts[i]!);
         } catch (err) {
+          // A store that is not answering fails every item alike: retrying each alone would make the
+          // k-th wait k more timeouts for the same answer.
+          if (isStoreUnavailable(err)) {
+            this.options.log?.error({ err }, 'decision batch failed to commit: the store is not answering');
+            for (const p of batch) p.reject(err);
+            continue;
+          }
           // One bad item must not fail its neighbours: retry each alone (a writeAll group as a whole).
           for (const unit of units(batch)) {
             try {

@@ -5,6 +5,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { envelopeB } from '../lib/envelope-b.js';
 import { AppError, type ErrorCode, invalid, STATUS_BY_CODE } from '../lib/errors.js';
 import { bodyJsonProblem } from '../lib/json.js';
+import { isStoreUnavailable } from '../storage/db.js';
 
 /**
  * The longest path parameter the router matches (decoded, in UTF-16 units). Above every stored name
@@ -69,6 +70,12 @@ export function errorHandlerA(
   if (err.validation) return sendError(reply, 'validation_failed', validationMessage(err));
   const mapped = fromFastify(err);
   if (mapped) return sendError(reply, mapped.code, mapped.message);
+  // The database is unreachable or too slow (storage/db.ts): the client may retry, as for a
+  // validation that could not be recorded.
+  if (isStoreUnavailable(err)) {
+    request.log.error({ err }, 'the store did not answer');
+    return sendError(reply, 'service_unavailable', 'The store is not answering; retry');
+  }
   request.log.error({ err }, 'unhandled error');
   return sendError(reply, 'internal_error', `Internal error (request ${request.id})`);
 }

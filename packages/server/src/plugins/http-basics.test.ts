@@ -1,6 +1,7 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
 import { bearer, createTenant, expectError, keyHeader, withTestApp } from '../../test/helpers.js';
+import { StoreUnavailableError } from '../storage/db.js';
 
 const t = useTestApp();
 
@@ -25,6 +26,20 @@ describe('envelope A on every error', () => {
     expectError(res, 400, 'invalid_json');
     const list = await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(token) });
     expect(list.json().data).toEqual([]);
+  });
+
+  it('answers 503 service_unavailable, not 500, while the store is not answering', async () => {
+    const token = await t.token('away');
+    const away = vi.spyOn(t.store.db, 'selectFrom').mockImplementation(() => {
+      throw new StoreUnavailableError('the database did not answer within 6000 ms');
+    });
+    try {
+      const res = await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(token) });
+      expectError(res, 503, 'service_unavailable');
+      expect(res.json().error.message).toBe('The store is not answering; retry');
+    } finally {
+      away.mockRestore();
+    }
   });
 
   it('answers a wrong content type with 415', async () => {

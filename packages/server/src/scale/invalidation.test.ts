@@ -33,7 +33,7 @@ describe('InvalidationBroadcaster', () => {
   const log = { warn: (_: object, msg: string) => warnings.push(msg), error() {}, info() {} };
 
   const instance = async (ackTimeoutMs = 2000, check?: SubscriberCheck) => {
-    const link = await RedisLink.connect(TEST_REDIS_URL, prefix, log, check);
+    const link = await RedisLink.connect(TEST_REDIS_URL, prefix, log, { check });
     closers.push(() => link.close());
     const f = fakeTargets();
     const b = await InvalidationBroadcaster.create(link, f.asTargets, log, ackTimeoutMs);

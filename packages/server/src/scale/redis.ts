@@ -21,13 +21,64 @@ export interface SubscriberCheck {
 }
 const SUBSCRIBER_CHECK: SubscriberCheck = { everyMs: 5000, timeoutMs: 2000 };
 
+/**
+ * How long a Redis command may wait for its answer. Every command the service sends (counters, rate
+ * limits, PUBLISH) takes well under a millisecond; past this, the caller fails closed (503) instead
+ * of waiting for as long as Redis is away (a partition sends no error at all).
+ */
+export const REDIS_COMMAND_TIMEOUT_MS = 2000;
+/**
+ * How long connecting may take at start: TCP, TLS, authentication, SELECT and the ready check. Past
+ * it the start fails with a message naming SVC_REDIS_URL (a Redis that accepts the connection but
+ * never answers would otherwise hold the start forever, silently).
+ */
+export const REDIS_CONNECT_TIMEOUT_MS = 5000;
+
 const OPTIONS: RedisOptions = {
   lazyConnect: true,
-  connectTimeout: 5000,
+  connectTimeout: REDIS_CONNECT_TIMEOUT_MS,
+  commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
   // Fail a command fast while Redis is away instead of queueing the hot path for seconds.
   maxRetriesPerRequest: 1,
   retryStrategy: (times) => Math.min(times * 100, 2000),
+  keepAlive: 10_000,
 };
+
+export interface RedisLinkOptions {
+  check?: SubscriberCheck;
+  /** Default REDIS_COMMAND_TIMEOUT_MS. */
+  commandTimeoutMs?: number;
+  /** Default REDIS_CONNECT_TIMEOUT_MS. */
+  connectTimeoutMs?: number;
+}
+
+/** The URL without its password, for messages. */
+export function describeRedisUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    const user = u.username ? `${u.username}@` : u.password ? '***@' : '';
+    return `${u.protocol}//${user}${u.host}${u.pathname}`;
+  } catch {
+    return '(not a URL)';
+  }
+}
+
+/** Refuses what ioredis would misread: another scheme, a database that is not a number. */
+function checkRedisUrl(url: string): void {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new Error('SVC_REDIS_URL must be a URL such as redis://host:6379 (or rediss:// for TLS)');
+  }
+  if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') {
+    throw new Error(`SVC_REDIS_URL must start with redis:// or rediss://, got ${describeRedisUrl(url)}`);
+  }
+  const db = u.pathname.replace(/^\//, '');
+  if (db !== '' && !/^\d+$/.test(db)) {
+    throw new Error(`SVC_REDIS_URL names database "${db}": the path must be a database number (e.g. /0)`);
+  }
+}
 
 /**
  * The two Redis connections of one process: `commands` (counters, PUBLISH) and a subscriber
@@ -95,25 +146,91 @@ export class RedisLink {
     url: string,
     prefix: string,
     log: Logger,
-    check: SubscriberCheck = SUBSCRIBER_CHECK,
+    options: RedisLinkOptions = {},
   ): Promise<RedisLink> {
+    checkRedisUrl(url);
+    const target = describeRedisUrl(url);
+    const connectTimeoutMs = options.connectTimeoutMs ?? REDIS_CONNECT_TIMEOUT_MS;
+    const base: RedisOptions = {
+      ...OPTIONS,
+      connectTimeout: connectTimeoutMs,
+      commandTimeout: options.commandTimeoutMs ?? REDIS_COMMAND_TIMEOUT_MS,
+    };
     const id = randomUUID();
     // Named, so an operator can tell the connections apart in CLIENT LIST.
-    const commands = new Redis(url, { ...OPTIONS, enableAutoPipelining: true, connectionName: `svc-${id}` });
+    const commands = new Redis(url, {
+      ...base,
+      enableAutoPipelining: true,
+      connectionName: `svc-${id}`,
+      // A connection that stops answering (a partition, a failover behind the same address) is
+      // closed and made again once its commands went unanswered this long, instead of waiting for
+      // TCP to give up (many minutes).
+      socketTimeout: base.commandTimeout,
+      // A command whose caller was already told it failed (timed out: the call answered 503) is
+      // not sent again: ioredis would resend the unanswered commands on the new connection, and
+      // count a rate-limit hit or a session reservation a second time. (One already on its way
+      // may still arrive when the network heals, as any write may.)
+      autoResendUnfulfilledCommands: false,
+    });
     // Resubscription is done by hand, so that it is known when it completed (see resubscribe).
     const subscriber = new Redis(url, {
-      ...OPTIONS,
+      ...base,
       autoResubscribe: false,
       connectionName: `svc-sub-${id}`,
     });
+    // Listening before connecting: ioredis prints every error event nobody listens to, with its
+    // stack (a refused SELECT, an unknown host), before the start could say what is wrong.
+    let lastError: Error | null = null;
+    let refused: Error | null = null;
+    let connecting = true;
+    let refuse: (err: Error) => void = () => {};
+    const refusal = new Promise<never>((_, reject) => {
+      refuse = reject;
+    });
+    for (const c of [commands, subscriber]) {
+      c.on('error', (err: Error) => {
+        if (!connecting) return;
+        lastError = err;
+        // Redis answered the set-up with an error (SELECT of a database it does not have, AUTH):
+        // ioredis goes on regardless (on database 0 after a failed SELECT), the start must not.
+        if (err?.name === 'ReplyError' || /^Ready check failed/.test(err?.message ?? '')) {
+          refused ??= err;
+          refuse(err);
+        }
+      });
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Error(`no answer within ${connectTimeoutMs} ms`);
     try {
-      await Promise.all([commands.connect(), subscriber.connect()]);
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(deadline), connectTimeoutMs);
+      });
+      await Promise.race([Promise.all([commands.connect(), subscriber.connect()]), late, refusal]);
+      // A failed SELECT is reported before the ready check that follows it completes.
+      if (refused) throw refused;
     } catch (err) {
+      connecting = false;
       commands.disconnect();
       subscriber.disconnect();
-      throw new Error(`cannot connect to Redis (SVC_REDIS_URL): ${(err as Error).message}`);
+      // Both are set by the listeners above, which TypeScript does not see.
+      const last = lastError as Error | null;
+      const denied = refused as Error | null;
+      const cause: Error = denied ?? last ?? (err as Error);
+      // Silence (the connect deadline, or a set-up command that timed out) says more than the
+      // "Connection is closed." ioredis reports when it gives a connection up.
+      const why = denied
+        ? denied.message
+        : err === deadline
+          ? deadline.message
+          : /timed out|socket timeout/i.test(last?.message ?? '')
+            ? `no answer within ${base.commandTimeout} ms`
+            : cause.message;
+      throw new Error(`cannot connect to Redis at SVC_REDIS_URL (${target}): ${why}`, { cause });
+    } finally {
+      clearTimeout(timer);
     }
-    return new RedisLink(id, commands, subscriber, prefix, log, check);
+    connecting = false;
+    return new RedisLink(id, commands, subscriber, prefix, log, options.check ?? SUBSCRIBER_CHECK);
   }
 
   key(...parts: string[]): string {
@@ -164,5 +281,21 @@ export class RedisLink {
     this.closing = true;
     clearInterval(this.checker);
     await Promise.allSettled([this.subscriber.quit(), this.commands.quit()]);
+    // QUIT unanswered (Redis away: it timed out): the connections are cut instead, without waiting
+    // for a Redis that does not answer to close its side.
+    await Promise.all(
+      [this.subscriber, this.commands].map(async (c) => {
+        if (c.status === 'end') return;
+        let timer: NodeJS.Timeout | undefined;
+        const ended = new Promise<void>((r) => {
+          c.once('end', () => r());
+          timer = setTimeout(r, 1000);
+        });
+        c.disconnect();
+        c.stream?.destroy();
+        await ended;
+        clearTimeout(timer);
+      }),
+    );
   }
 }
