@@ -1,4 +1,5 @@
 import { statSync } from 'node:fs';
+import { setTimeout as sleepFor } from 'node:timers/promises';
 import type { Worker } from 'node:worker_threads';
 import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
@@ -255,10 +256,16 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
     const batches = (writer as unknown as { batches: { commit: (...a: unknown[]) => Promise<unknown> } })
       .batches;
     const away = new StoreUnavailableError('the database did not answer');
-    const commit = vi.spyOn(batches, 'commit').mockRejectedValue(away);
+    const commit = vi.spyOn(batches, 'commit').mockImplementation(async () => {
+      await sleepFor(50);
+      throw away;
+    });
     // One tick: one batch of three.
     const writes = [1, 2, 3].map((n) => writer.write(item(orgId, n)));
-    for (const w of writes) await expect(w).rejects.toBe(away);
+    // Queued while that batch waits for the store: they fail with it, not after a wait of their own.
+    await sleepFor(10);
+    const queued = [4, 5].map((n) => writer.write(item(orgId, n)));
+    for (const w of [...writes, ...queued]) await expect(w).rejects.toBe(away);
     // Retried one by one, the third would have waited for three more timeouts.
     expect(commit).toHaveBeenCalledTimes(1);
     commit.mockRestore();

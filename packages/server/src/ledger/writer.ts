@@ -169,9 +169,10 @@ export class DecisionWriter {
         } catch (err) {
           // A store that is not answering fails every item alike: retrying each alone would make the
           // k-th wait k more timeouts for the same answer.
+          // What was queued meanwhile fails with it: the next batch would wait as long again.
           if (isStoreUnavailable(err)) {
             this.options.log?.error({ err }, 'decision batch failed to commit: the store is not answering');
-            for (const p of batch) p.reject(err);
+            for (const p of batch.concat(this.queue.splice(0))) p.reject(err);
             continue;
           }
           // One bad item must not fail its neighbours: retry each alone (a writeAll group as a whole).

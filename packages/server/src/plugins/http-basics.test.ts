@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
-import { bearer, createTenant, expectError, keyHeader, withTestApp } from '../../test/helpers.js';
+import { asUser, bearer, createTenant, expectError, keyHeader, withTestApp } from '../../test/helpers.js';
 import { StoreUnavailableError } from '../storage/db.js';
 
 const t = useTestApp();
@@ -37,6 +37,25 @@ describe('envelope A on every error', () => {
       const res = await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(token) });
       expectError(res, 503, 'service_unavailable');
       expect(res.json().error.message).toBe('The store is not answering; retry');
+    } finally {
+      away.mockRestore();
+    }
+  });
+
+  it('answers 503 in envelope B on the payment gateway while the store is not answering', async () => {
+    const tenant = await createTenant(t);
+    const away = vi.spyOn(t.store.db, 'selectFrom').mockImplementation(() => {
+      throw Object.assign(new Error('canceling statement due to statement timeout'), { code: '57014' });
+    });
+    try {
+      const res = await t.inject({
+        method: 'PUT',
+        url: '/v1/gateway/packs/p',
+        headers: asUser(tenant),
+        payload: { allowed_rails: ['ach'], approval_threshold_usd: '100', quarantine_seconds: 0 },
+      });
+      expect(res.statusCode).toBe(503);
+      expect(res.json().error).toMatchObject({ type: 'api_error', code: 'service_unavailable' });
     } finally {
       away.mockRestore();
     }

@@ -491,7 +491,10 @@ describe('envelope B: the payment gateway and the key set', () => {
     expect(codes('POST', '/v1/gateway/approvals/:id/resolve', 409)).toEqual(
       expect.arrayContaining(['approval_already_resolved', 'approval_expired']),
     );
-    expect(codes('GET', '/.well-known/svc-keys.json', 503)).toEqual(['signing_key_missing']);
+    expect(codes('GET', '/.well-known/svc-keys.json', 503)).toEqual([
+      'service_unavailable',
+      'signing_key_missing',
+    ]);
     // The members some codes add are listed with them.
     const mint409 = answerSchema('POST', '/v1/gateway/capsules', 409).properties!.error!.properties!;
     expect(Object.keys(mint409)).toEqual(expect.arrayContaining(['approval_id', 'payload_hash']));

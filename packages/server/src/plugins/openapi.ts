@@ -237,8 +237,9 @@ function standardB(route: RouteOptions, schema: FastifySchema, mode: AuthMode): 
     hasBody && HANDLER_B.payloadTooLarge,
     hasBody && HANDLER_B.unsupportedMediaType,
     HANDLER_B.internal,
-    // The identity provider's key set could not be fetched to check a user token.
-    users && tableCodeB('service_unavailable'),
+    // The store did not answer in time (storage/db.ts), or the identity provider's key set could not
+    // be fetched to check a user token.
+    tableCodeB('service_unavailable'),
   ];
   return codes.filter((c): c is CodeB => c !== false);
 }

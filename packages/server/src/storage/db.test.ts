@@ -144,6 +144,22 @@ describe('the SQLite store', () => {
   );
 });
 
+describe('isStoreUnavailable', () => {
+  it('counts the server giving up on a statement or a session as the store away, never a wrong statement', () => {
+    const pgError = (code: string) => Object.assign(new Error(`pg ${code}`), { code });
+    for (const code of ['57014', '25P03', '57P01', '57P02', '57P03', '08006', '08001']) {
+      expect([code, isStoreUnavailable(pgError(code))]).toEqual([code, true]);
+    }
+    expect(isStoreUnavailable(new Error('Connection terminated unexpectedly'))).toBe(true);
+    expect(isStoreUnavailable(new StoreUnavailableError('did not answer'))).toBe(true);
+    for (const code of ['23505', '42P01', '22P02', 'SQLITE_BUSY', 'SQLITE_CONSTRAINT']) {
+      expect([code, isStoreUnavailable(pgError(code))]).toEqual([code, false]);
+    }
+    expect(isStoreUnavailable(new Error('syntax error'))).toBe(false);
+    expect(isStoreUnavailable(null)).toBe(false);
+  });
+});
+
 describe('PostgreSQL connection errors', () => {
   it('name the database at SVC_DATABASE_URL, never its password', async () => {
     const port = await closedPort();

@@ -234,9 +234,24 @@ export class StoreUnavailableError extends Error {
   override name = 'StoreUnavailableError';
 }
 
-/** True for an error that says the store is unreachable or too slow, not that the statement is wrong. */
+/**
+ * PostgreSQL's codes for a statement the server gave up on or a session it ended, not a wrong
+ * statement: 57014 query_canceled (statement_timeout), 25P03 idle_in_transaction_session_timeout,
+ * 57P01-57P03 (admin shutdown, crash shutdown, cannot connect now) and class 08 (connection
+ * exceptions).
+ */
+const UNAVAILABLE_CODES = /^(57014|25P03|57P0[123]|08[0-9A-Z]{3})$/;
+
+/**
+ * True for an error that says the store is unreachable or too slow, not that the statement is
+ * wrong: the client's own deadlines (StoreUnavailableError), the server's cancellations and ended
+ * sessions, and a connection pg saw end under a query.
+ */
 export function isStoreUnavailable(err: unknown): boolean {
-  return err instanceof StoreUnavailableError;
+  if (err instanceof StoreUnavailableError) return true;
+  const e = err as { code?: unknown; message?: unknown } | null;
+  if (typeof e?.code === 'string' && UNAVAILABLE_CODES.test(e.code)) return true;
+  return typeof e?.message === 'string' && /^Connection terminated/.test(e.message);
 }
 
 /** The URL without what must not be printed (the password, the query string, which may hold one). */

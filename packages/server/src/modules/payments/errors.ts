@@ -2,7 +2,8 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { type EnvelopeBError, sendEnvelopeB } from '../../lib/envelope-b.js';
 import { AppError } from '../../lib/errors.js';
 import { SigningKeyMissingError } from '../../signing/model.js';
-import { GatewayError } from './model.js';
+import { isStoreUnavailable } from '../../storage/db.js';
+import { GatewayError, gatewayError } from './model.js';
 
 /** Routes whose body is a capsule consume: their validation failures are capsule_payload_invalid. */
 const CAPSULE_BODY_ROUTES = new Set(['/v1/gateway/capsules/consume']);
@@ -85,6 +86,10 @@ export function envelopeBErrorHandler(docsUrl: string) {
     const status = err.statusCode ?? 500;
     if (status >= 400 && status < 500) {
       return send(status, { type: 'invalid_request', code: 'invalid_request', message: err.message });
+    }
+    if (isStoreUnavailable(err)) {
+      req.log.error({ err }, 'the store did not answer');
+      return send(503, gatewayError.unavailable('The store is not answering; retry').body);
     }
     req.log.error({ err }, 'unhandled error');
     return send(500, {
