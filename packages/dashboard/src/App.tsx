@@ -1,5 +1,14 @@
 import { useCallback, useEffect, useState } from 'react';
-import { ApiError, api, loadSession, type Organization, type Session, signOut } from './api.js';
+import {
+  ApiError,
+  api,
+  loadSession,
+  messageOf,
+  type Organization,
+  onSessionEnded,
+  type Session,
+  signOut,
+} from './api.js';
 import { PAGES, pageOf } from './pages.js';
 import { Link, usePath } from './router.js';
 import { SignIn } from './SignIn.js';
@@ -9,15 +18,47 @@ const orgKey = (userId: string) => `svc.organization.${userId}`;
 export function App() {
   const [session, setSession] = useState<Session | null | undefined>(undefined);
   const [error, setError] = useState<string | null>(null);
+  /** Set when the session ended while the page was open (a request answered 401). */
+  const [ended, setEnded] = useState(false);
 
   useEffect(() => {
-    loadSession().then(setSession, (err: Error) => setError(err.message));
+    loadSession().then(setSession, (err: unknown) =>
+      setError(
+        err instanceof ApiError && err.status === 0
+          ? messageOf(err)
+          : `The sign-in could not be checked: ${messageOf(err)}`,
+      ),
+    );
   }, []);
 
-  if (error) return <p role="alert">The service could not be reached: {error}</p>;
+  // Signed out in another tab, expired (12 hours) or ended on the server: back to the sign-in page,
+  // saying why, instead of every page showing the API's 401 and stale data.
+  useEffect(
+    () =>
+      onSessionEnded(() => {
+        setEnded(true);
+        setSession(null);
+      }),
+    [],
+  );
+
+  if (error)
+    return (
+      <p role="alert" className="error">
+        {error}
+      </p>
+    );
   if (session === undefined) return <p aria-busy="true">Loading…</p>;
-  if (session === null) return <SignIn />;
-  return <SignedIn session={session} onSignedOut={() => setSession(null)} />;
+  if (session === null) return <SignIn ended={ended} />;
+  return (
+    <SignedIn
+      session={session}
+      onSignedOut={() => {
+        setEnded(false);
+        setSession(null);
+      }}
+    />
+  );
 }
 
 function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () => void }) {

@@ -1,4 +1,6 @@
 import type { PendingApproval } from './api.js';
+import { revealString } from './reveal.js';
+import { Shown } from './Shown.js';
 
 /** The tool name under which the payment gateway asks to approve a capsule mint. */
 export const CAPSULE_TOOL = 'gateway.capsule';
@@ -61,7 +63,9 @@ export function dualControl(a: PendingApproval, userId: string): string | null {
   const left = Math.max(0, required - given.length);
   const more = `${left} more approval${left === 1 ? '' : 's'} needed`;
   if (given.length === 0) return `Needs ${required} approvals from different people`;
-  const who = given.map((g) => (g.resolvedBy === userId ? `${g.resolvedBy} (you)` : g.resolvedBy)).join(', ');
+  const who = given
+    .map((g) => revealString(g.resolvedBy) + (g.resolvedBy === userId ? ' (you)' : ''))
+    .join(', ');
   return `approved by ${who}; ${more}`;
 }
 
@@ -74,7 +78,7 @@ export function ApprovalDetails({ approval, userId }: { approval: PendingApprova
     <>
       {e && (
         <p className="why" data-escalation={e.source}>
-          <strong>Escalated by</strong> {e.policy}: {e.constraint}
+          <strong>Escalated by</strong> <Shown text={e.policy} />: <Shown text={e.constraint} />
         </p>
       )}
       {bound ? (
@@ -82,7 +86,9 @@ export function ApprovalDetails({ approval, userId }: { approval: PendingApprova
           {bound.map(([k, v]) => (
             <div key={k}>
               <dt>{k}</dt>
-              <dd>{v}</dd>
+              <dd>
+                <Shown text={v} />
+              </dd>
             </div>
           ))}
         </dl>

@@ -1,6 +1,9 @@
-import { useCallback, useEffect, useState } from 'react';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { ApprovalDetails, boundAction } from './ApprovalDetails.js';
-import { api, type BatchResult, type PendingApproval, type ResolvedApproval } from './api.js';
+import { api, type BatchResult, messageOf, type PendingApproval, type ResolvedApproval } from './api.js';
+import { batchOutcome, inBatches, queueChange, selectLabel, timeLeft } from './queue.js';
+import { inspect, jsonPieces, revealString } from './reveal.js';
+import { JsonBlock, Shown, Warnings } from './Shown.js';
 import { ErrorLine, TableHead } from './ui.js';
 
 type Action = 'approve' | 'deny';
@@ -9,74 +12,127 @@ type Live = 'connecting' | 'live' | 'polling';
 const POLL_MS = 15_000;
 const EVENTS = ['approval.created', 'approval.resolved', 'approval.expired'];
 
-function timeLeft(expiresAt: string, now: number): string {
-  const s = Math.max(0, Math.round((Date.parse(expiresAt) - now) / 1000));
-  if (s === 0) return 'expired';
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  return h > 0 ? `${h} h ${m} min` : m > 0 ? `${m} min ${s % 60} s` : `${s} s`;
-}
-
 /** The pending queue (live over the event stream, polled as a fallback) and the resolved history. */
 export function Approvals({ organizationId, userId }: { organizationId: string; userId: string }) {
   const [pending, setPending] = useState<PendingApproval[]>([]);
   const [resolved, setResolved] = useState<ResolvedApproval[]>([]);
   const [selected, setSelected] = useState<Set<string>>(new Set());
   const [live, setLive] = useState<Live>('connecting');
+  /** The last read failed (cleared by the next read that works). */
+  const [loadError, setLoadError] = useState<string | null>(null);
+  /** What the last approve or deny said, when it did not go through entirely. */
   const [message, setMessage] = useState<string | null>(null);
+  const [announcement, setAnnouncement] = useState('');
   const [busy, setBusy] = useState(false);
   const [now, setNow] = useState(Date.now());
+  /** The ids of the last read, to announce what changed. */
+  const known = useRef<string[] | null>(null);
+  /** Reads under way: only the latest one's answer is shown. */
+  const reads = useRef(0);
+  /** After a card is resolved from its own buttons: where the focus goes once it is gone. */
+  const focusAfter = useRef<{ id: string; index: number } | null>(null);
+  const listRef = useRef<HTMLUListElement>(null);
+  const headingRef = useRef<HTMLHeadingElement>(null);
 
   const reload = useCallback(async () => {
+    const read = ++reads.current;
     try {
       const [p, r] = await Promise.all([
         api<{ data: PendingApproval[] }>('/v1/approvals/pending', { organizationId }),
         api<{ data: ResolvedApproval[] }>('/v1/approvals/resolved?limit=50', { organizationId }),
       ]);
+      if (read !== reads.current) return;
+      const change = queueChange(known.current, p.data);
+      known.current = p.data.map((a) => a.id);
+      if (change) setAnnouncement(change);
       setPending(p.data);
       setResolved(r.data);
+      setLoadError(null);
       setSelected((s) => new Set([...s].filter((id) => p.data.some((a) => a.id === id))));
     } catch (err) {
-      setMessage((err as Error).message);
+      if (read === reads.current) setLoadError(messageOf(err));
     }
   }, [organizationId]);
 
   useEffect(() => {
     void reload();
-    const stream = new EventSource(
-      `/v1/events/stream?organizationId=${encodeURIComponent(organizationId)}&types=${EVENTS.join(',')}`,
-    );
-    stream.onopen = () => setLive('live');
-    // The browser reconnects by itself; meanwhile the poll below keeps the queue fresh.
-    stream.onerror = () => setLive('polling');
-    for (const type of EVENTS) stream.addEventListener(type, () => void reload());
+    let stream: EventSource | null = null;
+    let reopen: ReturnType<typeof setTimeout> | undefined;
+    let stopped = false;
+    const open = () => {
+      const s = new EventSource(
+        `/v1/events/stream?organizationId=${encodeURIComponent(organizationId)}&types=${EVENTS.join(',')}`,
+      );
+      stream = s;
+      // (Re)connected: read the queue again, for what happened while the stream was down.
+      s.onopen = () => {
+        setLive('live');
+        void reload();
+      };
+      s.onerror = () => {
+        setLive('polling');
+        // The browser reconnects by itself after a dropped connection; an answer that is not a stream
+        // (a 401 once the session ended, an error page) closes it for good: read now (which signs out
+        // on a 401) and open a new stream later. Meanwhile the poll below keeps the queue fresh.
+        if (s.readyState === EventSource.CLOSED) {
+          void reload();
+          if (!stopped) reopen = setTimeout(open, POLL_MS);
+        }
+      };
+      for (const type of EVENTS) s.addEventListener(type, () => void reload());
+    };
+    open();
     const poll = setInterval(() => void reload(), POLL_MS);
     const tick = setInterval(() => setNow(Date.now()), 1000);
     return () => {
-      stream.close();
+      stopped = true;
+      stream?.close();
+      clearTimeout(reopen);
       clearInterval(poll);
       clearInterval(tick);
     };
   }, [organizationId, reload]);
 
+  // A card resolved from its own buttons took the focus with it: give it to the next card (or the
+  // previous, or the heading), not to the page.
+  useEffect(() => {
+    const after = focusAfter.current;
+    if (!after || pending.some((a) => a.id === after.id)) return;
+    focusAfter.current = null;
+    const active = document.activeElement;
+    if (active && active !== document.body && active.isConnected) return;
+    const cards = listRef.current?.querySelectorAll<HTMLElement>(':scope > li');
+    const next = cards?.[Math.min(after.index, cards.length - 1)];
+    (next ?? headingRef.current)?.focus();
+  }, [pending]);
+
   async function resolve(ids: string[], action: Action) {
+    const index = ids.length === 1 ? pending.findIndex((a) => a.id === ids[0]) : -1;
     setBusy(true);
     setMessage(null);
     try {
       if (ids.length === 1) {
         await api(`/v1/approvals/${ids[0]}/resolve`, { method: 'POST', body: { action }, organizationId });
+        if (index >= 0) focusAfter.current = { id: ids[0]!, index };
       } else {
-        const { results } = await api<{ results: BatchResult[] }>('/v1/approvals/batch-resolve', {
-          method: 'POST',
-          body: { ids, action },
-          organizationId,
-        });
-        const failed = results.filter((r) => r.error);
-        if (failed.length > 0)
-          setMessage(`${failed.length} not resolved: ${failed.map((f) => f.error?.message).join('; ')}`);
+        // The batch route takes at most 100 ids: larger selections go in several requests.
+        const failures: string[] = [];
+        for (const batch of inBatches(ids)) {
+          try {
+            const { results } = await api<{ results: BatchResult[] }>('/v1/approvals/batch-resolve', {
+              method: 'POST',
+              body: { ids: batch, action },
+              organizationId,
+            });
+            for (const r of results) if (r.error) failures.push(r.error.message);
+          } catch (err) {
+            for (const _ of batch) failures.push(messageOf(err));
+          }
+        }
+        setMessage(batchOutcome(action, ids.length, failures));
       }
     } catch (err) {
-      setMessage((err as Error).message);
+      setMessage(messageOf(err));
     } finally {
       setBusy(false);
       await reload();
@@ -90,13 +146,20 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
       else next.add(id);
       return next;
     });
-  const chosen = [...selected];
+  const byId = useMemo(() => new Map(pending.map((a) => [a.id, a])), [pending]);
+  // Expired approvals can no longer be resolved: they are left out of the selection's actions.
+  const chosen = [...selected].filter((id) => {
+    const a = byId.get(id);
+    return a !== undefined && !timeLeft(a.expiresAt, now).expired;
+  });
 
   return (
     <>
       <section aria-labelledby="pending-title">
         <div className="heading">
-          <h1 id="pending-title">Pending approvals</h1>
+          <h1 id="pending-title" ref={headingRef} tabIndex={-1}>
+            Pending approvals
+          </h1>
           <span className={`live ${live}`} role="status">
             {live === 'live'
               ? 'Live'
@@ -105,6 +168,11 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
                 : 'Connecting…'}
           </span>
         </div>
+        {/* Cards arriving and leaving, said once by screen readers (not a role=status: one is above). */}
+        <div className="visually-hidden" aria-live="polite" data-announcer>
+          {announcement}
+        </div>
+        <ErrorLine error={loadError} alert />
         <ErrorLine error={message} alert />
         {pending.length === 0 ? (
           <p className="empty">Nothing is waiting for a decision.</p>
@@ -127,50 +195,18 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
                 Deny selected ({chosen.length})
               </button>
             </div>
-            <ul className="cards">
+            <ul className="cards" ref={listRef}>
               {pending.map((a) => (
-                <li key={a.id} className="card" data-approval-id={a.id}>
-                  <div className="card-head">
-                    <label>
-                      <input type="checkbox" checked={selected.has(a.id)} onChange={() => toggle(a.id)} />
-                      <span className="tool">{a.toolName}</span>
-                    </label>
-                    <span className="left">{timeLeft(a.expiresAt, now)} left</span>
-                  </div>
-                  <ApprovalDetails approval={a} userId={userId} />
-                  {boundAction(a) ? (
-                    <details>
-                      <summary>All arguments</summary>
-                      <pre>{JSON.stringify(a.arguments, null, 2)}</pre>
-                    </details>
-                  ) : (
-                    <pre>{JSON.stringify(a.arguments, null, 2)}</pre>
-                  )}
-                  <div className="meta">
-                    {a.agentId && <>Agent {a.agentId} · </>}
-                    {a.sessionId && <>Session {a.sessionId} · </>}
-                    Requested {new Date(a.createdAt).toLocaleString()} · <code>{a.id}</code>
-                  </div>
-                  <div className="actions">
-                    <button
-                      type="button"
-                      disabled={busy || a.approvers?.some((g) => g.resolvedBy === userId)}
-                      onClick={() => resolve([a.id], 'approve')}
-                      aria-label={`Approve ${a.toolName} ${a.id}`}
-                    >
-                      Approve
-                    </button>
-                    <button
-                      type="button"
-                      className="deny"
-                      disabled={busy}
-                      onClick={() => resolve([a.id], 'deny')}
-                      aria-label={`Deny ${a.toolName} ${a.id}`}
-                    >
-                      Deny
-                    </button>
-                  </div>
-                </li>
+                <ApprovalCard
+                  key={a.id}
+                  approval={a}
+                  userId={userId}
+                  now={now}
+                  busy={busy}
+                  selected={selected.has(a.id)}
+                  onToggle={() => toggle(a.id)}
+                  onResolve={(action) => resolve([a.id], action)}
+                />
               ))}
             </ul>
           </>
@@ -187,9 +223,16 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
               <tbody>
                 {resolved.map((a) => (
                   <tr key={a.id} data-approval-id={a.id}>
-                    <td>{a.toolName}</td>
+                    <td className="tool">
+                      <span className="name">
+                        <Shown text={a.toolName} />
+                      </span>
+                    </td>
                     <td className={a.status}>{a.status}</td>
-                    <td>{a.resolvedBy === userId ? `${a.resolvedBy} (you)` : a.resolvedBy}</td>
+                    <td className="wrap">
+                      <Shown text={a.resolvedBy} />
+                      {a.resolvedBy === userId ? ' (you)' : ''}
+                    </td>
                     <td>{a.resolvedAt ? new Date(a.resolvedAt).toLocaleString() : ''}</td>
                   </tr>
                 ))}
@@ -199,5 +242,96 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
         )}
       </section>
     </>
+  );
+}
+
+function ApprovalCard({
+  approval: a,
+  userId,
+  now,
+  busy,
+  selected,
+  onToggle,
+  onResolve,
+}: {
+  approval: PendingApproval;
+  userId: string;
+  now: number;
+  busy: boolean;
+  selected: boolean;
+  onToggle: () => void;
+  onResolve: (action: Action) => void;
+}) {
+  const view = useMemo(() => jsonPieces(a.arguments), [a.arguments]);
+  const found = useMemo(() => {
+    const f = inspect(a.toolName, a.agentId, a.sessionId, a.escalation, a.approvers);
+    return { hidden: f.hidden || view.hidden, spaces: f.spaces || view.spaces };
+  }, [a, view]);
+  const left = timeLeft(a.expiresAt, now);
+  const tool = revealString(a.toolName);
+  const args = <JsonBlock view={view} label={`Arguments of ${tool}`} />;
+  return (
+    // Focusable so that the focus can move here when the card before it is resolved.
+    <li className="card" data-approval-id={a.id} tabIndex={-1}>
+      <div className="card-head">
+        <label>
+          <input
+            type="checkbox"
+            checked={selected}
+            disabled={left.expired}
+            onChange={onToggle}
+            aria-label={selectLabel(a)}
+          />
+          <span className="tool">
+            <Shown text={a.toolName} />
+          </span>
+        </label>
+        <span className={left.expired ? 'left expired' : 'left'} data-expired={left.expired || undefined}>
+          {left.text}
+        </span>
+      </div>
+      <Warnings found={found} long={view.long} />
+      <ApprovalDetails approval={a} userId={userId} />
+      {boundAction(a) ? (
+        <details>
+          <summary>All arguments</summary>
+          {args}
+        </details>
+      ) : (
+        args
+      )}
+      <div className="meta">
+        {a.agentId && (
+          <>
+            Agent <Shown text={a.agentId} /> ·{' '}
+          </>
+        )}
+        {a.sessionId && (
+          <>
+            Session <Shown text={a.sessionId} /> ·{' '}
+          </>
+        )}
+        Requested {new Date(a.createdAt).toLocaleString()} · <code>{a.id}</code>
+      </div>
+      <div className="actions">
+        <button
+          type="button"
+          disabled={busy || left.expired || a.approvers?.some((g) => g.resolvedBy === userId)}
+          onClick={() => onResolve('approve')}
+          aria-label={`Approve ${tool} ${a.id}`}
+        >
+          Approve
+        </button>
+        <button
+          type="button"
+          className="deny"
+          disabled={busy || left.expired}
+          onClick={() => onResolve('deny')}
+          aria-label={`Deny ${tool} ${a.id}`}
+        >
+          Deny
+        </button>
+      </div>
+    </li>
   );
 }

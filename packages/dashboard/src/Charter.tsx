@@ -4,12 +4,15 @@ import {
   ApiError,
   api,
   type CharterTurn,
+  messageOf,
   type Organization,
   type PolicyChange,
   type Verification,
 } from './api.js';
 import type { PageProps } from './pages.js';
+import { inspect, revealString } from './reveal.js';
 import { Link, usePath } from './router.js';
+import { CompactJson, Shown, Warnings } from './Shown.js';
 import { ErrorLine, TableHead, useReload } from './ui.js';
 
 type Mode = 'auto' | 'chat' | 'compile';
@@ -75,7 +78,7 @@ function Chat({ organizationId }: { organizationId: string }) {
       setText('');
       if (turn.verification.required) await reload();
     } catch (err) {
-      setMessage((err as Error).message);
+      setMessage(messageOf(err));
     } finally {
       setBusy(false);
     }
@@ -93,7 +96,7 @@ function Chat({ organizationId }: { organizationId: string }) {
           {entries.map((e, i) => (
             // biome-ignore lint/suspicious/noArrayIndexKey: the conversation only grows
             <li key={i} className={e.who}>
-              <strong>{e.who === 'you' ? 'You' : 'Charter'}:</strong> {e.text}
+              <strong>{e.who === 'you' ? 'You' : 'Charter'}:</strong> <Shown text={e.text} multiline />
               {e.turn && <TurnDetails turn={e.turn} />}
             </li>
           ))}
@@ -143,7 +146,9 @@ function Chat({ organizationId }: { organizationId: string }) {
           <ul>
             {pending.map((v) => (
               <li key={v.id} data-verification-id={v.id}>
-                <Link to={`/charter/reviews/${v.id}`}>{v.summary}</Link>{' '}
+                <Link to={`/charter/reviews/${v.id}`}>
+                  <Shown text={v.summary} />
+                </Link>{' '}
                 <span className="meta">proposed {new Date(v.createdAt).toLocaleString()}</span>
               </li>
             ))}
@@ -157,14 +162,21 @@ function Chat({ organizationId }: { organizationId: string }) {
 function TurnDetails({ turn }: { turn: CharterTurn }) {
   return (
     <div className="meta">
-      {turn.understood.length > 0 && <p>Understood: {turn.understood.join('; ')}</p>}
+      {turn.understood.length > 0 && (
+        <p>
+          Understood: <Shown text={turn.understood.join('; ')} />
+        </p>
+      )}
       {turn.notUnderstood.length > 0 && (
-        <p>Not understood: {turn.notUnderstood.map((n) => `"${n.text}" (${n.why})`).join('; ')}</p>
+        <p>
+          Not understood: <Shown text={turn.notUnderstood.map((n) => `"${n.text}" (${n.why})`).join('; ')} />
+        </p>
       )}
       {turn.dryRuns.map((d, i) => (
         // biome-ignore lint/suspicious/noArrayIndexKey: a fixed list
         <p key={i}>
-          {d.toolName} {JSON.stringify(d.arguments)} → {d.decision}: {d.reason}
+          <Shown text={d.toolName} /> <CompactJson value={d.arguments} /> → {d.decision}:{' '}
+          <Shown text={d.reason} />
         </p>
       ))}
       {turn.verification.required && (
@@ -226,14 +238,22 @@ function Review({ id, organizationId, userId }: { id: string; organizationId: st
     if (!found) return;
     setBusy(true);
     setMessage(null);
+    const path = `/v1/charter/verifications/${found.v.id}`;
     try {
-      const v = await api<Verification>(`/v1/charter/verifications/${found.v.id}/${action}`, {
-        method: 'POST',
-        organizationId: found.orgId,
-      });
+      const v = await api<Verification>(`${path}/${action}`, { method: 'POST', organizationId: found.orgId });
       setFound({ ...found, v });
     } catch (err) {
-      setMessage((err as Error).message);
+      setMessage(messageOf(err));
+      // Refused because it changed meanwhile (approved or rejected elsewhere): show it as it is now,
+      // so that the page no longer says it waits, nor offers the buttons.
+      if (err instanceof ApiError && err.status >= 400 && err.status < 500 && err.status !== 401) {
+        try {
+          const v = await api<Verification>(path, { organizationId: found.orgId });
+          setFound({ ...found, v });
+        } catch {
+          // The message above says what went wrong; the page keeps what it showed.
+        }
+      }
     } finally {
       setBusy(false);
     }
@@ -262,8 +282,15 @@ function Review({ id, organizationId, userId }: { id: string; organizationId: st
         <Link to="/charter">← Charter</Link>
       </p>
       <h1 id="review-title">Review a policy change</h1>
-      {org && <p className="dual">This change belongs to organization {org.name}.</p>}
-      <p>{v.summary}</p>
+      {org && (
+        <p className="dual">
+          This change belongs to organization <Shown text={org.name} />.
+        </p>
+      )}
+      <Warnings found={inspect(v.summary, v.changes, v.tools)} />
+      <p className="description">
+        <Shown text={v.summary} multiline />
+      </p>
       <p role="status" data-status={v.status}>
         {v.status === 'pending'
           ? `Waiting for review since ${new Date(v.createdAt).toLocaleString()}. Nothing of it is live yet.`
@@ -275,9 +302,10 @@ function Review({ id, organizationId, userId }: { id: string; organizationId: st
           <h2>Tools to register</h2>
           <ul>
             {v.tools.map((t) => (
-              <li key={t.name}>
-                {t.name}(
-                {t.arguments.map((a) => `${a.name}: ${a.type}${a.required ? ', required' : ''}`).join('; ')})
+              <li key={t.name} className="wrap">
+                <Shown
+                  text={`${t.name}(${t.arguments.map((a) => `${a.name}: ${a.type}${a.required ? ', required' : ''}`).join('; ')})`}
+                />
               </li>
             ))}
           </ul>
@@ -312,8 +340,10 @@ export function nowHeading(c: Pick<PolicyChange, 'current'>): string {
 
 function ChangeView({ change: c }: { change: PolicyChange }) {
   return (
-    <article aria-label={`Change to ${c.toolName}`}>
-      <h2 className="tool">{c.toolName}</h2>
+    <article aria-label={`Change to ${revealString(c.toolName)}`}>
+      <h2 className="tool">
+        <Shown text={c.toolName} />
+      </h2>
       <div className="side">
         <div>
           <h3>{nowHeading(c)}</h3>
@@ -322,7 +352,9 @@ function ChangeView({ change: c }: { change: PolicyChange }) {
               ? describePolicy(c.current.definition)
               : ['No policy: every call is allowed without checks']
             ).map((l) => (
-              <li key={l}>{l}</li>
+              <li key={l}>
+                <Shown text={l} />
+              </li>
             ))}
           </ul>
         </div>
@@ -330,7 +362,9 @@ function ChangeView({ change: c }: { change: PolicyChange }) {
           <h3>Proposed</h3>
           <ul>
             {describePolicy(c.proposed).map((l) => (
-              <li key={l}>{l}</li>
+              <li key={l}>
+                <Shown text={l} />
+              </li>
             ))}
           </ul>
         </div>
@@ -341,7 +375,7 @@ function ChangeView({ change: c }: { change: PolicyChange }) {
           <ul>
             {c.analysis.findings.map((f) => (
               <li key={f.message}>
-                {f.kind.replaceAll('_', ' ')}: {f.message}
+                {f.kind.replaceAll('_', ' ')}: <Shown text={f.message} />
               </li>
             ))}
           </ul>
@@ -361,11 +395,15 @@ function ChangeView({ change: c }: { change: PolicyChange }) {
             <tbody>
               {c.analysis.examples.map((e) => (
                 <tr key={JSON.stringify(e.arguments)}>
-                  <td>
-                    <code>{JSON.stringify(e.arguments)}</code>
+                  <td className="wrap">
+                    <code>
+                      <CompactJson value={e.arguments} />
+                    </code>
                   </td>
                   <td className={e.decision}>{e.decision}</td>
-                  <td>{e.reason}</td>
+                  <td className="wrap">
+                    <Shown text={e.reason} />
+                  </td>
                 </tr>
               ))}
             </tbody>

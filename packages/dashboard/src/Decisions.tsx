@@ -1,7 +1,9 @@
-import { type FormEvent, useCallback, useEffect, useId, useState } from 'react';
+import { type FormEvent, Fragment, useCallback, useEffect, useId, useState } from 'react';
 import { api, messageOf, query } from './api.js';
 import type { PageProps } from './pages.js';
-import { ErrorLine, Field, ProjectOptions, TableHead } from './ui.js';
+import { inspect, jsonPieces, revealString } from './reveal.js';
+import { JsonBlock, Shown, Warnings } from './Shown.js';
+import { ErrorLine, Field, ProjectOptions } from './ui.js';
 import { type ChainVerification, verifyChain, verifyOneReceipt } from './verify.js';
 
 interface Decision {
@@ -38,6 +40,13 @@ const PAGE = 50;
 
 const short = (hash: string) => hash.replace(/^sha256:/, '').slice(0, 12);
 
+/** Why the filters cannot be applied as they are (a range that ends before it starts), else null. */
+export function filterProblem(f: Pick<Filters, 'startDate' | 'endDate'>): string | null {
+  return f.startDate && f.endDate && f.startDate > f.endDate
+    ? 'From is after To: no decision can match. Change one of the dates.'
+    : null;
+}
+
 /** The decision log with the API's filters, each decision's receipt, and the chain verified here. */
 export function Decisions({ organizationId }: PageProps) {
   const [draft, setDraft] = useState<Filters>(NO_FILTERS);
@@ -48,8 +57,11 @@ export function Decisions({ organizationId }: PageProps) {
   const [projects, setProjects] = useState<Project[]>([]);
   const [error, setError] = useState<string | null>(null);
   const [open, setOpen] = useState<string | null>(null);
+  /** Bumped by Apply and Clear: the list is read again even when the filters did not change. */
+  const [asked, setAsked] = useState(0);
   const ids = useId();
 
+  // biome-ignore lint/correctness/useExhaustiveDependencies: `asked` stands for a new request
   const load = useCallback(async () => {
     try {
       const res = await api<{ data: Decision[]; pagination: { total: number } }>(
@@ -60,9 +72,12 @@ export function Decisions({ organizationId }: PageProps) {
       setTotal(res.pagination.total);
       setError(null);
     } catch (err) {
+      // What is shown must match the filters above it: nothing rather than the previous results.
+      setRows(null);
+      setTotal(0);
       setError(messageOf(err));
     }
-  }, [filters, offset, organizationId]);
+  }, [filters, offset, organizationId, asked]);
 
   useEffect(() => {
     void load();
@@ -77,8 +92,17 @@ export function Decisions({ organizationId }: PageProps) {
 
   const apply = (e: FormEvent) => {
     e.preventDefault();
+    const problem = filterProblem(draft);
+    if (problem) {
+      // Not asked: the results shown would otherwise be those of the previous filters.
+      setRows(null);
+      setTotal(0);
+      setError(problem);
+      return;
+    }
     setOffset(0);
     setFilters(draft);
+    setAsked((n) => n + 1);
   };
   const set = (key: keyof Filters) => (e: { target: { value: string } }) =>
     setDraft((d) => ({ ...d, [key]: e.target.value }));
@@ -123,6 +147,7 @@ export function Decisions({ organizationId }: PageProps) {
               setDraft(NO_FILTERS);
               setFilters(NO_FILTERS);
               setOffset(0);
+              setAsked((n) => n + 1);
             }}
           >
             Clear
@@ -139,7 +164,16 @@ export function Decisions({ organizationId }: PageProps) {
           </p>
           <div className="scroll">
             <table>
-              <TableHead columns={['Time', 'Tool', 'Decision', 'Reason', 'Receipt']} />
+              {/* On a phone, time and reason go under the tool: decision and receipt stay on screen. */}
+              <thead>
+                <tr>
+                  <th className="wide-only">Time</th>
+                  <th>Tool</th>
+                  <th>Decision</th>
+                  <th className="wide-only">Reason</th>
+                  <th>Receipt</th>
+                </tr>
+              </thead>
               <tbody>
                 {rows.map((d) => (
                   <DecisionRow
@@ -188,19 +222,46 @@ function DecisionRow({
   onToggle: () => void;
   organizationId: string;
 }) {
+  const found = inspect(d.toolName, d.reason, d.arguments, d.context);
   return (
     <>
       <tr data-decision-id={d.id}>
-        <td>{new Date(d.createdAt).toLocaleString()}</td>
-        <td className="tool">{d.toolName}</td>
-        <td className={`verdict ${d.decision}`}>{d.decision}</td>
-        <td>{d.reason}</td>
+        <td className="wide-only">{new Date(d.createdAt).toLocaleString()}</td>
+        <td className="tool">
+          <span className="name">
+            <Shown text={d.toolName} />
+          </span>
+          {(found.hidden || found.spaces) && (
+            <span className="flag" data-hidden-chars={found.hidden || undefined}>
+              {found.hidden ? 'contains invisible characters' : 'contains long runs of spaces'}
+            </span>
+          )}
+          <span className="narrow-only meta">
+            {new Date(d.createdAt).toLocaleString()} · <Shown text={d.reason} />
+          </span>
+        </td>
+        <td className={`verdict ${d.decision}`}>
+          {/* require_approval may break after its underscore on a narrow screen. */}
+          {d.decision.split('_').map((part, i) => (
+            <Fragment key={part}>
+              {i > 0 && (
+                <>
+                  _<wbr />
+                </>
+              )}
+              {part}
+            </Fragment>
+          ))}
+        </td>
+        <td className="wrap wide-only">
+          <Shown text={d.reason} />
+        </td>
         <td>
           <button
             type="button"
             className="secondary"
             aria-expanded={open}
-            aria-label={`Receipt of ${d.toolName} ${d.id}`}
+            aria-label={`Receipt of ${revealString(d.toolName)} ${d.id}`}
             onClick={onToggle}
           >
             {short(d.receipt.receipt_hash)}
@@ -252,25 +313,33 @@ function Receipt({ decision, organizationId }: { decision: Decision; organizatio
     }
   };
 
+  const shown = {
+    arguments: decision.arguments,
+    context: decision.context,
+    mode: decision.mode,
+    policyVersion: decision.policyVersion,
+    latencyMs: decision.latencyMs,
+  };
+  const view = jsonPieces(shown);
+  const receiptView = receipt ? jsonPieces(receipt) : null;
   return (
     <div className="receipt">
       <h3>Decision</h3>
-      <pre>
-        {JSON.stringify(
-          {
-            arguments: decision.arguments,
-            context: decision.context,
-            mode: decision.mode,
-            policyVersion: decision.policyVersion,
-            latencyMs: decision.latencyMs,
-          },
-          null,
-          2,
-        )}
-      </pre>
+      <Warnings
+        found={{
+          hidden: view.hidden || receiptView?.hidden || inspect(decision.toolName).hidden,
+          spaces: view.spaces || receiptView?.spaces,
+        }}
+        long={view.long}
+      />
+      <JsonBlock view={view} label="The decision" />
       <h3>Receipt</h3>
       <ErrorLine error={error} />
-      {receipt ? <pre data-receipt>{JSON.stringify(receipt, null, 2)}</pre> : !error && <p>Loading…</p>}
+      {receiptView ? (
+        <JsonBlock view={receiptView} label="The receipt" data-receipt />
+      ) : (
+        !error && <p>Loading…</p>
+      )}
       <div className="actions">
         <button type="button" onClick={verify} disabled={!receipt || busy}>
           Verify this receipt

@@ -1,6 +1,8 @@
-import { useId, useState } from 'react';
-import { ApiError, api, type DraftReplay, type DraftRule, type PolicyDraft } from './api.js';
+import { useId, useMemo, useState } from 'react';
+import { ApiError, api, type DraftReplay, type DraftRule, messageOf, type PolicyDraft } from './api.js';
 import type { PageProps } from './pages.js';
+import { inspect, revealString } from './reveal.js';
+import { CompactJson, Shown, Warnings } from './Shown.js';
 import { ErrorLine, TableHead, useReload } from './ui.js';
 
 const STATUS_LABEL: Record<PolicyDraft['status'], string> = {
@@ -14,6 +16,19 @@ function condition(c: DraftRule['conditions'][number]): string {
   return `${c.field} ${c.operator.replaceAll('_', ' ')}${c.value !== undefined ? ` ${JSON.stringify(c.value)}` : ''}`;
 }
 
+/** The most recent decisions a replay may examine. */
+export const REPLAY_MAX = 1000;
+
+/**
+ * The replay count typed in the box: a whole number from 1 to REPLAY_MAX, else null. The box keeps
+ * what is typed (it may be empty while the person types), and this is read when replaying.
+ */
+export function replayLimit(text: string): number | null {
+  if (!/^\s*\d+\s*$/.test(text)) return null;
+  const n = Number(text);
+  return n >= 1 && n <= REPLAY_MAX ? n : null;
+}
+
 /** Policy drafts agents proposed: their rules, what they would have changed, approve or reject. */
 export function Drafts({ organizationId }: PageProps) {
   const [drafts, setDrafts] = useState<PolicyDraft[] | null>(null);
@@ -25,6 +40,7 @@ export function Drafts({ organizationId }: PageProps) {
       // Waiting for review first, then the newest.
       const order = (d: PolicyDraft) => (d.status === 'pending_review' ? 0 : 1);
       setDrafts([...data].sort((a, b) => order(a) - order(b) || b.updatedAt.localeCompare(a.updatedAt)));
+      setMessage(null);
     },
     setMessage,
     organizationId,
@@ -62,12 +78,15 @@ function DraftCard({
   organizationId: string;
   onChanged: () => Promise<void>;
 }) {
-  const [limit, setLimit] = useState(100);
-  const [replay, setReplay] = useState<DraftReplay | null>(null);
+  const [limit, setLimit] = useState('100');
+  /** The last replay, with the revision of the draft it ran on. */
+  const [replay, setReplay] = useState<{ revision: string; data: DraftReplay } | null>(null);
   const [busy, setBusy] = useState(false);
   const [message, setMessage] = useState<string | null>(null);
   const limitId = useId();
   const titleId = useId();
+
+  const found = useMemo(() => inspect(d.name, d.description, d.createdByAgentId, d.reviewedBy, d.rules), [d]);
 
   async function run<T>(work: () => Promise<T>): Promise<T | undefined> {
     setBusy(true);
@@ -75,35 +94,39 @@ function DraftCard({
     try {
       return await work();
     } catch (err) {
-      setMessage((err as Error).message);
+      setMessage(messageOf(err));
       return undefined;
     } finally {
       setBusy(false);
     }
   }
 
+  const count = replayLimit(limit);
   const doReplay = () =>
-    run(async () =>
-      setReplay(
-        (
-          await api<{ data: DraftReplay }>(`/v1/policy-drafts/${d.id}/replay`, {
-            method: 'POST',
-            body: { limit },
-            organizationId,
-          })
-        ).data,
-      ),
-    );
+    run(async () => {
+      if (count === null)
+        throw new Error(`Recent decisions to replay: a whole number from 1 to ${REPLAY_MAX}.`);
+      const revision = d.revision;
+      const { data } = await api<{ data: DraftReplay }>(`/v1/policy-drafts/${d.id}/replay`, {
+        method: 'POST',
+        body: { limit: count },
+        organizationId,
+      });
+      setReplay({ revision, data });
+    });
 
   const decide = (action: 'approve' | 'reject') =>
     run(async () => {
       const res = await api<{ applied?: { toolName: string; version: number }[] }>(
         `/v1/policy-drafts/${d.id}/${action}`,
-        // Approving applies the rules shown on this card or nothing (409 if the draft was edited since).
-        { method: 'POST', organizationId, ...(action === 'approve' ? { ifMatch: d.revision } : {}) },
+        // Approving applies the rules shown on this card or nothing, and rejecting rejects them or
+        // nothing: 409 if the draft was edited since it was shown.
+        { method: 'POST', organizationId, ifMatch: d.revision },
       ).catch(async (err: unknown) => {
-        // Edited since it was shown: show what it says now, with the reason nothing was applied.
-        if (err instanceof ApiError && err.status === 409) await onChanged();
+        // Edited (409) or decided (400) since it was shown: show what it is now, with the reason
+        // nothing was done.
+        if (err instanceof ApiError && err.status >= 400 && err.status < 500 && err.status !== 401)
+          await onChanged();
         throw err;
       });
       if (res.applied)
@@ -117,17 +140,22 @@ function DraftCard({
     <li className="card" data-draft-id={d.id} aria-labelledby={titleId}>
       <div className="card-head">
         <h2 id={titleId} className="tool" style={{ margin: 0 }}>
-          {d.name}
+          <Shown text={d.name} />
         </h2>
         <span className="left">{STATUS_LABEL[d.status]}</span>
       </div>
-      {d.description && <p>{d.description}</p>}
+      <Warnings found={found} />
+      {d.description && (
+        <p className="description">
+          <Shown text={d.description} multiline />
+        </p>
+      )}
       <div className="meta">
-        Proposed by agent {d.createdByAgentId} · {new Date(d.createdAt).toLocaleString()}
+        Proposed by agent <Shown text={d.createdByAgentId} /> · {new Date(d.createdAt).toLocaleString()}
         {d.reviewedBy && (
           <>
             {' '}
-            · {d.status} by {d.reviewedBy}
+            · {d.status} by <Shown text={d.reviewedBy} />
           </>
         )}
       </div>
@@ -140,13 +168,19 @@ function DraftCard({
           <tbody>
             {d.rules.map((r) => (
               <tr key={r.id}>
-                <td>
-                  {r.id}
+                <td className="wrap">
+                  <Shown text={r.id} />
                   {r.enabled === false ? ' (disabled)' : ''}
                 </td>
                 <td>{r.action}</td>
-                <td>{r.tools.join(', ')}</td>
-                <td>{r.conditions.map(condition).join(' and ') || 'always'}</td>
+                <td className="tool">
+                  <span className="name">
+                    <Shown text={r.tools.join(', ')} />
+                  </span>
+                </td>
+                <td className="wrap">
+                  <Shown text={r.conditions.map(condition).join(' and ') || 'always'} />
+                </td>
               </tr>
             ))}
           </tbody>
@@ -159,9 +193,10 @@ function DraftCard({
             id={limitId}
             type="number"
             min={1}
-            max={1000}
+            max={REPLAY_MAX}
             value={limit}
-            onChange={(e) => setLimit(Math.min(1000, Math.max(1, Number(e.target.value) || 1)))}
+            onChange={(e) => setLimit(e.target.value)}
+            aria-invalid={count === null || undefined}
           />
         </label>
         <button type="button" disabled={busy} onClick={doReplay}>
@@ -183,7 +218,15 @@ function DraftCard({
           {message}
         </p>
       )}
-      {replay && <ReplayResult replay={replay} />}
+      {replay &&
+        (replay.revision === d.revision ? (
+          <ReplayResult replay={replay.data} />
+        ) : (
+          // The draft was edited since: what the replay found says nothing about the rules shown now.
+          <p className="warn" data-replay-stale>
+            The draft changed since the last replay: replay it again to see what these rules would change.
+          </p>
+        ))}
     </li>
   );
 }
@@ -194,13 +237,13 @@ function ReplayResult({ replay }: { replay: DraftReplay }) {
       <p role="status">
         {replay.examined === 0
           ? 'No recorded decision for the tools of this draft.'
-          : `Of the last ${replay.examined} decisions for ${replay.tools.join(', ')}, ${replay.changed.length} would have ended differently.`}
+          : `Of the last ${replay.examined} decisions for ${revealString(replay.tools.join(', '))}, ${replay.changed.length} would have ended differently.`}
       </p>
       {replay.skipped.length > 0 && (
         <ul className="meta">
           {replay.skipped.map((s) => (
             <li key={`${s.ruleId}-${s.toolName ?? ''}`}>
-              Rule {s.ruleId} not replayed: {s.reason}
+              Rule <Shown text={s.ruleId} /> not replayed: <Shown text={s.reason} />
             </li>
           ))}
         </ul>
@@ -213,15 +256,23 @@ function ReplayResult({ replay }: { replay: DraftReplay }) {
               {replay.changed.map((c) => (
                 <tr key={c.decisionId} data-decision-id={c.decisionId}>
                   <td>{new Date(c.createdAt).toLocaleString()}</td>
-                  <td>
+                  <td className="wrap">
                     <code>
-                      {c.toolName} {JSON.stringify(c.arguments)}
+                      <Shown text={c.toolName} /> <CompactJson value={c.arguments} />
                     </code>
-                    {c.agentId && <div className="meta">Agent {c.agentId}</div>}
+                    {c.agentId && (
+                      <div className="meta">
+                        Agent <Shown text={c.agentId} />
+                      </div>
+                    )}
                   </td>
                   <td className={c.before.decision}>{c.before.decision}</td>
                   <td className={c.after.decision}>{c.after.decision}</td>
-                  <td>{c.after.failedConstraints.map((f) => f.message).join('; ') || c.after.reason}</td>
+                  <td className="wrap">
+                    <Shown
+                      text={c.after.failedConstraints.map((f) => f.message).join('; ') || c.after.reason}
+                    />
+                  </td>
                 </tr>
               ))}
             </tbody>

@@ -8,7 +8,7 @@ import {
   PolicyDefinitionError,
 } from '@svc/policy-engine';
 import { type FormEvent, useCallback, useEffect, useId, useState } from 'react';
-import { ApiError, api, messageOf } from './api.js';
+import { ApiError, api, messageOf, request } from './api.js';
 import type { PageProps } from './pages.js';
 import { Link, navigate, usePath } from './router.js';
 import { ACTIONS_COLUMN, ConfirmButton, ErrorLine, Field, TableHead, useList } from './ui.js';
@@ -40,11 +40,34 @@ interface PolicyVersion {
 }
 
 const BASE = '/policies';
-const NEW = 'new';
+/**
+ * The New-policy form. A tool's editor is `/policies/<tool name, URL-encoded>`: one path segment,
+ * whatever the name (a `/` in it is encoded too). The form's path has two segments, so no tool name
+ * (`new` included) leads to the form instead of its policy.
+ */
+const NEW_PATH = `${BASE}/-/new`;
 /** Quality is asked for once typing pauses this long. */
 const QUALITY_DELAY_MS = 300;
 
 const pathOf = (toolName: string) => `${BASE}/${encodeURIComponent(toolName)}`;
+/** The New-policy form with the tool name filled in. */
+const newPathFor = (toolName: string) => `${NEW_PATH}?${new URLSearchParams({ tool: toolName })}`;
+const apiPathOf = (toolName: string) => `/v1/policies/${encodeURIComponent(toolName)}`;
+
+/** What a dashboard path under /policies shows. */
+type Route = { page: 'list' } | { page: 'new' } | { page: 'policy'; toolName: string };
+
+function routeOf(path: string): Route {
+  if (path === NEW_PATH) return { page: 'new' };
+  const rest = path.startsWith(`${BASE}/`) ? path.slice(BASE.length + 1) : '';
+  if (!rest) return { page: 'list' };
+  try {
+    return { page: 'policy', toolName: decodeURIComponent(rest) };
+  } catch {
+    // Not valid percent-encoding (typed by hand): the name as written.
+    return { page: 'policy', toolName: rest };
+  }
+}
 
 /** The editable part of a policy, as the create/update body takes it. */
 function definitionOf(p: Pick<Policy, 'mode' | 'constraints' | 'sessionConstraints' | 'llmConfig'>) {
@@ -54,18 +77,52 @@ function definitionOf(p: Pick<Policy, 'mode' | 'constraints' | 'sessionConstrain
   return def;
 }
 
+const definitionText = (p: Policy) => JSON.stringify(definitionOf(p), null, 2);
+
+/** One policy as read, with the ETag of its version (null from a server that sends none). */
+interface Read {
+  policy: Policy;
+  etag: string | null;
+}
+
+/** The same version of the same policy: a policy deleted and created again restarts at version 1. */
+const sameVersion = (a: Policy, b: Policy) => a.version === b.version && a.createdAt === b.createdAt;
+
+/**
+ * GET of one policy with its ETag, which `api` does not give: the editor's writes send it back as
+ * If-Match, so that they apply to the version shown or not at all (409).
+ */
+async function readPolicy(toolName: string, organizationId: string): Promise<Read> {
+  // request(): a network failure and an ended session are handled as for every other call.
+  const res = await request(apiPathOf(toolName), {
+    headers: { accept: 'application/json', 'x-organization-id': organizationId },
+  });
+  const data = await res.json().catch(() => null);
+  if (!res.ok) {
+    const error = (data as { error?: { code?: string; message?: string } } | null)?.error;
+    throw new ApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`);
+  }
+  const tag = res.headers.get('etag');
+  // `api` quotes what it is given.
+  return { policy: data as Policy, etag: tag ? tag.replace(/^"(.*)"$/, '$1') : null };
+}
+
 const STARTER = JSON.stringify(
   { mode: 'deterministic', constraints: [{ argumentName: 'amount', maximum: 100, action: 'deny' }] },
   null,
   2,
 );
 
-/** Policies: the list, and one policy's editor (/policies/<tool>) or a new one (/policies/new). */
+/**
+ * Policies: the list, one policy's editor (/policies/<tool>) or a new one (/policies/-/new, with
+ * `?tool=` to fill in the name).
+ */
 export function Policies({ organizationId }: PageProps) {
-  const path = usePath();
-  const rest = path.startsWith(`${BASE}/`) ? decodeURIComponent(path.slice(BASE.length + 1)) : '';
-  if (rest === NEW) return <Editor key={NEW} organizationId={organizationId} toolName={null} />;
-  if (rest) return <Editor key={rest} organizationId={organizationId} toolName={rest} />;
+  const route = routeOf(usePath());
+  if (route.page === 'new') return <Editor key={NEW_PATH} organizationId={organizationId} toolName={null} />;
+  if (route.page === 'policy') {
+    return <Editor key={route.toolName} organizationId={organizationId} toolName={route.toolName} />;
+  }
   return <PolicyList organizationId={organizationId} />;
 }
 
@@ -77,7 +134,7 @@ function PolicyList({ organizationId }: { organizationId: string }) {
     setError(null);
     try {
       const action = p.isActive ? 'deactivate' : 'activate';
-      const res = await api<{ message: string }>(`/v1/policies/${encodeURIComponent(p.toolName)}/${action}`, {
+      const res = await api<{ message: string }>(`${apiPathOf(p.toolName)}/${action}`, {
         method: 'POST',
         organizationId,
       });
@@ -92,7 +149,7 @@ function PolicyList({ organizationId }: { organizationId: string }) {
     <>
       <div className="heading">
         <h1>Policies</h1>
-        <Link to={`${BASE}/${NEW}`}>New policy</Link>
+        <Link to={NEW_PATH}>New policy</Link>
       </div>
       <ErrorLine error={error} alert />
       <p role="status" className="meta">
@@ -155,11 +212,24 @@ function parseDefinition(text: string): Parsed {
   return { ok: true, body: value as Record<string, unknown> };
 }
 
+/** The server's version when a write of the editor found the policy changed since it was opened. */
+interface Conflict extends Read {
+  /** What was not done: "Nothing was saved." */
+  outcome: string;
+}
+
 function Editor({ organizationId, toolName }: { organizationId: string; toolName: string | null }) {
   const ids = useId();
-  const [name, setName] = useState(toolName ?? '');
+  // The New-policy form may come with the name filled in (`?tool=`), from a policy that does not exist.
+  const [name, setName] = useState(() =>
+    toolName === null ? (new URLSearchParams(window.location.search).get('tool') ?? '') : toolName,
+  );
   const [text, setText] = useState(toolName ? '' : STARTER);
-  const [policy, setPolicy] = useState<Policy | null>(null);
+  /** The version the text in the editor is based on, and its ETag: every write sends it as If-Match. */
+  const [base, setBase] = useState<Read | null>(null);
+  const policy = base?.policy ?? null;
+  const [conflict, setConflict] = useState<Conflict | null>(null);
+  const [missing, setMissing] = useState(false);
   const [quality, setQuality] = useState<Quality | null>(null);
   const [qualityError, setQualityError] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
@@ -170,32 +240,64 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
   const [tools, setTools] = useState<string[]>([]);
   const parsed = parseDefinition(text);
 
-  const load = useCallback(async () => {
-    if (!toolName) return;
-    const path = `/v1/policies/${encodeURIComponent(toolName)}`;
-    try {
-      const [p, v] = await Promise.all([
-        api<Policy>(path, { organizationId }),
-        api<{ data: PolicyVersion[] }>(`${path}/versions`, { organizationId }),
-      ]);
-      setPolicy(p);
-      setVersions([...v.data].sort((a, b) => b.version - a.version));
-      return p;
-    } catch (err) {
-      setError(
-        err instanceof ApiError && err.status === 404
-          ? `There is no policy for ${toolName}.`
-          : messageOf(err),
-      );
-      return null;
-    }
-  }, [organizationId, toolName]);
+  /**
+   * The policy as it is now, and its history; null (with the reason shown) when it cannot be read.
+   * `opening`: read for the page, else again after a write.
+   */
+  const read = useCallback(
+    async (opening: boolean): Promise<Read | null> => {
+      if (!toolName) return null;
+      try {
+        const [current, v] = await Promise.all([
+          readPolicy(toolName, organizationId),
+          api<{ data: PolicyVersion[] }>(`${apiPathOf(toolName)}/versions`, { organizationId }),
+        ]);
+        setVersions([...v.data].sort((a, b) => b.version - a.version));
+        return current;
+      } catch (err) {
+        if (err instanceof ApiError && err.status === 404) {
+          setMissing(opening);
+          setError(
+            opening
+              ? `There is no policy for ${toolName}.`
+              : `The policy for ${toolName} was deleted since you opened it. Your text is still in the editor.`,
+          );
+        } else {
+          setError(messageOf(err));
+        }
+        return null;
+      }
+    },
+    [organizationId, toolName],
+  );
 
+  // Opened: the text is the current version's.
   useEffect(() => {
-    void load().then((p) => {
-      if (p) setText(JSON.stringify(definitionOf(p), null, 2));
+    void read(true).then((current) => {
+      if (!current) return;
+      setBase(current);
+      setText(definitionText(current.policy));
     });
-  }, [load]);
+  }, [read]);
+
+  /**
+   * Reads the policy again after a write (or a refused one). The version the text is based on
+   * (`ours`; its activity may have changed) becomes the base again; another version is a conflict:
+   * the text in the editor is based on one that is no longer current, so the current one is shown
+   * beside it and the person decides. The text is never replaced here. True when it was a conflict.
+   */
+  const refresh = async (ours: Read | null, outcome: string): Promise<boolean> => {
+    const current = await read(false);
+    if (!current || !ours) return false;
+    if (sameVersion(current.policy, ours.policy)) {
+      setBase(current);
+      setConflict(null);
+      return false;
+    }
+    setBase(ours);
+    setConflict({ ...current, outcome });
+    return true;
+  };
 
   useEffect(() => {
     if (toolName) return;
@@ -215,7 +317,7 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
     }
     let current = true;
     const timer = setTimeout(() => {
-      api<Quality>(`/v1/policies/${encodeURIComponent(target)}/validate`, {
+      api<Quality>(`${apiPathOf(target)}/validate`, {
         method: 'POST',
         body: JSON.parse(bodyKey),
         organizationId,
@@ -238,6 +340,12 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
     };
   }, [bodyKey, target, organizationId]);
 
+  /** A write refused with 409: the policy is another version now; shows it beside the text. */
+  const refused = async (err: unknown, outcome: string): Promise<boolean> => {
+    if (!(err instanceof ApiError && err.status === 409 && err.code === 'conflict')) return false;
+    return refresh(base, outcome);
+  };
+
   const save = async (e: FormEvent) => {
     e.preventDefault();
     if (!parsed.ok) return;
@@ -246,16 +354,20 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
     setMessage(null);
     try {
       if (toolName) {
-        const saved = await api<Policy & { quality: Quality }>(
-          `/v1/policies/${encodeURIComponent(toolName)}`,
-          {
-            method: 'PUT',
-            body: parsed.body,
-            organizationId,
-          },
-        );
+        // Only over the version the text is based on: 409 if someone saved another since.
+        const saved = await api<Policy & { quality: Quality }>(apiPathOf(toolName), {
+          method: 'PUT',
+          body: parsed.body,
+          organizationId,
+          ...(base?.etag ? { ifMatch: base.etag } : {}),
+        });
         setMessage(`Saved as version ${saved.version}.`);
-        await load();
+        // Its ETag is read with it; if it changed again meanwhile, the old one (stale by then) stays,
+        // so that the next save cannot overwrite that change unseen.
+        await refresh(
+          { policy: saved, etag: base?.etag ?? null },
+          `Version ${saved.version} was saved from your text, then changed again.`,
+        );
       } else {
         const created = await api<Policy>('/v1/policies', {
           method: 'POST',
@@ -265,7 +377,7 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
         navigate(pathOf(created.toolName));
       }
     } catch (err) {
-      setError(messageOf(err));
+      if (!(await refused(err, 'Nothing was saved.'))) setError(messageOf(err));
     } finally {
       setBusy(false);
     }
@@ -276,24 +388,50 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
     setBusy(true);
     setError(null);
     setMessage(null);
-    const path = `/v1/policies/${encodeURIComponent(toolName)}`;
+    const path = apiPathOf(toolName);
+    const ifMatch = base?.etag ? { ifMatch: base.etag } : {};
     try {
       if (action === 'delete') {
-        await api(path, { method: 'DELETE', organizationId });
+        await api(path, { method: 'DELETE', organizationId, ...ifMatch });
         navigate(BASE);
         return;
       }
-      const res = await api<{ message: string }>(`${path}/${action}`, { method: 'POST', organizationId });
+      const res = await api<{ message: string }>(`${path}/${action}`, {
+        method: 'POST',
+        organizationId,
+        ...ifMatch,
+      });
       setMessage(res.message);
-      await load();
+      await refresh(base, '');
     } catch (err) {
-      setError(messageOf(err));
+      const outcome = action === 'delete' ? 'Nothing was deleted.' : `The policy was not ${action}d.`;
+      if (!(await refused(err, outcome))) setError(messageOf(err));
     } finally {
       setBusy(false);
       setConfirmDelete(false);
     }
   };
 
+  /** Keeps the text, now based on the current version: saving replaces that version with it. */
+  const keepMine = () => {
+    if (!conflict) return;
+    setBase(conflict);
+    setConflict(null);
+    setMessage(
+      `Your text is kept, now based on version ${conflict.policy.version}: saving replaces version ${conflict.policy.version} with it.`,
+    );
+  };
+
+  /** Drops the text for the current version. */
+  const takeCurrent = () => {
+    if (!conflict) return;
+    setBase(conflict);
+    setText(definitionText(conflict.policy));
+    setConflict(null);
+    setMessage(`Version ${conflict.policy.version} is loaded into the editor.`);
+  };
+
+  const current = conflict?.policy ?? policy;
   return (
     <>
       <p>
@@ -308,7 +446,33 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
         )}
       </div>
       <ErrorLine error={error} alert />
+      {toolName && missing && !policy && (
+        <p>
+          <Link to={newPathFor(toolName)}>Create a policy for {toolName}</Link>
+        </p>
+      )}
       {toolName && !policy && !error && <p aria-busy="true">Loading…</p>}
+      {conflict && policy && (
+        <section className="panel conflict" role="alert" aria-labelledby={`${ids}-conflict`}>
+          <h2 id={`${ids}-conflict`}>This policy changed since you opened it</h2>
+          <p>
+            Your text is based on version {policy.version}; version {conflict.policy.version} is current now
+            (saved {new Date(conflict.policy.updatedAt).toLocaleString()},{' '}
+            {conflict.policy.isActive ? 'active' : 'inactive'}). {conflict.outcome} Your text is still in the
+            editor.
+          </p>
+          <p className="meta">Version {conflict.policy.version} as it is now:</p>
+          <pre data-current-version={conflict.policy.version}>{definitionText(conflict.policy)}</pre>
+          <div className="actions">
+            <button type="button" onClick={keepMine}>
+              Keep my text, based on version {conflict.policy.version}
+            </button>
+            <button type="button" className="secondary" onClick={takeCurrent}>
+              Discard my text and load version {conflict.policy.version}
+            </button>
+          </div>
+        </section>
+      )}
       {(!toolName || policy) && (
         <form className="editor" onSubmit={save}>
           {!toolName && (
@@ -401,11 +565,12 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
           <h2 id={`${ids}-history`}>Version history</h2>
           <ul className="versions">
             {versions.map((v) => (
-              <li key={v.version} data-version={v.version}>
+              // A policy deleted and created again lists its earlier incarnation's versions too.
+              <li key={`${v.version} ${v.policyHash} ${v.createdAt}`} data-version={v.version}>
                 <details>
                   <summary>
                     Version {v.version} · {new Date(v.createdAt).toLocaleString()}
-                    {policy?.version === v.version ? ' (current)' : ''}
+                    {current?.version === v.version ? ' (current)' : ''}
                   </summary>
                   <p className="meta">policy_hash {v.policyHash}</p>
                   <pre>{JSON.stringify(v.definition, null, 2)}</pre>

@@ -1,6 +1,8 @@
-import { type FormEvent, type ReactNode, useCallback, useEffect, useId, useState } from 'react';
+import { type FormEvent, type ReactNode, useCallback, useEffect, useId, useRef, useState } from 'react';
 import { api, messageOf, type Organization, query } from './api.js';
 import type { PageProps } from './pages.js';
+import { keyPrefixShown } from './reveal.js';
+import { Shown } from './Shown.js';
 import {
   ACTIONS_COLUMN,
   ConfirmButton,
@@ -59,19 +61,27 @@ interface Secret {
 
 /** Settings of the organization: its projects, API keys, MCP upstreams, name and plan. */
 export function Settings({ organizationId }: PageProps) {
-  const [projects, setProjects] = useState<Project[]>([]);
+  /** Null until read (or when the read failed: then `projectsError` says why). */
+  const [loaded, setLoaded] = useState<Project[] | null>(null);
+  const [projectsError, setProjectsError] = useState<string | null>(null);
   const [secret, setSecret] = useState<Secret | null>(null);
   const [keysVersion, setKeysVersion] = useState(0);
+  const projects = loaded ?? [];
 
   const loadProjects = useCallback(async () => {
-    const { data } = await api<{ data: Project[] }>(`/v1/projects${query({ organizationId })}`, {
-      organizationId,
-    });
-    setProjects(data);
+    try {
+      const { data } = await api<{ data: Project[] }>(`/v1/projects${query({ organizationId })}`, {
+        organizationId,
+      });
+      setLoaded(data);
+      setProjectsError(null);
+    } catch (err) {
+      setProjectsError(messageOf(err));
+    }
   }, [organizationId]);
 
   useEffect(() => {
-    loadProjects().catch(() => setProjects([]));
+    void loadProjects();
   }, [loadProjects]);
 
   return (
@@ -79,11 +89,13 @@ export function Settings({ organizationId }: PageProps) {
       <div className="heading">
         <h1>Settings</h1>
       </div>
-      {secret && <SecretBox secret={secret} onDone={() => setSecret(null)} />}
+      {/* Keyed by the key: a second secret moves the focus to itself again. */}
+      {secret && <SecretBox key={secret.key} secret={secret} onDone={() => setSecret(null)} />}
       <OrganizationSection organizationId={organizationId} />
       <ProjectsSection
         organizationId={organizationId}
-        projects={projects}
+        projects={loaded}
+        error={projectsError}
         onCreated={async (project, key) => {
           setSecret({ label: `API key of the new project ${project.name}`, key });
           await loadProjects();
@@ -94,6 +106,7 @@ export function Settings({ organizationId }: PageProps) {
         key={keysVersion}
         organizationId={organizationId}
         projects={projects}
+        projectsLoaded={loaded !== null}
         onCreated={(name, key) => setSecret({ label: `API key ${name}`, key })}
       />
       <UpstreamsSection organizationId={organizationId} projects={projects} />
@@ -132,8 +145,15 @@ function NameField({
 
 function SecretBox({ secret, onDone }: { secret: Secret; onDone: () => void }) {
   const [copied, setCopied] = useState(false);
+  const box = useRef<HTMLDivElement>(null);
+  // Shown at the top of the page, far from the button that made it: brought into view, and the focus
+  // moved to it, so that nobody leaves without having seen it.
+  useEffect(() => {
+    box.current?.scrollIntoView({ block: 'center' });
+    box.current?.focus({ preventScroll: true });
+  }, []);
   return (
-    <div className="secret" role="alert">
+    <div className="secret" role="alert" ref={box} tabIndex={-1} data-secret-box>
       <p>
         <strong>{secret.label}</strong>: copy it now. It is shown only this once; the service keeps only its
         hash.
@@ -228,10 +248,14 @@ function OrganizationSection({ organizationId }: { organizationId: string }) {
 function ProjectsSection({
   organizationId,
   projects,
+  error: loadError,
   onCreated,
 }: {
   organizationId: string;
-  projects: Project[];
+  /** Null until read. */
+  projects: Project[] | null;
+  /** Why the projects could not be read. */
+  error: string | null;
   onCreated: (project: Project, key: string) => Promise<void>;
 }) {
   const ids = useId();
@@ -254,13 +278,18 @@ function ProjectsSection({
 
   return (
     <Section title="Projects">
-      {projects.length === 0 ? (
+      <ErrorLine error={loadError} alert />
+      {projects === null ? (
+        !loadError && <p aria-busy="true">Loading…</p>
+      ) : projects.length === 0 ? (
         <p className="empty">No project yet.</p>
       ) : (
         <ul className="plain">
           {projects.map((p) => (
             <li key={p._id} data-project-id={p._id}>
-              <strong>{p.name}</strong>
+              <strong>
+                <Shown text={p.name} />
+              </strong>
               {p.isDefault ? ' (default)' : ''} <span className="meta">{p._id}</span>
             </li>
           ))}
@@ -281,10 +310,12 @@ function ProjectsSection({
 function KeysSection({
   organizationId,
   projects,
+  projectsLoaded,
   onCreated,
 }: {
   organizationId: string;
   projects: Project[];
+  projectsLoaded: boolean;
   onCreated: (name: string, key: string) => void;
 }) {
   const ids = useId();
@@ -339,9 +370,11 @@ function KeysSection({
             <tbody>
               {keys.map((k) => (
                 <tr key={k.id} data-key-id={k.id}>
-                  <td>{k.name}</td>
+                  <td className="wrap">
+                    <Shown text={k.name} />
+                  </td>
                   <td>
-                    <code>{k.keyPrefix}…</code>
+                    <code>{keyPrefixShown(k.keyPrefix)}</code>
                   </td>
                   <td>{projectName(k.projectId)}</td>
                   <td>{k.scopes.join(', ')}</td>
@@ -393,7 +426,9 @@ function KeysSection({
           </button>
         </div>
       </form>
-      {projects.length === 0 && <p className="meta">Create a project first: every key belongs to one.</p>}
+      {projectsLoaded && projects.length === 0 && (
+        <p className="meta">Create a project first: every key belongs to one.</p>
+      )}
       <ErrorLine error={error} />
     </Section>
   );

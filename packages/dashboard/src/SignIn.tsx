@@ -18,7 +18,8 @@ const FAILURES: Record<string, string> = {
     'The identity provider did not say who you are (no usable user claim, or an email address it has not verified).',
 };
 
-export function SignIn() {
+/** `ended`: the session ended while the dashboard was open (signed out elsewhere, or expired). */
+export function SignIn({ ended = false }: { ended?: boolean }) {
   const reason = new URLSearchParams(window.location.search).get('signin');
   const [methods, setMethods] = useState<Methods | null>(null);
 
@@ -31,6 +32,12 @@ export function SignIn() {
   return (
     <main className="signin">
       <h1>Sign in to svc</h1>
+      {ended && (
+        <p role="alert" className="error" data-session-ended>
+          Your session has ended: it expired (sessions last 12 hours) or you signed out in another tab or
+          window. Sign in again to continue.
+        </p>
+      )}
       {reason && (
         <p role="alert" className="error">
           {FAILURES[reason] ?? 'The sign-in did not work. Start again.'}

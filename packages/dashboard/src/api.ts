@@ -199,6 +199,46 @@ export class ApiError extends Error {
 
 let csrfToken: string | null = null;
 
+/** What a failed request says when the service did not answer at all (network down, service stopped). */
+export const UNREACHABLE =
+  'The service cannot be reached: check the network connection, or try again once the service is back.';
+
+const sessionEndedListeners = new Set<() => void>();
+
+/**
+ * Calls `listener` when a request made with the session answers 401: the session ended elsewhere
+ * (signed out in another tab, expired after 12 hours, deleted). Returns the unsubscribe.
+ */
+export function onSessionEnded(listener: () => void): () => void {
+  sessionEndedListeners.add(listener);
+  return () => sessionEndedListeners.delete(listener);
+}
+
+/** Called with every answer of a request made with the session cookie. */
+function noticeSessionEnd(status: number): void {
+  // Only once signed in (the session read before sign-in answers 401 by design), and only once.
+  if (status !== 401 || csrfToken === null) return;
+  csrfToken = null;
+  for (const listener of [...sessionEndedListeners]) listener();
+}
+
+/**
+ * `fetch` for the dashboard's own requests: a failure to connect becomes an ApiError saying the
+ * service cannot be reached (status 0), and a 401 once signed in tells the page that the session ended.
+ */
+export async function request(path: string, init: RequestInit = {}): Promise<Response> {
+  let res: Response;
+  try {
+    res = await fetch(path, { credentials: 'same-origin', ...init });
+  } catch (err) {
+    // An aborted request stays what it is; anything else thrown by fetch is a network failure.
+    if (err instanceof DOMException && err.name === 'AbortError') throw err;
+    throw new ApiError(0, 'unreachable', UNREACHABLE);
+  }
+  noticeSessionEnd(res.status);
+  return res;
+}
+
 /** A query string of the values that are set (empty strings and undefined are left out). */
 export function query(params: Record<string, string | number | undefined>): string {
   const q = new URLSearchParams();
@@ -227,10 +267,9 @@ export async function api<T>(
   if (body !== undefined) headers['content-type'] = 'application/json';
   if (method !== 'GET' && csrfToken) headers['x-csrf-token'] = csrfToken;
   if (organizationId) headers['x-organization-id'] = organizationId;
-  const res = await fetch(path, {
+  const res = await request(path, {
     method,
     headers,
-    credentials: 'same-origin',
     ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
   });
   if (res.status === 204) return undefined as T;

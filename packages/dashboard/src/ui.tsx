@@ -1,4 +1,4 @@
-import { type ReactNode, useCallback, useEffect, useState } from 'react';
+import { type ReactNode, useCallback, useEffect, useRef, useState } from 'react';
 import { api, messageOf } from './api.js';
 
 /**
@@ -104,9 +104,18 @@ export function TableHead({ columns, scoped = false }: { columns: ReactNode[]; s
 }
 
 /**
- * A destructive action asked for twice: `label` first, then `confirmLabel` and `cancelLabel` side by side
- * (wrapped in a span of `pairClassName` when given). Whether it is asking is the caller's, so that one
- * list has at most one question open.
+ * How long the confirming step ignores activation after it appears: the second click of a double
+ * click, or a second Enter, on the first button must not confirm.
+ */
+export const CONFIRM_DELAY_MS = 500;
+
+/**
+ * A destructive action asked for twice: `label` first, then `cancelLabel` and `confirmLabel` side by
+ * side (wrapped in a span of `pairClassName` when given). Confirming takes a deliberate second
+ * action: the cancel button takes the first button's place and the focus, the confirm button comes
+ * after it and stays disabled for CONFIRM_DELAY_MS, and cancelling is ignored for as long (so that a
+ * double click leaves the question open). Escape cancels. Whether it is asking is the caller's, so
+ * that one list has at most one question open.
  */
 export function ConfirmButton({
   asking,
@@ -134,26 +143,77 @@ export function ConfirmButton({
   disableAsk?: boolean;
   pairClassName?: string;
 }) {
+  const askRef = useRef<HTMLButtonElement>(null);
+  const cancelRef = useRef<HTMLButtonElement>(null);
+  const askedAt = useRef(0);
+  const wasAsking = useRef(false);
+  const [ready, setReady] = useState(false);
+
+  useEffect(() => {
+    if (!asking) {
+      setReady(false);
+      // Cancelled (or done) from the pair: the focus goes back to the first button, not to the page.
+      if (wasAsking.current && (!document.activeElement || document.activeElement === document.body))
+        askRef.current?.focus();
+      wasAsking.current = false;
+      return;
+    }
+    wasAsking.current = true;
+    if (askedAt.current === 0) askedAt.current = Date.now();
+    cancelRef.current?.focus();
+    const timer = setTimeout(() => setReady(true), CONFIRM_DELAY_MS);
+    return () => clearTimeout(timer);
+  }, [asking]);
+
   if (!asking) {
     return (
       <button
+        ref={askRef}
         type="button"
         className="deny"
         aria-label={ariaLabel}
         disabled={disableAsk ? busy : undefined}
-        onClick={onAsk}
+        onClick={() => {
+          askedAt.current = Date.now();
+          onAsk();
+        }}
       >
         {label}
       </button>
     );
   }
+  const cancel = () => {
+    askedAt.current = 0;
+    onCancel();
+  };
   const pair = (
     <>
-      <button type="button" className="deny" disabled={busy} onClick={onConfirm}>
-        {confirmLabel}
-      </button>
-      <button type="button" className="secondary" onClick={onCancel}>
+      <button
+        ref={cancelRef}
+        type="button"
+        className="secondary"
+        onClick={() => {
+          if (Date.now() - askedAt.current >= CONFIRM_DELAY_MS) cancel();
+        }}
+        onKeyDown={(e) => {
+          if (e.key === 'Escape') cancel();
+        }}
+      >
         {cancelLabel}
+      </button>
+      <button
+        type="button"
+        className="deny"
+        disabled={busy || !ready}
+        onClick={() => {
+          askedAt.current = 0;
+          onConfirm();
+        }}
+        onKeyDown={(e) => {
+          if (e.key === 'Escape') cancel();
+        }}
+      >
+        {confirmLabel}
       </button>
     </>
   );

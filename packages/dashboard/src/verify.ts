@@ -16,7 +16,7 @@ import {
   verifyExport,
   verifyReceiptInclusion,
 } from '@svc/sdk/verify';
-import { api } from './api.js';
+import { api, request } from './api.js';
 
 export interface ChainVerification {
   ok: boolean;
@@ -33,7 +33,7 @@ export interface ChainVerification {
 const CHECKPOINT_PAGE = 100;
 
 async function publishedKeys(): Promise<PublicJwk[]> {
-  const res = await fetch('/.well-known/svc-keys.json', { headers: { accept: 'application/json' } });
+  const res = await request('/.well-known/svc-keys.json', { headers: { accept: 'application/json' } });
   if (!res.ok) throw new Error(`the key set answered HTTP ${res.status}`);
   const doc = (await res.json()) as { keys?: unknown };
   if (!Array.isArray(doc.keys)) throw new Error('the key set is not {"keys": [...]}');
@@ -71,9 +71,8 @@ export async function verifyChain(
 ): Promise<ChainVerification> {
   // The key set and the checkpoints first: the export is then read up to at least every checkpoint.
   const [keys, checkpoints] = await Promise.all([publishedKeys(), allCheckpoints(organizationId)]);
-  const res = await fetch('/v1/receipts/export', {
+  const res = await request('/v1/receipts/export', {
     headers: { accept: 'application/x-ndjson', 'x-organization-id': organizationId },
-    credentials: 'same-origin',
   });
   if (!res.ok || !res.body) {
     const err = (await res.json().catch(() => null)) as { error?: { message?: string } } | null;
