@@ -125,13 +125,20 @@ async function migrate(args: string[]): Promise<void> {
   }
 }
 
+/**
+ * The user id `--sub` names, as the server accepts one (lib/schemas.ts isUserId): it refuses a
+ * token or link naming anyone else, so none is printed.
+ */
+async function subOption(sub: string | undefined): Promise<string> {
+  if (!sub) throw new UsageError('--sub USER is required');
+  const { isUserId } = await import('./lib/schemas.js');
+  if (!isUserId(sub)) throw new UsageError('--sub must be 1-200 characters without control characters');
+  return sub;
+}
+
 async function token(args: string[]): Promise<void> {
   const { values } = parseCommand(args, { sub: { type: 'string' }, ttl: { type: 'string', default: '1h' } });
-  if (!values.sub) throw new UsageError('--sub USER is required');
-  // The server refuses a token naming anyone else (lib/jwt.ts): better not to print one.
-  const { isUserId } = await import('./lib/schemas.js');
-  if (!isUserId(values.sub))
-    throw new UsageError('--sub must be 1-200 characters without control characters');
+  const sub = await subOption(values.sub);
   const ttl = ttlOption(values.ttl ?? '1h', TOKEN_MAX_TTL_SECONDS);
   const config = loadConfig();
   if (!config.jwtSecret && config.jwtJwksUrl) {
@@ -143,7 +150,7 @@ async function token(args: string[]): Promise<void> {
   try {
     if (store.dialect === 'postgres') await migrateToLatest(store);
     const secret = await resolveJwtSecret(config, store);
-    console.log(await signUserToken(secret!, values.sub, ttl, config));
+    console.log(await signUserToken(secret!, sub, ttl, config));
   } finally {
     await store.close();
   }
@@ -151,10 +158,7 @@ async function token(args: string[]): Promise<void> {
 
 async function loginLink(args: string[]): Promise<void> {
   const { values } = parseCommand(args, { sub: { type: 'string' }, ttl: { type: 'string', default: '15m' } });
-  if (!values.sub) throw new UsageError('--sub USER is required');
-  const { isUserId } = await import('./lib/schemas.js');
-  if (!isUserId(values.sub))
-    throw new UsageError('--sub must be 1-200 characters without control characters');
+  const sub = await subOption(values.sub);
   const ttl = ttlOption(values.ttl ?? '15m', LOGIN_LINK_MAX_TTL_SECONDS);
   const config = loadConfig();
   const { openStore, migrateToLatest } = await loadStorage();
@@ -167,7 +171,7 @@ async function loginLink(args: string[]): Promise<void> {
       clock: { now: () => new Date() },
       baseUrl: config.baseUrl,
     });
-    const link = await sessions.createLoginLink(values.sub, ttl);
+    const link = await sessions.createLoginLink(sub, ttl);
     console.log(link.url);
     console.error(`valid once, until ${link.expiresAt}`);
   } finally {

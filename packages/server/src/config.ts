@@ -59,6 +59,20 @@ export interface OidcSettings {
 
 const LOOPBACK = /^(localhost|127(\.\d{1,3}){3}|\[::1\])$/;
 
+/** An identity provider's URL (`name` is its variable): https, or http for one on this machine. */
+function providerUrl(name: string, value: string): URL {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new Error(`${name} must be a URL, got "${value}"`);
+  }
+  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && LOOPBACK.test(url.hostname))) {
+    throw new Error(`${name} must use https (http only for a provider on localhost), got "${value}"`);
+  }
+  return url;
+}
+
 /** SVC_OIDC_*: all or nothing, HTTPS unless the provider runs on this machine. */
 export function loadOidcSettings(env: Record<string, string | undefined>): OidcSettings | null {
   const issuer = nonEmpty(env.SVC_OIDC_ISSUER);
@@ -70,17 +84,7 @@ export function loadOidcSettings(env: Record<string, string | undefined>): OidcS
     return null;
   }
   if (clientId === null) throw new Error('SVC_OIDC_ISSUER is set: SVC_OIDC_CLIENT_ID is required too');
-  let url: URL;
-  try {
-    url = new URL(issuer);
-  } catch {
-    throw new Error(`SVC_OIDC_ISSUER must be a URL, got "${issuer}"`);
-  }
-  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && LOOPBACK.test(url.hostname))) {
-    throw new Error(
-      `SVC_OIDC_ISSUER must use https (http only for a provider on localhost), got "${issuer}"`,
-    );
-  }
+  providerUrl('SVC_OIDC_ISSUER', issuer);
   const scopes = nonEmpty(env.SVC_OIDC_SCOPES) ?? 'openid profile email';
   if (!scopes.split(/\s+/).includes('openid')) {
     throw new Error(`SVC_OIDC_SCOPES must include openid, got "${scopes}"`);
@@ -214,15 +218,7 @@ function httpUrl(name: string, value: string): string {
 function jwksUrl(value: string | undefined): string | null {
   const v = nonEmpty(value);
   if (v === null) return null;
-  let url: URL;
-  try {
-    url = new URL(v);
-  } catch {
-    throw new Error(`SVC_JWT_JWKS_URL must be a URL, got "${v}"`);
-  }
-  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && LOOPBACK.test(url.hostname))) {
-    throw new Error(`SVC_JWT_JWKS_URL must use https (http only for a provider on localhost), got "${v}"`);
-  }
+  providerUrl('SVC_JWT_JWKS_URL', v);
   return v;
 }
 
