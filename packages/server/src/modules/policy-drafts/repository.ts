@@ -1,4 +1,4 @@
-import type { Kysely, Selectable, Updateable } from 'kysely';
+import type { ExpressionBuilder, Kysely, Selectable, Updateable } from 'kysely';
 import type { Db } from '../../storage/db.js';
 import type { Database, PolicyDraftsTable } from '../../storage/schema.js';
 
@@ -10,6 +10,14 @@ export type DraftPatch = Omit<
 
 /** What a draft's revision covers that can change (its project never does). */
 export type DraftContent = Pick<DraftRow, 'name' | 'description' | 'rules'>;
+
+/** The condition that the draft's content is still `same` (what its revision covers). */
+const hasContent = (same: DraftContent) => (eb: ExpressionBuilder<Database, 'policy_drafts'>) =>
+  eb.and([
+    eb('name', '=', same.name),
+    eb('description', '=', same.description),
+    eb('rules', '=', same.rules),
+  ]);
 
 /** Policy draft storage; every method is scoped by organization. */
 export function createDraftRepository(db: Kysely<Database>) {
@@ -53,12 +61,7 @@ export function createDraftRepository(db: Kysely<Database>) {
         .where('organization_id', '=', organizationId)
         .where('id', '=', id)
         .where('status', '=', expected);
-      if (same) {
-        q = q
-          .where('name', '=', same.name)
-          .where('description', '=', same.description)
-          .where('rules', '=', same.rules);
-      }
+      if (same) q = q.where(hasContent(same));
       return q.returningAll().executeTakeFirst();
     },
 
@@ -68,12 +71,7 @@ export function createDraftRepository(db: Kysely<Database>) {
         .deleteFrom('policy_drafts')
         .where('organization_id', '=', organizationId)
         .where('id', '=', id);
-      if (same) {
-        q = q
-          .where('name', '=', same.name)
-          .where('description', '=', same.description)
-          .where('rules', '=', same.rules);
-      }
+      if (same) q = q.where(hasContent(same));
       const res = await q.executeTakeFirst();
       return Number(res.numDeletedRows) > 0;
     },
