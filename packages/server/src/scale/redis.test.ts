@@ -1,29 +1,9 @@
-import { createServer } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { PausingProxy } from '../../test/pausing-proxy.js';
+import { closedPort, PausingProxy, timed } from '../../test/pausing-proxy.js';
 import { dropRedisKeys, redisPrefix, TEST_REDIS_URL, waitFor } from '../../test/streams.js';
 import { describeRedisUrl, RedisLink } from './redis.js';
 
 const quiet = { warn() {}, error() {}, info() {} };
-
-/** How long `run` took, in ms, and its error if it failed. */
-async function timed(run: () => Promise<unknown>): Promise<{ ms: number; error?: Error }> {
-  const started = performance.now();
-  try {
-    await run();
-    return { ms: performance.now() - started };
-  } catch (error) {
-    return { ms: performance.now() - started, error: error as Error };
-  }
-}
-
-async function closedPort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 const redisPort = Number(new URL(TEST_REDIS_URL).port || 6379);
 

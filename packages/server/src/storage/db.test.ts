@@ -9,7 +9,7 @@ import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SOURCE_FLAGS, SVC_BIN } from '../../test/bin.js';
 import { freshDatabase, TEST_PG_URL, type TestDatabase } from '../../test/helpers.js';
-import { PausingProxy } from '../../test/pausing-proxy.js';
+import { closedPort, PausingProxy, timed } from '../../test/pausing-proxy.js';
 import {
   isStoreUnavailable,
   openStore,
@@ -18,26 +18,6 @@ import {
   type Store,
   StoreUnavailableError,
 } from './db.js';
-
-/** How long `run` took, in ms, and how it settled. */
-async function timed<T>(run: () => Promise<T>): Promise<{ ms: number; value?: T; error?: unknown }> {
-  const started = performance.now();
-  try {
-    const value = await run();
-    return { ms: performance.now() - started, value };
-  } catch (error) {
-    return { ms: performance.now() - started, error };
-  }
-}
-
-/** A loopback port nothing listens on. */
-async function closedPort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 describe('the SQLite store', () => {
   const dirs: string[] = [];
