@@ -1,5 +1,4 @@
 import { statSync } from 'node:fs';
-import { setTimeout as sleepFor } from 'node:timers/promises';
 import type { Worker } from 'node:worker_threads';
 import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
@@ -14,6 +13,8 @@ import { PostgresBatchStore } from './store-postgres.js';
 import { NoWaitSqliteBatchStore } from './store-sqlite.js';
 import { ThreadBatchStore } from './store-thread.js';
 import { DecisionWriter } from './writer.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 // No checkpoint timer: its pass writes on the app's own connection, which waits (on the event loop,
 // up to the busy timeout) for a write lock that a test below holds on purpose. The approval sweeper,
@@ -257,13 +258,13 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
       .batches;
     const away = new StoreUnavailableError('the database did not answer');
     const commit = vi.spyOn(batches, 'commit').mockImplementation(async () => {
-      await sleepFor(50);
+      await sleep(50);
       throw away;
     });
     // One tick: one batch of three.
     const writes = [1, 2, 3].map((n) => writer.write(item(orgId, n)));
     // Queued while that batch waits for the store: they fail with it, not after a wait of their own.
-    await sleepFor(10);
+    await sleep(10);
     const queued = [4, 5].map((n) => writer.write(item(orgId, n)));
     for (const w of [...writes, ...queued]) await expect(w).rejects.toBe(away);
     // Retried one by one, the third would have waited for three more timeouts.
@@ -618,7 +619,6 @@ describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: answers taken when
 
 describe.skipIf(TEST_PG_URL)('DecisionWriter with the thread: lone items after an idle spell', () => {
   beforeAll(() => t.ctx.approvals.stopSweeper());
-  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
   function recorder() {
     const on: string[] = [];
