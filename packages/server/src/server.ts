@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import type { Config } from './config.js';
+import { settlesWithin } from './lib/deadline.js';
 import { openStore, type PostgresTimeouts, type Store } from './storage/db.js';
 import { migrateToLatest } from './storage/migrate.js';
 
@@ -97,15 +98,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   }
   const stopTimeoutMs = options.stopTimeoutMs ?? STOP_TIMEOUT_MS;
   const bounded = async () => {
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<'late'>((r) => {
-      timer = setTimeout(() => r('late'), stopTimeoutMs);
-    });
-    try {
-      if ((await Promise.race([closeAll().then(() => 'done' as const), late])) === 'done') return;
-    } finally {
-      clearTimeout(timer);
-    }
+    if (await settlesWithin(closeAll(), stopTimeoutMs)) return;
     let open = '';
     if (waitingFor.startsWith('in-flight')) {
       const connections = await new Promise<number>((r) =>

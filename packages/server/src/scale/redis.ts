@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
+import { settlesWithin } from '../lib/deadline.js';
 
 export interface Logger {
   warn(obj: object, msg: string): void;
@@ -128,15 +129,8 @@ export class RedisLink {
   /** Pings the subscriber; no pong in time: the connection is taken as lost and made again. */
   private async checkSubscriber(timeoutMs: number): Promise<void> {
     if (this.closing || this.dropped) return;
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<'late'>((r) => {
-      timer = setTimeout(() => r('late'), timeoutMs);
-    });
-    const answer = await Promise.race([this.subscriber.ping().then(() => 'pong' as const), late]).catch(
-      () => 'failed' as const,
-    );
-    clearTimeout(timer);
-    if (answer === 'pong' || this.closing || this.dropped) return;
+    const answered = await settlesWithin(this.subscriber.ping(), timeoutMs).catch(() => false);
+    if (answered || this.closing || this.dropped) return;
     this.lost(`redis subscriber connection did not answer a ping within ${timeoutMs} ms; reconnecting`);
     // A fresh connection: its 'ready' resubscribes, and the reconnect handlers run.
     this.subscriber.disconnect(true);

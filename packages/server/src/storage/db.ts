@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import SQLite from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect, sql, type Transaction } from 'kysely';
 import pg from 'pg';
+import { settlesWithin } from '../lib/deadline.js';
 import { isSqliteBusy } from './errors.js';
 import type { Database } from './schema.js';
 
@@ -387,13 +388,7 @@ function openPostgres(url: string, options: StoreOptions): Store {
     },
     close: async () => {
       const ended = db.destroy();
-      let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<'late'>((r) => {
-        timer = setTimeout(() => r('late'), timeouts.closeMs);
-      });
-      const outcome = await Promise.race([ended.then(() => 'ended' as const), late]);
-      clearTimeout(timer);
-      if (outcome === 'late') {
+      if (!(await settlesWithin(ended, timeouts.closeMs))) {
         // Ending a connection waits for the server to close its side, which a server away never
         // does: cut the sockets instead.
         for (const c of clients) {

@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../context.js';
+import { settlesWithin } from '../../lib/deadline.js';
 import { sendError } from '../../plugins/errors.js';
 
 /**
@@ -18,22 +19,12 @@ export interface HealthOptions {
 
 /** Resolves with null once `check` succeeds, with its error if it fails or is not done within `ms`. */
 async function within(check: () => Promise<void>, ms: number, what: string): Promise<unknown> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<Error>((r) => {
-    timer = setTimeout(() => r(new Error(`${what} did not answer within ${ms} ms`)), ms);
-  });
   try {
-    return await Promise.race([
-      Promise.resolve()
-        .then(check)
-        .then(
-          () => null,
-          (err: unknown) => err ?? new Error(`${what} failed`),
-        ),
-      late,
-    ]);
-  } finally {
-    clearTimeout(timer);
+    return (await settlesWithin(Promise.resolve().then(check), ms))
+      ? null
+      : new Error(`${what} did not answer within ${ms} ms`);
+  } catch (err) {
+    return err ?? new Error(`${what} failed`);
   }
 }
 
