@@ -149,6 +149,10 @@ function errorMessage(e: ErrorFunctionParameter): string {
     const shown = closed.map((v) => (typeof v === 'string' ? v : JSON.stringify(v)));
     return `must be one of: ${shown.join(', ')}`;
   }
+  if (e.errorType === ValueErrorType.StringPattern) {
+    const said = PATTERN_MESSAGES.get((e.schema as { pattern?: unknown }).pattern as string);
+    if (said) return said;
+  }
   return DefaultErrorFunction(e);
 }
 SetErrorFunction(errorMessage);
@@ -156,6 +160,24 @@ SetErrorFunction(errorMessage);
 /** No C0 control characters (U+0000-U+001F): PostgreSQL rejects NUL in text, and none belong in a name. */
 export const NO_CONTROL_CHARS = '^[^\\u0000-\\u001f]*$';
 const NO_CONTROL_CHARS_RE = new RegExp(NO_CONTROL_CHARS);
+
+/**
+ * A name the API addresses in a path (`/v1/policies/:toolName`): no control characters, and not `.`
+ * or `..`. URL parsers remove those two segments from a path, percent-encoded or not (RFC 3986
+ * §5.2.4, the WHATWG URL standard), so no browser or HTTP client library could read, change or
+ * delete what they name. (No lookahead: the fuzz test generates strings from these patterns.)
+ */
+export const PATH_NAME =
+  '^([^\\u0000-\\u001f.]|\\.[^\\u0000-\\u001f.]|\\.\\.[^\\u0000-\\u001f])[^\\u0000-\\u001f]*$';
+
+/** What a failed pattern says, for the patterns shared by names (TypeBox would show the expression). */
+const PATTERN_MESSAGES = new Map([
+  [NO_CONTROL_CHARS, 'must not contain control characters (U+0000-U+001F)'],
+  [
+    PATH_NAME,
+    'must not contain control characters (U+0000-U+001F) and must not be "." or ".." (a URL path cannot name those)',
+  ],
+]);
 
 /**
  * A person's id as the service stores it (a token's `sub`, a provider's user claim): 1-200

@@ -126,8 +126,9 @@ describe('POST /v1/mcp/charter', () => {
       { tools: [{ name: 'x' }] },
       { tools: [{ name: 'x', parameters: [{ name: 'a', type: 'date' }] }] },
       { tools: [{ name: 'x', parameters: [], arguments: [] }] },
-      // The same names as POST /v1/tools/register: no control characters.
+      // The same names as POST /v1/tools/register: no control characters, not "." or "..".
       { tools: [{ name: 'line\nbreak', parameters: [] }] },
+      { tools: [{ name: '..', parameters: [] }] },
       { tools: [{ name: 'x', parameters: [{ name: 'tab\there', type: 'string' }] }] },
       {
         tools: [

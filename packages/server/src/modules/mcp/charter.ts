@@ -5,7 +5,7 @@ import { compileSchema } from '../../lib/schemas.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { CharterService } from '../charter/service.js';
 import { dropNulls } from '../policies/model.js';
-import { ArgumentName, ToolName } from '../tools/schemas.js';
+import { ArgumentName, NewToolName } from '../tools/schemas.js';
 import { GATEWAY_VERSION } from './gateway.js';
 import {
   isObject,
@@ -39,7 +39,7 @@ const RegisterArgs = Type.Object(
     tools: Type.Array(
       Type.Object(
         {
-          name: ToolName,
+          name: NewToolName,
           description: Opt(Type.String()),
           parameters: Opt(Type.Array(ArgumentIn)),
           arguments: Opt(Type.Array(ArgumentIn)),

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import { Nullable, OneOf } from '../../lib/schemas.js';
-import { ToolName, ToolSchema } from '../tools/schemas.js';
+import { NewToolName, ToolName, ToolSchema } from '../tools/schemas.js';
 
 // Null-valued fields are removed before validation (dropNulls), so optional means "absent or null".
 const Opt = Type.Optional;
@@ -80,7 +80,7 @@ const definitionFields = {
 };
 
 export const CreatePolicyBody = Type.Object(
-  { toolName: ToolName, ...definitionFields },
+  { toolName: NewToolName, ...definitionFields },
   { additionalProperties: false },
 );
 export const UpdatePolicyBody = Type.Object(definitionFields, { additionalProperties: false });

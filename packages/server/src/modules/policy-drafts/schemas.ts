@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import { NO_CONTROL_CHARS, Nullable, OneOf, Uuid } from '../../lib/schemas.js';
-import { ToolName } from '../tools/schemas.js';
+import { NewToolName } from '../tools/schemas.js';
 import { DRAFT_STATUSES } from './model.js';
 
 const Status = OneOf(DRAFT_STATUSES);
@@ -13,7 +13,7 @@ export const DraftRuleSchema = Type.Object(
   {
     id: Type.String({ minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS }),
     action: Type.String({ minLength: 1, maxLength: 50 }),
-    tools: Type.Array(ToolName, { maxItems: 100 }),
+    tools: Type.Array(NewToolName, { maxItems: 100 }),
     conditions: Type.Array(
       Type.Object(
         {

@@ -1,5 +1,5 @@
 import { Type } from '@sinclair/typebox';
-import { NO_CONTROL_CHARS, Nullable, OneOf } from '../../lib/schemas.js';
+import { NO_CONTROL_CHARS, Nullable, OneOf, PATH_NAME } from '../../lib/schemas.js';
 
 /*
  * Request bodies reach these schemas with null-valued fields already removed (see dropNulls): the spec's
@@ -8,6 +8,8 @@ import { NO_CONTROL_CHARS, Nullable, OneOf } from '../../lib/schemas.js';
 const Opt = Type.Optional;
 
 export const ToolName = Type.String({ minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS });
+/** The name of a tool or policy being created: it will be addressed in a path (see PATH_NAME). */
+export const NewToolName = Type.String({ minLength: 1, maxLength: 200, pattern: PATH_NAME });
 export const ArgumentName = Type.String({ minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS });
 const ArgType = OneOf(['string', 'number', 'boolean', 'array', 'object']);
 
@@ -34,7 +36,7 @@ export const RegisterBody = Type.Object(
   {
     tools: Type.Array(
       Type.Object(
-        { name: ToolName, description: Opt(Type.String()), parameters: Type.Array(RegisterParameter) },
+        { name: NewToolName, description: Opt(Type.String()), parameters: Type.Array(RegisterParameter) },
         { additionalProperties: false },
       ),
       { minItems: 1 },
@@ -47,7 +49,7 @@ export const SyncBody = Type.Object(
   {
     tools: Type.Array(
       Type.Object(
-        { name: ToolName, description: Opt(Type.String()), arguments: Type.Array(SyncArgument) },
+        { name: NewToolName, description: Opt(Type.String()), arguments: Type.Array(SyncArgument) },
         { additionalProperties: false },
       ),
       { minItems: 1 },

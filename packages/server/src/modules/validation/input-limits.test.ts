@@ -139,3 +139,84 @@ describe('control characters in names', () => {
     expect(fine.statusCode).toBe(201);
   });
 });
+
+describe('names a URL path cannot hold', () => {
+  it.each(['.', '..'])(
+    'refuses %j as the name of a new policy, tool or draft rule, and writes nothing',
+    async (bad) => {
+      const h = keyHeader(tenant.apiKey);
+      const why = 'must not be "." or ".." (a URL path cannot name those)';
+      const policy = await t.inject({
+        method: 'POST',
+        url: '/v1/policies',
+        headers: h,
+        payload: { toolName: bad, constraints: [] },
+      });
+      expectError(policy, 400, 'validation_failed');
+      expect(policy.json().error.message).toContain(why);
+      for (const url of ['/v1/tools/register', '/v1/tools/sync']) {
+        const field = url.endsWith('register') ? 'parameters' : 'arguments';
+        const tool = await t.inject({
+          method: 'POST',
+          url,
+          headers: h,
+          payload: { tools: [{ name: bad, [field]: [] }] },
+        });
+        expectError(tool, 400, 'validation_failed');
+        expect(tool.json().error.message).toContain(why);
+      }
+      const draft = await t.inject({
+        method: 'POST',
+        url: '/v1/policy-drafts',
+        headers: h,
+        payload: {
+          name: 'dots',
+          projectId: tenant.projectId,
+          createdByAgentId: 'agent',
+          rules: [{ id: 'r', action: 'block', tools: [bad], conditions: [], severity: 'high' }],
+        },
+      });
+      expectError(draft, 400, 'validation_failed');
+      expect(draft.json().error.message).toContain(why);
+      const listed = await t.inject({ method: 'GET', url: '/v1/policies', headers: h });
+      expect(listed.json().data.map((p: { toolName: string }) => p.toolName)).not.toContain(bad);
+    },
+  );
+
+  it('still validates calls to such a tool, and takes names that only contain dots', async () => {
+    const h = keyHeader(tenant.apiKey);
+    const validate = await t.inject({
+      method: 'POST',
+      url: '/v1/tools/validate',
+      headers: h,
+      payload: { tool_name: '..', arguments: {} },
+    });
+    expect(validate.statusCode).toBe(200);
+    for (const name of ['...', '.env', '..a']) {
+      const created = await t.inject({
+        method: 'POST',
+        url: '/v1/policies',
+        headers: h,
+        payload: { toolName: name, constraints: [] },
+      });
+      expect(created.statusCode).toBe(201);
+      const read = await t.inject({
+        method: 'GET',
+        url: `/v1/policies/${encodeURIComponent(name)}`,
+        headers: h,
+      });
+      expect(read.json().toolName).toBe(name);
+    }
+  });
+
+  it('says what a control character breaks, not the pattern', async () => {
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/tools/validate',
+      headers: keyHeader(tenant.apiKey),
+      payload: { tool_name: 'a\u0001', arguments: {} },
+    });
+    expectError(res, 400, 'validation_failed');
+    expect(res.json().error.message).toContain('must not contain control characters (U+0000-U+001F)');
+  });
+});
