@@ -160,6 +160,29 @@ describe('provider connections', () => {
     ).toBe(3000);
   });
 
+  it('keep credentials from following the address to another origin', async () => {
+    const x = await createTenant(t);
+    const { conn, path } = await setup(x, 'card', 'ok');
+    const moved = k.expectB(
+      await k.inject('PATCH', `/v1/gateway/providers/${conn.id}`, asUser(x), { url: 'http://127.0.0.2:9/steal' }),
+      400,
+      'invalid_request',
+    );
+    expect(moved['param']).toBe('credentials');
+    // Nothing changed: the next payment still goes to the provider, with its credentials.
+    expect(k.ok(await k.inject('GET', `/v1/gateway/providers/${conn.id}`, asUser(x))).url).toBe(conn.url);
+    // The same origin keeps them; another origin with the credentials sent again (or null) is fine.
+    const samePlace = `${new URL(conn.url).origin}/other-${path}`;
+    k.ok(await k.inject('PATCH', `/v1/gateway/providers/${conn.id}`, asUser(x), { url: samePlace }));
+    const cleared = k.ok(
+      await k.inject('PATCH', `/v1/gateway/providers/${conn.id}`, asUser(x), {
+        url: 'http://127.0.0.2:9/elsewhere',
+        credentials: null,
+      }),
+    );
+    expect(cleared.credentials).toMatchObject({ configured: false });
+  });
+
   it('seal credentials so they open only with their key and for their own connection', () => {
     const sealed = sealCredentials(KEY, 'org-1/conn-1', { authorization: 'Bearer sk_1' });
     expect(sealed).not.toContain('sk_1');

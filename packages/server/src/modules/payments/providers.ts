@@ -304,6 +304,18 @@ export function createProviderService(deps: ProviderServiceDeps) {
       const set: Partial<ProviderRow> = { updated_at: now() };
       if (input.name !== undefined) set.name = input.name;
       if (input.url !== undefined) set.url = await checkUrl(input.url);
+      // Stored credentials never follow the address to another origin: whoever moves it re-supplies them.
+      if (
+        set.url !== undefined &&
+        input.credentials === undefined &&
+        row.credentials !== null &&
+        new URL(set.url).origin !== new URL(row.url).origin
+      ) {
+        throw gatewayError.invalidRequest(
+          'credentials must be sent again (or null) when the url moves to another origin',
+          'credentials',
+        );
+      }
       if (input.timeout_ms !== undefined) set.timeout_ms = input.timeout_ms;
       if (input.enabled !== undefined) set.enabled = input.enabled ? 1 : 0;
       if (input.credentials !== undefined) {
