@@ -306,10 +306,13 @@ export interface SpendActionsTable {
   expires_at: string | null;
   decided_at: string;
   authorize_receipt_id: string | null;
+  /** Set while a request writes the authorization's receipt (see 0024_spend_receipt_claims). */
+  authorize_receipt_claimed_at: string | null;
   commit_id: string | null;
   commit_hash: string | null;
   commit_answer: string | null;
   commit_receipt_id: string | null;
+  commit_receipt_claimed_at: string | null;
   created_at: string;
 }
 

@@ -5,6 +5,13 @@ import type { Db, Store } from '../../storage/db.js';
 import type { SpendActionsTable, SpendLedgerTable } from '../../storage/schema.js';
 import type { EntryKind } from './model.js';
 
+/** The two receipts an action chains: its authorization's and its commit's. */
+export type ReceiptSlot = 'authorize' | 'commit';
+const RECEIPT_COLUMNS = {
+  authorize: ['authorize_receipt_id', 'authorize_receipt_claimed_at'],
+  commit: ['commit_receipt_id', 'commit_receipt_claimed_at'],
+} as const;
+
 export type ActionRow = Selectable<SpendActionsTable>;
 export type EntryRow = Selectable<SpendLedgerTable>;
 
@@ -390,27 +397,87 @@ export function createSpendLedger(store: Store) {
       });
     },
 
-    async setAuthorizeReceipt(organizationId: string, actionId: string, receiptId: string): Promise<void> {
-      await store.db
+    /**
+     * Claims the write of an action's authorization or commit receipt: false when it has its receipt,
+     * or another request claimed it after `staleBefore` (an older claim belongs to a writer that died).
+     */
+    async claimReceipt(
+      organizationId: string,
+      actionId: string,
+      slot: ReceiptSlot,
+      now: string,
+      staleBefore: string,
+    ): Promise<boolean> {
+      const [id, claimed] = RECEIPT_COLUMNS[slot];
+      const r = await store.db
         .updateTable('spend_actions')
-        .set({ authorize_receipt_id: receiptId })
+        .set({ [claimed]: now })
         .where('organization_id', '=', organizationId)
         .where('action_id', '=', actionId)
-        .where('authorize_receipt_id', 'is', null)
+        .where(id, 'is', null)
+        .where((eb) => eb.or([eb(claimed, 'is', null), eb(claimed, '<', staleBefore)]))
+        .executeTakeFirst();
+      return Number(r.numUpdatedRows) === 1;
+    },
+
+    /** Stores the receipt of the claim made at `claimedAt` (nothing if the action was decided again since). */
+    async setReceipt(
+      organizationId: string,
+      actionId: string,
+      slot: ReceiptSlot,
+      claimedAt: string,
+      receiptId: string,
+    ): Promise<void> {
+      const [id, claimed] = RECEIPT_COLUMNS[slot];
+      await store.db
+        .updateTable('spend_actions')
+        .set({ [id]: receiptId, [claimed]: null })
+        .where('organization_id', '=', organizationId)
+        .where('action_id', '=', actionId)
+        .where(id, 'is', null)
+        .where(claimed, '=', claimedAt)
         .execute();
     },
 
-    async setCommitReceipt(organizationId: string, actionId: string, receiptId: string): Promise<void> {
+    /** Gives a claim back after its write failed, so that the next request writes the receipt at once. */
+    async releaseReceipt(organizationId: string, actionId: string, slot: ReceiptSlot, claimedAt: string) {
+      const [, claimed] = RECEIPT_COLUMNS[slot];
       await store.db
         .updateTable('spend_actions')
-        .set({ commit_receipt_id: receiptId })
+        .set({ [claimed]: null })
         .where('organization_id', '=', organizationId)
         .where('action_id', '=', actionId)
-        .where('commit_receipt_id', 'is', null)
+        .where(claimed, '=', claimedAt)
         .execute();
     },
 
-    /** The organization's ledger in order (tests and audits recompute the balances from it). */
+    /** Whether the receipt is written (its id), claimed by a writer, or neither; undefined without the action. */
+    async receiptState(
+      organizationId: string,
+      actionId: string,
+      slot: ReceiptSlot,
+    ): Promise<{ receiptId: string | null; claimedAt: string | null } | undefined> {
+      const [id, claimed] = RECEIPT_COLUMNS[slot];
+      const row = await store.db
+        .selectFrom('spend_actions')
+        .select([`${id} as receiptId`, `${claimed} as claimedAt`])
+        .where('organization_id', '=', organizationId)
+        .where('action_id', '=', actionId)
+        .executeTakeFirst();
+      return row as { receiptId: string | null; claimedAt: string | null } | undefined;
+    },
+
+    /** The receipt already chained for a ledger entry, if any (a writer may have died before storing its id). */
+    async receiptFor(organizationId: string, entryId: string): Promise<string | undefined> {
+      const row = await store.db
+        .selectFrom('receipts')
+        .select('receipt_id')
+        .where('organization_id', '=', organizationId)
+        .where('decision_id', '=', entryId)
+        .executeTakeFirst();
+      return row?.receipt_id;
+    },
+
     async entries(organizationId: string): Promise<EntryRow[]> {
       return store.db
         .selectFrom('spend_ledger')

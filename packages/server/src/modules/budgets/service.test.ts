@@ -98,6 +98,87 @@ describe('budget service failures', () => {
     expect(receipts.map((r) => JSON.parse(r.payload).decision)).toEqual(['allow', 'economic_committed']);
   });
 
+  it('chains one receipt per authorization and commit when the same request is sent several times at once', async () => {
+    const real = createSpendReceipts(t.ctx.writer);
+    let writes = 0;
+    // Slow receipts: every copy of the request reaches the receipt while the first is still writing it.
+    const slow: SpendReceipts = {
+      write: async (r) => {
+        writes++;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        return real.write(r);
+      },
+    };
+    const other = await createTenant(t);
+    const own = { ...scope, organizationId: other.orgId };
+    const svc = service(slow);
+    await svc.putConfig(own, { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 });
+    const answers = await Promise.all(Array.from({ length: 8 }, () => svc.authorize(own, input('twice'))));
+    expect(new Set(answers.map((a) => JSON.stringify(a))).size).toBe(1);
+    const commit = {
+      actionId: 'twice',
+      sessionId: 's',
+      agentId: 'a',
+      toolName: 'buy',
+      category: 'c',
+      payer: null,
+      quoteMicros: 5_000_000,
+      actualMicros: 5_000_000,
+      approvalId: null,
+    };
+    await Promise.all(Array.from({ length: 8 }, () => svc.commit(own, commit)));
+    await t.ctx.writer.drain();
+    const chained = await t.store.db
+      .selectFrom('receipts')
+      .select('payload')
+      .where('organization_id', '=', other.orgId)
+      .execute();
+    expect(chained.map((r) => JSON.parse(r.payload).decision)).toEqual(['allow', 'economic_committed']);
+    expect(writes).toBe(2);
+  });
+
+  it('takes over the claim of a writer that died, finding the receipt it chained', async () => {
+    const other = await createTenant(t);
+    const own = { ...scope, organizationId: other.orgId };
+    const svc = service(createSpendReceipts(t.ctx.writer));
+    await svc.putConfig(own, { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 });
+    await svc.authorize(own, input('orphan'));
+    await t.ctx.writer.drain();
+    const where = { org: other.orgId, action: 'orphan' };
+    const stored = await t.store.db
+      .selectFrom('spend_actions')
+      .select('authorize_receipt_id')
+      .where('organization_id', '=', where.org)
+      .where('action_id', '=', where.action)
+      .executeTakeFirstOrThrow();
+    // As a writer leaves it that chained the receipt and died before storing its id, long ago.
+    const longAgo = new Date(t.ctx.clock.now().getTime() - 120_000).toISOString();
+    await t.store.db
+      .updateTable('spend_actions')
+      .set({ authorize_receipt_id: null, authorize_receipt_claimed_at: longAgo })
+      .where('organization_id', '=', where.org)
+      .where('action_id', '=', where.action)
+      .execute();
+    await svc.authorize(own, input('orphan'));
+    await t.ctx.writer.drain();
+    const after = await t.store.db
+      .selectFrom('spend_actions')
+      .select(['authorize_receipt_id', 'authorize_receipt_claimed_at'])
+      .where('organization_id', '=', where.org)
+      .where('action_id', '=', where.action)
+      .executeTakeFirstOrThrow();
+    expect(after).toEqual({
+      authorize_receipt_id: stored.authorize_receipt_id,
+      authorize_receipt_claimed_at: null,
+    });
+    const chained = await t.store.db
+      .selectFrom('receipts')
+      .select('receipt_id')
+      .where('organization_id', '=', other.orgId)
+      .execute();
+    expect(chained).toHaveLength(1);
+  });
+
   it('reports healthy: false when the ledger cannot be read', async () => {
     const broken: SpendLedger = {
       ...createSpendLedger(t.store),

@@ -35,7 +35,14 @@ import {
   toScopeBudget,
 } from './model.js';
 import type { SpendReceipts } from './receipts.js';
-import type { ActionRow, EconomicConfigRepository, LedgerTx, ScopeKeys, SpendLedger } from './repository.js';
+import type {
+  ActionRow,
+  EconomicConfigRepository,
+  LedgerTx,
+  ReceiptSlot,
+  ScopeKeys,
+  SpendLedger,
+} from './repository.js';
 
 export interface BudgetServiceDeps {
   ledger: SpendLedger;
@@ -68,6 +75,12 @@ function ownAction<T extends { project_id: string | null; action_id: string }>(
 }
 
 const ZERO: ScopeUsage = { spentMicros: 0, reservedMicros: 0 };
+
+/** A receipt claim older than this belongs to a writer that died: another request takes it over. */
+const RECEIPT_CLAIM_MS = 60_000;
+/** How long a request sent again waits for the receipt another request is writing. */
+const RECEIPT_WAIT_MS = 10_000;
+const RECEIPT_POLL_MS = 20;
 
 /** The stored form of a request: what idempotency compares, and what receipts hash. */
 function requestRecord(r: ActionRequest): Record<string, unknown> {
@@ -186,12 +199,59 @@ export function createBudgetService(deps: BudgetServiceDeps) {
     return scope.principal.kind === 'apiKey' ? scope.principal.tier : deps.tierOf(scope.organizationId);
   }
 
+  /**
+   * Chains one receipt of an action (its authorization's or its commit's) unless it has it: of
+   * requests sent at once (on any instance) the one that claims the write writes it, and the others
+   * wait for it, so a request sent again never chains a second receipt. A claim taken over from a
+   * writer that died first looks for the receipt that writer may have chained.
+   */
+  async function chainOnce(
+    org: string,
+    actionId: string,
+    slot: ReceiptSlot,
+    entryId: string,
+    write: () => Promise<string>,
+  ): Promise<void> {
+    const what = slot === 'authorize' ? 'authorization' : 'commit';
+    const waitUntil = performance.now() + RECEIPT_WAIT_MS;
+    for (;;) {
+      const state = await ledger.receiptState(org, actionId, slot);
+      if (!state || state.receiptId !== null) return;
+      const at = now();
+      const stale = new Date(clock.now().getTime() - RECEIPT_CLAIM_MS).toISOString();
+      if (await ledger.claimReceipt(org, actionId, slot, at, stale)) {
+        let chained: string | undefined;
+        try {
+          if (state.claimedAt !== null) chained = await ledger.receiptFor(org, entryId);
+          chained ??= await write();
+          await ledger.setReceipt(org, actionId, slot, at, chained);
+          return;
+        } catch (err) {
+          // A receipt chained but not stored keeps the claim: whoever takes it over finds the receipt.
+          if (chained === undefined) await ledger.releaseReceipt(org, actionId, slot, at).catch(() => {});
+          log.error({ err, actionId }, `spend ${what} receipt could not be written`);
+          throw new AppError(
+            'service_unavailable',
+            `The ${what} is recorded but its receipt could not be written; send the same request again`,
+          );
+        }
+      }
+      if (performance.now() >= waitUntil) {
+        throw new AppError(
+          'service_unavailable',
+          `The ${what} is recorded and another request is writing its receipt; send the same request again`,
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, RECEIPT_POLL_MS));
+    }
+  }
+
   /** Chains the authorization's receipt if it is not yet (a replay completes an earlier failure). */
   async function authorizationReceipt(scope: Caller, row: ActionRow, config: EconomicConfig | null) {
     if (row.authorize_receipt_id !== null) return;
     const answer = JSON.parse(row.answer) as AuthorizationAnswer;
-    try {
-      const id = await receipts.write({
+    await chainOnce(scope.organizationId, row.action_id, 'authorize', row.authorization_id, () =>
+      receipts.write({
         organizationId: scope.organizationId,
         projectId: row.project_id,
         entryId: row.authorization_id,
@@ -205,15 +265,8 @@ export function createBudgetService(deps: BudgetServiceDeps) {
         timestamp: row.decided_at,
         request: JSON.parse(row.request),
         config,
-      });
-      await ledger.setAuthorizeReceipt(scope.organizationId, row.action_id, id);
-    } catch (err) {
-      log.error({ err, actionId: row.action_id }, 'spend authorization receipt could not be written');
-      throw new AppError(
-        'service_unavailable',
-        'The authorization is recorded but its receipt could not be written; send the same request again',
-      );
-    }
+      }),
+    );
   }
 
   /** Decides afresh under the ledger lock and appends the authorization (and its reservation). */
@@ -348,10 +401,12 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       expires_at: expiresAt,
       decided_at: tx.now,
       authorize_receipt_id: null,
+      authorize_receipt_claimed_at: null,
       commit_id: null,
       commit_hash: null,
       commit_answer: null,
       commit_receipt_id: null,
+      commit_receipt_claimed_at: null,
       created_at: ctx.existing?.created_at ?? tx.now,
     };
     await tx.putAction(row, ctx.existing !== undefined);
@@ -612,8 +667,8 @@ export function createBudgetService(deps: BudgetServiceDeps) {
         });
       }
       if (row.commit_receipt_id === null) {
-        try {
-          const id = await receipts.write({
+        await chainOnce(scope.organizationId, row.action_id, 'commit', row.commit_id!, () =>
+          receipts.write({
             organizationId: scope.organizationId,
             projectId: row.project_id,
             entryId: row.commit_id!,
@@ -627,15 +682,8 @@ export function createBudgetService(deps: BudgetServiceDeps) {
             timestamp: answer.budget.asOf,
             request: commitRecord(input),
             config,
-          });
-          await ledger.setCommitReceipt(scope.organizationId, row.action_id, id);
-        } catch (err) {
-          log.error({ err, actionId: row.action_id }, 'spend commit receipt could not be written');
-          throw new AppError(
-            'service_unavailable',
-            'The commit is recorded but its receipt could not be written; send the same request again',
-          );
-        }
+          }),
+        );
       }
       return answer;
     },
