@@ -1,15 +1,14 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { ApprovalDetails, boundAction } from './ApprovalDetails.js';
 import { api, type BatchResult, messageOf, type PendingApproval, type ResolvedApproval } from './api.js';
+import { useLiveEvents } from './live.js';
 import { batchOutcome, inBatches, queueChange, selectLabel, timeLeft } from './queue.js';
 import { inspect, jsonPieces, revealString } from './reveal.js';
 import { JsonBlock, Shown, Warnings } from './Shown.js';
-import { ErrorLine, TableHead } from './ui.js';
+import { ErrorLine, LiveStatus, TableHead } from './ui.js';
 
 type Action = 'approve' | 'deny';
-type Live = 'connecting' | 'live' | 'polling';
 
-const POLL_MS = 15_000;
 const EVENTS = ['approval.created', 'approval.resolved', 'approval.expired'];
 
 /** The pending queue (live over the event stream, polled as a fallback) and the resolved history. */
@@ -17,7 +16,6 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
   const [pending, setPending] = useState<PendingApproval[]>([]);
   const [resolved, setResolved] = useState<ResolvedApproval[]>([]);
   const [selected, setSelected] = useState<Set<string>>(new Set());
-  const [live, setLive] = useState<Live>('connecting');
   /** The last read failed (cleared by the next read that works). */
   const [loadError, setLoadError] = useState<string | null>(null);
   /** What the last approve or deny said, when it did not go through entirely. */
@@ -56,42 +54,15 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
 
   useEffect(() => {
     void reload();
-    let stream: EventSource | null = null;
-    let reopen: ReturnType<typeof setTimeout> | undefined;
-    let stopped = false;
-    const open = () => {
-      const s = new EventSource(
-        `/v1/events/stream?organizationId=${encodeURIComponent(organizationId)}&types=${EVENTS.join(',')}`,
-      );
-      stream = s;
-      // (Re)connected: read the queue again, for what happened while the stream was down.
-      s.onopen = () => {
-        setLive('live');
-        void reload();
-      };
-      s.onerror = () => {
-        setLive('polling');
-        // The browser reconnects by itself after a dropped connection; an answer that is not a stream
-        // (a 401 once the session ended, an error page) closes it for good: read now (which signs out
-        // on a 401) and open a new stream later. Meanwhile the poll below keeps the queue fresh.
-        if (s.readyState === EventSource.CLOSED) {
-          void reload();
-          if (!stopped) reopen = setTimeout(open, POLL_MS);
-        }
-      };
-      for (const type of EVENTS) s.addEventListener(type, () => void reload());
-    };
-    open();
-    const poll = setInterval(() => void reload(), POLL_MS);
+  }, [reload]);
+  const live = useLiveEvents(organizationId, EVENTS, {
+    onEvent: () => void reload(),
+    onStale: () => void reload(),
+  });
+  useEffect(() => {
     const tick = setInterval(() => setNow(Date.now()), 1000);
-    return () => {
-      stopped = true;
-      stream?.close();
-      clearTimeout(reopen);
-      clearInterval(poll);
-      clearInterval(tick);
-    };
-  }, [organizationId, reload]);
+    return () => clearInterval(tick);
+  }, []);
 
   // A card resolved from its own buttons took the focus with it: give it to the next card (or the
   // previous, or the heading), not to the page.
@@ -160,13 +131,7 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
           <h1 id="pending-title" ref={headingRef} tabIndex={-1}>
             Pending approvals
           </h1>
-          <span className={`live ${live}`} role="status">
-            {live === 'live'
-              ? 'Live'
-              : live === 'polling'
-                ? `Refreshing every ${POLL_MS / 1000} s`
-                : 'Connecting…'}
-          </span>
+          <LiveStatus live={live} />
         </div>
         {/* Cards arriving and leaving, said once by screen readers (not a role=status: one is above). */}
         <div className="visually-hidden" aria-live="polite" data-announcer>

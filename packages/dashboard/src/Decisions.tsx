@@ -1,9 +1,21 @@
-import { type FormEvent, Fragment, useCallback, useEffect, useId, useState } from 'react';
+import { type FormEvent, Fragment, useCallback, useEffect, useId, useRef, useState } from 'react';
 import { api, messageOf, query } from './api.js';
+import {
+  arrivalText,
+  datesAdmitNow,
+  type Filters,
+  filterProblem,
+  follows,
+  type Heard,
+  mayList,
+  NO_FILTERS,
+  newDecisions,
+} from './decisionLog.js';
+import { useCoalesced, useLiveEvents } from './live.js';
 import type { PageProps } from './pages.js';
 import { inspect, jsonPieces, revealString } from './reveal.js';
 import { JsonBlock, Shown, Warnings } from './Shown.js';
-import { ErrorLine, Field, ProjectOptions } from './ui.js';
+import { ErrorLine, Field, LiveStatus, ProjectOptions } from './ui.js';
 import { type ChainVerification, verifyChain, verifyOneReceipt } from './verify.js';
 
 interface Decision {
@@ -27,27 +39,20 @@ interface Project {
   name: string;
 }
 
-interface Filters {
-  toolName: string;
-  decision: string;
-  projectId: string;
-  startDate: string;
-  endDate: string;
-}
-
-const NO_FILTERS: Filters = { toolName: '', decision: '', projectId: '', startDate: '', endDate: '' };
 const PAGE = 50;
+const EVENTS = ['decision.created'];
+/** New decisions cause at most one read a second, however many arrive. */
+const REFRESH_MS = 1000;
+/** The live region speaks at most this often, so that a busy organization does not flood it. */
+const ANNOUNCE_MS = 10_000;
 
 const short = (hash: string) => hash.replace(/^sha256:/, '').slice(0, 12);
 
-/** Why the filters cannot be applied as they are (a range that ends before it starts), else null. */
-export function filterProblem(f: Pick<Filters, 'startDate' | 'endDate'>): string | null {
-  return f.startDate && f.endDate && f.startDate > f.endDate
-    ? 'From is after To: no decision can match. Change one of the dates.'
-    : null;
-}
-
-/** The decision log with the API's filters, each decision's receipt, and the chain verified here. */
+/**
+ * The decision log with the API's filters, each decision's receipt, and the chain verified here.
+ * New decisions the filters list appear by themselves on the first page; where they would move
+ * what the person reads (a later page, a decision's details open), they are counted and offered.
+ */
 export function Decisions({ organizationId }: PageProps) {
   const [draft, setDraft] = useState<Filters>(NO_FILTERS);
   const [filters, setFilters] = useState<Filters>(NO_FILTERS);
@@ -59,29 +64,127 @@ export function Decisions({ organizationId }: PageProps) {
   const [open, setOpen] = useState<string | null>(null);
   /** Bumped by Apply and Clear: the list is read again even when the filters did not change. */
   const [asked, setAsked] = useState(0);
+  /** The dates in the form were refused: nothing is shown, so nothing is read either. */
+  const [refused, setRefused] = useState(false);
+  /** Decisions the filters list that arrived since the list shown was read, and are not in it. */
+  const [waiting, setWaiting] = useState(0);
+  /** The live region's words; `n` renews them, so that the same words are said again. */
+  const [announcement, setAnnouncement] = useState({ text: '', n: 0 });
+  /** Reads under way: only the latest one's answer is shown. */
+  const reads = useRef(0);
+  /** The filters, offset and total of the list shown: new decisions are counted from that total. */
+  const shown = useRef<{ filters: string; offset: number; total: number } | null>(null);
+  /** What arrived since the live region last spoke, and the waiting count it last said. */
+  const heard = useRef<Heard>({ shown: 0, tools: [], waiting: 0 });
+  const saidWaiting = useRef(0);
+  /** Set by "Show new decisions": the focus goes to the list once it is read. */
+  const focusList = useRef(false);
+  const summaryRef = useRef<HTMLParagraphElement>(null);
   const ids = useId();
 
+  const announce = useCoalesced(() => {
+    const text = arrivalText(heard.current);
+    if (heard.current.waiting > 0) saidWaiting.current = heard.current.waiting;
+    heard.current = { shown: 0, tools: [], waiting: 0 };
+    if (text) setAnnouncement((a) => ({ text, n: a.n + 1 }));
+  }, ANNOUNCE_MS);
+
+  /** Reads the list; `byPerson` when the person asked (a failure then shows nothing, see below). */
+  const load = useCallback(
+    async (byPerson: boolean) => {
+      const read = ++reads.current;
+      const key = JSON.stringify(filters);
+      try {
+        const res = await api<{ data: Decision[]; pagination: { total: number } }>(
+          `/v1/decisions${query({ ...filters, limit: PAGE, offset })}`,
+          { organizationId },
+        );
+        if (read !== reads.current) return;
+        const before = shown.current;
+        // Decisions are never removed: a larger total of the same first page is that many new rows on top.
+        const added =
+          before?.filters === key && before.offset === 0 && offset === 0
+            ? res.pagination.total - before.total
+            : 0;
+        shown.current = { filters: key, offset, total: res.pagination.total };
+        setRows(res.data);
+        setTotal(res.pagination.total);
+        setError(null);
+        setWaiting(0);
+        heard.current.waiting = 0;
+        saidWaiting.current = 0;
+        if (added > 0) {
+          const h = heard.current;
+          h.shown += added;
+          for (const d of res.data.slice(0, added)) if (h.tools.length < 20) h.tools.push(d.toolName);
+          announce();
+        }
+      } catch (err) {
+        if (read !== reads.current) return;
+        // Asked for by the person, what is shown must match the filters above it: nothing rather than
+        // the previous results. A live read that fails leaves the list as it was, only not the newest.
+        if (byPerson) {
+          shown.current = null;
+          setRows(null);
+          setTotal(0);
+        }
+        setError(messageOf(err));
+      }
+    },
+    [filters, offset, organizationId, announce],
+  );
+
   // biome-ignore lint/correctness/useExhaustiveDependencies: `asked` stands for a new request
-  const load = useCallback(async () => {
+  useEffect(() => {
+    void load(true);
+  }, [load, asked]);
+
+  /** How many decisions arrived since the list was read: the total of the same filters, read again. */
+  const count = async () => {
+    const base = shown.current;
+    const key = JSON.stringify(filters);
+    if (!base || base.filters !== key) return;
+    const read = reads.current;
     try {
-      const res = await api<{ data: Decision[]; pagination: { total: number } }>(
-        `/v1/decisions${query({ ...filters, limit: PAGE, offset })}`,
+      const res = await api<{ pagination: { total: number } }>(
+        `/v1/decisions${query({ ...filters, limit: 1, offset: 0 })}`,
         { organizationId },
       );
-      setRows(res.data);
-      setTotal(res.pagination.total);
-      setError(null);
-    } catch (err) {
-      // What is shown must match the filters above it: nothing rather than the previous results.
-      setRows(null);
-      setTotal(0);
-      setError(messageOf(err));
+      // A list read since counts from its own total.
+      if (read !== reads.current || shown.current !== base) return;
+      const n = Math.max(0, res.pagination.total - base.total);
+      setWaiting(n);
+      if (n > saidWaiting.current) {
+        heard.current.waiting = n;
+        announce();
+      }
+    } catch {
+      // Only a hint: the next event or poll counts again.
     }
-  }, [filters, offset, organizationId, asked]);
+  };
+
+  const openShown = open !== null && rows?.some((d) => d.id === open) ? open : null;
+  const refresh = useCoalesced(() => {
+    if (refused) return;
+    if (follows({ offset, open: openShown })) void load(false);
+    else void count();
+  }, REFRESH_MS);
+
+  const live = useLiveEvents(organizationId, EVENTS, {
+    // Only decisions the filters list cause a read (a tool, a project, or dates in the past excluded).
+    onEvent: (_type, data) => {
+      if (mayList(data, filters, Date.now())) refresh();
+    },
+    onStale: () => {
+      if (datesAdmitNow(filters, Date.now())) refresh();
+    },
+  });
 
   useEffect(() => {
-    void load();
-  }, [load]);
+    if (!focusList.current || !rows) return;
+    focusList.current = false;
+    summaryRef.current?.focus();
+  }, [rows]);
 
   useEffect(() => {
     api<{ data: Project[] }>(`/v1/projects${query({ organizationId })}`, { organizationId }).then(
@@ -95,22 +198,44 @@ export function Decisions({ organizationId }: PageProps) {
     const problem = filterProblem(draft);
     if (problem) {
       // Not asked: the results shown would otherwise be those of the previous filters.
+      reads.current++;
+      shown.current = null;
+      setRefused(true);
       setRows(null);
       setTotal(0);
+      setWaiting(0);
       setError(problem);
       return;
     }
+    setRefused(false);
     setOffset(0);
     setFilters(draft);
     setAsked((n) => n + 1);
   };
   const set = (key: keyof Filters) => (e: { target: { value: string } }) =>
     setDraft((d) => ({ ...d, [key]: e.target.value }));
+  const showNew = () => {
+    focusList.current = true;
+    setOpen(null);
+    setOffset(0);
+    setAsked((n) => n + 1);
+  };
+  const toggle = (id: string) => {
+    const closing = open === id;
+    setOpen(closing ? null : id);
+    // Back on the first page with nothing open: what waited comes in.
+    if (closing && offset === 0 && waiting > 0) void load(false);
+  };
 
   return (
     <>
       <div className="heading">
         <h1>Decisions</h1>
+        <LiveStatus live={live} />
+      </div>
+      {/* New decisions, said once in a while by screen readers (not a role=status: one is above). */}
+      <div className="visually-hidden" aria-live="polite" data-announcer>
+        <span key={announcement.n}>{announcement.text}</span>
       </div>
       <ChainCheck organizationId={organizationId} />
 
@@ -146,6 +271,7 @@ export function Decisions({ organizationId }: PageProps) {
             onClick={() => {
               setDraft(NO_FILTERS);
               setFilters(NO_FILTERS);
+              setRefused(false);
               setOffset(0);
               setAsked((n) => n + 1);
             }}
@@ -156,10 +282,17 @@ export function Decisions({ organizationId }: PageProps) {
       </form>
 
       <ErrorLine error={error} alert />
+      {waiting > 0 && (
+        <p className="arrived">
+          <button type="button" onClick={showNew} data-new-decisions={waiting}>
+            Show {newDecisions(waiting)}
+          </button>
+        </p>
+      )}
       {rows?.length === 0 && <p className="empty">No decision matches.</p>}
       {rows && rows.length > 0 && (
         <>
-          <p className="meta">
+          <p className="meta" ref={summaryRef} tabIndex={-1} data-range>
             {offset + 1}–{offset + rows.length} of {total}
           </p>
           <div className="scroll">
@@ -180,7 +313,7 @@ export function Decisions({ organizationId }: PageProps) {
                     key={d.id}
                     decision={d}
                     open={open === d.id}
-                    onToggle={() => setOpen(open === d.id ? null : d.id)}
+                    onToggle={() => toggle(d.id)}
                     organizationId={organizationId}
                   />
                 ))}

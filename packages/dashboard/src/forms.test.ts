@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { filterProblem } from './Decisions.js';
 import { replayLimit } from './Drafts.js';
+import { filterProblem } from './decisionLog.js';
 
 describe('the replay count box', () => {
   it('takes what is typed, empty included, and reads a whole number from 1 to 1000', () => {

@@ -1,5 +1,6 @@
 import { type ReactNode, useCallback, useEffect, useRef, useState } from 'react';
 import { api, messageOf } from './api.js';
+import { type Live, liveText } from './live.js';
 
 /**
  * A list the page reads from `path` (`{ data: T[] }`) when it mounts and whenever `load` is called:
@@ -70,6 +71,15 @@ export function ErrorLine({ error, alert = false }: { error: string | null | und
     <p role={alert ? 'alert' : undefined} className="error">
       {error}
     </p>
+  );
+}
+
+/** Whether the page follows the event stream or polls, said once (a role=status of its own). */
+export function LiveStatus({ live }: { live: Live }) {
+  return (
+    <span className={`live ${live}`} role="status">
+      {liveText(live)}
+    </span>
   );
 }
 
