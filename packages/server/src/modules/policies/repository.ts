@@ -54,6 +54,14 @@ async function recordVersion(trx: Db, row: PolicyRow): Promise<void> {
     .execute();
 }
 
+/**
+ * `at`, or the stored `updated_at` if that is later: writes that race (each stamped when its request
+ * began) never move a policy's time back, so each version is dated no earlier than the one before.
+ */
+function laterOf(eb: ExpressionBuilder<Database, 'policies'>, at: string) {
+  return eb.case().when('updated_at', '>', at).then(eb.ref('updated_at')).else(eb.val(at)).end();
+}
+
 /** Policy storage: one policy per tool per organization; every method is scoped by organization. */
 export function createPolicyRepository(db: Kysely<Database>) {
   return {
@@ -116,7 +124,11 @@ export function createPolicyRepository(db: Kysely<Database>) {
       return atomically(trx, async (t) => {
         let q = t
           .updateTable('policies')
-          .set((eb) => ({ ...patch, version: eb('version', '+', 1) }))
+          .set((eb) => ({
+            ...patch,
+            updated_at: laterOf(eb, patch.updated_at),
+            version: eb('version', '+', 1),
+          }))
           .where('organization_id', '=', organizationId)
           .where('tool_name', '=', toolName);
         if (typeof expected === 'number') q = q.where('version', '=', expected);
@@ -156,7 +168,7 @@ export function createPolicyRepository(db: Kysely<Database>) {
     ): Promise<boolean> {
       let q = db
         .updateTable('policies')
-        .set({ is_active: active ? 1 : 0, updated_at: at, project_id: projectId })
+        .set((eb) => ({ is_active: active ? 1 : 0, updated_at: laterOf(eb, at), project_id: projectId }))
         .where('organization_id', '=', organizationId)
         .where('tool_name', '=', toolName);
       if (expected) q = q.where((eb) => inState(eb, expected));

@@ -2,6 +2,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { hashJson } from '../../ledger/canonical.js';
+import { createPolicyRepository } from './repository.js';
 
 let a: Tenant;
 let b: Tenant;
@@ -32,6 +33,22 @@ describe('GET /v1/policies/:toolName/versions', () => {
     const receipt = (await call(a, 'GET', `/v1/decisions/${v.json().metadata.decision_id}/receipt`)).json();
     const v2 = (await call(a, 'GET', '/v1/policies/pay/versions/2')).json();
     expect(receipt).toMatchObject({ policy_version: 2, policy_hash: v2.policyHash });
+  });
+
+  it('lists versions newest first when racing writes were stamped out of order', async () => {
+    await call(a, 'POST', '/v1/policies', { toolName: 'race', ...limit(1) });
+    const repo = createPolicyRepository(t.store.db);
+    const row = (await repo.get(a.orgId, 'race'))!;
+    const write = (at: string) =>
+      repo.replace(a.orgId, 'race', { ...row, constraints: JSON.stringify([]), updated_at: at });
+    // Two writes that began in one order and reached the store in the other.
+    await write('2999-01-01T00:00:02.000Z');
+    await write('2999-01-01T00:00:01.000Z');
+    await repo.setActive(a.orgId, 'race', false, '2999-01-01T00:00:00.500Z', row.project_id);
+    const list = (await call(a, 'GET', '/v1/policies/race/versions')).json().data;
+    expect(list.map((x: { version: number }) => x.version)).toEqual([3, 2, 1]);
+    expect(list[0].createdAt >= list[1].createdAt).toBe(true);
+    expect((await call(a, 'GET', '/v1/policies/race')).json().updatedAt).toBe('2999-01-01T00:00:02.000Z');
   });
 
   it('a policy deleted and created again keeps both incarnations, told apart by policy_hash', async () => {
