@@ -5,7 +5,7 @@ import { RedisRateLimiter } from '../plugins/rate-limit.js';
 import type { Store } from '../storage/db.js';
 import { type CacheTargets, InvalidationBroadcaster } from './invalidation.js';
 import { RedisLink } from './redis.js';
-import { RedisSessionCounters } from './sessions.js';
+import { evictionWarning, RedisSessionCounters } from './sessions.js';
 
 /** What changes when SVC_REDIS_URL is set: every instance on the same Redis acts as one service. */
 export interface ScaleOut {
@@ -25,6 +25,8 @@ export async function connectScaleOut(
 ): Promise<ScaleOut> {
   const link = await RedisLink.connect(config.redisUrl!, config.redisPrefix, log);
   try {
+    const warning = evictionWarning(await evictionPolicy(link));
+    if (warning) log.warn(warning);
     const events = await RedisEventBus.create(link, log);
     return {
       link,
@@ -48,5 +50,15 @@ export async function connectScaleOut(
   } catch (err) {
     await link.close();
     throw err;
+  }
+}
+
+/** Redis's maxmemory-policy, or null where CONFIG is not allowed (many managed services). */
+async function evictionPolicy(link: RedisLink): Promise<string | null> {
+  try {
+    const reply = (await link.commands.config('GET', 'maxmemory-policy')) as unknown;
+    return Array.isArray(reply) && typeof reply[1] === 'string' ? reply[1] : null;
+  } catch {
+    return null;
   }
 }

@@ -7,7 +7,7 @@ import { MemorySessionCounters, type SessionCounters } from '../enforcement/sess
 import { createOrganizationRepository } from '../modules/organizations/repository.js';
 import { openStore, type Store } from '../storage/db.js';
 import { migrateToLatest } from '../storage/migrate.js';
-import { RedisSessionCounters } from './sessions.js';
+import { evictionWarning, RedisSessionCounters } from './sessions.js';
 
 const quiet = { warn() {}, error() {}, info() {} };
 const ORG = 'org-sessions';
@@ -161,5 +161,15 @@ describe('RedisSessionCounters', () => {
     expect(again.after).toEqual({ calls: 1, cumulative: { usd: 0.9 } });
     expect((await b.reserve(ORG, 's-release', 'pay', sc, {})).failures).toHaveLength(1);
     await second.quit();
+  });
+});
+
+describe('evictionWarning', () => {
+  it('warns under every maxmemory-policy that can evict a session counter', () => {
+    expect(evictionWarning('noeviction')).toBeNull();
+    expect(evictionWarning(null)).toBeNull();
+    for (const policy of ['allkeys-lru', 'volatile-lru', 'volatile-ttl', 'allkeys-random']) {
+      expect(evictionWarning(policy)).toContain(`maxmemory-policy is ${policy}`);
+    }
   });
 });

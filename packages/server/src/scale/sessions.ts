@@ -94,7 +94,9 @@ function stateOf(reply: ScriptReply): SessionState {
 /**
  * Session counters shared by every instance through Redis. A counter not yet in Redis starts from
  * the store's `session_counters` row (loaded once, set only if still absent); the decision writer
- * keeps persisting the absolute values after each call, so a restart of Redis loses nothing.
+ * keeps persisting the absolute values after each call. A key Redis loses (a restart without
+ * persistence, an eviction) restarts from that row, which holds only committed calls: the calls in
+ * flight at that moment are not counted again (see evictionWarning).
  */
 export class RedisSessionCounters implements SessionCounters {
   private readonly scripts: Scripts;
@@ -209,3 +211,13 @@ export class RedisSessionCounters implements SessionCounters {
 }
 
 const NO_OP = { release: noop, settle: noop };
+
+/**
+ * What to tell the operator about Redis's `maxmemory-policy` (null when nothing): under any policy
+ * but `noeviction` Redis may drop a session counter (they carry a TTL, so `volatile-*` policies
+ * too), and the calls of that session in flight at that moment would not be counted again.
+ */
+export function evictionWarning(policy: string | null): string | null {
+  if (policy === null || policy === 'noeviction') return null;
+  return `Redis maxmemory-policy is ${policy}: under memory pressure Redis may evict session counters, and a session's calls in flight at that moment are then not counted against its limits; set maxmemory-policy noeviction (Redis then refuses writes when full, and calls fail closed with 503)`;
+}
