@@ -15,7 +15,7 @@ export const CHECKPOINT_SCHEMA = 'svc.checkpoint/1';
  */
 export interface Checkpoint {
   schema: typeof CHECKPOINT_SCHEMA;
-  /** SVC_BASE_URL of the service that keeps the chain. */
+  /** SVC_BASE_URL of the service that signed it (stored with it: a later change of the URL keeps it). */
   origin: string;
   organization_id: string;
   tree_size: number;
@@ -38,10 +38,15 @@ export interface CheckpointSigner {
   signNaming(build: (kid: string) => Uint8Array): Promise<Signature>;
 }
 
-function fromRow(origin: string, r: CheckpointsTable): Checkpoint {
+/**
+ * A stored checkpoint as it was signed. `origin` is covered by the signature, so it comes from the
+ * row; rows signed before migration 0023 did not record theirs and get `currentOrigin` (this
+ * instance's SVC_BASE_URL), which verifies only if the base URL has not changed since they were signed.
+ */
+function fromRow(currentOrigin: string, r: CheckpointsTable): Checkpoint {
   return {
     schema: CHECKPOINT_SCHEMA,
-    origin,
+    origin: r.origin ?? currentOrigin,
     organization_id: r.organization_id,
     tree_size: Number(r.tree_size),
     root_hash: r.root_hash,
@@ -117,12 +122,17 @@ export class Checkpointer {
     for (const head of grown) await this.signHead(head);
   }
 
+  /**
+   * Signs the head and stores the checkpoint unless one of that size is stored already (another
+   * request, the timer or another instance signed it first): then that one is returned, with
+   * `created: false`, since the checkpoint signed here was discarded.
+   */
   private async signHead(head: {
     organization_id: string;
     sequence: number;
     last_hash: string;
     frontier: string;
-  }): Promise<Checkpoint> {
+  }): Promise<{ checkpoint: Checkpoint; created: boolean }> {
     const size = Number(head.sequence);
     const root = MerkleFrontier.fromTagged(JSON.parse(head.frontier) as string[], size).root();
     const unsigned = {
@@ -138,7 +148,8 @@ export class Checkpointer {
       checkpointSigningInput({ ...unsigned, kid: k }),
     );
     const checkpoint: Checkpoint = { ...unsigned, kid, signature };
-    await this.opts.db
+    // RETURNING yields the row only when this insert stored it (SQLite and PostgreSQL alike).
+    const stored = await this.opts.db
       .insertInto('checkpoints')
       .values({
         organization_id: checkpoint.organization_id,
@@ -148,15 +159,22 @@ export class Checkpointer {
         timestamp: checkpoint.timestamp,
         kid: checkpoint.kid,
         signature: checkpoint.signature,
+        origin: checkpoint.origin,
       })
       .onConflict((oc) => oc.columns(['organization_id', 'tree_size']).doNothing())
-      .execute();
-    return (await this.at(head.organization_id, size))!;
+      .returning('tree_size')
+      .executeTakeFirst();
+    if (stored) return { checkpoint, created: true };
+    const first = await this.at(head.organization_id, size);
+    if (!first) throw new Error(`checkpoint ${head.organization_id}/${size} was neither stored nor found`);
+    return { checkpoint: first, created: false };
   }
 
   /**
    * A checkpoint covering the chain as it is now: the one of its current size if there is one
-   * (`created: false`), else a new one signed here (`created: true`). Null when the chain is empty.
+   * (`created: false`), else a new one signed here (`created: true`, only when this call's checkpoint
+   * is the one stored; one stored first by a concurrent signer is returned with `created: false`).
+   * Null when the chain is empty.
    * Throws SigningKeyMissingError when a new one is needed and no key loads.
    */
   async now(organizationId: string): Promise<{ checkpoint: Checkpoint; created: boolean } | null> {
@@ -168,7 +186,7 @@ export class Checkpointer {
     if (!head || Number(head.sequence) === 0) return null;
     const existing = await this.at(organizationId, Number(head.sequence));
     if (existing) return { checkpoint: existing, created: false };
-    return { checkpoint: await this.signHead(head), created: true };
+    return this.signHead(head);
   }
 
   async at(organizationId: string, treeSize: number): Promise<Checkpoint | null> {

@@ -17,6 +17,7 @@ import * as m0017 from './migrations/0017_dual_control.js';
 import * as m0018 from './migrations/0018_invoices_workflows_providers.js';
 import * as m0019 from './migrations/0019_approval_escalation.js';
 import * as m0022 from './migrations/0022_oidc_sign_in.js';
+import * as m0023 from './migrations/0023_checkpoint_origin.js';
 import * as m0024 from './migrations/0024_spend_receipt_claims.js';
 
 /**
@@ -41,6 +42,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0018_invoices_workflows_providers': m0018,
   '0019_approval_escalation': m0019,
   '0022_oidc_sign_in': m0022,
+  '0023_checkpoint_origin': m0023,
   '0024_spend_receipt_claims': m0024,
 };
 

@@ -225,6 +225,8 @@ export interface CheckpointsTable {
   kid: string;
   /** Base64url Ed25519 signature over the canonical JSON of the checkpoint without `signature`. */
   signature: string;
+  /** The origin the checkpoint was signed with; null on rows signed before migration 0023. */
+  origin: string | null;
 }
 
 export interface EconomicConfigsTable {

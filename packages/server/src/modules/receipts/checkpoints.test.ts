@@ -169,6 +169,24 @@ describe('signed checkpoints', () => {
   });
 });
 
+describe('concurrent signing', () => {
+  it('of one chain state answers 201 to exactly one request, 200 with the stored checkpoint to the others', async () => {
+    const c = await createTenant(t);
+    const race = async (size: number) => {
+      const answers = await Promise.all(Array.from({ length: 8 }, () => post(c, '/v1/receipts/checkpoints')));
+      expect(answers.map((r) => r.statusCode).sort()).toEqual([200, 200, 200, 200, 200, 200, 200, 201]);
+      // Every answer is the one checkpoint stored at that size (its signature, its timestamp).
+      const stored = (await get(c, `/v1/receipts/checkpoints/${size}`)).json() as Checkpoint;
+      for (const r of answers) expect(r.json()).toEqual(stored);
+      expect(await verifyCheckpointSignature(stored, await jwks())).toEqual({ ok: true });
+    };
+    await record(c, 3);
+    await race(3);
+    await record(c, 2, 3);
+    await race(5);
+  });
+});
+
 describe('checkpoint keys', () => {
   it('a checkpoint signed before a rotation still verifies during the overlap; an unknown key is refused', async () => {
     await withTestApp({ checkpointIntervalMs: 0 }, async (app) => {

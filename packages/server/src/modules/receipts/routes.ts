@@ -115,7 +115,8 @@ export const receiptRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       const now = await signing(() => checkpoints.now(scope.organizationId));
       if (!now)
         throw new AppError('conflict', 'The receipt chain is empty: there is nothing to checkpoint yet');
-      // 200: the chain has not grown since its latest checkpoint, which is returned as it is.
+      // 201 only when this request's checkpoint is the one stored. 200: the chain has not grown since
+      // its latest checkpoint, or a concurrent signer stored one of this size first; it is returned as it is.
       return reply.code(now.created ? 201 : 200).send(now.checkpoint);
     },
   );
