@@ -20,6 +20,8 @@ export interface ProviderRequest {
  */
 export class TestPaymentProvider {
   readonly requests: ProviderRequest[] = [];
+  /** When set, the reference the next new payment answers (as a provider might send it). */
+  nextReference: string | null = null;
   /** Payments made: idempotency key → reference. */
   readonly payments = new Map<string, string>();
   readonly modes = new Map<string, ProviderMode>();
@@ -74,7 +76,8 @@ export class TestPaymentProvider {
         const key = seen.idempotencyKey ?? randomUUID();
         let reference = this.payments.get(key);
         if (!reference) {
-          reference = `pay_${this.payments.size + 1}_${randomUUID().slice(0, 8)}`;
+          reference = this.nextReference ?? `pay_${this.payments.size + 1}_${randomUUID().slice(0, 8)}`;
+          this.nextReference = null;
           this.payments.set(key, reference);
         }
         if (this.beforeAnswer) await this.beforeAnswer(seen);

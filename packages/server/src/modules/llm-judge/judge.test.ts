@@ -135,6 +135,24 @@ describe.each(PROVIDERS)('the %s adapter', (provider) => {
     }
   });
 
+  it('fails on text that cannot be recorded (U+0000, a lone surrogate), and does not keep it', async () => {
+    for (const reason of ['External\u0000 recipient.', 'External \ud800 recipient.']) {
+      server.script = () => ({
+        object: { decision: 'deny', reason, failedArgument: 'to', matchedException: null },
+      });
+      const judge = judgeWith();
+      const req = request(provider, { to: `x${reason.length}@evil.test` });
+      const v = await judge.judge(req);
+      expect(v).toMatchObject({ ok: false, kind: 'invalid_output' });
+      if (!v.ok) expect(v.message).toContain('reason holds U+0000 or a lone surrogate');
+      // The next call asks again: a fixed model is heard at once.
+      server.script = () => ({
+        object: { decision: 'deny', reason: 'External.', failedArgument: 'to', matchedException: null },
+      });
+      expect(await judge.judge(req)).toMatchObject({ ok: true, cached: false });
+    }
+  });
+
   it('fails on 429 and on 500, saying which', async () => {
     server.script = () => ({ status: 429 });
     expect(await judgeWith().judge(request(provider, { n: 1 }))).toMatchObject({

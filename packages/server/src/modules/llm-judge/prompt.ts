@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { canonicalJson, hashJson, sha256Tagged } from '../../ledger/canonical.js';
+import { storable } from '../../lib/storable.js';
 import type { JudgeAnswer, JudgeRequest } from './model.js';
 
 /** The structured output every provider is asked for; the SDK validates the answer against it. */
@@ -71,6 +72,12 @@ export function buildPrompt(req: JudgeRequest): Prompt {
  * one the call has. Returns the problem, or null.
  */
 export function answerProblem(answer: JudgeAnswer, req: JudgeRequest): string | null {
+  // Recorded as given, so it must be text both stores hold (no U+0000, no lone surrogate).
+  for (const [name, value] of Object.entries(answer)) {
+    if (typeof value === 'string' && !storable(value)) {
+      return `its ${name} holds U+0000 or a lone surrogate, which cannot be recorded`;
+    }
+  }
   // An allow that names a violating argument contradicts itself: which of the two is meant is a
   // guess, and a guess never allows.
   if (answer.decision === 'allow' && answer.failedArgument !== null && answer.failedArgument.trim() !== '') {

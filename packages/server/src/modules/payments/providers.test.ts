@@ -229,6 +229,17 @@ describe('consume hands the payment to the rail provider', () => {
     expect(provider.requests.filter((r) => r.path === `/${path}`)).toHaveLength(1);
   });
 
+  it('2xx with a reference the stores cannot hold as sent: commits it escaped', async () => {
+    const x = await createTenant(t);
+    await setup(x, 'wire', 'ok');
+    const c = await capsuleFor(x, 'wire');
+    provider.nextReference = 'ref-\u0000-\ud800-x';
+    const res = k.ok(await pay(x, c.capsule, 'wire'));
+    expect(res.status).toBe('consumed');
+    expect(res.consumption.payment).toMatchObject({ reference: 'ref-\\u0000-\\ud800-x', state: 'succeeded' });
+    expect(await ledgerCommits(x.orgId, c.id)).toBe(1);
+  });
+
   it('5xx: 502 provider_upstream_error with the raw code; nothing consumed or counted; the retry reuses the key', async () => {
     const { path } = await setup(a, 'check', 'fail');
     const c = await capsuleFor(a, 'check');

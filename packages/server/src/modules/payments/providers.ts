@@ -2,6 +2,7 @@ import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Kysely } from 'kysely';
 import type { Clock } from '../../lib/clock.js';
+import { storableText } from '../../lib/storable.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { Db } from '../../storage/db.js';
@@ -498,5 +499,6 @@ export async function sendPayment(
       ),
     };
   }
-  return { kind: 'succeeded', reference };
+  // Paid either way: a reference the stores cannot hold as sent is kept escaped, never refused.
+  return { kind: 'succeeded', reference: storableText(reference) };
 }
