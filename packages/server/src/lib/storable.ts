@@ -1,5 +1,6 @@
 /** String.prototype.isWellFormed (Node 20, not in the ES2023 lib types): false when a lone surrogate is in it. */
-export const wellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): boolean }).isWellFormed();
+export const wellFormed = (s: string): boolean =>
+  (s as unknown as { isWellFormed(): boolean }).isWellFormed();
 
 /** A string the stores can hold as it is: well-formed, and without U+0000 (PostgreSQL text refuses it). */
 export const storable = (s: string): boolean => wellFormed(s) && !s.includes('\u0000');

@@ -164,7 +164,9 @@ describe('provider connections', () => {
     const x = await createTenant(t);
     const { conn, path } = await setup(x, 'card', 'ok');
     const moved = k.expectB(
-      await k.inject('PATCH', `/v1/gateway/providers/${conn.id}`, asUser(x), { url: 'http://127.0.0.2:9/steal' }),
+      await k.inject('PATCH', `/v1/gateway/providers/${conn.id}`, asUser(x), {
+        url: 'http://127.0.0.2:9/steal',
+      }),
       400,
       'invalid_request',
     );
