@@ -178,7 +178,7 @@ export async function buildApp({
     await registerOpenApi(app, config);
     registerRateLimits(app, { limiter: ctx.rateLimiter, clock });
     registerMetrics(app, metrics);
-    await scale?.wire(app, { keys, policies });
+    await scale?.wire(app, { keys, policies, sessions });
     app.addHook('onReady', async () => ctx.checkpoints.start());
     app.addHook('onClose', async () => {
       // In-flight requests have drained; commit what they queued before the store closes.

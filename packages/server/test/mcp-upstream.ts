@@ -17,6 +17,8 @@ export interface McpUpstream {
   /** Tool calls that reached a handler, by tool name. */
   calls: Record<string, number>;
   headers: IncomingHttpHeaders[];
+  /** Session ids the gateway ended with DELETE (Streamable HTTP), in order. */
+  deleted: string[];
   close(): Promise<void>;
 }
 
@@ -102,6 +104,7 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
 export async function startMcpUpstream(options: UpstreamOptions): Promise<McpUpstream> {
   const calls: Record<string, number> = {};
   const headers: IncomingHttpHeaders[] = [];
+  const deleted: string[] = [];
   const sessions = new Map<string, { close(): Promise<void> }>();
   const streamable = new Map<string, StreamableHTTPServerTransport>();
   const sse = new Map<string, SSEServerTransport>();
@@ -160,6 +163,7 @@ export async function startMcpUpstream(options: UpstreamOptions): Promise<McpUps
         return;
       }
       const id = req.headers['mcp-session-id'];
+      if (req.method === 'DELETE' && typeof id === 'string' && streamable.has(id)) deleted.push(id);
       let transport = typeof id === 'string' ? streamable.get(id) : undefined;
       if (!transport) {
         if (typeof id === 'string') {
@@ -199,6 +203,7 @@ export async function startMcpUpstream(options: UpstreamOptions): Promise<McpUps
     port,
     calls,
     headers,
+    deleted,
     async close() {
       await Promise.all([...sessions.values()].map((s) => s.close().catch(() => {})));
       http.closeAllConnections();

@@ -4,17 +4,22 @@ import { AppError } from '../lib/errors.js';
 import type { JwtVerifier } from '../lib/jwt.js';
 import { looksLikeApiKey } from '../modules/api-keys/keys.js';
 import { createOrganizationRepository } from '../modules/organizations/repository.js';
+import { sessionKey } from '../modules/sessions/service.js';
 import { bearerToken } from '../plugins/auth.js';
+import type { StreamHolder } from './hub.js';
 
 /**
- * Long-lived connections re-check their credentials at every heartbeat: a revoked key, an expired
- * token or a lost membership ends the delivery within one heartbeat instead of never.
+ * Long-lived connections re-check their credentials at every heartbeat: an expired token or a lost
+ * membership ends the delivery within one heartbeat instead of never. A revoked key or a signed-out
+ * session ends it at once (through its holder); the re-check is the backstop for those.
  */
 export type Recheck = () => Promise<boolean>;
 
 export interface StreamAccess {
   organizationId: string;
   recheck: Recheck;
+  /** The API key or dashboard session the stream was opened with; none for a bearer token. */
+  holder?: StreamHolder;
 }
 
 /** The raw API key the auth plugin accepted (header, bearer or `apiKey` query), to re-check it later. */
@@ -54,6 +59,7 @@ export async function streamAccess(
     return {
       organizationId: org,
       recheck: async () => (key ? (await ctx.keys.authenticate(key))?.organizationId === org : false),
+      holder: { keyId: principal.keyId },
     };
   }
   const token = bearerToken(request);
@@ -61,6 +67,7 @@ export async function streamAccess(
   const organizations = createOrganizationRepository(ctx.store.db);
   return {
     organizationId: org,
+    ...(session ? { holder: { session: sessionKey(session.id) } } : {}),
     recheck: async () => {
       // A dashboard stream ends with its session (signed out or expired).
       if (session) {

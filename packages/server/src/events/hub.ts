@@ -18,9 +18,20 @@ export class Frames {
   }
 }
 
+/**
+ * The revocable credential a connection was opened with: an API key, or a dashboard session (its
+ * sessionKey). A bearer token (JWT) cannot be revoked, so a connection opened with one has neither.
+ */
+export interface StreamHolder {
+  keyId?: string;
+  session?: string;
+}
+
 /** One open SSE or WebSocket connection as the hub sees it. */
 export interface StreamClient {
   readonly kind: 'sse' | 'ws';
+  /** Revoking this credential (or signing this session out) ends the connection at once. */
+  readonly holder?: StreamHolder;
   /** Event types wanted; null = all. */
   readonly types: ReadonlySet<string> | null;
   /** Closed underneath us; the heartbeat removes such a connection. */
@@ -37,10 +48,15 @@ export interface StreamClient {
  * Fan-out from the bus to open connections, indexed by organization so an event costs work only for
  * the connections of its own organization. The bus handler only queues: sockets are written on the
  * next turn of the event loop, so a publisher (the validate request) never waits on the fan-out.
+ *
+ * Connections are also indexed by the API key and the dashboard session they were opened with, so
+ * that a revocation or a sign-out ends them at once (the heartbeat re-check stays as a backstop).
  */
 export class EventHub {
   private readonly byOrg = new Map<string, Set<StreamClient>>();
   private readonly orgsOf = new Map<StreamClient, ReadonlySet<string>>();
+  private readonly byKey = new Map<string, Set<StreamClient>>();
+  private readonly bySession = new Map<string, Set<StreamClient>>();
   private queue: ServiceEvent[] = [];
   private scheduled = false;
   private readonly unsubscribe: () => void;
@@ -79,32 +95,64 @@ export class EventHub {
 
   /** Registers (or re-registers with a new organization set) a connection. */
   set(client: StreamClient, organizations: Iterable<string>): void {
+    const known = this.orgsOf.has(client);
     this.detach(client);
     const orgs = new Set(organizations);
     this.orgsOf.set(client, orgs);
-    for (const org of orgs) {
-      let set = this.byOrg.get(org);
-      if (!set) {
-        set = new Set();
-        this.byOrg.set(org, set);
-      }
-      set.add(client);
+    for (const org of orgs) add(this.byOrg, org, client);
+    if (!known) {
+      if (client.holder?.keyId !== undefined) add(this.byKey, client.holder.keyId, client);
+      if (client.holder?.session !== undefined) add(this.bySession, client.holder.session, client);
     }
   }
 
   private detach(client: StreamClient): void {
     const orgs = this.orgsOf.get(client);
     if (!orgs) return;
-    for (const org of orgs) {
-      const set = this.byOrg.get(org);
-      set?.delete(client);
-      if (set?.size === 0) this.byOrg.delete(org);
-    }
+    for (const org of orgs) drop(this.byOrg, org, client);
     this.orgsOf.delete(client);
   }
 
   remove(client: StreamClient): void {
+    if (!this.orgsOf.has(client)) return;
     this.detach(client);
+    if (client.holder?.keyId !== undefined) drop(this.byKey, client.holder.keyId, client);
+    if (client.holder?.session !== undefined) drop(this.bySession, client.holder.session, client);
+  }
+
+  /** Ends the connections opened with these API keys (revoked or deleted). */
+  endKeys(keyIds: Iterable<string>, reason: string): void {
+    for (const id of keyIds) this.end(this.byKey.get(id), reason);
+  }
+
+  /** Ends the connections opened with this dashboard session (signed out). */
+  endSession(session: string, reason: string): void {
+    this.end(this.bySession.get(session), reason);
+  }
+
+  /**
+   * An organization was deleted: a stream of that organization (SSE follows one) ends; a WebSocket,
+   * which follows all of its user's organizations, stays and delivers none of that one's events.
+   */
+  endOrganization(organizationId: string, reason: string): void {
+    for (const client of [...(this.byOrg.get(organizationId) ?? [])]) {
+      const rest = [...(this.orgsOf.get(client) ?? [])].filter((o) => o !== organizationId);
+      if (client.kind === 'ws') this.set(client, rest);
+      else this.end([client], reason);
+    }
+  }
+
+  private end(clients: Iterable<StreamClient> | undefined, reason: string): void {
+    if (!clients) return;
+    // A copy: removing a client changes the set it came from.
+    for (const client of [...clients]) {
+      try {
+        client.close(reason);
+      } catch {
+        // Already gone.
+      }
+      this.remove(client);
+    }
   }
 
   clients(kind?: StreamClient['kind']): StreamClient[] {
@@ -120,13 +168,21 @@ export class EventHub {
   /** Ends every connection (shutdown) and stops listening to the bus. */
   close(reason = 'server shutting down'): void {
     this.unsubscribe();
-    for (const client of this.clients()) {
-      try {
-        client.close(reason);
-      } catch {
-        // Already gone.
-      }
-      this.remove(client);
-    }
+    this.end(this.clients(), reason);
   }
+}
+
+function add(index: Map<string, Set<StreamClient>>, id: string, client: StreamClient): void {
+  let set = index.get(id);
+  if (!set) {
+    set = new Set();
+    index.set(id, set);
+  }
+  set.add(client);
+}
+
+function drop(index: Map<string, Set<StreamClient>>, id: string, client: StreamClient): void {
+  const set = index.get(id);
+  set?.delete(client);
+  if (set?.size === 0) index.delete(id);
 }

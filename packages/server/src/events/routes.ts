@@ -32,10 +32,21 @@ export async function eventRoutes(
   ];
   for (const t of timers) t.unref();
 
+  // A revoked key, a deleted organization or a signed-out session ends its streams at once, on
+  // every instance (revocations from other instances arrive through the same calls).
+  const unwatch = [
+    ctx.keys.watchRevocations((r) => {
+      if ('keyIds' in r) hub.endKeys(r.keyIds, 'the API key was revoked');
+      else hub.endOrganization(r.organizationId, 'the organization was deleted');
+    }),
+    ctx.sessions.watchEnds((session) => hub.endSession(session, 'the session ended')),
+  ];
+
   // Added before the websocket plugin so it runs first: clients get 1001 "going away", and the
   // server's close is not held open by streams that never end on their own.
   app.addHook('preClose', async () => {
     for (const t of timers) clearInterval(t);
+    for (const u of unwatch) u();
     hub.close();
   });
 

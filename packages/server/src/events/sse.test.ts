@@ -10,6 +10,7 @@ import {
   type TestApp,
   withTestApp,
 } from '../../test/helpers.js';
+import { mintKey, REVOCATIONS, type Revocation, revoke, signIn, signOut } from '../../test/revocations.js';
 import { SseClient, waitFor } from '../../test/streams.js';
 
 const validate = (t: TestApp, tenant: Tenant, tool = 'send_email') =>
@@ -158,6 +159,104 @@ describe('GET /v1/events/stream (SSE)', () => {
     await waitFor(() => t.ctx.streams.size === before + 1, 'registered');
     c.close();
     await waitFor(() => t.ctx.streams.size === before, 'removed');
+  });
+});
+
+describe('SSE streams end as soon as their credential does (not at the next heartbeat)', () => {
+  // A heartbeat (and its re-check) a minute away: whatever ends a stream here, it is not the heartbeat.
+  const t = useTestApp({}, { streams: { sseHeartbeatMs: 60_000 }, listen: true });
+  const open: SseClient[] = [];
+  afterEach(() => {
+    for (const c of open.splice(0)) c.close();
+  });
+  const connect = async (query: string, headers: Record<string, string>) => {
+    const c = await SseClient.open(`${t.url}/v1/events/stream${query}`, headers);
+    open.push(c);
+    expect(c.status).toBe(200);
+    await waitFor(() => c.comments.includes('ok'), ':ok');
+    return c;
+  };
+  /** Within this, a stream counts as ended at once. */
+  const AT_ONCE_MS = 2000;
+
+  it.each(Object.keys(REVOCATIONS) as Revocation[])("%s ends the key's streams at once", async (how) => {
+    const tenant = await createTenant(t);
+    const other = await createTenant(t);
+    const minted = await mintKey(t, tenant);
+    const byHeader = await connect('', keyHeader(minted.key));
+    const byQuery = await connect(`?apiKey=${encodeURIComponent(minted.key)}`, {});
+    const otherOrg = await connect('', keyHeader(other.apiKey));
+    const person = await connect('', { ...bearer(other.token), 'x-organization-id': other.orgId });
+    await revoke(t, how, tenant, minted.id);
+    await waitFor(() => byHeader.ended && byQuery.ended, 'the streams to end', AT_ONCE_MS);
+    // Nothing else ended: another organization's key stream and a person's stream go on.
+    await validate(t, other, 'still_here');
+    for (const c of [otherOrg, person])
+      await c.waitForEvent((e) => (e.data as { toolName: string }).toolName === 'still_here', 'event');
+    expect(otherOrg.ended || person.ended).toBe(false);
+  });
+
+  it("keeps the key's streams open when its organization only changes tier", async () => {
+    const tenant = await createTenant(t);
+    const c = await connect('', keyHeader(tenant.apiKey));
+    const res = await t.inject({
+      method: 'PATCH',
+      url: `/v1/admin/organizations/${tenant.orgId}`,
+      headers: { authorization: `Bearer ${t.config.adminToken}` },
+      payload: { tier: 'team' },
+    });
+    expect(res.statusCode).toBe(200);
+    // The organization is looked up once after the change: give that time, then check.
+    await new Promise((r) => setTimeout(r, 200));
+    await validate(t, tenant, 'after_tier');
+    await c.waitForEvent((e) => (e.data as { toolName: string }).toolName === 'after_tier', 'event');
+    expect(c.ended).toBe(false);
+  });
+
+  it("signing out ends that session's streams at once, not the same person's other sessions or tokens", async () => {
+    const tenant = await createTenant(t);
+    const session = await signIn(t, tenant.userId);
+    const second = await signIn(t, tenant.userId);
+    const query = `?organizationId=${tenant.orgId}`;
+    const signedOut = [
+      await connect(query, { cookie: session.cookie }),
+      await connect(query, { cookie: session.cookie }),
+    ];
+    const stays = [
+      await connect(query, { cookie: second.cookie }),
+      await connect(query, bearer(tenant.token)),
+      await connect('', keyHeader(tenant.apiKey)),
+    ];
+    let told = '';
+    const unwatch = t.ctx.sessions.watchEnds((key) => {
+      told = key;
+    });
+    await signOut(t, session);
+    unwatch();
+    // Watchers are told the session's stored name, never its cookie value.
+    expect(told).toMatch(/^[0-9a-f]{64}$/);
+    expect(session.cookie).not.toContain(told);
+    await waitFor(() => signedOut.every((c) => c.ended), 'the streams to end', AT_ONCE_MS);
+    await validate(t, tenant, 'after_sign_out');
+    for (const c of stays)
+      await c.waitForEvent((e) => (e.data as { toolName: string }).toolName === 'after_sign_out', 'event');
+    expect(stays.some((c) => c.ended)).toBe(false);
+    // Reconnecting with the ended session is refused.
+    const again = await t.inject({
+      method: 'GET',
+      url: `/v1/events/stream${query}`,
+      headers: { cookie: session.cookie },
+    });
+    expectError(again, 401, 'unauthorized');
+  });
+
+  it("deleting an organization ends its people's streams too", async () => {
+    const tenant = await createTenant(t);
+    const session = await signIn(t, tenant.userId);
+    const byCookie = await connect(`?organizationId=${tenant.orgId}`, { cookie: session.cookie });
+    const byToken = await connect(`?organizationId=${tenant.orgId}`, bearer(tenant.token));
+    await revoke(t, 'deleting the organization', tenant, '');
+    await waitFor(() => byCookie.ended && byToken.ended, 'the streams to end', AT_ONCE_MS);
   });
 });
 

@@ -4,7 +4,7 @@ import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../context.js';
 import type { JwtVerifier } from '../lib/jwt.js';
 import { type Recheck, streamAccess } from './access.js';
-import type { Frames, StreamClient } from './hub.js';
+import type { Frames, StreamClient, StreamHolder } from './hub.js';
 import type { StreamOptions } from './options.js';
 
 const StreamQuery = Type.Object({
@@ -178,6 +178,7 @@ export class SseClient implements StreamClient {
     private readonly writer: SseWriter,
     readonly types: ReadonlySet<string> | null,
     readonly recheck: Recheck,
+    readonly holder?: StreamHolder,
   ) {}
 
   get gone(): boolean {
@@ -226,7 +227,7 @@ export const sseRoutes: FastifyPluginAsyncTypebox<{
       reply.hijack();
       const writer = new SseWriter(reply.raw, options.maxBufferedBytes);
       writer.open({ 'x-request-id': req.id });
-      const client = new SseClient(writer, parseTypes(req.query.types), access.recheck);
+      const client = new SseClient(writer, parseTypes(req.query.types), access.recheck, access.holder);
       writer.onEnd(() => ctx.streams.remove(client));
       writer.write(':ok\n\n');
       ctx.streams.set(client, [access.organizationId]);

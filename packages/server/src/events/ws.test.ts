@@ -119,6 +119,40 @@ describe('GET /ws (WebSocket)', () => {
   });
 });
 
+describe('WebSocket and a deleted organization', () => {
+  it("stops delivering the organization's events at once (not at the next heartbeat), and stays open", async () => {
+    // A WebSocket authenticates with a bearer token, which nothing revokes; it follows all of its
+    // user's organizations, so a deleted one is dropped from it while the others go on.
+    await withTestApp({}, { streams: { wsHeartbeatMs: 60_000 }, listen: true }, async (t) => {
+      const user = `ws-del-${Date.now()}`;
+      const first = await createTenant(t, user);
+      const second = await createTenant(t, user);
+      const c = await WsClient.open(`${t.url.replace(/^http/, 'ws')}/ws?token=${first.token}`);
+      await waitFor(() => t.ctx.streams.size === 1, 'registered');
+      const deleted = await t.inject({
+        method: 'DELETE',
+        url: `/v1/organizations/${first.orgId}`,
+        headers: bearer(first.token),
+      });
+      expect(deleted.statusCode).toBe(200);
+      let round = 0;
+      await waitFor(
+        async () => {
+          round++;
+          t.ctx.events.publish({ organizationId: first.orgId, type: 'deleted.org', data: { round } });
+          t.ctx.events.publish({ organizationId: second.orgId, type: 'kept.org', data: { round } });
+          await c.waitForFrame((f) => f.type === 'kept.org' && f.data.round === round, 'kept');
+          return !c.frames.some((f) => f.type === 'deleted.org' && f.data.round === round);
+        },
+        'the deleted organization to be dropped',
+        2000,
+      );
+      expect(c.closed).toBe(false);
+      c.close();
+    });
+  });
+});
+
 describe('WebSocket slow consumers and shutdown', () => {
   it('drops a client that stops reading, without affecting the others', async () => {
     const streams = { maxBufferedBytes: 64 * 1024, wsHeartbeatMs: 60_000 };

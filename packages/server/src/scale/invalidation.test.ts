@@ -22,6 +22,10 @@ function fakeTargets() {
       pause: () => calls.push('keys paused'),
       resume: () => calls.push('keys resumed'),
     },
+    sessions: {
+      onEnd: null as ((key: string) => void) | null,
+      ended: (key: string, broadcast: boolean) => calls.push(`session ${key} ${broadcast}`),
+    },
   };
   return { calls, targets, asTargets: targets as unknown as CacheTargets };
 }
@@ -52,12 +56,18 @@ describe('InvalidationBroadcaster', () => {
     a.targets.policies.onInvalidate!('o1', 'pay');
     a.targets.keys.onForget!({ keyIds: ['k1', 'k2'] });
     a.targets.keys.onForget!({ organizationId: 'o2' });
+    a.targets.sessions.onEnd!('s1');
     expect(a.b.busy).toBe(true);
     await a.b.settled();
     expect(a.b.busy).toBe(false);
     // No waiting here: every other instance acknowledged, so it has applied them already.
     for (const other of [b, c]) {
-      expect(other.calls).toEqual(['policy o1 pay false', 'keys k1,k2 false', 'org o2 false']);
+      expect(other.calls).toEqual([
+        'policy o1 pay false',
+        'keys k1,k2 false',
+        'org o2 false',
+        'session s1 false',
+      ]);
     }
     // The publisher had invalidated its own cache before publishing: it does not do it twice.
     expect(a.calls).toEqual([]);

@@ -1,17 +1,22 @@
 import { randomUUID } from 'node:crypto';
 import type { ApiKeyAuthenticator } from '../modules/api-keys/authenticator.js';
 import type { PolicyCache } from '../modules/policies/cache.js';
+import type { SessionService } from '../modules/sessions/service.js';
 import type { Logger, RedisLink } from './redis.js';
 
 type Invalidation =
   | { kind: 'policy'; organizationId: string; toolName: string | null }
-  | { kind: 'keys'; keyIds?: string[]; organizationId?: string };
+  | { kind: 'keys'; keyIds?: string[]; organizationId?: string }
+  | { kind: 'session'; key: string };
 
 type Message = Invalidation & { id: string; from: string };
 
+/** What every instance must drop or end when another instance changes it. */
 export interface CacheTargets {
   keys: ApiKeyAuthenticator;
   policies: PolicyCache;
+  /** Dashboard sessions: one signed out ends its streams on every instance (they hold no cache). */
+  sessions: Pick<SessionService, 'onEnd' | 'ended'>;
 }
 
 interface Waiter {
@@ -28,7 +33,9 @@ const ackChannel = (instanceId: string) => `ack:${instanceId}`;
  * instance's cache at once, then is published; every instance (this one included) drops its copy and
  * acknowledges. settled() resolves once every instance that received the message has acknowledged
  * (or after ackTimeoutMs), so an HTTP response that waits for it guarantees that the next request
- * is refused or sees the new policy whichever instance it reaches.
+ * is refused or sees the new policy whichever instance it reaches. A revoked key and a signed-out
+ * dashboard session also end, on receipt, what they hold open (event streams, gateway sessions), so
+ * those are closed on every instance by the time the response leaves.
  */
 export class InvalidationBroadcaster {
   private readonly pending = new Set<Promise<void>>();
@@ -53,6 +60,7 @@ export class InvalidationBroadcaster {
     targets.policies.onInvalidate = (organizationId, toolName) =>
       b.broadcast({ kind: 'policy', organizationId, toolName });
     targets.keys.onForget = (what) => b.broadcast({ kind: 'keys', ...what });
+    targets.sessions.onEnd = (key) => b.broadcast({ kind: 'session', key });
     // Invalidations published while the subscriber is away are lost: from the moment it goes, no
     // cached key or policy is trusted (every lookup reads the store), until it is subscribed again.
     link.onDisconnect(() => {
@@ -145,6 +153,8 @@ export class InvalidationBroadcaster {
   private apply(m: Invalidation): void {
     if (m.kind === 'policy') {
       this.targets.policies.invalidate(m.organizationId, m.toolName, false);
+    } else if (m.kind === 'session') {
+      this.targets.sessions.ended(m.key, false);
     } else {
       if (m.keyIds) this.targets.keys.forgetKeys(m.keyIds, false);
       if (m.organizationId) this.targets.keys.forgetOrganization(m.organizationId, false);

@@ -381,3 +381,49 @@ describe('API keys', () => {
     }
   });
 });
+
+describe('API key revocations', () => {
+  it('tell watchers of every way a key stops authenticating, and of no tier change', async () => {
+    const tenant = await createTenant(t);
+    const told: unknown[] = [];
+    const unwatch = t.ctx.keys.watchRevocations((r) => told.push(r));
+    try {
+      const liveKey = async () =>
+        (await t.inject({ method: 'GET', url: '/v1/api-keys', headers: asUser(tenant) }))
+          .json()
+          .data.find((k: { isRevoked: boolean }) => !k.isRevoked).id as string;
+      const first = await liveKey();
+      const regenerated = await t.inject({
+        method: 'POST',
+        url: `/v1/projects/${tenant.projectId}/regenerate-key`,
+        headers: asUser(tenant),
+      });
+      expect(regenerated.statusCode).toBe(200);
+      expect(told).toEqual([{ keyIds: [first] }]);
+      const second = await liveKey();
+      await t.inject({ method: 'POST', url: `/v1/api-keys/${second}/revoke`, headers: asUser(tenant) });
+      await t.inject({ method: 'DELETE', url: `/v1/api-keys/${second}`, headers: asUser(tenant) });
+      expect(told).toEqual([{ keyIds: [first] }, { keyIds: [second] }, { keyIds: [second] }]);
+      const tier = await t.inject({
+        method: 'PATCH',
+        url: `/v1/admin/organizations/${tenant.orgId}`,
+        headers: { authorization: `Bearer ${t.config.adminToken}` },
+        payload: { tier: 'team' },
+      });
+      expect(tier.statusCode).toBe(200);
+      const deleted = await t.inject({
+        method: 'DELETE',
+        url: `/v1/organizations/${tenant.orgId}`,
+        headers: { authorization: `Bearer ${tenant.token}` },
+      });
+      expect(deleted.statusCode).toBe(200);
+      // The organization is looked up after it is forgotten: a deletion tells, the tier change did not.
+      await expect.poll(() => told.length).toBe(4);
+      await new Promise((r) => setTimeout(r, 50));
+      expect(told).toHaveLength(4);
+      expect(told.at(-1)).toEqual({ organizationId: tenant.orgId });
+    } finally {
+      unwatch();
+    }
+  });
+});

@@ -1,7 +1,7 @@
 import type { Clock } from '../../lib/clock.js';
 import type { Store } from '../../storage/db.js';
 import { hashApiKey } from './keys.js';
-import { type KeyScope, parseScopes } from './model.js';
+import { type KeyRevocation, type KeyScope, parseScopes } from './model.js';
 
 export interface KeyPrincipal {
   kind: 'apiKey';
@@ -22,6 +22,11 @@ const FLUSH_EVERY_MS = 15_000;
  * the store; every change that can make a cached key stale (revoke, delete, regenerate, organization
  * delete or tier change) calls forget*, so the very next request sees it. `lastUsedAt` is collected in
  * memory and written in one batch every few seconds instead of one write per request.
+ *
+ * forget* runs on every instance (here, then through onForget on the others), so it is also where
+ * revocations are told to what keys hold open: forgetKeys is called only for keys that stopped
+ * authenticating; forgetOrganization also follows a tier change, so it tells of a revocation only once
+ * the store confirms the organization is gone.
  */
 export class ApiKeyAuthenticator {
   private readonly cache = new Map<string, KeyPrincipal>();
@@ -34,6 +39,7 @@ export class ApiKeyAuthenticator {
   onForget: ((what: { keyIds?: string[]; organizationId?: string }) => void) | null = null;
   /** While set, nothing is read from or kept in the cache: every key is looked up in the store (pause). */
   private paused = false;
+  private readonly revocationWatchers = new Set<(r: KeyRevocation) => void>();
 
   constructor(
     private readonly store: Store,
@@ -86,17 +92,59 @@ export class ApiKeyAuthenticator {
     return this.lastUsed.get(keyId);
   }
 
+  /** These keys stopped authenticating (revoked, deleted, or their project deleted or its key regenerated). */
   forgetKeys(keyIds: string[], broadcast = true): void {
     this.generation++;
     const ids = new Set(keyIds);
     for (const [hash, p] of this.cache) if (ids.has(p.keyId)) this.cache.delete(hash);
     if (broadcast) this.onForget?.({ keyIds });
+    if (keyIds.length > 0) this.revoked({ keyIds });
   }
 
+  /** The organization changed (tier, rate) or was deleted. */
   forgetOrganization(organizationId: string, broadcast = true): void {
     this.generation++;
     for (const [hash, p] of this.cache) if (p.organizationId === organizationId) this.cache.delete(hash);
     if (broadcast) this.onForget?.({ organizationId });
+    if (this.revocationWatchers.size > 0) void this.revokedIfGone(organizationId);
+  }
+
+  /**
+   * Calls `watcher` on this instance whenever keys stop authenticating, whichever instance revoked
+   * them (with scale-out, revocations from other instances arrive through forget*). Returns the
+   * function that stops watching.
+   */
+  watchRevocations(watcher: (r: KeyRevocation) => void): () => void {
+    this.revocationWatchers.add(watcher);
+    return () => this.revocationWatchers.delete(watcher);
+  }
+
+  private revoked(r: KeyRevocation): void {
+    for (const w of this.revocationWatchers) {
+      try {
+        w(r);
+      } catch {
+        // One watcher's failure must not keep the others from ending what the keys hold open.
+      }
+    }
+  }
+
+  /**
+   * A tier change and a deletion both forget the organization; only a deletion revokes its keys.
+   * Should the store not answer, nothing is ended here: the keys are refused anyway, and open
+   * streams re-check their credentials at every heartbeat.
+   */
+  private async revokedIfGone(organizationId: string): Promise<void> {
+    try {
+      const row = await this.store.db
+        .selectFrom('organizations')
+        .select('id')
+        .where('id', '=', organizationId)
+        .executeTakeFirst();
+      if (!row) this.revoked({ organizationId });
+    } catch {
+      // See above.
+    }
   }
 
   /** Drops every cached key, locally only. */

@@ -48,3 +48,10 @@ export interface CreatedApiKey {
 }
 
 export const KEY_WARNING = 'Store this key now: it is shown only once and cannot be retrieved later.';
+
+/**
+ * Keys that stopped authenticating, as every instance learns it: these keys (revoked, deleted, their
+ * project deleted or its key regenerated), or every key of an organization that was deleted. What
+ * a key holds open (gateway sessions, event streams) ends on it.
+ */
+export type KeyRevocation = { keyIds: string[] } | { organizationId: string };

@@ -115,7 +115,7 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
       if (incoming.kind === 'request' && incoming.message.method === 'initialize') {
         // Always a new session, with an upstream session of its own: the MCP session is also the
         // policy session of the calls made in it.
-        const created = sessions.create(owner);
+        const created = sessions.create({ ...owner, organizationId: key.organizationId });
         if (typeof created === 'string')
           return sendRpc(
             reply,
@@ -206,6 +206,7 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
       // Without a session the stream is a feed of every decision of this key on the upstream.
       const stream = streams.start(req, reply, {
         sessionId: session?.id ?? null,
+        holder: { keyId: key.keyId, organizationId: key.organizationId },
         key: resumed?.stream ?? session?.log.stream('g') ?? 'g1',
         log: session?.log ?? null,
         ...(resumed ? { replay: resumed.events } : {}),
@@ -213,7 +214,8 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
         touch: () => {
           if (session) void sessions.get(session.id, owner);
         },
-        // A revoked key, or an upstream deleted, disabled or moved out of the key's reach, ends the stream.
+        // An upstream deleted, disabled or moved out of the key's reach ends the stream; so does a
+        // revoked key (at once, through EventStreams.endKeys; this is the backstop).
         recheck: async () => {
           const now = raw ? await ctx.keys.authenticate(raw) : null;
           if (!now || now.keyId !== key.keyId) return false;

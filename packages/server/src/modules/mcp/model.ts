@@ -6,6 +6,11 @@ export interface SessionOwner {
   upstreamId: string;
 }
 
+/** Who opens a session: its owner, and the organization of the key, whose share of the instance it takes. */
+export interface SessionOpener extends SessionOwner {
+  organizationId: string;
+}
+
 /** A decision of the gateway, as sent on GET /v1/mcp/:upstreamSlug streams. */
 export interface DecisionEnvelope {
   type: 'decision';
@@ -30,12 +35,26 @@ export interface FeedEvent extends SessionOwner {
 /** A stream follows one session, or (opened without a session) every call of its key on the upstream. */
 export type FeedFilter = { sessionId: string } | SessionOwner;
 
-/** Bounds on gateway sessions in one instance; each holds one upstream session (connections, state). */
+/**
+ * Bounds on gateway sessions in one instance; each holds one upstream session (connections, state).
+ * A new session never waits and is never refused for another tenant's sake: past a bound, the least
+ * recently used session of whoever holds too many ends (its client gets 404 and initializes again,
+ * as MCP prescribes). Only the upstream's own bound refuses.
+ */
 export interface SessionLimits {
-  /** Sessions of this instance in all; past it, initialize is refused. */
+  /**
+   * Sessions of this instance in all; past it, the organization holding the most sessions (the
+   * opener's own when no other holds more) loses its least recently used one.
+   */
   total: number;
   /** Sessions of one API key: past it, the key's least recently used session is ended. */
   perKey: number;
+  /**
+   * Sessions of one organization (all its keys and upstreams): past it, the organization's least
+   * recently used session is ended. Well below `total`, so one tenant, however many keys and
+   * upstreams it makes, holds a tenth of an instance at most.
+   */
+  perOrganization: number;
   /** Upstream sessions open to one upstream (gateway sessions and session-less calls); past it, refused. */
   perUpstream: number;
   /** A session with no request and no open stream for this long is ended. */
@@ -51,6 +70,7 @@ export interface SessionLimits {
 export const DEFAULT_SESSION_LIMITS: SessionLimits = {
   total: 10_000,
   perKey: 100,
+  perOrganization: 1000,
   perUpstream: 1000,
   idleMs: 15 * 60_000,
   streamsPerSession: 4,

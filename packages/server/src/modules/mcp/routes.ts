@@ -29,7 +29,21 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
   const streams = new EventStreams();
   ctx.metrics.trackStreams('mcp_sse', () => streams.size);
 
+  // A revoked or deleted key, or a deleted organization, ends its sessions (and their upstream
+  // sessions) and its streams at once, on every instance: revocations from other instances arrive
+  // through the same calls.
+  const unwatch = ctx.keys.watchRevocations((r) => {
+    if ('keyIds' in r) {
+      void sessions.endKeys(r.keyIds, 'the API key was revoked');
+      streams.endKeys(r.keyIds);
+    } else {
+      void sessions.endOrganization(r.organizationId, 'the organization was deleted');
+      streams.endOrganization(r.organizationId);
+    }
+  });
+
   app.addHook('preClose', async () => {
+    unwatch();
     // Event streams never go idle by themselves; end them so the server can close.
     streams.endAll();
   });

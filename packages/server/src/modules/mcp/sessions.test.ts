@@ -15,10 +15,21 @@ const make = (limits: Partial<SessionLimits>) => {
   return s;
 };
 
-function opened(s: McpSessions, owner: { keyId: string; upstreamId: string }): GatewaySession {
-  const created = s.create(owner);
+/** A session of `owner`, in the organization `organizationId` (default: one organization for all). */
+function opened(
+  s: McpSessions,
+  owner: { keyId: string; upstreamId: string; organizationId?: string },
+): GatewaySession {
+  const created = s.create({ organizationId: 'o', ...owner });
   if (typeof created === 'string') throw new Error(created);
   return created;
+}
+
+/** Sessions of each organization still held. */
+function heldBy(all: GatewaySession[]): Record<string, number> {
+  const n: Record<string, number> = {};
+  for (const s of all) if (!s.closed) n[s.owner.organizationId] = (n[s.owner.organizationId] ?? 0) + 1;
+  return n;
 }
 
 describe('McpSessions limits', () => {
@@ -42,22 +53,113 @@ describe('McpSessions limits', () => {
     expect(sessions.size).toBe(4);
   });
 
-  it('refuses past the total and the per-upstream bound, and frees the slot when a session ends', () => {
-    const sessions = make({ perKey: 10, perUpstream: 2, total: 3 });
+  it('refuses past the per-upstream bound, and frees the slot when a session ends', () => {
+    const sessions = make({ perKey: 10, perUpstream: 2 });
     const a = { keyId: 'a', upstreamId: 'u' };
     const b = { keyId: 'b', upstreamId: 'u' };
     const a1 = opened(sessions, a);
-    opened(sessions, b);
-    expect(sessions.create(b)).toMatch(/maximum of 2 sessions/);
+    const b1 = opened(sessions, b);
+    expect(sessions.create({ ...b, organizationId: 'o' })).toMatch(/maximum of 2 sessions/);
     // Session-less calls take the same slots.
     expect(sessions.slot('u')).toBeNull();
     expect(sessions.delete(a1.id, a)).toBe(true);
     const release = sessions.slot('u');
     expect(release).not.toBeNull();
     release!();
-    opened(sessions, { keyId: 'c', upstreamId: 'v' });
-    opened(sessions, { keyId: 'c', upstreamId: 'v' });
-    expect(sessions.create({ keyId: 'd', upstreamId: 'w' })).toMatch(/maximum of 3 MCP sessions/);
+    // A refused session ends nothing, not even for a bound it is past too.
+    const tight = make({ perKey: 1, perUpstream: 1 });
+    const only = opened(tight, a);
+    const held = tight.slot('v');
+    expect(held).not.toBeNull();
+    expect(tight.create({ keyId: 'a', upstreamId: 'v', organizationId: 'o' })).toMatch(
+      /maximum of 1 sessions/,
+    );
+    expect(only.closed).toBe(false);
+    // While a session ending for the key's bound frees the upstream slot it needs.
+    expect(opened(tight, a).closed).toBe(false);
+    expect(only.closed).toBe(true);
+    expect(b1.closed).toBe(false);
+  });
+
+  it('keeps one organization, however many keys and upstreams it floods with, from locking another out', () => {
+    // The defaults: 100 per key, 1000 per upstream, 10000 in all, and 1000 per organization.
+    const sessions = make({});
+    const flood: GatewaySession[] = [];
+    for (let i = 0; i < 10_000; i++)
+      flood.push(
+        opened(sessions, { keyId: `k${i % 100}`, upstreamId: `u${i % 10}`, organizationId: 'flood' }),
+      );
+    expect(heldBy(flood)).toEqual({ flood: DEFAULT_SESSION_LIMITS.perOrganization });
+    // The ones still held are the organization's most recently used.
+    expect(flood.filter((f) => !f.closed)).toEqual(flood.slice(-DEFAULT_SESSION_LIMITS.perOrganization));
+    const other = opened(sessions, { keyId: 'victim', upstreamId: 'v', organizationId: 'victim' });
+    expect(other.closed).toBe(false);
+    expect(sessions.size).toBe(DEFAULT_SESSION_LIMITS.perOrganization + 1);
+  });
+
+  it("ends an organization's own least recently used session past its bound, never another's", () => {
+    const sessions = make({ perKey: 10, perOrganization: 3 });
+    const other = opened(sessions, { keyId: 'b1', upstreamId: 'ub', organizationId: 'b' });
+    const first = opened(sessions, { keyId: 'a1', upstreamId: 'u1', organizationId: 'a' });
+    const a = Array.from({ length: 5 }, (_, i) => {
+      // The first stays in use, so it is never the least recently used.
+      sessions.get(first.id, first.owner);
+      return opened(sessions, { keyId: `a${i + 2}`, upstreamId: `u${i}`, organizationId: 'a' });
+    });
+    expect(first.closed).toBe(false);
+    expect(a.map((s) => s.closed)).toEqual([true, true, true, false, false]);
+    expect(other.closed).toBe(false);
+    expect(heldBy([other, first, ...a])).toEqual({ a: 3, b: 1 });
+  });
+
+  it('makes room in a full instance from the organization holding the most, and refuses nobody', () => {
+    const sessions = make({ total: 6, perOrganization: 100, perKey: 100 });
+    const all: GatewaySession[] = [];
+    const open = (org: string) => {
+      const s = opened(sessions, { keyId: `${org}-key`, upstreamId: `${org}-up`, organizationId: org });
+      all.push(s);
+      return s;
+    };
+    const a = Array.from({ length: 6 }, () => open('a'));
+    // Under its share, b takes from a (the largest), a's least recently used first.
+    open('b');
+    expect(a[0]!.closed).toBe(true);
+    expect(heldBy(all)).toEqual({ a: 5, b: 1 });
+    open('b');
+    open('b');
+    expect(heldBy(all)).toEqual({ a: 3, b: 3 });
+    // At an equal share, b makes room from its own sessions: a keeps what it has.
+    const bFirst = all.find((s) => s.owner.organizationId === 'b')!;
+    open('b');
+    expect(heldBy(all)).toEqual({ a: 3, b: 3 });
+    expect(bFirst.closed).toBe(true);
+    // A newcomer holding nothing always gets one, from an organization holding the most.
+    open('c');
+    expect(heldBy(all)).toEqual({ a: 2, b: 3, c: 1 });
+    expect(sessions.size).toBe(6);
+  });
+
+  it('ends every session of revoked keys or of a deleted organization, and only those', async () => {
+    const sessions = make({});
+    const k1 = [
+      opened(sessions, { keyId: 'k1', upstreamId: 'u' }),
+      opened(sessions, { keyId: 'k1', upstreamId: 'v' }),
+    ];
+    const k2 = opened(sessions, { keyId: 'k2', upstreamId: 'u' });
+    const elsewhere = opened(sessions, { keyId: 'k3', upstreamId: 'w', organizationId: 'p' });
+    await sessions.endKeys(['k1', 'unknown'], 'the API key was revoked');
+    expect(k1.map((s) => s.closed)).toEqual([true, true]);
+    expect(sessions.get(k1[0]!.id, k1[0]!.owner)).toBeNull();
+    expect([k2.closed, elsewhere.closed]).toEqual([false, false]);
+    // Their upstream slots are free again.
+    expect(sessions.slot('v')).not.toBeNull();
+    await sessions.endOrganization('p', 'the organization was deleted');
+    expect(elsewhere.closed).toBe(true);
+    expect(k2.closed).toBe(false);
+    expect(sessions.size).toBe(1);
+    // A key that was revoked can be given sessions again only by a new key: the index is clean.
+    expect(opened(sessions, { keyId: 'k1', upstreamId: 'u' }).closed).toBe(false);
+    expect(sessions.size).toBe(2);
   });
 
   it('never hands a session to another key or for another upstream', () => {

@@ -6,6 +6,7 @@ import {
   type FeedEvent,
   type FeedFilter,
   type SessionLimits,
+  type SessionOpener,
   type SessionOwner,
 } from './model.js';
 import { type McpStream, type ReplayBudget, type Replayed, ReplayLog, type StreamKey } from './replay.js';
@@ -45,7 +46,7 @@ export class GatewaySession implements ReplyHost {
 
   constructor(
     readonly id: string,
-    readonly owner: SessionOwner,
+    readonly owner: SessionOpener,
     private readonly limits: SessionLimits,
     now: number,
     budget: ReplayBudget = { used: 0 },
@@ -190,11 +191,17 @@ export class GatewaySession implements ReplyHost {
  * The gateway sessions of this instance, with their bounds, and the feed of gateway decisions for
  * the GET streams. Sessions live in memory: each holds a live upstream connection, so a session is
  * served only by the instance that opened it (sticky routing).
+ *
+ * No tenant can take the sessions of another: a key past its bound, or an organization past its
+ * own, loses its own least recently used session; a full instance takes one from the organization
+ * holding the most. Only the upstream's bound refuses (it protects the upstream server, which is
+ * the organization's own).
  */
 export class McpSessions {
   private readonly sessions = new Map<string, GatewaySession>();
-  /** Session ids by key, least recently used first (a Set keeps insertion order; use re-inserts). */
+  /** Session ids by key and by organization, least recently used first (a Set keeps insertion order; use re-inserts). */
   private readonly byKey = new Map<string, Set<string>>();
+  private readonly byOrg = new Map<string, Set<string>>();
   /** Upstream sessions open per upstream (gateway sessions and session-less calls). */
   private readonly slots = new Map<string, number>();
   private readonly listeners = new Set<{ filter: FeedFilter; handler: (e: DecisionEnvelope) => void }>();
@@ -210,27 +217,71 @@ export class McpSessions {
     this.sweeper.unref();
   }
 
-  /** A new session, or the reason it cannot be opened (a bound reached). */
-  create(owner: SessionOwner): GatewaySession | string {
-    if (this.sessions.size >= this.limits.total)
-      return `this instance holds its maximum of ${this.limits.total} MCP sessions`;
-    const own = this.byKey.get(owner.keyId);
-    // The key's own least recently used session goes; never another key's.
-    if (own && own.size >= this.limits.perKey)
-      void this.end(own.values().next().value!, `more than ${this.limits.perKey} sessions of this API key`);
-    const release = this.slot(owner.upstreamId);
-    if (!release)
-      return `the upstream has its maximum of ${this.limits.perUpstream} sessions open on this instance`;
-    const session = new GatewaySession(uuidv7(), owner, this.limits, this.now(), this.replayBudget);
-    this.sessions.set(session.id, session);
-    let ids = this.byKey.get(owner.keyId);
-    if (!ids) {
-      ids = new Set();
-      this.byKey.set(owner.keyId, ids);
+  /**
+   * A new session, or the reason it cannot be opened (the upstream's bound reached). Past the
+   * key's, the organization's or the instance's bound, a session makes room by ending one: the
+   * key's own least recently used, the organization's own, then that of the organization holding
+   * the most sessions. Nothing is ended for a session that is then refused.
+   */
+  create(opener: SessionOpener): GatewaySession | string {
+    const victims: { id: string; reason: string }[] = [];
+    const taken = new Set<string>();
+    const pick = (ids: Set<string> | undefined, reason: string): boolean => {
+      for (const id of ids ?? [])
+        if (!taken.has(id)) {
+          taken.add(id);
+          victims.push({ id, reason });
+          return true;
+        }
+      return false;
+    };
+    const held = (ids: Set<string> | undefined) => {
+      if (!ids) return 0;
+      let n = ids.size;
+      for (const id of taken) if (ids.has(id)) n--;
+      return n;
+    };
+    const ownKey = this.byKey.get(opener.keyId);
+    if (held(ownKey) >= this.limits.perKey)
+      pick(ownKey, `more than ${this.limits.perKey} sessions of this API key`);
+    const ownOrg = this.byOrg.get(opener.organizationId);
+    if (held(ownOrg) >= this.limits.perOrganization)
+      pick(ownOrg, `more than ${this.limits.perOrganization} sessions of this organization`);
+    if (this.sessions.size - victims.length >= this.limits.total) {
+      const own = held(ownOrg);
+      const largest = this.largestOrganization(opener.organizationId);
+      // Another organization gives one up when it keeps at least as many as the opener then holds,
+      // or when the opener holds none: a tenant under its share is never refused for others' sake.
+      const from =
+        largest && (largest.held - 1 >= own + 1 || own === 0)
+          ? this.byOrg.get(largest.organizationId)
+          : ownOrg;
+      const reason = `this instance holds its maximum of ${this.limits.total} MCP sessions`;
+      if (!pick(from, reason)) return reason;
     }
-    ids.add(session.id);
+    const freed = victims.filter((v) => this.sessions.get(v.id)?.owner.upstreamId === opener.upstreamId);
+    if ((this.slots.get(opener.upstreamId) ?? 0) - freed.length >= this.limits.perUpstream)
+      return `the upstream has its maximum of ${this.limits.perUpstream} sessions open on this instance`;
+    for (const v of victims) void this.end(v.id, v.reason);
+    const release = this.slot(opener.upstreamId)!;
+    const session = new GatewaySession(uuidv7(), opener, this.limits, this.now(), this.replayBudget);
+    this.sessions.set(session.id, session);
+    index(this.byKey, opener.keyId).add(session.id);
+    index(this.byOrg, opener.organizationId).add(session.id);
     this.releases.set(session.id, release);
     return session;
+  }
+
+  /**
+   * The organization holding the most sessions other than `except`, scanned only when the instance
+   * is full (one step per organization holding sessions).
+   */
+  private largestOrganization(except: string): { organizationId: string; held: number } | null {
+    let best: { organizationId: string; held: number } | null = null;
+    for (const [organizationId, ids] of this.byOrg)
+      if (organizationId !== except && (!best || ids.size > best.held))
+        best = { organizationId, held: ids.size };
+    return best;
   }
 
   private readonly releases = new Map<string, () => void>();
@@ -260,9 +311,10 @@ export class McpSessions {
     const s = this.sessions.get(id);
     if (!s || s.owner.keyId !== owner.keyId || s.owner.upstreamId !== owner.upstreamId) return null;
     s.lastSeen = this.now();
-    const ids = this.byKey.get(owner.keyId);
-    ids?.delete(id);
-    ids?.add(id);
+    for (const ids of [this.byKey.get(s.owner.keyId), this.byOrg.get(s.owner.organizationId)]) {
+      ids?.delete(id);
+      ids?.add(id);
+    }
     return s;
   }
 
@@ -272,14 +324,13 @@ export class McpSessions {
     return true;
   }
 
-  /** Ends a session for any reason (client, idle, eviction, upstream gone). */
+  /** Ends a session for any reason (client, idle, eviction, upstream gone, key revoked). */
   end(id: string, reason: string): Promise<void> {
     const s = this.sessions.get(id);
     if (!s) return Promise.resolve();
     this.sessions.delete(id);
-    const ids = this.byKey.get(s.owner.keyId);
-    ids?.delete(id);
-    if (ids?.size === 0) this.byKey.delete(s.owner.keyId);
+    unindex(this.byKey, s.owner.keyId, id);
+    unindex(this.byOrg, s.owner.organizationId, id);
     this.releases.get(id)?.();
     this.releases.delete(id);
     return s.close(reason);
@@ -289,6 +340,24 @@ export class McpSessions {
   endUpstream(upstreamId: string, reason: string): void {
     for (const [id, s] of [...this.sessions])
       if (s.owner.upstreamId === upstreamId) void this.end(id, reason);
+  }
+
+  /**
+   * Every session of these keys (revoked or deleted), as DELETE would end it: its upstream session
+   * is closed too, its requests in flight fail and its streams end. Resolves once the upstream
+   * sessions are closed.
+   */
+  endKeys(keyIds: Iterable<string>, reason: string): Promise<void> {
+    const ended: Promise<void>[] = [];
+    for (const keyId of keyIds)
+      for (const id of [...(this.byKey.get(keyId) ?? [])]) ended.push(this.end(id, reason));
+    return Promise.all(ended).then(() => {});
+  }
+
+  /** Every session of an organization that was deleted. */
+  endOrganization(organizationId: string, reason: string): Promise<void> {
+    const ids = [...(this.byOrg.get(organizationId) ?? [])];
+    return Promise.all(ids.map((id) => this.end(id, reason))).then(() => {});
   }
 
   publish(event: FeedEvent): void {
@@ -323,4 +392,20 @@ export class McpSessions {
     this.listeners.clear();
     await Promise.all([...this.sessions.keys()].map((id) => this.end(id, 'the gateway is shutting down')));
   }
+}
+
+/** The set of session ids under `id`, made if absent. */
+function index(by: Map<string, Set<string>>, id: string): Set<string> {
+  let ids = by.get(id);
+  if (!ids) {
+    ids = new Set();
+    by.set(id, ids);
+  }
+  return ids;
+}
+
+function unindex(by: Map<string, Set<string>>, id: string, sessionId: string): void {
+  const ids = by.get(id);
+  ids?.delete(sessionId);
+  if (ids?.size === 0) by.delete(id);
 }

@@ -17,8 +17,10 @@ async function serve(recheck: () => Promise<boolean>, maxBufferedBytes = 1024 * 
   app = Fastify();
   app.addHook('preClose', async () => streams.endAll());
   app.get('/stream', async (req, reply) => {
+    const q = req.query as { key?: string; org?: string };
     streams.start(req, reply, {
       sessionId: 's1',
+      holder: { keyId: q.key ?? 'k1', organizationId: q.org ?? 'o1' },
       key: 'g1',
       log: null,
       subscribe: (h) => {
@@ -50,6 +52,35 @@ describe('MCP event streams (GET /v1/mcp/:slug)', () => {
     valid = false;
     await waitFor(() => client.ended, 'the stream to end');
     await waitFor(() => s.streams.size === 0 && s.handlers.size === 0, 'the stream to be forgotten');
+  });
+
+  it("ends a revoked key's streams and a deleted organization's at once, no other", async () => {
+    // The re-check would keep every stream: only the revocation ends them.
+    const s = await serve(async () => true);
+    const open = async (key: string, org: string) => {
+      const c = await SseClient.open(`${s.url}?key=${key}&org=${org}`);
+      await waitFor(() => c.events.length > 0, 'the session notification');
+      return c;
+    };
+    const [k1, k1again, k2, k3, other] = [
+      await open('k1', 'o1'),
+      await open('k1', 'o1'),
+      await open('k2', 'o1'),
+      await open('k3', 'o2'),
+      await open('k4', 'o3'),
+    ];
+    s.streams.endKeys(['k1']);
+    await waitFor(() => k1.ended && k1again.ended, "the key's streams to end", 1000);
+    expect([k2.ended, k3.ended, other.ended]).toEqual([false, false, false]);
+    s.streams.endOrganization('o2');
+    await waitFor(() => k3.ended, "the organization's stream to end", 1000);
+    expect([k2.ended, other.ended]).toEqual([false, false]);
+    await waitFor(() => s.streams.size === 2, 'the ended streams to be forgotten');
+    // Indexes hold nothing of ended streams: ending them again is harmless.
+    s.streams.endKeys(['k1', 'k3']);
+    expect(s.streams.size).toBe(2);
+    k2.close();
+    other.close();
   });
 
   it('keeps the stream when a re-check fails with an error (store hiccup)', async () => {

@@ -6,6 +6,8 @@ import { McpStream, type Replayed, type ReplayLog, type StreamKey } from './repl
 export interface StreamOptions {
   /** The session the stream belongs to (its id is sent first), or null for a key-wide decision feed. */
   sessionId: string | null;
+  /** The key the stream was opened with, and its organization: revoking either ends the stream at once. */
+  holder: { keyId: string; organizationId: string };
   /** The stream's key, and the session's replay log its events are recorded in (null: not resumable). */
   key: StreamKey;
   log: ReplayLog | null;
@@ -32,10 +34,14 @@ export const DEFAULT_STREAM_LIMITS: StreamLimits = { pingMs: 15_000, maxBuffered
 
 /**
  * GET /v1/mcp/:upstreamSlug streams and the SSE answers of POSTs, all written through the service's
- * SseWriter. They are tracked so that closing the app ends them instead of waiting for their clients.
+ * SseWriter. They are tracked so that closing the app ends them instead of waiting for their clients,
+ * and GET streams are indexed by key and organization so that a revocation ends them at once. (A
+ * POST's answer stream ends with its request, which fails when its session is ended.)
  */
 export class EventStreams {
   private readonly open = new Map<SseWriter, string | null>();
+  private readonly byKey = new Map<string, Set<SseWriter>>();
+  private readonly byOrg = new Map<string, Set<SseWriter>>();
 
   constructor(readonly limits: StreamLimits = DEFAULT_STREAM_LIMITS) {}
 
@@ -67,9 +73,14 @@ export class EventStreams {
       writer.heartbeat(o.recheck);
     }, this.limits.pingMs);
     ping.unref();
+    const { keyId, organizationId } = o.holder;
+    index(this.byKey, keyId).add(writer);
+    index(this.byOrg, organizationId).add(writer);
     writer.onEnd(() => {
       clearInterval(ping);
       unsubscribe();
+      unindex(this.byKey, keyId, writer);
+      unindex(this.byOrg, organizationId, writer);
     });
     if (o.sessionId && !o.replay)
       stream.send(
@@ -92,7 +103,32 @@ export class EventStreams {
     for (const [w, id] of [...this.open]) if (id === sessionId) w.close();
   }
 
+  /** The GET streams of these keys (revoked or deleted). */
+  endKeys(keyIds: Iterable<string>): void {
+    for (const id of keyIds) for (const w of [...(this.byKey.get(id) ?? [])]) w.close();
+  }
+
+  /** The GET streams of an organization that was deleted. */
+  endOrganization(organizationId: string): void {
+    for (const w of [...(this.byOrg.get(organizationId) ?? [])]) w.close();
+  }
+
   endAll(): void {
     for (const w of [...this.open.keys()]) w.close();
   }
+}
+
+function index(by: Map<string, Set<SseWriter>>, id: string): Set<SseWriter> {
+  let set = by.get(id);
+  if (!set) {
+    set = new Set();
+    by.set(id, set);
+  }
+  return set;
+}
+
+function unindex(by: Map<string, Set<SseWriter>>, id: string, writer: SseWriter): void {
+  const set = by.get(id);
+  set?.delete(writer);
+  if (set?.size === 0) by.delete(id);
 }

@@ -15,6 +15,11 @@ import {
 } from './model.js';
 
 const hash = (secret: string) => createHash('sha256').update(secret).digest('hex');
+/**
+ * How a session is named outside its cookie: the SHA-256 of its id, as stored. Open streams are
+ * indexed by it, and it is what goes to other instances when the session ends (never the secret).
+ */
+export const sessionKey = (sessionId: string): string => hash(sessionId);
 /** 256 random bits as 43 base64url characters: session ids, link tokens, CSRF tokens, OIDC states. */
 export const secret = () => randomBytes(32).toString('base64url');
 /** Cookie and link secrets are 43 base64url characters; anything else is not worth a lookup. */
@@ -27,8 +32,34 @@ export function createSessionService(deps: { db: Kysely<Database>; clock: Clock;
   const { db, clock } = deps;
   const now = () => clock.now();
   const later = (seconds: number) => new Date(now().getTime() + seconds * 1000).toISOString();
+  const endWatchers = new Set<(key: string) => void>();
 
   const service = {
+    /** Set by scale-out: tells the other instances that a session ended (they call ended(key, false)). */
+    onEnd: null as ((key: string) => void) | null,
+
+    /**
+     * Calls `watcher` with the sessionKey of every session signed out, here or (with scale-out) on
+     * another instance, so what the session holds open ends at once. Returns the function that stops
+     * watching.
+     */
+    watchEnds(watcher: (key: string) => void): () => void {
+      endWatchers.add(watcher);
+      return () => endWatchers.delete(watcher);
+    },
+
+    /** The session named by `key` ended: tell this instance's watchers and, unless told by one, the others. */
+    ended(key: string, broadcast = true): void {
+      if (broadcast) service.onEnd?.(key);
+      for (const w of endWatchers) {
+        try {
+          w(key);
+        } catch {
+          // One watcher's failure must not keep the others from ending what the session holds open.
+        }
+      }
+    },
+
     async createLoginLink(userId: string, ttlSeconds: number): Promise<LoginLink> {
       if (!isUserId(userId))
         throw new Error('the user id must be 1 to 200 characters without control characters');
@@ -169,7 +200,9 @@ export function createSessionService(deps: { db: Kysely<Database>; clock: Clock;
 
     async end(sessionId: string): Promise<void> {
       if (!SECRET_RE.test(sessionId)) return;
-      await db.deleteFrom('user_sessions').where('id_hash', '=', hash(sessionId)).execute();
+      const key = hash(sessionId);
+      await db.deleteFrom('user_sessions').where('id_hash', '=', key).execute();
+      service.ended(key);
     },
   };
   return service;

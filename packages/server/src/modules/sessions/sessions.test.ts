@@ -3,6 +3,7 @@ import { ManualClock, openApproval, setTier } from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
 import { bearer, createTenant, expectError, withTestApp } from '../../../test/helpers.js';
 import { SESSION_COOKIE } from './model.js';
+import { sessionKey } from './service.js';
 
 const clock = new ManualClock();
 
@@ -188,5 +189,35 @@ describe('cookie sessions', () => {
       payload: { name: 'p2', organizationId: tenant.orgId },
     });
     expect(created.statusCode).toBe(201);
+  });
+});
+
+describe('session ends', () => {
+  it('are told to watchers and to the other instances by the stored name, never the cookie value', async () => {
+    const { cookie, csrf } = await signIn('carol');
+    const told: string[] = [];
+    const broadcast: string[] = [];
+    const unwatch = t.ctx.sessions.watchEnds((key) => told.push(key));
+    const hook = t.ctx.sessions.onEnd;
+    t.ctx.sessions.onEnd = (key) => broadcast.push(key);
+    try {
+      const out = await t.inject({
+        method: 'POST',
+        url: '/v1/auth/logout',
+        headers: { cookie, 'x-csrf-token': csrf },
+      });
+      expect(out.statusCode).toBe(204);
+      const key = sessionKey(cookie.slice(`${SESSION_COOKIE}=`.length));
+      expect(key).toMatch(/^[0-9a-f]{64}$/);
+      expect(told).toEqual([key]);
+      expect(broadcast).toEqual([key]);
+      // An end told by another instance reaches the watchers here, and goes nowhere else.
+      t.ctx.sessions.ended('f'.repeat(64), false);
+      expect(told).toEqual([key, 'f'.repeat(64)]);
+      expect(broadcast).toEqual([key]);
+    } finally {
+      unwatch();
+      t.ctx.sessions.onEnd = hook;
+    }
   });
 });

@@ -1,0 +1,123 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useTestApp } from '../../../test/fixture.js';
+import { createTenant, expectError, keyHeader } from '../../../test/helpers.js';
+import { createUpstream, rawRpc, rawSession, readEvents } from '../../../test/mcp-helpers.js';
+import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
+import { mintKey, REVOCATIONS, type Revocation, revoke } from '../../../test/revocations.js';
+import { waitFor } from '../../../test/streams.js';
+
+let upstream: McpUpstream;
+
+const t = useTestApp({}, { listen: true });
+beforeAll(async () => {
+  upstream = await startMcpUpstream({ transport: 'streamable' });
+});
+afterAll(async () => {
+  await upstream.close();
+});
+
+/** Within this, what the key held counts as ended at once (pings, and their re-check, are 15 s apart). */
+const AT_ONCE_MS = 3000;
+
+const call = (id: number, name: string, args: Record<string, unknown>) => ({
+  jsonrpc: '2.0',
+  id,
+  method: 'tools/call',
+  params: { name, arguments: args },
+});
+
+const upstreamSessions = () =>
+  new Set(upstream.headers.map((h) => h['mcp-session-id']).filter((id) => typeof id === 'string'));
+
+/** A gateway session opened with bare requests, and the id of the upstream's own session behind it. */
+async function openSession(url: string, headers: Record<string, string>) {
+  const before = upstreamSessions();
+  const session = await rawSession(url, headers);
+  const upstreamId = await waitFor(
+    () => [...upstreamSessions()].find((id) => !before.has(id)),
+    'the upstream session to be used',
+  );
+  return { session, upstreamId };
+}
+
+let n = 0;
+async function setup() {
+  const tenant = await createTenant(t);
+  const slug = `rev-${++n}`;
+  await createUpstream(t, tenant, { name: slug, slug, url: upstream.url, timeoutMs: 60_000 });
+  return { tenant, url: `${t.url}/v1/mcp/${slug}` };
+}
+
+describe.each(Object.keys(REVOCATIONS) as Revocation[])('MCP gateway: %s', (how) => {
+  it('ends the key’s sessions at once: upstream session closed, calls in flight failed, streams ended', async () => {
+    const { tenant, url } = await setup();
+    const minted = await mintKey(t, tenant);
+    const { session, upstreamId: upstreamSession } = await openSession(url, keyHeader(minted.key));
+    // Someone else's session on the same upstream server, which must go on.
+    const bystander = await setup();
+    const { session: kept, upstreamId: keptUpstream } = await openSession(
+      bystander.url,
+      keyHeader(bystander.tenant.apiKey),
+    );
+
+    const stream = await fetch(url, { headers: session });
+    const feed = await fetch(url, { headers: keyHeader(minted.key) });
+    expect([stream.status, feed.status]).toEqual([200, 200]);
+    const before = upstream.calls.slow ?? 0;
+    const inFlight = rawRpc(url, call(7, 'slow', { ms: 30_000 }), session);
+    await waitFor(() => (upstream.calls.slow ?? 0) > before, 'the call to reach the upstream');
+
+    const started = Date.now();
+    await revoke(t, how, tenant, minted.id);
+    const answer = await inFlight;
+    expect(answer.json().error.code).toBe(-32603);
+    // Both streams end (readEvents returns at the end of a stream, and throws past its deadline).
+    const seen = await readEvents(stream, () => false, AT_ONCE_MS);
+    expect(JSON.parse(seen[0]!.data).params.sessionId).toBe(session['mcp-session-id']);
+    await readEvents(feed, () => false, AT_ONCE_MS);
+    await waitFor(
+      () => upstream.deleted.includes(upstreamSession),
+      'the upstream session to end',
+      AT_ONCE_MS,
+    );
+    expect(Date.now() - started).toBeLessThan(AT_ONCE_MS);
+
+    // The key is refused; the bystander's session, on the same upstream server, goes on.
+    expectError(
+      await t.inject({
+        method: 'POST',
+        url: new URL(url).pathname,
+        headers: session,
+        payload: call(8, 'echo', { text: 'x' }),
+      }),
+      401,
+      'invalid_api_key',
+    );
+    const ok = await rawRpc(bystander.url, call(9, 'echo', { text: 'still here' }), kept);
+    expect(ok.json().result.content[0].text).toBe('echo: still here');
+    expect(upstream.deleted).not.toContain(keptUpstream);
+  });
+});
+
+describe('MCP gateway: a revoked key of one project', () => {
+  it("leaves the sessions of the organization's other keys alone", async () => {
+    const { tenant, url } = await setup();
+    const minted = await mintKey(t, tenant);
+    const { session: revoked, upstreamId: revokedUpstream } = await openSession(url, keyHeader(minted.key));
+    const kept = await rawSession(url, keyHeader(tenant.apiKey));
+    await revoke(t, 'revoking the key', tenant, minted.id);
+    await waitFor(
+      () => upstream.deleted.includes(revokedUpstream),
+      'the upstream session to end',
+      AT_ONCE_MS,
+    );
+    const ok = await rawRpc(url, call(1, 'echo', { text: 'kept' }), kept);
+    expect(ok.json().result.content[0].text).toBe('echo: kept');
+    // The revoked key's session id is unknown even to a valid key now (it is another key's anyway).
+    const gone = await rawRpc(url, call(2, 'echo', { text: 'x' }), {
+      ...keyHeader(tenant.apiKey),
+      'mcp-session-id': revoked['mcp-session-id']!,
+    });
+    expect(gone.status).toBe(404);
+  });
+});
