@@ -67,6 +67,23 @@ describe('API keys', () => {
     expect(flushed.last_used_at).toBe(key.lastUsedAt);
   });
 
+  it('never moves lastUsedAt back when another instance stored a later use', async () => {
+    const tenant = await createTenant(t);
+    const [key] = (
+      await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader(tenant.apiKey) })
+    ).json().data;
+    // Another instance flushed a use of the key later than this instance's.
+    const later = '2999-01-01T00:00:00.000Z';
+    await t.store.db.updateTable('api_keys').set({ last_used_at: later }).where('id', '=', key.id).execute();
+    await t.ctx.keys.flush();
+    const stored = await t.store.db
+      .selectFrom('api_keys')
+      .select('last_used_at')
+      .where('id', '=', key.id)
+      .executeTakeFirstOrThrow();
+    expect(stored.last_used_at).toBe(later);
+  });
+
   it('renames, revokes (immediately effective) and deletes', async () => {
     const tenant = await createTenant(t);
     const created = (

@@ -178,7 +178,13 @@ export class ApiKeyAuthenticator {
       try {
         await this.store.db.transaction().execute(async (trx) => {
           for (const [id, at] of batch) {
-            await trx.updateTable('api_keys').set({ last_used_at: at }).where('id', '=', id).execute();
+            // Another instance may have stored a later use already: the time only moves forward.
+            await trx
+              .updateTable('api_keys')
+              .set({ last_used_at: at })
+              .where('id', '=', id)
+              .where((eb) => eb.or([eb('last_used_at', 'is', null), eb('last_used_at', '<', at)]))
+              .execute();
           }
         });
       } catch {
