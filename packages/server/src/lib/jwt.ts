@@ -1,9 +1,17 @@
 import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { createRemoteJWKSet, type JWTVerifyGetKey, errors as joseErrors, jwtVerify, SignJWT } from 'jose';
+import {
+  createRemoteJWKSet,
+  customFetch,
+  type JWTVerifyGetKey,
+  errors as joseErrors,
+  jwtVerify,
+  SignJWT,
+} from 'jose';
 import type { Config } from '../config.js';
 import type { Store } from '../storage/db.js';
+import { boundedFetch } from './bounded-fetch.js';
 import { isUserId } from './schemas.js';
 
 export interface UserClaims {
@@ -20,8 +28,9 @@ export interface JwtVerifier {
 export class TokenError extends Error {}
 
 /**
- * The identity provider's key set could not be fetched (unreachable, timeout, not a key set) when the
- * cached one was stale or lacked the token's key: the service's problem (503), not the caller's.
+ * The identity provider's key set could not be fetched (unreachable, timeout, redirect, over 1 MiB,
+ * not a key set) when the cached one was stale or lacked the token's key: the service's problem
+ * (503), not the caller's.
  */
 export class KeySourceError extends Error {}
 
@@ -30,6 +39,8 @@ const JWKS_ALGORITHMS = ['RS256', 'ES256', 'EdDSA'];
 /** How long a failed key set fetch waits before the next one (jose's cooldown for unknown kids). */
 const JWKS_COOLDOWN_MS = 30_000;
 const JWKS_TIMEOUT_MS = 5_000;
+/** The largest key set read: 1 MiB, far beyond any provider's handful of keys. */
+const JWKS_MAX_BYTES = 1024 * 1024;
 
 /**
  * The provider's key set, cached for SVC_JWT_JWKS_CACHE_SECONDS. A failure to fetch it becomes a
@@ -40,6 +51,8 @@ function jwksKeys(url: string, cacheSeconds: number): JWTVerifyGetKey {
     cacheMaxAge: cacheSeconds * 1000,
     cooldownDuration: Math.min(JWKS_COOLDOWN_MS, cacheSeconds * 1000),
     timeoutDuration: JWKS_TIMEOUT_MS,
+    // No redirect followed (a redirect is not the key set: 503 as any non-200), no answer over the limit.
+    [customFetch]: (href, init) => boundedFetch(href, init, { maxBytes: JWKS_MAX_BYTES }),
   });
   return async (header, token) => {
     try {
@@ -132,7 +145,9 @@ export function createJwtVerifier(config: Config, secret: string | null): JwtVer
         if (typeof payload.sub !== 'string' || payload.sub === '')
           throw new TokenError('token has no sub claim');
         if (!isUserId(payload.sub))
-          throw new TokenError('token sub must be 1-200 characters without control characters');
+          throw new TokenError(
+            'token sub must be 1-200 characters of well-formed Unicode without control characters',
+          );
         return { sub: payload.sub };
       } catch (err) {
         if (err instanceof TokenError || err instanceof KeySourceError) throw err;

@@ -181,11 +181,15 @@ const PATTERN_MESSAGES = new Map([
 
 /**
  * A person's id as the service stores it (a token's `sub`, a provider's user claim): 1-200
- * characters, not only spaces, no control characters (U+0000 would not even reach PostgreSQL).
+ * characters, not only spaces, no control characters (U+0000 would not even reach PostgreSQL), and
+ * well-formed Unicode: a lone surrogate is stored as U+FFFD, so "\ud800" and "\udfff" would both
+ * name the same person.
  */
 export function isUserId(value: unknown): value is string {
   return (
     typeof value === 'string' &&
+    // String.prototype.isWellFormed: Node 20, not in the ES2023 lib types.
+    (value as unknown as { isWellFormed(): boolean }).isWellFormed() &&
     value.trim() !== '' &&
     codePointLength(value) <= 200 &&
     NO_CONTROL_CHARS_RE.test(value)
