@@ -12,12 +12,13 @@ export interface SeenRequest {
   body: Record<string, unknown>;
 }
 
-/** What the fake model does: answer an object, answer raw text, fail with a status, or stall. */
+/** What the fake model does: answer an object, answer raw text, fail with a status, stall, or redirect. */
 export type Reply =
   | { object: unknown }
   | { text: string }
   | { status: number; body?: unknown }
-  | { stallMs: number };
+  | { stallMs: number }
+  | { redirect: string };
 
 export type Script = (req: SeenRequest) => Reply | Promise<Reply>;
 
@@ -150,6 +151,10 @@ export async function startFakeModelServer(script: Script): Promise<FakeModelSer
       if ('stallMs' in reply) {
         const t = setTimeout(() => res.destroy(), reply.stallMs);
         res.on('close', () => clearTimeout(t));
+        return;
+      }
+      if ('redirect' in reply) {
+        res.writeHead(307, { location: reply.redirect }).end();
         return;
       }
       if ('status' in reply) {

@@ -153,6 +153,26 @@ describe.each(PROVIDERS)('the %s adapter', (provider) => {
     }
   });
 
+  it('follows no redirect and reads no answer over 1 MiB', async () => {
+    const other = await startFakeModelServer(() => ({
+      object: { decision: 'allow', reason: 'Fine.', failedArgument: null, matchedException: null },
+    }));
+    try {
+      server.script = () => ({ redirect: `${other.url}${server.seen.at(-1)!.path}` });
+      const moved = await judgeWith().judge(request(provider, { to: 'a@example.com' }));
+      expect(moved).toMatchObject({ ok: false, kind: 'provider_error' });
+      // Neither the key nor the arguments reached the other host.
+      expect(other.seen).toHaveLength(0);
+      server.script = () => ({ text: `{"reason":"${'x'.repeat(1024 * 1024)}"}` });
+      expect(await judgeWith().judge(request(provider, { to: 'b@example.com' }))).toMatchObject({
+        ok: false,
+        kind: 'provider_error',
+      });
+    } finally {
+      await other.close();
+    }
+  });
+
   it('fails on 429 and on 500, saying which', async () => {
     server.script = () => ({ status: 429 });
     expect(await judgeWith().judge(request(provider, { n: 1 }))).toMatchObject({

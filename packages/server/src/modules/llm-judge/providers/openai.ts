@@ -1,5 +1,6 @@
 import { createOpenAI } from '@ai-sdk/openai';
 import type { ProviderAdapter, ProviderSettings } from '../model.js';
+import { providerFetch } from './fetch.js';
 import { structuredAdapter } from './structured.js';
 
 /**
@@ -10,6 +11,7 @@ export function openaiAdapter(s: ProviderSettings): ProviderAdapter {
   const provider = createOpenAI({
     apiKey: s.apiKey ?? 'not-needed',
     ...(s.baseUrl ? { baseURL: s.baseUrl } : {}),
+    fetch: providerFetch,
   });
   return structuredAdapter('openai', s.model, provider.chat(s.model));
 }
