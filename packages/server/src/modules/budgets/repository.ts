@@ -1,5 +1,6 @@
 import type { BudgetScope, EconomicConfig, ScopeUsage } from '@svc/policy-engine';
 import { type Insertable, type Selectable, sql } from 'kysely';
+import { chainedReceiptFor } from '../../ledger/chained.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { Db, Store } from '../../storage/db.js';
 import type { SpendActionsTable, SpendLedgerTable } from '../../storage/schema.js';
@@ -468,15 +469,8 @@ export function createSpendLedger(store: Store) {
     },
 
     /** The receipt already chained for a ledger entry, if any (a writer may have died before storing its id). */
-    async receiptFor(organizationId: string, entryId: string): Promise<string | undefined> {
-      const row = await store.db
-        .selectFrom('receipts')
-        .select('receipt_id')
-        .where('organization_id', '=', organizationId)
-        .where('decision_id', '=', entryId)
-        .executeTakeFirst();
-      return row?.receipt_id;
-    },
+    receiptFor: (organizationId: string, entryId: string) =>
+      chainedReceiptFor(store.db, organizationId, entryId),
 
     async entries(organizationId: string): Promise<EntryRow[]> {
       return store.db

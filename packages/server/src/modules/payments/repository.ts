@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely';
+import { chainedReceiptFor } from '../../ledger/chained.js';
 import type { Db } from '../../storage/db.js';
 import type { CapsuleStatus, GatewayTables } from './model.js';
 
@@ -169,15 +170,7 @@ export function createGatewayRepository(base: Db) {
     },
 
     /** The receipt already chained for a decision (a consume's ledger entry), if any. */
-    async receiptFor(org: string, decisionId: string): Promise<string | undefined> {
-      const row = await base
-        .selectFrom('receipts')
-        .select('receipt_id')
-        .where('organization_id', '=', org)
-        .where('decision_id', '=', decisionId)
-        .executeTakeFirst();
-      return row?.receipt_id;
-    },
+    receiptFor: (org: string, decisionId: string) => chainedReceiptFor(base, org, decisionId),
 
     /** The highest version of a pack with this content saved by `at`: the one a consume ran under. */
     async packBySha(org: string, packId: string, sha256: string, at: string): Promise<PackRow | undefined> {
