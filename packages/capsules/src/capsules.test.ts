@@ -138,6 +138,9 @@ describe('capsule JWS', () => {
       { now: new Date('x') },
       { now: at, skewSeconds: Number.NaN },
       { now: at, skewSeconds: Number.POSITIVE_INFINITY },
+      // Not numbers: '1e9' would multiply to a finite skew of 31 years.
+      { now: at, skewSeconds: '1e9' as unknown as number },
+      { now: Date.parse('2030-01-01') as unknown as Date },
     ]) {
       await expect(verifyCapsule(expired, [jwk], opts), JSON.stringify(opts)).rejects.toBeInstanceOf(
         TypeError,

@@ -72,12 +72,15 @@ export async function verifyCapsule(
   keys: KeySet,
   opts: VerifyCapsuleOptions = {},
 ): Promise<CapsuleCheck> {
-  const now = (opts.now ?? new Date()).getTime();
-  const skew = (opts.skewSeconds ?? DEFAULT_SKEW_SECONDS) * 1000;
-  // A NaN here would make every capsule unexpired: a caller's mistake must not accept one.
-  if (!Number.isFinite(now) || !Number.isFinite(skew)) {
+  const skewSeconds: unknown = opts.skewSeconds ?? DEFAULT_SKEW_SECONDS;
+  // Date.prototype.getTime throws a TypeError for what is not a Date (of any realm).
+  const now = opts.now === undefined ? Date.now() : Date.prototype.getTime.call(opts.now);
+  // A NaN here would make every capsule unexpired, and so would a string ('1e9' multiplies to a
+  // finite skew of 31 years): a caller's mistake must not accept one.
+  if (!Number.isFinite(now) || typeof skewSeconds !== 'number' || !Number.isFinite(skewSeconds)) {
     throw new TypeError('verifyCapsule: opts.now must be a valid Date and opts.skewSeconds a finite number');
   }
+  const skew = skewSeconds * 1000;
   const parts = typeof jws === 'string' ? jws.split('.') : [];
   if (parts.length !== 3)
     return fail('capsule_payload_invalid', 'a capsule is a compact JWS of three parts', 'capsule');

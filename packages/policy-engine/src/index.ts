@@ -42,6 +42,15 @@ export {
   type DraftRule,
   type SkippedRule,
 } from './drafts.js';
+export {
+  bodyJsonProblem,
+  jsonDataSize,
+  MAX_BODY_BYTES,
+  MAX_BODY_DEPTH,
+  MAX_JSON_DEPTH,
+  nestedDeeperThan,
+  utf8Length,
+} from './json-limits.js';
 export { codePointLength, MAX_REGEX_LENGTH } from './limits.js';
 export { INVALID_SCORE_CAP, PENALTY, type QualityReport, scorePolicy } from './quality.js';
 export { evaluateSession, mergeEvaluation, sessionIncrements } from './session.js';

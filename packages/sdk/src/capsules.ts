@@ -19,12 +19,16 @@ export {
   verifyCapsule,
 } from '@svc/capsules';
 
-/** The key set a service publishes at `/.well-known/svc-keys.json` (current and previous keys). */
+/**
+ * The key set a service publishes at `/.well-known/svc-keys.json` (current and previous keys) under
+ * `baseUrl`, as the client addresses every route: a base URL with a path (a service mounted under a
+ * prefix) keeps it.
+ */
 export async function fetchCapsuleKeys(
   baseUrl: string,
   fetchFn: typeof fetch = globalThis.fetch,
 ): Promise<PublicJwk[]> {
-  const res = await fetchFn(new URL('/.well-known/svc-keys.json', baseUrl));
+  const res = await fetchFn(`${String(baseUrl).replace(/\/+$/, '')}/.well-known/svc-keys.json`);
   if (!res.ok) throw new Error(`the key set at ${baseUrl} answered ${res.status}`);
   const body = (await res.json()) as { keys?: unknown };
   if (!Array.isArray(body.keys)) throw new Error(`the key set at ${baseUrl} has no keys array`);

@@ -7,7 +7,8 @@ import {
   ServiceUnavailableError,
   SvcError,
 } from './errors.js';
-import { apiError, createHttp, type Http, isRetryable, retryDelay, sleep } from './http.js';
+import { apiError, createHttp, type Http, isRetryable, retryDelay, sleep, unref } from './http.js';
+import { AS_IS, localInput, type Projected, plainInput, validToolName } from './input.js';
 import { ALLOW, DENY, DecisionLog } from './log.js';
 import type {
   Approval,
@@ -56,7 +57,22 @@ const isPlainObject = (v: unknown): v is ToolArgs => typeof v === 'object' && v 
 
 export function createClient(options: ClientOptions): Client {
   if (!options?.apiKey || !options.baseUrl) throw new SvcError('createClient needs apiKey and baseUrl');
-  const onError = options.onError ?? (() => {});
+  const userOnError = options.onError;
+  /** The user's callbacks run inside our background work: one that throws must not crash the program. */
+  const onError = (err: unknown) => {
+    try {
+      userOnError?.(err instanceof Error ? err : new Error(String(err)));
+    } catch {
+      // nowhere left to report it
+    }
+  };
+  const onStreamChange = (up: boolean) => {
+    try {
+      options.onStreamChange?.(up);
+    } catch (err) {
+      onError(err);
+    }
+  };
   const fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
   const http: Http = createHttp({
     baseUrl: options.baseUrl,
@@ -74,6 +90,7 @@ export function createClient(options: ClientOptions): Client {
     batchSize: options.log?.batchSize ?? 500,
     flushIntervalMs: options.log?.flushIntervalMs ?? 1000,
     maxBuffered: options.log?.maxBuffered ?? 100_000,
+    exitTimeoutMs: options.closeTimeoutMs ?? 30_000,
     onError,
   });
   const whenFull = options.log?.whenFull ?? 'server';
@@ -83,6 +100,8 @@ export function createClient(options: ClientOptions): Client {
   }
   const waiters = new Map<string, Set<() => void>>();
   let closed = false;
+  let closing: Promise<void> | null = null;
+  const closeTimeoutMs = options.closeTimeoutMs ?? 30_000;
 
   const refresh = (tool: string) => {
     cache.load(tool).catch(onError);
@@ -92,11 +111,11 @@ export function createClient(options: ClientOptions): Client {
       ? new EventStream(http, {
           onConnect: () => {
             for (const tool of cache.connected()) refresh(tool);
-            options.onStreamChange?.(true);
+            onStreamChange(true);
           },
           onDisconnect: () => {
             cache.disconnected();
-            options.onStreamChange?.(false);
+            onStreamChange(false);
           },
           onEvent: (type, data) => {
             const d = data as { toolName?: unknown; approvalId?: unknown };
@@ -106,24 +125,55 @@ export function createClient(options: ClientOptions): Client {
               for (const wake of waiters.get(d.approvalId) ?? []) wake();
             }
           },
+          onBytes: () => cache.heard(),
           onError,
         })
       : null;
-  stream?.start();
 
-  /** Records a decision taken here in the background log (DecisionLog.add: what it keeps). */
+  // The open stream would keep a Node process alive for ever: it is closed once the client has not
+  // been used for streamIdleMs, and opened again by the next call.
+  const streamIdleMs = options.streamIdleMs ?? 60_000;
+  let lastUse = performance.now();
+  let idleTimer: ReturnType<typeof setTimeout> | undefined;
+  const checkIdle = () => {
+    const idle = performance.now() - lastUse;
+    if (idle >= streamIdleMs) {
+      idleTimer = undefined;
+      stream?.stop().catch(onError);
+      return;
+    }
+    idleTimer = setTimeout(checkIdle, streamIdleMs - idle);
+    unref(idleTimer);
+  };
+  /** The client is being used at `now`: the stream is kept, or opened again. */
+  const used = (now: number) => {
+    lastUse = now;
+    if (stream !== null && !stream.running && !closed) {
+      stream.start();
+      clearTimeout(idleTimer);
+      idleTimer = setTimeout(checkIdle, streamIdleMs);
+      unref(idleTimer);
+    }
+  };
+  used(lastUse);
+
+  /**
+   * Records a decision taken here in the background log (DecisionLog.add: what it keeps): the
+   * caller's objects, or the JSON text of their projection when the decision was taken on that.
+   */
   function logLocal(
     tool: string,
     args: ToolArgs,
     context: CallContext | undefined,
+    projected: Projected | null,
     r: ValidationResult,
     started: number,
     policy?: CachedPolicy,
   ) {
     log.add(
       tool,
-      args,
-      context,
+      projected === null ? args : projected.argsText,
+      projected === null ? context : projected.ctxText,
       r.decision === 'allow' ? ALLOW : DENY,
       r.reason,
       r.decision === 'deny' && policy?.kind === 'local' ? policy.compiled : undefined,
@@ -190,7 +240,12 @@ export function createClient(options: ClientOptions): Client {
     args: ToolArgs,
     context: CallContext | undefined,
   ): Promise<ValidationResult> {
-    const body = JSON.stringify({ tool_name: tool, arguments: args, ...(context ? { context } : {}) });
+    // Sent as given: what the service refuses (a context that is no object...) it answers with its error.
+    const body = JSON.stringify({
+      tool_name: tool,
+      arguments: args,
+      ...(context !== undefined ? { context } : {}),
+    });
     let lastError: unknown;
     for (let attempt = 0; attempt <= maxRetries; attempt++) {
       let wait: number;
@@ -232,14 +287,35 @@ export function createClient(options: ClientOptions): Client {
     );
   }
 
-  async function slowPath(tool: string, args: ToolArgs, context: CallContext | undefined, started: number) {
-    if (localValidation && isPlainObject(args)) {
-      const policy = await cache.load(tool).catch(() => null);
-      const local = policy && decideLocally(policy, tool, args, context);
-      if (local) {
-        if (log.full) return logIsFull(tool, args, context, started);
-        logLocal(tool, args, context, local, started, policy);
-        return local;
+  /**
+   * A call the hot path could not decide: no fresh policy (fetched here), or arguments or context
+   * that are not plain JSON data. Those are decided on their JSON projection (what the service would
+   * see and the log records), unless the service would refuse them or could not record the
+   * decision: then the service answers (its error, for what it refuses).
+   */
+  async function slowPath(
+    tool: string,
+    args: ToolArgs,
+    context: CallContext | undefined,
+    started: number,
+    fresh: CachedPolicy | undefined,
+  ) {
+    if (localValidation && isPlainObject(args) && validToolName(tool)) {
+      const policy = fresh ?? (await cache.load(tool).catch(() => null));
+      const input = policy && policy.kind !== 'server' ? localInput(args, context) : null;
+      if (input !== null) {
+        const projected = input === AS_IS ? null : input;
+        const local = decideLocally(
+          policy!,
+          tool,
+          projected === null ? args : projected.args,
+          projected === null ? context : projected.context,
+        );
+        if (local) {
+          if (log.full) return logIsFull(tool, args, context, started);
+          logLocal(tool, args, context, projected, local, started, policy!);
+          return local;
+        }
       }
     }
     return serverOrFallback(tool, args, context, started);
@@ -255,6 +331,10 @@ export function createClient(options: ClientOptions): Client {
       return await viaServer(tool, args, context);
     } catch (err) {
       if (!(err instanceof ServiceUnavailableError) || onUnavailable === 'throw') throw err;
+      // An answer given here must be recorded: a call the service would refuse, or whose decision it
+      // could not record, gets no answer but the outage.
+      const input = isPlainObject(args) && validToolName(tool) ? localInput(args, context) : null;
+      if (input === null) throw err;
       onError(err);
       // No fresh policy and no service: the configured failure behaviour, recorded like any local
       // decision (even beyond log.maxBuffered: it was answered, so it is kept).
@@ -264,7 +344,7 @@ export function createClient(options: ClientOptions): Client {
         failedConstraints: NO_FAILURES,
         source: 'local',
       };
-      if (isPlainObject(args)) logLocal(tool, args, context, result, started);
+      logLocal(tool, args, context, input === AS_IS ? null : input, result, started);
       return result;
     }
   }
@@ -272,18 +352,25 @@ export function createClient(options: ClientOptions): Client {
   async function validate(tool: string, args: ToolArgs, context?: CallContext): Promise<ValidationResult> {
     if (closed) throw new SvcError('the client is closed');
     const started = performance.now();
+    // null is no context, as undefined (on the service too: viaServer leaves it out).
+    const ctx = context ?? undefined;
+    let policy: CachedPolicy | undefined;
     if (localValidation) {
-      const policy = cache.fresh(tool);
-      if (policy !== undefined && isPlainObject(args)) {
-        const local = decideLocally(policy, tool, args, context);
+      used(started);
+      policy = cache.fresh(tool, started);
+      // The hot path: a fresh policy and plain JSON data the service accepts, decided as they are.
+      if (policy !== undefined && policy.kind !== 'server' && isPlainObject(args) && plainInput(args, ctx)) {
+        const local = decideLocally(policy, tool, args, ctx);
         if (local !== null) {
-          if (log.full) return logIsFull(tool, args, context, started);
-          logLocal(tool, args, context, local, started, policy);
+          if (log.full) return logIsFull(tool, args, ctx, started);
+          logLocal(tool, args, ctx, null, local, started, policy);
           return local;
         }
+        // An escalation, or an approval to present: only the service may answer.
+        return serverOrFallback(tool, args, ctx, started);
       }
     }
-    return slowPath(tool, args, context, started);
+    return slowPath(tool, args, ctx, started, policy);
   }
 
   async function waitForApproval(approvalId: string, opts: ApprovalWaitOptions = {}): Promise<Approval> {
@@ -293,6 +380,7 @@ export function createClient(options: ClientOptions): Client {
     const path = `/v1/approvals/${encodeURIComponent(approvalId)}`;
     for (;;) {
       opts.signal?.throwIfAborted();
+      used(performance.now()); // the stream wakes the wait early
       try {
         const res = await http.request('GET', path, undefined, opts.signal);
         if (res.status !== 200 && !isRetryable(res.status)) throw apiError(res);
@@ -361,11 +449,15 @@ export function createClient(options: ClientOptions): Client {
       };
     },
     flush: () => log.flush(),
-    async close() {
-      if (closed) return;
-      closed = true;
-      await stream?.stop();
-      await log.close(options.closeTimeoutMs ?? 30_000);
+    close() {
+      // Every caller waits for the same flush, and sees its outcome.
+      closing ??= (async () => {
+        closed = true;
+        clearTimeout(idleTimer);
+        await stream?.stop();
+        await log.close(closeTimeoutMs);
+      })();
+      return closing;
     },
   };
 }

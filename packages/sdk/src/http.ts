@@ -33,10 +33,15 @@ export function retryDelay(attempt: number, headers: Headers | null, cap: number
   return base / 2 + Math.random() * (base / 2);
 }
 
-export const sleep = (ms: number, signal?: AbortSignal) =>
+/**
+ * Resolves after `ms`, or at once when `signal` aborts. A `background` wait (retries nobody awaits,
+ * reconnects) does not keep a Node process alive by itself.
+ */
+export const sleep = (ms: number, signal?: AbortSignal, background = false) =>
   new Promise<void>((resolve) => {
     if (signal?.aborted) return resolve();
     const timer = setTimeout(done, ms);
+    if (background) unref(timer);
     function done() {
       clearTimeout(timer);
       signal?.removeEventListener('abort', done);
@@ -44,6 +49,11 @@ export const sleep = (ms: number, signal?: AbortSignal) =>
     }
     signal?.addEventListener('abort', done, { once: true });
   });
+
+/** Node: a timer that does not keep the process alive by itself (elsewhere timers have no such notion). */
+export function unref(timer: ReturnType<typeof setTimeout>): void {
+  (timer as { unref?: () => void }).unref?.();
+}
 
 /** One JSON request to the service; network failures and timeouts reject, HTTP errors do not. */
 export function createHttp(opts: HttpOptions) {

@@ -1,10 +1,11 @@
-import { type CompiledPolicy, evaluate } from '@svc/policy-engine';
+import { type CompiledPolicy, evaluate, MAX_BODY_BYTES, utf8Length } from '@svc/policy-engine';
 import { ApiError, FlushError, LogRejectedError } from './errors.js';
-import { apiError, type Http, isRetryable, retryDelay, sleep } from './http.js';
+import { atExit } from './exit.js';
+import { apiError, type Http, isRetryable, retryDelay, sleep, unref } from './http.js';
 
-/** The server's batch bound (POST /v1/decisions) and a body size well under its 1 MiB limit. */
+/** The server's batch bound (POST /v1/decisions) and a body size (UTF-8 bytes) under its limit. */
 export const MAX_BATCH = 500;
-const MAX_BATCH_BYTES = 900_000;
+const MAX_BATCH_BYTES = MAX_BODY_BYTES - 1024;
 const MAX_BACKOFF_MS = 60_000;
 const MAX_REASON = 2000;
 
@@ -13,6 +14,8 @@ export interface DecisionLogOptions {
   flushIntervalMs: number;
   /** Local decisions held at most before `full` is true (the client then stops deciding locally). */
   maxBuffered: number;
+  /** How long the flush when the process is about to exit may keep it alive (flushAtExit). */
+  exitTimeoutMs: number;
   onError: (error: Error) => void;
 }
 
@@ -47,6 +50,9 @@ export class DecisionLog {
   private roomWaiters: (() => void)[] = [];
   /** Aborts the backoff sleep when close() runs out of time. */
   private readonly giveUp = new AbortController();
+  /** Unregisters the flush at exit, registered while decisions wait (so a drained log is not held). */
+  private leaveExit: (() => void) | null = null;
+  private exiting = false;
   private readonly batchSize: number;
   readonly maxBuffered: number;
 
@@ -68,20 +74,21 @@ export class DecisionLog {
   }
 
   /**
-   * One local decision. `args` and `context` are the caller's objects. With `copy` (the client's
-   * `log.snapshot`) the log keeps what they hold now, so it records what was decided even if the
-   * caller changes them afterwards: a plain object of at most MAX_FLAT_KEYS strings, numbers,
-   * booleans, nulls and undefineds (what most calls pass) as its keys and values in the chunk's
-   * slab (no object allocated per call), anything else as its JSON text, which throws here, before
-   * anything is held, for what cannot be serialized. Without `copy` the references are kept and
-   * serialized when the batch is sent (no work on the decision path). A denial by a compiled policy
-   * is held as that policy (shared, nothing retained per call) when the arguments are held as they
-   * were: its reason is evaluated again from them when the batch is written; else as `reason`.
+   * One local decision. `args` and `context` are the caller's objects, or their JSON text when the
+   * client had to write it to decide (held as it is). With `copy` (the client's `log.snapshot`) the
+   * log keeps what the objects hold now, so it records what was decided even if the caller changes
+   * them afterwards: a plain object of at most MAX_FLAT_KEYS strings, numbers, booleans, nulls and
+   * undefineds (what most calls pass) as its keys and values in the chunk's slab (no object
+   * allocated per call), anything else as its JSON text, which throws here, before anything is held,
+   * for what cannot be serialized. Without `copy` the references are kept and serialized when the
+   * batch is sent (no work on the decision path). A denial by a compiled policy is held as that
+   * policy (shared, nothing retained per call) when the arguments are held as objects: its reason is
+   * evaluated again from them when the batch is written; else as `reason`.
    */
   add(
     tool: string,
-    args: object,
-    context: object | undefined,
+    args: object | string,
+    context: object | string | undefined,
     decision: typeof ALLOW | typeof DENY,
     reason: string,
     compiled: CompiledPolicy | undefined,
@@ -99,11 +106,13 @@ export class DecisionLog {
       const start = slab.length;
       try {
         // A getter may throw (as it would in JSON.stringify): the slab is then put back as it was.
-        const argN = hold(slab, args);
-        a = argN >= 0 ? FLAT : JSON.stringify(args);
-        chunk.argAt[i] = start;
-        chunk.argN[i] = argN;
-        if (context !== undefined) {
+        if (typeof args !== 'string') {
+          const argN = hold(slab, args);
+          a = argN >= 0 ? FLAT : JSON.stringify(args);
+          chunk.argAt[i] = start;
+          chunk.argN[i] = argN;
+        }
+        if (context !== undefined && typeof context !== 'string') {
           const ctxAt = slab.length;
           const ctxN = hold(slab, context);
           x = ctxN >= 0 ? FLAT : JSON.stringify(context);
@@ -118,15 +127,20 @@ export class DecisionLog {
     chunk.tools[i] = tool;
     chunk.args[i] = a;
     chunk.contexts[i] = x;
-    chunk.reasons[i] = compiled !== undefined && (!copy || a === FLAT) ? compiled : reason;
+    // Held as JSON text, the arguments cannot be evaluated again: the reason is kept instead.
+    chunk.reasons[i] = compiled !== undefined && typeof a !== 'string' ? compiled : reason;
     chunk.decisions[i] = decision;
     chunk.latencies[i] = latencyMs;
+    if (this.size === 0 && this.leaveExit === null) {
+      this.leaveExit = atExit(() => void this.flushAtExit(this.options.exitTimeoutMs));
+    }
     this.size++;
     if (this.size >= this.batchSize) this.kick();
     else if (this.timer === undefined) {
       this.timer = setTimeout(() => this.kick(), this.options.flushIntervalMs);
-      // Node: a pending flush must not keep the process alive by itself; close() flushes.
-      (this.timer as { unref?: () => void }).unref?.();
+      // Node: a pending flush must not keep the process alive by itself; close(), or the flush
+      // when the process is about to exit (flushAtExit), sends what is left.
+      unref(this.timer);
     }
   }
 
@@ -183,7 +197,7 @@ export class DecisionLog {
     return (
       `{"tool_name":${JSON.stringify(c.tools[i])},"arguments":${args}` +
       `,"decision":"${DECISION_NAMES[c.decisions[i]!]}"` +
-      `,"reason":${JSON.stringify(reason.length > MAX_REASON ? reason.slice(0, MAX_REASON) : reason)}` +
+      `,"reason":${JSON.stringify(loggedReason(reason))}` +
       `,"mode":"deterministic","latency_ms":${Math.max(0, c.latencies[i]!)},"source":"client"` +
       `${ctx !== undefined ? `,"context":${ctx}` : ''}}`
     );
@@ -205,9 +219,11 @@ export class DecisionLog {
       this.chunks.splice(0, done);
       this.head &= CHUNK_MASK;
     }
-    if (this.size === 0 && this.chunks.length > 0) {
+    if (this.size === 0) {
       this.chunks.length = 0;
       this.head = 0;
+      this.leaveExit?.();
+      this.leaveExit = null;
     }
     if (n > 0 && !this.full) this.wake();
   }
@@ -222,10 +238,27 @@ export class DecisionLog {
     if (this.giveUp.signal.aborted) return;
     clearTimeout(this.timer);
     this.timer = undefined;
-    this.sending ??= this.drain().finally(() => {
-      this.sending = null;
-      if (this.size > 0 && !this.giveUp.signal.aborted) this.kick();
-    });
+    this.sending ??= this.drain()
+      // drain reports its errors; nothing it throws may become an unhandled rejection.
+      .catch((err: unknown) => this.report(err))
+      .finally(() => {
+        this.sending = null;
+        if (this.size > 0 && !this.giveUp.signal.aborted) this.kick();
+      });
+  }
+
+  /** Hands an error to onError; an onError that throws is not our caller's crash. */
+  private report(err: unknown): void {
+    try {
+      this.options.onError(err instanceof Error ? err : new Error(String(err)));
+    } catch {
+      // ignored: see above
+    }
+  }
+
+  /** True once close() (or the flush at exit) gave up: nothing more is sent. */
+  get givenUp(): boolean {
+    return this.giveUp.signal.aborted;
   }
 
   /** Resolves once every decision queued before the call is recorded (or refused as invalid). */
@@ -247,6 +280,9 @@ export class DecisionLog {
     clearTimeout(timer);
     if (outcome === 'done' && this.size === 0) return;
     this.giveUp.abort();
+    // Nothing more will be sent: nothing is left to do at exit either.
+    this.leaveExit?.();
+    this.leaveExit = null;
     this.wake();
     await this.sending;
     const pending: string[] = [];
@@ -258,6 +294,24 @@ export class DecisionLog {
       `${pending.length} local decision(s) could not be recorded within ${timeoutMs} ms`,
       pending,
     );
+  }
+
+  /**
+   * The process is about to exit with decisions still waiting (Node's beforeExit): send them, for
+   * at most `timeoutMs` (close()'s bound, whose timer keeps the process alive meanwhile); what could
+   * not be sent by then is reported to onError as FlushError. Once given up, nothing is tried again.
+   */
+  async flushAtExit(timeoutMs: number): Promise<void> {
+    // beforeExit comes again once this flush is done: one at a time.
+    if (this.size === 0 || this.givenUp || this.exiting) return;
+    this.exiting = true;
+    try {
+      await this.close(timeoutMs);
+    } catch (err) {
+      this.report(err);
+    } finally {
+      this.exiting = false;
+    }
   }
 
   private async drain(): Promise<void> {
@@ -281,11 +335,11 @@ export class DecisionLog {
       const body = this.body(bodies.length);
       if (typeof body !== 'string') {
         if (bodies.length > 0) break; // send what precedes it first, in order
-        this.options.onError(body);
+        this.report(body);
         this.shift(1);
         continue;
       }
-      bytes += body.length + 1;
+      bytes += utf8Length(body) + 1;
       if (bodies.length > 0 && bytes > MAX_BATCH_BYTES) break;
       bodies.push(body);
     }
@@ -307,18 +361,19 @@ export class DecisionLog {
         const err = apiError(res);
         if (res.status === 400 || res.status === 413) return this.split(bodies, err);
         // 429/5xx: wait and retry; 401/403 (a revoked key): keep the decisions, report, retry slowly.
-        if (!isRetryable(res.status)) this.options.onError(err);
+        if (!isRetryable(res.status)) this.report(err);
       } catch (err) {
-        this.options.onError(err as Error);
+        this.report(err);
       }
-      await sleep(retryDelay(attempt, headers, MAX_BACKOFF_MS), this.giveUp.signal);
+      // A background wait: it does not keep a finished process alive (the flush at exit does, boundedly).
+      await sleep(retryDelay(attempt, headers, MAX_BACKOFF_MS), this.giveUp.signal, true);
     }
   }
 
   /** A batch is recorded all or nothing: find the bodies the server refuses by halving. */
   private async split(bodies: string[], err: ApiError): Promise<number> {
     if (bodies.length === 1) {
-      this.options.onError(new LogRejectedError(bodies[0]!, err));
+      this.report(new LogRejectedError(bodies[0]!, err));
       return 1;
     }
     const half = Math.ceil(bodies.length / 2);
@@ -353,6 +408,21 @@ function hold(slab: unknown[], value: object): number {
     slab.push(k, v);
   }
   return n;
+}
+
+const isHighSurrogate = (c: number) => c >= 0xd800 && c <= 0xdbff;
+const toWellFormed = (s: string): string => (s as unknown as { toWellFormed(): string }).toWellFormed();
+
+/**
+ * A reason as the log may send it: at most MAX_REASON UTF-16 units, cut between two characters
+ * (never inside a surrogate pair), and well-formed (a lone surrogate, which a reason quoting a cut
+ * value can hold, as U+FFFD): the server refuses a body that is not well-formed Unicode.
+ */
+function loggedReason(reason: string): string {
+  let r = reason;
+  if (r.length > MAX_REASON)
+    r = r.slice(0, isHighSurrogate(r.charCodeAt(MAX_REASON - 1)) ? MAX_REASON - 1 : MAX_REASON);
+  return toWellFormed(r);
 }
 
 /** The object held by hold() (its own keys even when one is "__proto__"). */

@@ -11,7 +11,10 @@ export interface ValidationResult {
   failedConstraints: readonly FailedConstraint[];
   /** With `require_approval`: the approval a person must resolve. */
   approvalId?: string;
-  /** Set by the server; local decisions get theirs when the background log records them. */
+  /**
+   * The id of the recorded decision, set on server decisions only: a local decision is recorded
+   * later by the background log, and its result never carries the id.
+   */
   decisionId?: string;
   /** `local`: decided in this process from a cached policy (or failing closed/open on an outage). */
   source: 'local' | 'server';
@@ -37,8 +40,16 @@ export interface ClientOptions {
   /** Keep an event stream open so policy changes reach the cache at once (default true). */
   live?: boolean;
   /**
-   * A cached policy not confirmed by a connected event stream is used for at most this long after
-   * it was fetched (or the stream was last connected); default 30000 ms.
+   * The event stream is closed once the client has not been used (validate, enforce, a wrapped
+   * call, waitForApproval) for this long, and opened again by the next call, so that it never keeps
+   * a finished Node process alive for ever (default 60000 ms; close() ends it at once).
+   */
+  streamIdleMs?: number;
+  /**
+   * A cached policy is used for at most this long after it was last known current: when it was
+   * fetched, or the last byte (event or heartbeat) the event stream it was fetched under delivered.
+   * The service sends a heartbeat every 15 s: below that, a quiet stream means refetching policies.
+   * Default 30000 ms.
    */
   maxStalenessMs?: number;
   /** Default `deny`: fail closed. */
@@ -69,20 +80,21 @@ export interface ClientOptions {
     whenFull?: 'server' | 'wait' | 'throw';
     /**
      * Copy the arguments and context of a local decision when it is taken (true, default: the log
-     * records exactly what was decided, and arguments that cannot be written as JSON make the call
-     * throw before the tool runs). false keeps references and serializes them when the batch
-     * is sent (nothing copied on the decision path): only for code that never changes an arguments
-     * or context object after the call — `wrap` passes the same object to the tool, so a tool that
-     * edits its input in place would be logged as edited.
+     * records exactly what was decided). false keeps references to plain JSON data and serializes
+     * them when the batch is sent (nothing copied on the decision path): only for code that never
+     * changes an arguments or context object after the call — `wrap` passes the same object to the
+     * tool, so a tool that edits its input in place would be logged as edited. Either way, arguments
+     * that are not plain JSON data are written as JSON at the call (the decision is taken on that),
+     * and what cannot be written as JSON makes the call throw before the tool runs.
      */
     snapshot?: boolean;
   };
   /** close() gives up flushing after this long and throws FlushError (default 30000 ms). */
   closeTimeoutMs?: number;
   approvals?: Omit<ApprovalWaitOptions, 'signal'>;
-  /** Called when the event stream connects (true) or drops (false). */
+  /** Called when the event stream connects (true) or drops (false). An error it throws goes to onError. */
   onStreamChange?: (connected: boolean) => void;
-  /** Errors of background work (event stream, decision log); default: ignored. */
+  /** Errors of background work (event stream, decision log); default: ignored. An error it throws is ignored. */
   onError?: (error: Error) => void;
   /** A fetch implementation (default: the global one). */
   fetch?: typeof fetch;
@@ -111,6 +123,7 @@ export interface WrapOptions<A extends unknown[]> {
 }
 
 export interface Client {
+  /** `context` null is no context, as undefined. */
   validate(toolName: string, args: ToolArgs, context?: CallContext): Promise<ValidationResult>;
   /**
    * Validates and resolves with the allowing result: throws DeniedError on deny, waits for a person
@@ -130,6 +143,9 @@ export interface Client {
   waitForApproval(approvalId: string, options?: ApprovalWaitOptions): Promise<Approval>;
   /** Sends every local decision logged so far; resolves when the server has recorded them. */
   flush(): Promise<void>;
-  /** Stops the event stream and flushes the log; no local decision is dropped. */
+  /**
+   * Stops the event stream and flushes the log; no local decision is dropped. Every call answers
+   * the same promise: a second close() resolves (or throws FlushError) when the first does.
+   */
   close(): Promise<void>;
 }

@@ -14,7 +14,10 @@ export type CachedPolicy =
 
 interface Entry {
   policy: CachedPolicy;
-  /** When the policy was last known current: fetched, or confirmed by a live stream until it dropped. */
+  /**
+   * When the policy was last known current: fetched, or confirmed by the stream it was fetched under
+   * up to the last byte that stream delivered before it dropped.
+   */
   verifiedAt: number;
   /** The stream connection it was fetched under (live updates reach it), or -1. */
   epoch: number;
@@ -72,8 +75,11 @@ function toCached(body: PolicyBody): CachedPolicy {
 }
 
 /**
- * Cached policies, each usable only while fresh: confirmed by the connected event stream it was
- * fetched under, or else at most `maxStalenessMs` old.
+ * Cached policies, each usable only while fresh: at most `maxStalenessMs` after it was last known
+ * current. The event stream it was fetched under keeps it current up to the last byte that stream
+ * delivered (an event, or the server's heartbeat): a change would have come before that byte. A
+ * stream that goes silent without closing (a half-open connection) therefore stops vouching for it
+ * after `maxStalenessMs`, long before the stream is declared dead.
  */
 export class PolicyCache {
   private readonly entries = new Map<string, Entry>();
@@ -83,19 +89,28 @@ export class PolicyCache {
   /** Current stream connection, and whether it is up. */
   epoch = 0;
   live = false;
+  /** When the current stream last delivered a byte. */
+  private heardAt = 0;
 
   constructor(
     private readonly http: Http,
     private readonly maxStalenessMs: number,
-    private readonly now: () => number = Date.now,
+    /** A monotonic clock in ms (the client's latency clock, so the hot path reads one clock once). */
+    private readonly now: () => number = () => performance.now(),
   ) {}
 
-  /** The cached policy if it is fresh, else undefined. The hot path: no allocation. */
-  fresh(toolName: string): CachedPolicy | undefined {
+  /** The cached policy if it is fresh at `now`, else undefined. The hot path: no allocation. */
+  fresh(toolName: string, now = this.now()): CachedPolicy | undefined {
     const e = this.entries.get(toolName);
     if (e === undefined) return undefined;
-    if (this.live && e.epoch === this.epoch) return e.policy;
-    return this.now() - e.verifiedAt <= this.maxStalenessMs ? e.policy : undefined;
+    const current =
+      this.live && e.epoch === this.epoch && this.heardAt > e.verifiedAt ? this.heardAt : e.verifiedAt;
+    return now - current <= this.maxStalenessMs ? e.policy : undefined;
+  }
+
+  /** The stream delivered bytes just now. */
+  heard(): void {
+    this.heardAt = this.now();
   }
 
   /** Fetches the tool's policy (one request per tool at a time); null when it could not be fetched. */
@@ -137,16 +152,22 @@ export class PolicyCache {
   connected(): string[] {
     this.epoch++;
     this.live = true;
+    this.heardAt = this.now();
     const known = [...this.entries.keys()];
     this.entries.clear();
     return known;
   }
 
-  /** The stream dropped: entries it kept current count as verified until now. */
+  /**
+   * The stream dropped: entries it kept current count as verified until its last byte, not until
+   * now (it may have been silent, a change undelivered, for up to its 45 s watchdog).
+   */
   disconnected(): void {
     if (!this.live) return;
     this.live = false;
-    const now = this.now();
-    for (const e of this.entries.values()) if (e.epoch === this.epoch) e.verifiedAt = now;
+    const last = this.heardAt;
+    for (const e of this.entries.values()) {
+      if (e.epoch === this.epoch && last > e.verifiedAt) e.verifiedAt = last;
+    }
   }
 }

@@ -1,10 +1,13 @@
-import { type Http, retryDelay, sleep } from './http.js';
+import { type Http, retryDelay, sleep, unref } from './http.js';
 
+/** What the stream tells its owner. They must not throw (the client guards the user's callbacks). */
 export interface StreamHandlers {
   /** The server acknowledged the stream (`:ok`): events flow from now on. */
   onConnect(): void;
   onDisconnect(): void;
   onEvent(type: string, data: unknown): void;
+  /** Bytes arrived (an event, or the server's heartbeat): the stream was alive just now. */
+  onBytes(): void;
   onError(error: Error): void;
 }
 
@@ -18,59 +21,77 @@ const TYPES = [
   'approval.expired',
 ].join(',');
 
-/** The server pings every 15 s; this long without a byte means the connection is dead. */
+/**
+ * The server writes a `:ping` every 15 s (packages/server/src/events/options.ts): this long without a
+ * byte means the connection is dead, and it is opened again. Freshness does not wait for this: the
+ * policy cache counts from the last byte received (PolicyCache.heard).
+ */
 const SILENCE_MS = 45_000;
 
 /**
  * The organization's event stream over SSE, read with fetch streaming (any runtime), reconnecting
- * with backoff until stopped.
+ * with backoff until stopped. It can be started again after a stop.
  */
 export class EventStream {
-  private readonly abort = new AbortController();
-  private done: Promise<void> | null = null;
+  private abort: AbortController | null = null;
+  private done: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly http: Http,
     private readonly handlers: StreamHandlers,
   ) {}
 
+  get running(): boolean {
+    return this.abort !== null;
+  }
+
   start(): void {
-    this.done ??= this.run();
+    if (this.abort) return;
+    const abort = new AbortController();
+    this.abort = abort;
+    const previous = this.done;
+    // A run stopped just before ends (and says so) before the next one connects.
+    this.done = previous
+      .then(() => this.run(abort.signal))
+      .catch((err: unknown) => this.handlers.onError(err as Error));
   }
 
   async stop(): Promise<void> {
-    this.abort.abort();
+    this.abort?.abort();
+    this.abort = null;
     await this.done;
   }
 
-  private async run(): Promise<void> {
+  private async run(signal: AbortSignal): Promise<void> {
     let failures = 0;
-    while (!this.abort.signal.aborted) {
+    while (!signal.aborted) {
       let connected = false;
       try {
-        connected = await this.connectOnce(() => {
+        connected = await this.connectOnce(signal, () => {
           connected = true;
           failures = 0;
         });
       } catch (err) {
-        if (!this.abort.signal.aborted) this.handlers.onError(err as Error);
+        if (!signal.aborted) this.handlers.onError(err as Error);
       } finally {
         if (connected) this.handlers.onDisconnect();
       }
-      if (this.abort.signal.aborted) break;
-      await sleep(retryDelay(failures++, null, 30_000), this.abort.signal);
+      if (signal.aborted) break;
+      // In the background: a service that stays down does not keep a finished process alive.
+      await sleep(retryDelay(failures++, null, 30_000), signal, true);
     }
   }
 
   /** One connection, until it ends; true when it got as far as `:ok`. */
-  private async connectOnce(onOk: () => void): Promise<boolean> {
+  private async connectOnce(signal: AbortSignal, onOk: () => void): Promise<boolean> {
     const attempt = new AbortController();
     const stopAttempt = () => attempt.abort();
-    this.abort.signal.addEventListener('abort', stopAttempt, { once: true });
+    signal.addEventListener('abort', stopAttempt, { once: true });
     let watchdog: ReturnType<typeof setTimeout> | undefined;
     const feed = () => {
       clearTimeout(watchdog);
       watchdog = setTimeout(stopAttempt, SILENCE_MS);
+      unref(watchdog);
     };
     let ok = false;
     try {
@@ -91,6 +112,7 @@ export class EventStream {
         const { value, done } = await reader.read();
         if (done) break;
         feed();
+        this.handlers.onBytes();
         buffer += value;
         let nl = buffer.indexOf('\n');
         while (nl >= 0) {
@@ -119,7 +141,7 @@ export class EventStream {
       return ok;
     } finally {
       clearTimeout(watchdog);
-      this.abort.signal.removeEventListener('abort', stopAttempt);
+      signal.removeEventListener('abort', stopAttempt);
     }
   }
 

@@ -81,6 +81,23 @@ describe('@svc/sdk/capsules against a live server', () => {
     });
   });
 
+  it('reads the key set under a base URL with a path, as the client addresses every route', async () => {
+    // The service mounted under /svc behind a proxy that strips the prefix.
+    const asked: string[] = [];
+    const proxy: typeof fetch = async (input, init) => {
+      const url = String(input);
+      asked.push(url);
+      return url.startsWith(`${baseUrl}/svc/`)
+        ? fetch(url.replace('/svc/', '/'), init)
+        : new Response('', { status: 404 });
+    };
+    for (const base of [`${baseUrl}/svc`, `${baseUrl}/svc/`]) {
+      expect((await fetchCapsuleKeys(base, proxy)).length).toBeGreaterThan(0);
+      expect(await verifyCapsuleAt(base, capsule, { fetch: proxy })).toMatchObject({ ok: true });
+    }
+    expect(new Set(asked)).toEqual(new Set([`${baseUrl}/svc/.well-known/svc-keys.json`]));
+  });
+
   it('says why a key set cannot be read', async () => {
     await expect(fetchCapsuleKeys(`${baseUrl}/nothing/`, async () => new Response('{}'))).rejects.toThrow(
       /no keys array/,

@@ -183,14 +183,16 @@ describe('live policy updates', () => {
   });
 
   it('sends the calls of a tool named "." or ".." to the server, whose path they cannot be in', async () => {
+    // No policy can be written for such a name; its calls are still decided and recorded.
     const tenant = await createTenant(t);
-    await putPolicy(t, tenant, '..', {
-      mode: 'deterministic',
-      constraints: [{ argumentName: 'amount', maximum: 5 }],
-    });
     const client = await track(createClient({ apiKey: tenant.apiKey, baseUrl: t.url, live: false }));
-    const r = await client.validate('..', { amount: 1000 });
-    expect(r).toMatchObject({ decision: 'deny', source: 'server' });
+    for (const name of ['.', '..']) {
+      expect(await client.validate(name, { amount: 1000 })).toMatchObject({
+        decision: 'allow',
+        reason: `No policy for tool "${name}"; allowed without checks`,
+        source: 'server',
+      });
+    }
   });
 
   it('sends calls that need the server (session limits) to the server', async () => {

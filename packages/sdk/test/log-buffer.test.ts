@@ -264,14 +264,19 @@ describe('what the log records', () => {
     expect((await decisionsOf(tenant)).map((d) => d.arguments.amount)).toEqual([3]);
   });
 
-  it('with snapshot: false, reports such arguments at send time and records the rest', async () => {
+  it('with snapshot: false, refuses them at the call too, and reports at send time what changed since', async () => {
     const tenant = await tenantWithPolicy();
     const errors: Error[] = [];
     const c = client(tenant, { onError: (e) => errors.push(e), log: { snapshot: false } });
     await c.validate('pay', { amount: 1 });
+    // Decided on its JSON, which it has none of: refused before any decision.
     const cyclic: Record<string, unknown> = { amount: 2 };
     cyclic.self = cyclic;
-    expect(await c.validate('pay', cyclic)).toMatchObject({ decision: 'allow', source: 'local' });
+    await expect(c.validate('pay', cyclic)).rejects.toThrow(TypeError);
+    // Kept by reference: what it holds when sent is what is recorded, or refused.
+    const changed: Record<string, unknown> = { amount: 4 };
+    expect(await c.validate('pay', changed)).toMatchObject({ decision: 'allow', source: 'local' });
+    changed.big = 10n;
     await c.validate('pay', { amount: 3 });
     await c.close();
     expect(errors).toHaveLength(1);
