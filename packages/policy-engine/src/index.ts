@@ -49,7 +49,9 @@ export {
   MAX_BODY_DEPTH,
   MAX_JSON_DEPTH,
   nestedDeeperThan,
+  storable,
   utf8Length,
+  wellFormed,
 } from './json-limits.js';
 export { codePointLength, MAX_REGEX_LENGTH } from './limits.js';
 export { INVALID_SCORE_CAP, PENALTY, type QualityReport, scorePolicy } from './quality.js';

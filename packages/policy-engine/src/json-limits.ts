@@ -31,10 +31,11 @@ const segment = (key: string) =>
   key.length > MAX_KEY_IN_MESSAGE ? `${key.slice(0, MAX_KEY_IN_MESSAGE)}…` : key;
 
 /** String.prototype.isWellFormed (ES2024, not in the ES2023 lib types): false when a lone surrogate is in it. */
-const wellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): boolean }).isWellFormed();
+export const wellFormed = (s: string): boolean =>
+  (s as unknown as { isWellFormed(): boolean }).isWellFormed();
 
 /** A string the stores can hold as sent: well-formed, and without U+0000 (PostgreSQL text refuses it). */
-const storable = (s: string): boolean => wellFormed(s) && !s.includes('\u0000');
+export const storable = (s: string): boolean => wellFormed(s) && !s.includes('\u0000');
 
 const scalarOk = (v: unknown): boolean =>
   typeof v === 'number' ? Number.isFinite(v) : typeof v !== 'string' || storable(v);

@@ -7,7 +7,7 @@ import {
   ValueErrorType,
 } from '@sinclair/typebox/errors';
 import { Value } from '@sinclair/typebox/value';
-import { codePointLength } from '@svc/policy-engine';
+import { codePointLength, wellFormed } from '@svc/policy-engine';
 import type { FastifySchemaCompiler } from 'fastify';
 import { isUuid } from './ids.js';
 
@@ -188,8 +188,7 @@ const PATTERN_MESSAGES = new Map([
 export function isUserId(value: unknown): value is string {
   return (
     typeof value === 'string' &&
-    // String.prototype.isWellFormed: Node 20, not in the ES2023 lib types.
-    (value as unknown as { isWellFormed(): boolean }).isWellFormed() &&
+    wellFormed(value) &&
     value.trim() !== '' &&
     codePointLength(value) <= 200 &&
     NO_CONTROL_CHARS_RE.test(value)

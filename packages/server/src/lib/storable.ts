@@ -1,9 +1,4 @@
-/** String.prototype.isWellFormed (Node 20, not in the ES2023 lib types): false when a lone surrogate is in it. */
-export const wellFormed = (s: string): boolean =>
-  (s as unknown as { isWellFormed(): boolean }).isWellFormed();
-
-/** A string the stores can hold as it is: well-formed, and without U+0000 (PostgreSQL text refuses it). */
-export const storable = (s: string): boolean => wellFormed(s) && !s.includes('\u0000');
+import { storable } from '@svc/policy-engine';
 
 /**
  * Text a peer sent (a provider's payment reference, an upstream's message) in a form both stores hold

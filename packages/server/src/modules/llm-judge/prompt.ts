@@ -1,6 +1,6 @@
+import { storable } from '@svc/policy-engine';
 import { z } from 'zod';
 import { canonicalJson, hashJson, sha256Tagged } from '../../ledger/canonical.js';
-import { storable } from '../../lib/storable.js';
 import type { JudgeAnswer, JudgeRequest } from './model.js';
 
 /** The structured output every provider is asked for; the SDK validates the answer against it. */
