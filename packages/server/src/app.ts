@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { MAX_BODY_BYTES } from '@svc/policy-engine';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Config } from './config.js';
 import type { AppContext } from './context.js';
@@ -87,7 +88,8 @@ export async function buildApp({
 }> {
   const app = Fastify({
     logger: logger ? { level: config.logLevel, serializers: { req: requestLogFields } } : false,
-    bodyLimit: 1024 * 1024,
+    // The SDK decides locally only calls whose record fits this limit: one constant for both.
+    bodyLimit: MAX_BODY_BYTES,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     frameworkErrors: frameworkErrors(config.docsUrl),
     clientErrorHandler,
