@@ -8,9 +8,10 @@ import type { EntryKind } from './model.js';
 
 /** The two receipts an action chains: its authorization's and its commit's. */
 export type ReceiptSlot = 'authorize' | 'commit';
+/** Per slot: the receipt id, the claim of its write, and the ledger entry the receipt is for. */
 const RECEIPT_COLUMNS = {
-  authorize: ['authorize_receipt_id', 'authorize_receipt_claimed_at'],
-  commit: ['commit_receipt_id', 'commit_receipt_claimed_at'],
+  authorize: ['authorize_receipt_id', 'authorize_receipt_claimed_at', 'authorization_id'],
+  commit: ['commit_receipt_id', 'commit_receipt_claimed_at', 'commit_id'],
 } as const;
 
 export type ActionRow = Selectable<SpendActionsTable>;
@@ -399,73 +400,91 @@ export function createSpendLedger(store: Store) {
     },
 
     /**
-     * Claims the write of an action's authorization or commit receipt: false when it has its receipt,
-     * or another request claimed it after `staleBefore` (an older claim belongs to a writer that died).
+     * Claims the write of the receipt of an action's entry (its authorization or its commit): false
+     * when the entry has its receipt, is no longer the action's (it was decided again), or another
+     * request holds a claim. `staleBefore` also takes over a claim older than that (its writer died).
      */
     async claimReceipt(
       organizationId: string,
       actionId: string,
       slot: ReceiptSlot,
+      entryId: string,
       now: string,
-      staleBefore: string,
+      staleBefore: string | null,
     ): Promise<boolean> {
-      const [id, claimed] = RECEIPT_COLUMNS[slot];
+      const [id, claimed, entry] = RECEIPT_COLUMNS[slot];
       const r = await store.db
         .updateTable('spend_actions')
         .set({ [claimed]: now })
         .where('organization_id', '=', organizationId)
         .where('action_id', '=', actionId)
+        .where(entry, '=', entryId)
         .where(id, 'is', null)
-        .where((eb) => eb.or([eb(claimed, 'is', null), eb(claimed, '<', staleBefore)]))
+        .where((eb) =>
+          staleBefore === null
+            ? eb(claimed, 'is', null)
+            : eb.or([eb(claimed, 'is', null), eb(claimed, '<', staleBefore)]),
+        )
         .executeTakeFirst();
       return Number(r.numUpdatedRows) === 1;
     },
 
-    /** Stores the receipt of the claim made at `claimedAt` (nothing if the action was decided again since). */
+    /** Stores the receipt of the claim made at `claimedAt` on that entry (nothing if anything moved on). */
     async setReceipt(
       organizationId: string,
       actionId: string,
       slot: ReceiptSlot,
+      entryId: string,
       claimedAt: string,
       receiptId: string,
     ): Promise<void> {
-      const [id, claimed] = RECEIPT_COLUMNS[slot];
+      const [id, claimed, entry] = RECEIPT_COLUMNS[slot];
       await store.db
         .updateTable('spend_actions')
         .set({ [id]: receiptId, [claimed]: null })
         .where('organization_id', '=', organizationId)
         .where('action_id', '=', actionId)
+        .where(entry, '=', entryId)
         .where(id, 'is', null)
         .where(claimed, '=', claimedAt)
         .execute();
     },
 
     /** Gives a claim back after its write failed, so that the next request writes the receipt at once. */
-    async releaseReceipt(organizationId: string, actionId: string, slot: ReceiptSlot, claimedAt: string) {
-      const [, claimed] = RECEIPT_COLUMNS[slot];
+    async releaseReceipt(
+      organizationId: string,
+      actionId: string,
+      slot: ReceiptSlot,
+      entryId: string,
+      claimedAt: string,
+    ) {
+      const [, claimed, entry] = RECEIPT_COLUMNS[slot];
       await store.db
         .updateTable('spend_actions')
         .set({ [claimed]: null })
         .where('organization_id', '=', organizationId)
         .where('action_id', '=', actionId)
+        .where(entry, '=', entryId)
         .where(claimed, '=', claimedAt)
         .execute();
     },
 
-    /** Whether the receipt is written (its id), claimed by a writer, or neither; undefined without the action. */
+    /** The slot's entry, its receipt (once written) and its claim; undefined without the action. */
     async receiptState(
       organizationId: string,
       actionId: string,
       slot: ReceiptSlot,
-    ): Promise<{ receiptId: string | null; claimedAt: string | null } | undefined> {
-      const [id, claimed] = RECEIPT_COLUMNS[slot];
+    ): Promise<{ entryId: string | null; receiptId: string | null; claimedAt: string | null } | undefined> {
+      const [id, claimed, entry] = RECEIPT_COLUMNS[slot];
       const row = await store.db
         .selectFrom('spend_actions')
-        .select([`${id} as receiptId`, `${claimed} as claimedAt`])
+        .select([`${entry} as entryId`, `${id} as receiptId`, `${claimed} as claimedAt`])
         .where('organization_id', '=', organizationId)
         .where('action_id', '=', actionId)
         .executeTakeFirst();
-      return row as { receiptId: string | null; claimedAt: string | null } | undefined;
+      return row as
+        | { entryId: string | null; receiptId: string | null; claimedAt: string | null }
+        | undefined;
     },
 
     /** The receipt already chained for a ledger entry, if any (a writer may have died before storing its id). */

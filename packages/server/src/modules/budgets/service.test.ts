@@ -179,6 +179,39 @@ describe('budget service failures', () => {
     expect(chained).toHaveLength(1);
   });
 
+  it('claims and stores a receipt only for the entry the action still has', async () => {
+    const other = await createTenant(t);
+    const own = { ...scope, organizationId: other.orgId };
+    const ledger = createSpendLedger(t.store);
+    let fail = true;
+    const real = createSpendReceipts(t.ctx.writer);
+    const svc = service(
+      { write: (r) => (fail ? Promise.reject(new Error('disk full')) : real.write(r)) },
+      ledger,
+    );
+    await svc.putConfig(own, { approvedPayers: ['corp'], defaultPayer: 'corp', sessionLimitUsd: 100 });
+    await svc.authorize(own, input('moved')).catch(() => {});
+    const first = await ledger.receiptState(other.orgId, 'moved', 'authorize');
+    // The action is decided again (a new authorization entry) while a request still holds the first.
+    await t.store.db
+      .updateTable('spend_actions')
+      .set({ authorization_id: 'a-newer-entry' })
+      .where('organization_id', '=', other.orgId)
+      .where('action_id', '=', 'moved')
+      .execute();
+    const at = t.ctx.clock.now().toISOString();
+    expect(await ledger.claimReceipt(other.orgId, 'moved', 'authorize', first!.entryId!, at, null)).toBe(
+      false,
+    );
+    await ledger.setReceipt(other.orgId, 'moved', 'authorize', first!.entryId!, at, 'r-of-the-first');
+    expect(await ledger.receiptState(other.orgId, 'moved', 'authorize')).toEqual({
+      entryId: 'a-newer-entry',
+      receiptId: null,
+      claimedAt: null,
+    });
+    fail = false;
+  });
+
   it('reports healthy: false when the ledger cannot be read', async () => {
     const broken: SpendLedger = {
       ...createSpendLedger(t.store),

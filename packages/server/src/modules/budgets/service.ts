@@ -17,6 +17,7 @@ import type { Clock } from '../../lib/clock.js';
 import { AppError, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
+import { isStoreUnavailable } from '../../storage/db.js';
 import { approvalsAllowed, pendingApprovalRow, statusAt } from '../approvals/model.js';
 import { type ApprovalRow, createApprovalRepository } from '../approvals/repository.js';
 import { type ConfigInput, loadEffective, saveConfig } from './config.js';
@@ -200,10 +201,11 @@ export function createBudgetService(deps: BudgetServiceDeps) {
   }
 
   /**
-   * Chains one receipt of an action (its authorization's or its commit's) unless it has it: of
+   * Chains one receipt of an action's entry (its authorization or its commit) unless it has it: of
    * requests sent at once (on any instance) the one that claims the write writes it, and the others
-   * wait for it, so a request sent again never chains a second receipt. A claim taken over from a
-   * writer that died first looks for the receipt that writer may have chained.
+   * wait for it, so a request sent again never chains a second receipt. A claim is on the entry: once
+   * the action is decided again, a request still holding the older entry writes nothing. A claim
+   * taken over from a writer that died first looks for the receipt that writer may have chained.
    */
   async function chainOnce(
     org: string,
@@ -213,35 +215,55 @@ export function createBudgetService(deps: BudgetServiceDeps) {
     write: () => Promise<string>,
   ): Promise<void> {
     const what = slot === 'authorize' ? 'authorization' : 'commit';
+    const unavailable = (detail: string) =>
+      new AppError(
+        'service_unavailable',
+        `The ${what} is recorded but ${detail}; send the same request again`,
+      );
     const waitUntil = performance.now() + RECEIPT_WAIT_MS;
-    for (;;) {
-      const state = await ledger.receiptState(org, actionId, slot);
-      if (!state || state.receiptId !== null) return;
+    for (let takeover = false; ; ) {
       const at = now();
-      const stale = new Date(clock.now().getTime() - RECEIPT_CLAIM_MS).toISOString();
-      if (await ledger.claimReceipt(org, actionId, slot, at, stale)) {
+      let claimed: boolean;
+      try {
+        if (takeover) {
+          const stale = new Date(clock.now().getTime() - RECEIPT_CLAIM_MS).toISOString();
+          claimed = await ledger.claimReceipt(org, actionId, slot, entryId, at, stale);
+        } else {
+          claimed = await ledger.claimReceipt(org, actionId, slot, entryId, at, null);
+        }
+      } catch (err) {
+        log.error({ err, actionId }, `spend ${what} receipt could not be claimed`);
+        throw unavailable('its receipt could not be written');
+      }
+      if (claimed) {
         let chained: string | undefined;
         try {
-          if (state.claimedAt !== null) chained = await ledger.receiptFor(org, entryId);
+          if (takeover) chained = await ledger.receiptFor(org, entryId);
           chained ??= await write();
-          await ledger.setReceipt(org, actionId, slot, at, chained);
+          await ledger.setReceipt(org, actionId, slot, entryId, at, chained);
           return;
         } catch (err) {
-          // A receipt chained but not stored keeps the claim: whoever takes it over finds the receipt.
-          if (chained === undefined) await ledger.releaseReceipt(org, actionId, slot, at).catch(() => {});
+          // A receipt chained but not stored keeps the claim, and so does a write whose outcome the
+          // store did not tell (it may have committed): whoever takes the claim over finds the receipt.
+          if (chained === undefined && !isStoreUnavailable(err))
+            await ledger.releaseReceipt(org, actionId, slot, entryId, at).catch(() => {});
           log.error({ err, actionId }, `spend ${what} receipt could not be written`);
-          throw new AppError(
-            'service_unavailable',
-            `The ${what} is recorded but its receipt could not be written; send the same request again`,
-          );
+          throw unavailable('its receipt could not be written');
         }
       }
-      if (performance.now() >= waitUntil) {
-        throw new AppError(
-          'service_unavailable',
-          `The ${what} is recorded and another request is writing its receipt; send the same request again`,
-        );
+      let state: Awaited<ReturnType<typeof ledger.receiptState>>;
+      try {
+        state = await ledger.receiptState(org, actionId, slot);
+      } catch (err) {
+        log.error({ err, actionId }, `spend ${what} receipt could not be read`);
+        throw unavailable('its receipt could not be written');
       }
+      // Written, or the action was decided again (its new entry is another request's to chain).
+      if (!state || state.entryId !== entryId || state.receiptId !== null) return;
+      const stale = new Date(clock.now().getTime() - RECEIPT_CLAIM_MS).toISOString();
+      takeover = state.claimedAt !== null && state.claimedAt < stale;
+      if (takeover || state.claimedAt === null) continue;
+      if (performance.now() >= waitUntil) throw unavailable('another request is writing its receipt');
       await new Promise((resolve) => setTimeout(resolve, RECEIPT_POLL_MS));
     }
   }
