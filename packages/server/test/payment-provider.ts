@@ -20,6 +20,8 @@ export interface ProviderRequest {
  */
 export class TestPaymentProvider {
   readonly requests: ProviderRequest[] = [];
+  /** When set, the raw body of the next `fail` answer (as a provider might send it). */
+  nextFailure: string | null = null;
   /** When set, the reference the next new payment answers (as a provider might send it). */
   nextReference: string | null = null;
   /** Payments made: idempotency key → reference. */
@@ -68,8 +70,15 @@ export class TestPaymentProvider {
       case 'refuse':
         if (this.beforeAnswer) await this.beforeAnswer(seen);
         return json(402, { error: 'insufficient_funds' });
-      case 'fail':
+      case 'fail': {
+        const raw = this.nextFailure;
+        this.nextFailure = null;
+        if (raw !== null) {
+          res.writeHead(500, { 'content-type': 'text/plain' }).end(raw);
+          return;
+        }
         return json(500, { error: 'ledger unavailable' });
+      }
       case 'limited':
         return json(429, { error: 'slow down' }, { 'retry-after': '7' });
       case 'ok': {

@@ -1,4 +1,5 @@
 import type { CapsulePayload } from '@svc/capsules';
+import { storableText } from '../../lib/storable.js';
 import type { Db } from '../../storage/db.js';
 import {
   flowError,
@@ -209,7 +210,8 @@ export async function endAttempt(
   const payments = createPaymentRepository(db);
   // The key of this attempt was issued for it: no earlier send of it exists.
   const freshKey = !previous || previous.state === 'failed';
-  const error = `${outcome.error.body.code}: ${outcome.error.body.message}`;
+  // The message quotes the provider's answer: kept as text both stores hold.
+  const error = storableText(`${outcome.error.body.code}: ${outcome.error.body.message}`);
   let moved: boolean;
   if (outcome.kind === 'not_sent') {
     moved = previous

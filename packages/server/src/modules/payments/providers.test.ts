@@ -11,7 +11,7 @@ import {
   withTestApp,
 } from '../../../test/helpers.js';
 import { TestPaymentProvider } from '../../../test/payment-provider.js';
-import { openCredentials, sealCredentials } from './providers.js';
+import { createProviderRepository, openCredentials, sealCredentials } from './providers.js';
 
 let a: Tenant;
 let b: Tenant;
@@ -185,6 +185,17 @@ describe('provider connections', () => {
     expect(cleared.credentials).toMatchObject({ configured: false });
   });
 
+  it('move the url only over the credentials checked: credentials stored meanwhile stay put', async () => {
+    const x = await createTenant(t);
+    const { conn } = await setup(x, 'wire', 'ok');
+    const repo = createProviderRepository(t.store.db);
+    const before = (await repo.get(x.orgId, conn.id))!;
+    // Someone stores other credentials between the check of a url move and its write.
+    expect(await repo.update(x.orgId, conn.id, { credentials: 'sealed-by-someone-else' })).toBe(true);
+    expect(await repo.update(x.orgId, conn.id, { url: 'http://127.0.0.2:9/steal' }, before)).toBe(false);
+    expect((await repo.get(x.orgId, conn.id))!.url).toBe(before.url);
+  });
+
   it('seal credentials so they open only with their key and for their own connection', () => {
     const sealed = sealCredentials(KEY, 'org-1/conn-1', { authorization: 'Bearer sk_1' });
     expect(sealed).not.toContain('sk_1');
@@ -240,6 +251,16 @@ describe('consume hands the payment to the rail provider', () => {
     expect(res.status).toBe('consumed');
     expect(res.consumption.payment).toMatchObject({ reference: 'ref-\\u0000-\\ud800-x', state: 'succeeded' });
     expect(await ledgerCommits(x.orgId, c.id)).toBe(1);
+  });
+
+  it('5xx whose body the stores cannot hold: 502 as any 5xx, and the retry goes through', async () => {
+    const x = await createTenant(t);
+    const { path } = await setup(x, 'wire', 'fail');
+    const c = await capsuleFor(x, 'wire');
+    provider.nextFailure = 'oops\u0000bad';
+    k.expectB(await pay(x, c.capsule, 'wire'), 502, 'provider_upstream_error');
+    provider.modes.set(`/${path}`, 'ok');
+    expect(k.ok(await pay(x, c.capsule, 'wire')).status).toBe('consumed');
   });
 
   it('5xx: 502 provider_upstream_error with the raw code; nothing consumed or counted; the retry reuses the key', async () => {

@@ -91,13 +91,31 @@ export function createProviderRepository(base: Db) {
         .orderBy('id')
         .execute();
     },
-    async update(org: string, id: string, set: Partial<ProviderRow>): Promise<void> {
-      await db
+    /**
+     * Writes `set`; given `unchanged`, only while the row still has that url and those credentials
+     * (false when it had not: another change came first).
+     */
+    async update(
+      org: string,
+      id: string,
+      set: Partial<ProviderRow>,
+      unchanged?: Pick<ProviderRow, 'url' | 'credentials'>,
+    ): Promise<boolean> {
+      let q = db
         .updateTable('gateway_providers')
         .set(set)
         .where('organization_id', '=', org)
-        .where('id', '=', id)
-        .execute();
+        .where('id', '=', id);
+      if (unchanged) {
+        const { url, credentials } = unchanged;
+        q = q
+          .where('url', '=', url)
+          .where((eb) =>
+            credentials === null ? eb('credentials', 'is', null) : eb('credentials', '=', credentials),
+          );
+      }
+      const r = await q.executeTakeFirst();
+      return Number(r.numUpdatedRows) === 1;
     },
     /** Removes a connection unless a payment it was handed is pending or of unknown outcome. */
     async remove(org: string, id: string): Promise<boolean> {
@@ -329,8 +347,17 @@ export function createProviderService(deps: ProviderServiceDeps) {
         if (other) throw railTaken(input.rail);
         set.rail = input.rail;
       }
+      // A url that moves while the stored credentials stay is written only over the state checked
+      // above: credentials stored meanwhile (by someone else) must not follow it either.
+      const moving = set.url !== undefined && input.credentials === undefined;
       try {
-        await repo.update(scope.organizationId, id, set);
+        const written = await repo.update(scope.organizationId, id, set, moving ? row : undefined);
+        if (!written && moving) {
+          throw gatewayError.invalidRequest(
+            'the connection changed while the url was being moved; read it and send the change again (with credentials when the origin changes)',
+            'credentials',
+          );
+        }
       } catch (err) {
         // Two updates raced to the same rail: the unique constraint refused the second.
         if (set.rail !== undefined && (await repo.byRail(scope.organizationId, set.rail)))
