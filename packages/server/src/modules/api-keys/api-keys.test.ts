@@ -82,6 +82,12 @@ describe('API keys', () => {
       .where('id', '=', key.id)
       .executeTakeFirstOrThrow();
     expect(stored.last_used_at).toBe(later);
+    // Read while a use of this instance is not written yet, the later one is shown.
+    await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader(tenant.apiKey) });
+    const listed = (
+      await t.inject({ method: 'GET', url: '/v1/api-keys', headers: keyHeader(tenant.apiKey) })
+    ).json().data;
+    expect(listed.find((k: { id: string }) => k.id === key.id).lastUsedAt).toBe(later);
   });
 
   it('renames, revokes (immediately effective) and deletes', async () => {

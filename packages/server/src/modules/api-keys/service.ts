@@ -23,6 +23,10 @@ export interface ApiKeyServiceDeps {
   projectExists: (organizationId: string, projectId: string) => Promise<boolean>;
 }
 
+/** The later of two ISO times (either may be absent): a use not yet written may be older than one stored. */
+const later = (a: string | null | undefined, b: string | null): string | null =>
+  a == null ? b : b === null || a > b ? a : b;
+
 export function createApiKeyService({ keys, authenticator, clock, projectExists }: ApiKeyServiceDeps) {
   const view = (row: ApiKeyRow): ApiKey => ({
     id: row.id,
@@ -31,7 +35,7 @@ export function createApiKeyService({ keys, authenticator, clock, projectExists 
     projectId: row.project_id,
     scopes: parseScopes(row.scopes),
     isRevoked: row.is_revoked === 1,
-    lastUsedAt: authenticator.pendingLastUsed(row.id) ?? row.last_used_at,
+    lastUsedAt: later(authenticator.pendingLastUsed(row.id), row.last_used_at),
     createdAt: row.created_at,
   });
 
