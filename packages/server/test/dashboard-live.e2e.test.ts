@@ -114,6 +114,7 @@ describe('the Decisions page, live', () => {
       if (new URL(r.url()).pathname === '/v1/decisions') reads.push(r.url());
     };
     page.on('request', onRequest);
+    const started = Date.now();
     try {
       await logMany(120, 'batch_tool');
       await eventually(range).toBe(`1–50 of ${before + 120}`);
@@ -121,9 +122,12 @@ describe('the Decisions page, live', () => {
     } finally {
       page.off('request', onRequest);
     }
-    // 120 events: one read at once, one for the rest of that second (and perhaps one poll).
+    // 120 events: at most one read a second while they arrive (a loaded machine spreads them over
+    // more seconds), plus perhaps one poll; never one per event.
+    const seconds = Math.ceil((Date.now() - started) / 1000);
     expect(reads.length).toBeGreaterThanOrEqual(1);
-    expect(reads.length).toBeLessThanOrEqual(3);
+    expect(reads.length).toBeLessThanOrEqual(seconds + 2);
+    expect(reads.length).toBeLessThan(120);
   }, 120_000);
 
   it('keeps a person on page 2 where they are, and offers the new decisions', async () => {

@@ -124,6 +124,8 @@ export class SseWriter {
 
   /** Runs once when the stream ends, whoever ended it. */
   onEnd(listener: () => void): void {
+    // A client that left before the listener was added ends the stream now (its close event is past).
+    if (this.gone) this.finish();
     if (this.ended) listener();
     else this.endListeners.push(listener);
   }
