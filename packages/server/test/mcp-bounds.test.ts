@@ -1,9 +1,18 @@
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_UPSTREAM_LIMITS } from '../src/modules/mcp/model.js';
 import { useTestApp } from './fixture.js';
 import { createTenant, type Tenant } from './helpers.js';
+import {
+  deepResult,
+  type HostileUpstream,
+  sseEvent,
+  sseMessages,
+  startHostileSseUpstream,
+  startHostileUpstream,
+} from './hostile-upstream.js';
 import { storedReceipt } from './ledger.js';
-import { createUpstream, gatewayClient, rawRpc } from './mcp-helpers.js';
+import { createUpstream, gatewayClient, rawRpc, rawSession } from './mcp-helpers.js';
 import {
   type McpUpstream,
   RAW_STREAM_ENDS_EARLY,
@@ -199,4 +208,282 @@ describe('MCP gateway on malformed upstream answers', () => {
     }
     await client.close();
   });
+});
+
+describe('MCP gateway on an upstream that floods its client with requests', () => {
+  // A tenant of its own: its calls do not count against the others' rate limit.
+  let own: Tenant;
+  const FLOOD = 3000;
+  const roots = (i: number) => ({ jsonrpc: '2.0', id: `r${i}`, method: 'roots/list' });
+  let streamable: HostileUpstream;
+  let sse: HostileUpstream;
+  beforeAll(async () => {
+    own = await createTenant(t);
+    // The call is answered with requests only, on a stream left open: the upstream never stops.
+    streamable = await startHostileUpstream((msg, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      if (msg.params?.name !== 'flood') {
+        res.end(sseEvent({ jsonrpc: '2.0', id: msg.id, result: { content: [] } }));
+        return;
+      }
+      let text = '';
+      for (let i = 0; i < FLOOD; i++) text += sseEvent(roots(i));
+      res.write(text);
+    });
+    sse = await startHostileSseUpstream((msg, send) => {
+      if (msg.params?.name !== 'flood') send({ jsonrpc: '2.0', id: msg.id, result: { content: [] } });
+      else send(Array.from({ length: FLOOD }, (_, i) => sseEvent(roots(i))).join(''));
+    });
+    await createUpstream(t, own, { name: 'flood', slug: 'flood', url: streamable.url, timeoutMs: 5000 });
+    await createUpstream(t, own, {
+      name: 'flood-sse',
+      slug: 'flood-sse',
+      transport: 'mcp-sse',
+      url: sse.url,
+      timeoutMs: 5000,
+    });
+  });
+  afterAll(async () => {
+    await streamable.close();
+    await sse.close();
+  });
+
+  it.each([
+    ['Streamable HTTP', 'flood'],
+    ['HTTP+SSE', 'flood-sse'],
+  ])(
+    'ends the upstream session past 100 waiting requests, in a session and without, over %s',
+    async (_name, slug) => {
+      const upstream = slug === 'flood' ? streamable : sse;
+      upstream.resetMax();
+      const url = `${t.url}/v1/mcp/${slug}`;
+      const key = { 'x-service-api-key': own.apiKey };
+      // In a session: the requests go to the client on the call's answer stream; 100 may wait for it.
+      const session = await rawSession(url, key);
+      const inSession = await rawRpc(url, call('s', 'flood', {}), session);
+      const messages = sseMessages(inSession.text);
+      expect(messages.filter((m) => m.method === 'roots/list').length).toBeLessThanOrEqual(100);
+      const response = messages.at(-1) as { id: string; error: { code: number; message: string } };
+      expect(response).toMatchObject({ id: 's', error: { code: -32603 } });
+      expect(response.error.message).toMatch(/more than 100 requests that wait for an answer/);
+      // Only that session ended.
+      expect((await rawRpc(url, call('next', 'echo', {}), session)).status).toBe(404);
+      // Session-less: the requests are refused; 100 refusals may wait to be sent.
+      const bare = await rawRpc(url, call('b', 'flood', {}), key);
+      expect(bare.json()).toMatchObject({ id: 'b', error: { code: -32603 } });
+      expect(bare.json().error.message).toMatch(/more than 100 requests that wait for an answer/);
+      for (const id of [
+        (response.error as { data?: { decisionId: string } }).data!.decisionId,
+        bare.json().error.data.decisionId,
+      ]) {
+        expect((await decision(id)).reason).toMatch(
+          /upstream call failed: .*more than 100 requests that wait/,
+        );
+      }
+      // Never a connection per answer.
+      expect(upstream.connections().max).toBeLessThan(20);
+      expect(upstream.answers.length).toBeLessThanOrEqual(100);
+      expect((await fetch(`${t.url}/healthz`)).status).toBe(200);
+      // The upstream works for new sessions.
+      const fresh = await rawSession(url, key);
+      expect((await rawRpc(url, call('ok', 'echo', {}), fresh)).json()).toMatchObject({
+        id: 'ok',
+        result: {},
+      });
+    },
+  );
+});
+
+describe('MCP gateway on answers that are not JSON', () => {
+  // A tenant of its own: its calls do not count against the others' rate limit.
+  let own: Tenant;
+  let hostile: HostileUpstream;
+  beforeAll(async () => {
+    own = await createTenant(t);
+    hostile = await startHostileUpstream((msg, res) => {
+      const name = msg.method === 'tools/call' ? msg.params?.name : msg.method;
+      if (name === 'html' || name === 'resources/list')
+        res.writeHead(200, { 'content-type': 'text/html' }).end('<html>busy</html>');
+      else if (name === 'not-json')
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"jsonrpc":');
+      else if (name === 'no-type') res.writeHead(200).end('ok');
+      else if (name === 'no-response')
+        res
+          .writeHead(200, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: {} }));
+      else
+        res
+          .writeHead(200, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ jsonrpc: '2.0', id: msg.id, result: { content: [] } }));
+    });
+    await createUpstream(t, own, { name: 'not-json', slug: 'not-json', url: hostile.url });
+  });
+  afterAll(() => hostile.close());
+
+  it('fails that request with "upstream sent an invalid answer", records the call, and the session goes on', async () => {
+    const url = `${t.url}/v1/mcp/not-json`;
+    const key = { 'x-service-api-key': own.apiKey };
+    const session = await rawSession(url, key);
+    const cases: [string, RegExp][] = [
+      ['html', /its content type is text\/html, not application\/json or text\/event-stream/],
+      ['no-type', /its content type is missing/],
+      ['not-json', /it is not JSON/],
+      ['no-response', /it holds no response to the request/],
+    ];
+    let id = 0;
+    for (const [tool, problem] of cases) {
+      for (const headers of [session, key]) {
+        const res = await rawRpc(url, call(++id, tool, {}), headers);
+        expect(res.status, tool).toBe(200);
+        // The notification of `no-response` goes to the client first, so that answer is a stream.
+        const body = res.headers.get('content-type')?.startsWith('text/event-stream')
+          ? (sseMessages(res.text).at(-1) as ReturnType<typeof res.json>)
+          : res.json();
+        expect(body, tool).toMatchObject({ id, error: { code: -32603 } });
+        expect(body.error.message, tool).toMatch(
+          /^Upstream "not-json" failed: upstream sent an invalid answer: /,
+        );
+        expect(body.error.message, tool).toMatch(problem);
+        const row = await decision(body.error.data.decisionId);
+        expect(row.decision).toBe('allow');
+        expect(row.reason, tool).toMatch(/upstream call failed: upstream sent an invalid answer: /);
+      }
+    }
+    const list = await rawRpc(url, { jsonrpc: '2.0', id: 'list', method: 'resources/list' }, session);
+    expect(list.json()).toMatchObject({ id: 'list', error: { code: -32603 } });
+    expect(list.json().error.message).toMatch(
+      /upstream sent an invalid answer: its content type is text\/html/,
+    );
+    // The session survived every one of them.
+    expect((await rawRpc(url, call('ok', 'echo', {}), session)).json()).toMatchObject({
+      id: 'ok',
+      result: {},
+    });
+  });
+});
+
+describe('MCP gateway on upstream error messages the stores cannot hold', () => {
+  // A tenant of its own: its calls do not count against the others' rate limit.
+  let own: Tenant;
+  let hostile: HostileUpstream;
+  const MESSAGES: Record<string, string> = {
+    nul: 'bad\u0000thing',
+    surrogate: 'bad\ud800thing',
+    low: 'x\udc00',
+  };
+  beforeAll(async () => {
+    own = await createTenant(t);
+    hostile = await startHostileUpstream((msg, res) => {
+      const message = MESSAGES[String(msg.params?.name)] ?? 'plain';
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(
+          JSON.stringify({ jsonrpc: '2.0', id: msg.id, error: { code: -32000, message, data: { k: 1 } } }),
+        );
+    });
+    await createUpstream(t, own, { name: 'unstorable', slug: 'unstorable', url: hostile.url });
+  });
+  afterAll(() => hostile.close());
+
+  it('records the failed call with the message escaped and answers the upstream error with its receipt', async () => {
+    const url = `${t.url}/v1/mcp/unstorable`;
+    const key = { 'x-service-api-key': own.apiKey };
+    const session = await rawSession(url, key);
+    const escaped: Record<string, string> = {
+      nul: 'bad\\u0000thing',
+      surrogate: 'bad\\ud800thing',
+      low: 'x\\udc00',
+    };
+    for (const [tool, message] of Object.entries(MESSAGES)) {
+      for (const headers of [session, key]) {
+        const body = (await rawRpc(url, call(tool, tool, {}), headers)).json();
+        // The client gets the upstream's own error, unchanged, with the receipt of the recorded run.
+        expect(body.error, tool).toMatchObject({ code: -32000, message, data: { k: 1 } });
+        const recorded = body.error.data._meta.veto_decision;
+        expect(body.error.data._meta.veto_receipt, tool).toBeDefined();
+        const row = await decision(recorded.decisionId);
+        expect(row.decision).toBe('allow');
+        expect(row.reason, tool).toContain(
+          `upstream call failed: upstream answered error -32000: ${escaped[tool]}`,
+        );
+        const receipt = await storedReceipt(t, row.receipt_id);
+        expect(receipt.reason, tool).toBe(row.reason);
+      }
+    }
+  });
+});
+
+describe('MCP gateway on answers nested millions deep within the size bound', () => {
+  // A tenant of its own: its calls do not count against the others' rate limit.
+  let own: Tenant;
+  // 8 MB: within the 8 MiB message bound, but JSON.parse would take seconds of the event loop.
+  const LEVELS = 4_000_000;
+  let streamable: HostileUpstream;
+  let sse: HostileUpstream;
+  beforeAll(async () => {
+    own = await createTenant(t);
+    streamable = await startHostileUpstream((msg, res) => {
+      const name = msg.params?.name;
+      if (name === 'deep-json')
+        res.writeHead(200, { 'content-type': 'application/json' }).end(deepResult(msg.id, LEVELS));
+      else if (name === 'deep-sse')
+        res.writeHead(200, { 'content-type': 'text/event-stream' }).end(sseEvent(deepResult(msg.id, LEVELS)));
+      else
+        res
+          .writeHead(200, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ jsonrpc: '2.0', id: msg.id, result: { content: [] } }));
+    });
+    sse = await startHostileSseUpstream((msg, send) => {
+      if (msg.params?.name === 'deep-sse') send(sseEvent(deepResult(msg.id, LEVELS)));
+      else send({ jsonrpc: '2.0', id: msg.id, result: { content: [] } });
+    });
+    await createUpstream(t, own, { name: 'deep', slug: 'deep', url: streamable.url });
+    await createUpstream(t, own, {
+      name: 'deep-sse',
+      slug: 'deep-sse',
+      transport: 'mcp-sse',
+      url: sse.url,
+    });
+  });
+  afterAll(async () => {
+    await streamable.close();
+    await sse.close();
+  });
+
+  it.each([
+    ['a JSON answer', 'deep', 'deep-json'],
+    ['an SSE answer', 'deep', 'deep-sse'],
+    ['an HTTP+SSE event', 'deep-sse', 'deep-sse'],
+  ])(
+    'refuses %s before parsing it: the call fails at once, the event loop is not held and the session goes on',
+    async (_what, slug, tool) => {
+      const url = `${t.url}/v1/mcp/${slug}`;
+      const key = { 'x-service-api-key': own.apiKey };
+      const session = await rawSession(url, key);
+      const loop = monitorEventLoopDelay({ resolution: 10 });
+      loop.enable();
+      const started = Date.now();
+      const answers = [
+        await rawRpc(url, call('in', tool, {}), session),
+        await rawRpc(url, call('bare', tool, {}), key),
+      ];
+      loop.disable();
+      // Not at timeoutMs (30 s): when the answer came.
+      expect(Date.now() - started).toBeLessThan(10_000);
+      // JSON.parse of one such answer holds the loop for seconds; the scan of its text, a few dozen ms.
+      expect(loop.max / 1e6).toBeLessThan(1000);
+      for (const res of answers) {
+        const body = res.json();
+        expect(body.error).toMatchObject({ code: -32603 });
+        expect(body.error.message).toMatch(/upstream message nested deeper than 128 levels/);
+        expect((await decision(body.error.data.decisionId)).reason).toMatch(
+          /upstream call failed: upstream message nested deeper than 128 levels/,
+        );
+      }
+      expect((await rawRpc(url, call('ok', 'echo', {}), session)).json()).toMatchObject({
+        id: 'ok',
+        result: {},
+      });
+    },
+  );
 });

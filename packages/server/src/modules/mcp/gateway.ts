@@ -6,6 +6,7 @@ import { hashJson } from '../../ledger/canonical.js';
 import type { Clock } from '../../lib/clock.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../../lib/json.js';
 import { compileSchema } from '../../lib/schemas.js';
+import { storableText } from '../../lib/storable.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { ToolName } from '../tools/schemas.js';
 import {
@@ -24,7 +25,7 @@ import type { UpstreamRow } from './repository.js';
 import { toTarget } from './service.js';
 import type { GatewaySession, McpSessions } from './sessions.js';
 import { GATEWAY_CLIENT_INFO, type OpenOptions, toUpstreamError, UpstreamError } from './upstream-client.js';
-import { type UpstreamMessage, UpstreamSession } from './upstream-session.js';
+import { UpstreamSession } from './upstream-session.js';
 
 export const GATEWAY_VERSION = '0.1.0';
 
@@ -115,7 +116,8 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
         limits,
         req.params ?? {},
         {
-          message: (m) => relay(session, m),
+          // A request the client cannot take (too many wait for it) ends the upstream session.
+          message: (m) => session.deliver(m),
           closed: (why) => void sessions.end(session.id, `the upstream session ended (${why})`),
         },
       );
@@ -130,16 +132,6 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
       log.warn({ err, upstream: caller.upstream.slug }, 'MCP upstream initialize failed');
       return upstreamFailure(req.id, caller.upstream.slug, toUpstreamError(err));
     }
-  }
-
-  /** An upstream message to its client; a request the client cannot take is answered upstream. */
-  function relay(session: GatewaySession, m: UpstreamMessage): void {
-    if (session.deliver(m) || m.id === undefined) return;
-    session.upstream?.respond({
-      jsonrpc: '2.0',
-      id: m.id,
-      error: { code: RPC.internal, message: 'Too many requests are waiting for the client' },
-    });
   }
 
   /** Sends a request upstream in the caller's session, or (session-less) in a session of its own. */
@@ -179,14 +171,16 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
         limits,
         STATELESS_INITIALIZE,
         {
-          // No client channel: requests are refused, notifications have nowhere to go.
-          message: (m) => {
+          // No client channel: requests are refused (the refusals wait to be sent within the bound
+          // of waiting requests), notifications have nowhere to go.
+          message: (m, from) => {
             if (m.id !== undefined)
-              upstream?.respond({
+              from.respond({
                 jsonrpc: '2.0',
                 id: m.id,
                 error: { code: RPC.methodNotFound, message: 'The client has no session for server requests' },
               });
+            return true;
           },
           closed: () => {},
         },
@@ -239,7 +233,11 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
             return { value: { ok: true, result }, resultHash };
           } catch (err) {
             const error = toUpstreamError(err);
-            return { value: { ok: false, error }, note: `upstream call failed: ${error.message}` };
+            // The upstream's words go into the record as text every store can hold.
+            return {
+              value: { ok: false, error },
+              note: `upstream call failed: ${storableText(error.message)}`,
+            };
           }
         },
       });

@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
-import { createHttpFetch, type ResolveAll } from './http-fetch.js';
+import { createHttpFetch, MAX_SOCKETS_PER_ORIGIN, type ResolveAll } from './http-fetch.js';
 import { probeUpstream } from './upstream-client.js';
 
 let server: Server;
@@ -80,6 +80,46 @@ describe('createHttpFetch (pooled upstream sockets)', () => {
     } finally {
       rebinding.close();
       honest.close();
+    }
+  });
+
+  it('carries requests on at most maxSocketsPerOrigin connections per origin; event streams are not counted', async () => {
+    expect(MAX_SOCKETS_PER_ORIGIN).toBe(256);
+    let inflight = 0;
+    let most = 0;
+    const held = createServer((req, res) => {
+      if (req.method === 'GET') {
+        // An event stream: open until the client goes.
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.flushHeaders();
+        return;
+      }
+      inflight++;
+      most = Math.max(most, inflight);
+      req.resume();
+      setTimeout(() => {
+        inflight--;
+        res.end('ok');
+      }, 50);
+    });
+    await new Promise<void>((r) => held.listen(0, '127.0.0.1', () => r()));
+    const url = `http://127.0.0.1:${(held.address() as AddressInfo).port}/`;
+    const http = createHttpFetch({ allowPrivate: true, maxSocketsPerOrigin: 4 });
+    try {
+      // More streams than request connections: the requests still get through.
+      const streams = await Promise.all(Array.from({ length: 6 }, () => http.fetch(url, { method: 'GET' })));
+      const posts = await Promise.all(
+        Array.from({ length: 20 }, () =>
+          http.fetch(url, { method: 'POST', body: 'x' }).then((r) => r.text()),
+        ),
+      );
+      expect(posts).toEqual(Array.from({ length: 20 }, () => 'ok'));
+      expect(most).toBe(4);
+      for (const s of streams) await s.body?.cancel();
+    } finally {
+      http.close();
+      held.closeAllConnections();
+      await new Promise((r) => held.close(r));
     }
   });
 });

@@ -52,10 +52,20 @@ export function checkedLookup(resolveAll: ResolveAll = dnsLookup as ResolveAll):
   };
 }
 
+/**
+ * Connections per origin (scheme, host, port) for requests (POST, DELETE…): past it a request waits
+ * for a free connection (within its own timeout). Event streams (GET) are not counted: they are
+ * long-lived, one per upstream session, and bounded by the session bounds; counted, a few hundred
+ * open streams would leave no connection for the requests of the sessions they belong to.
+ */
+export const MAX_SOCKETS_PER_ORIGIN = 256;
+
 export interface HttpFetchOptions {
   /** SVC_MCP_ALLOW_PRIVATE_UPSTREAMS: sockets may reach any address. */
   allowPrivate: boolean;
   resolveAll?: ResolveAll;
+  /** Request connections per origin (default MAX_SOCKETS_PER_ORIGIN). */
+  maxSocketsPerOrigin?: number;
 }
 
 /**
@@ -64,7 +74,8 @@ export interface HttpFetchOptions {
  * gateway's whole latency budget. It covers what the SDK transports send (string or no body,
  * headers, AbortSignal) and streams the answer (JSON or SSE). Redirects are returned, never
  * followed: the transports follow same-origin ones themselves. Sockets resolve names through
- * checkedLookup unless private upstreams are allowed. Other bodies or schemes are refused.
+ * checkedLookup unless private upstreams are allowed. Other bodies or schemes are refused. At most
+ * MAX_SOCKETS_PER_ORIGIN connections per origin carry requests, whatever an upstream does.
  */
 /** One HTTP request on the checked keep-alive agents, answered as Node's own response stream. */
 export type RawRequest = (
@@ -78,10 +89,13 @@ export function createHttpFetch(options: HttpFetchOptions): {
   close(): void;
 } {
   const lookup = options.allowPrivate ? undefined : checkedLookup(options.resolveAll);
-  const agents = {
-    'http:': new HttpAgent({ keepAlive: true, ...(lookup ? { lookup } : {}) }),
-    'https:': new HttpsAgent({ keepAlive: true, ...(lookup ? { lookup } : {}) }),
-  };
+  const common = { keepAlive: true, ...(lookup ? { lookup } : {}) };
+  const bounded = { ...common, maxSockets: options.maxSocketsPerOrigin ?? MAX_SOCKETS_PER_ORIGIN };
+  const agents = { 'http:': new HttpAgent(bounded), 'https:': new HttpsAgent(bounded) };
+  const streamAgents = { 'http:': new HttpAgent(common), 'https:': new HttpsAgent(common) };
+  /** GET (event streams) on their own agents; everything else on the bounded ones. */
+  const agentFor = (protocol: string, method: string) =>
+    (method === 'GET' ? streamAgents : agents)[protocol as 'http:' | 'https:'];
   const fetchImpl: FetchLike = (input, init = {}) => {
     const url = new URL(input);
     const body = init.body;
@@ -101,7 +115,7 @@ export function createHttpFetch(options: HttpFetchOptions): {
         {
           method,
           headers,
-          agent: agents[url.protocol as 'http:' | 'https:'],
+          agent: agentFor(url.protocol, method),
           ...(init.signal ? { signal: init.signal } : {}),
         },
         (res) => {
@@ -131,7 +145,7 @@ export function createHttpFetch(options: HttpFetchOptions): {
       const req = send(url, {
         method: init.method,
         headers,
-        agent: agents[url.protocol as 'http:' | 'https:'],
+        agent: agentFor(url.protocol, init.method.toUpperCase()),
         ...(init.signal ? { signal: init.signal } : {}),
       });
       req.on('response', resolve);
@@ -143,8 +157,10 @@ export function createHttpFetch(options: HttpFetchOptions): {
     fetch: fetchImpl,
     request,
     close() {
-      agents['http:'].destroy();
-      agents['https:'].destroy();
+      for (const agent of [agents, streamAgents]) {
+        agent['http:'].destroy();
+        agent['https:'].destroy();
+      }
     },
   };
 }

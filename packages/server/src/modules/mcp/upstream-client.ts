@@ -8,8 +8,10 @@ import {
 import type { FetchLike, Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import type { RawRequest } from './http-fetch.js';
-import { StreamableHttpTransport } from './streamable-transport.js';
-import { UpstreamError } from './upstream-error.js';
+import { DEFAULT_UPSTREAM_LIMITS } from './model.js';
+import { messageNestedDeeperThan, textNestedDeeperThan, topLevelOf } from './raw-json.js';
+import { type BoundHooks, type MessageBounds, StreamableHttpTransport } from './streamable-transport.js';
+import { tooDeep, UpstreamError } from './upstream-error.js';
 
 export { UpstreamError };
 
@@ -82,7 +84,8 @@ export interface OpenOptions {
 /**
  * The SDK transports hand one long-lived AbortSignal to every fetch, and undici keeps a listener on it
  * per request until garbage collection: under load thousands pile up, every add gets slower and Node
- * warns. A POST gets a signal of its own, linked to the transport's until its answer arrives; the GET
+ * warns. A POST gets a signal of its own, linked to the transport's until its body is read to the
+ * end, fails or is cancelled (closing the client must still stop a body that keeps coming); the GET
  * streams (few, long-lived) keep the transport's signal so that closing the client ends them.
  */
 function ownSignalPerPost(base: FetchLike): FetchLike {
@@ -95,12 +98,51 @@ function ownSignalPerPost(base: FetchLike): FetchLike {
     const own = new AbortController();
     const forward = () => own.abort(shared.reason);
     shared.addEventListener('abort', forward, { once: true });
+    const unlink = () => shared.removeEventListener('abort', forward);
+    let res: Response;
     try {
-      return await base(url, { ...init, signal: own.signal });
-    } finally {
-      shared.removeEventListener('abort', forward);
+      res = await base(url, { ...init, signal: own.signal });
+    } catch (err) {
+      unlink();
+      throw err;
     }
+    if (!res.body) {
+      unlink();
+      return res;
+    }
+    return new Response(untilConsumed(res.body, unlink), {
+      status: res.status,
+      statusText: res.statusText,
+      headers: res.headers,
+    });
   };
+}
+
+/** The same body, calling `done` once it has been read to its end, failed or been cancelled. */
+function untilConsumed(body: ReadableStream<Uint8Array>, done: () => void): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        try {
+          const next = await reader.read();
+          if (next.done) {
+            done();
+            controller.close();
+          } else controller.enqueue(next.value);
+        } catch (err) {
+          done();
+          controller.error(err);
+        }
+      },
+      cancel(reason) {
+        done();
+        return reader.cancel(reason);
+      },
+    },
+    // Nothing is read ahead of the reader: a body never read stays linked until it is cancelled.
+    { highWaterMark: 0 },
+  );
 }
 
 function transportFor(target: UpstreamTarget, base: FetchLike = fetch): Transport {
@@ -121,49 +163,139 @@ function transportFor(target: UpstreamTarget, base: FetchLike = fetch): Transpor
   });
 }
 
+const LF = 10;
+const CR = 13;
+
 /**
- * A fetch whose answers are bounded: a JSON body, or one event of an SSE stream, larger than
- * maxBytes errors the body and reports why (the session using it then ends).
+ * A JSON body, held until it is complete: larger than maxMessageBytes it errors (oversize), nested
+ * past maxDepth it errors before anyone parses it.
  */
-export function boundedFetch(
-  base: FetchLike,
-  maxBytes: number,
-  onOversize: (why: string) => void,
-): FetchLike {
+function boundedJson(bounds: MessageBounds, hooks: BoundHooks): TransformStream<Uint8Array, Uint8Array> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  return new TransformStream({
+    transform(chunk, controller) {
+      size += chunk.byteLength;
+      if (size > bounds.maxMessageBytes) {
+        const why = `upstream message larger than ${bounds.maxMessageBytes} bytes`;
+        hooks.oversize(why);
+        controller.error(new UpstreamError('invalid', why));
+        return;
+      }
+      chunks.push(chunk);
+    },
+    flush(controller) {
+      const body = Buffer.concat(chunks);
+      if (messageNestedDeeperThan(body.toString('utf8'), bounds.maxDepth)) {
+        controller.error(new UpstreamError('invalid', tooDeep(bounds.maxDepth)));
+        return;
+      }
+      if (body.byteLength > 0) controller.enqueue(body);
+    },
+  });
+}
+
+/** The JSON-RPC text of one SSE event (its `data:` lines joined), or null when it is of another type. */
+function eventData(event: string): string | null {
+  const data: string[] = [];
+  let type = '';
+  for (const raw of event.split('\n')) {
+    const line = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
+    if (line.startsWith('data:')) data.push(line.slice(line.charCodeAt(5) === 32 ? 6 : 5));
+    else if (line.startsWith('event:')) type = line.slice(line.charCodeAt(6) === 32 ? 7 : 6);
+  }
+  return data.length > 0 && (type === '' || type === 'message') ? data.join('\n') : null;
+}
+
+/**
+ * An SSE body passed on one whole event at a time (the reader dispatches an event only at its end
+ * anyway): an event larger than maxMessageBytes errors the stream (oversize); one whose message
+ * nests past maxDepth is left out, never parsed, and reported as refused.
+ */
+function boundedEvents(bounds: MessageBounds, hooks: BoundHooks): TransformStream<Uint8Array, Uint8Array> {
+  let pieces: Uint8Array[] = [];
+  let size = 0;
+  let lastNewline = false;
+  const pass = (controller: TransformStreamDefaultController<Uint8Array>) => {
+    const event = pieces.length === 1 ? pieces[0]! : Buffer.concat(pieces);
+    pieces = [];
+    size = 0;
+    const text = Buffer.from(event.buffer, event.byteOffset, event.byteLength).toString('utf8');
+    const data = eventData(text);
+    if (data !== null && textNestedDeeperThan(data, bounds.maxDepth)) {
+      hooks.refused(topLevelOf(data), tooDeep(bounds.maxDepth));
+      return;
+    }
+    controller.enqueue(event);
+  };
+  return new TransformStream({
+    transform(chunk, controller) {
+      let start = 0;
+      for (let i = 0; i < chunk.byteLength; i++) {
+        const b = chunk[i]!;
+        if (b === CR) continue;
+        if (b === LF && lastNewline) {
+          // A blank line: the event ends here.
+          pieces.push(chunk.subarray(start, i + 1));
+          start = i + 1;
+          pass(controller);
+          lastNewline = false;
+          continue;
+        }
+        lastNewline = b === LF;
+        if (++size > bounds.maxMessageBytes) {
+          const why = `upstream message larger than ${bounds.maxMessageBytes} bytes`;
+          hooks.oversize(why);
+          controller.error(new UpstreamError('invalid', why));
+          return;
+        }
+      }
+      if (start < chunk.byteLength) pieces.push(chunk.subarray(start));
+    },
+    flush(controller) {
+      if (pieces.length > 0) pass(controller);
+    },
+  });
+}
+
+/** Any other body: counted, erroring past maxMessageBytes. */
+function boundedBody(bounds: MessageBounds, hooks: BoundHooks): TransformStream<Uint8Array, Uint8Array> {
+  let size = 0;
+  return new TransformStream({
+    transform(chunk, controller) {
+      size += chunk.byteLength;
+      if (size > bounds.maxMessageBytes) {
+        const why = `upstream message larger than ${bounds.maxMessageBytes} bytes`;
+        hooks.oversize(why);
+        controller.error(new UpstreamError('invalid', why));
+        return;
+      }
+      controller.enqueue(chunk);
+    },
+  });
+}
+
+/**
+ * A fetch whose answers are bounded before the SDK transports parse them: a JSON body, or one event
+ * of an SSE stream, larger than maxMessageBytes errors the body and reports why (the session using
+ * it then ends); a message nested deeper than maxDepth is refused unparsed (a JSON body errors, an
+ * SSE event is left out and reported).
+ */
+export function boundedFetch(base: FetchLike, bounds: MessageBounds, hooks: BoundHooks): FetchLike {
   return async (url, init) => {
     const res = await base(url, init);
     if (!res.body) return res;
-    const sse = (res.headers.get('content-type') ?? '').toLowerCase().includes('text/event-stream');
-    let size = 0;
-    let lastNewline = false;
-    const why = `upstream message larger than ${maxBytes} bytes`;
-    const counted = res.body.pipeThrough(
-      new TransformStream<Uint8Array, Uint8Array>({
-        transform(chunk, controller) {
-          let over = false;
-          if (!sse) {
-            size += chunk.byteLength;
-            over = size > maxBytes;
-          } else {
-            // Bytes since the last blank line (the end of an SSE event); CRs are ignored.
-            for (let i = 0; i < chunk.byteLength && !over; i++) {
-              const b = chunk[i]!;
-              if (b === 13) continue;
-              if (b === 10 && lastNewline) size = 0;
-              else over = ++size > maxBytes;
-              lastNewline = b === 10;
-            }
-          }
-          if (over) {
-            onOversize(why);
-            controller.error(new UpstreamError('invalid', why));
-            return;
-          }
-          controller.enqueue(chunk);
-        },
-      }),
-    );
-    return new Response(counted, { status: res.status, statusText: res.statusText, headers: res.headers });
+    const type = (res.headers.get('content-type') ?? '').toLowerCase();
+    const bound = type.includes('text/event-stream')
+      ? boundedEvents(bounds, hooks)
+      : type.includes('json')
+        ? boundedJson(bounds, hooks)
+        : boundedBody(bounds, hooks);
+    return new Response(res.body.pipeThrough(bound), {
+      status: res.status,
+      statusText: res.statusText,
+      headers: res.headers,
+    });
   };
 }
 
@@ -174,8 +306,8 @@ export function boundedFetch(
 export async function openTransport(
   target: UpstreamTarget,
   options: OpenOptions,
-  maxBytes: number,
-  onOversize: (why: string) => void,
+  bounds: MessageBounds,
+  hooks: BoundHooks,
 ): Promise<Transport> {
   const refusal = await upstreamHostRefusal(new URL(target.url), { ...options, requireResolution: true });
   if (refusal)
@@ -185,26 +317,36 @@ export async function openTransport(
       new URL(target.url),
       target.headers,
       options.request,
-      maxBytes,
-      onOversize,
+      bounds,
+      hooks,
       options.standaloneStream ?? true,
     );
   }
-  return transportFor(target, boundedFetch(options.fetch ?? fetch, maxBytes, onOversize));
+  return transportFor(target, boundedFetch(options.fetch ?? fetch, bounds, hooks));
 }
+
+/** What the /test probe does with what is past a bound: the request concerned fails, nothing else. */
+const PROBE_HOOKS: BoundHooks = { oversize: () => {}, refused: () => {} };
 
 /**
  * Connects an SDK client to the upstream and completes the MCP handshake within timeoutMs. The
- * address is checked again here, not only when the URL was saved: DNS may have changed since.
+ * address is checked again here, not only when the URL was saved: DNS may have changed since. Its
+ * answers are bounded as an upstream session's are.
  */
-export async function openClient(target: UpstreamTarget, options: OpenOptions): Promise<Client> {
+export async function openClient(
+  target: UpstreamTarget,
+  options: OpenOptions,
+  bounds: MessageBounds = DEFAULT_UPSTREAM_LIMITS,
+): Promise<Client> {
   const refusal = await upstreamHostRefusal(new URL(target.url), { ...options, requireResolution: true });
   if (refusal)
     throw new UpstreamError('refused', `upstream address refused: ${refusal} (${ALLOW_PRIVATE_HINT})`);
   const client = new Client(GATEWAY_CLIENT_INFO, { capabilities: {} });
   try {
     await withTimeout(
-      client.connect(transportFor(target, options.fetch), { timeout: target.timeoutMs }),
+      client.connect(transportFor(target, boundedFetch(options.fetch ?? fetch, bounds, PROBE_HOOKS)), {
+        timeout: target.timeoutMs,
+      }),
       target.timeoutMs,
       () => {
         void client.close().catch(() => {});
@@ -224,7 +366,11 @@ export interface ProbeResult {
   message: string;
 }
 
-/** POST /v1/mcp/upstreams/:id/test: a fresh connection (never a session's), initialize, then tools/list. */
+/**
+ * POST /v1/mcp/upstreams/:id/test: a fresh connection (never a session's), initialize, then
+ * tools/list, within timeoutMs and the bounds of a session's messages; closing the client at the
+ * end (or at timeoutMs) closes every connection it opened, bodies still coming included.
+ */
 export async function probeUpstream(target: UpstreamTarget, options: OpenOptions): Promise<ProbeResult> {
   const statuses: number[] = [];
   let failed: number | undefined;
@@ -243,11 +389,9 @@ export async function probeUpstream(target: UpstreamTarget, options: OpenOptions
   try {
     client = await openClient(target, { ...options, fetch: recording });
     stage = 'tools/list';
-    const listed = await withTimeout(
-      client.listTools(undefined, { timeout: target.timeoutMs }),
-      target.timeoutMs,
-      () => {},
-    );
+    // Both steps within timeoutMs: tools/list has what initialize left.
+    const left = Math.max(1, Math.round(target.timeoutMs - (performance.now() - started)));
+    const listed = await withTimeout(client.listTools(undefined, { timeout: left }), left, () => {});
     const n = listed.tools.length;
     const server = client.getServerVersion();
     const name = server ? ` ${server.name} ${server.version}` : '';

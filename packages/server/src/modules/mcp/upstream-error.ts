@@ -28,3 +28,19 @@ export class AnswerStreamEnded extends UpstreamError {
     super('unreachable', 'the upstream answer stream ended before its response');
   }
 }
+
+/**
+ * The answer to one POST cannot be used (not JSON, a content type that is neither JSON nor SSE, no
+ * response in it, nested past the depth bound): that request fails, the session goes on.
+ */
+export class AnswerRefused extends UpstreamError {
+  constructor(message: string) {
+    super('invalid', message);
+  }
+}
+
+/** The message of an answer that is not a valid JSON-RPC answer to its request. */
+export const invalidAnswer = (problem: string): string => `upstream sent an invalid answer: ${problem}`;
+
+/** The message of an upstream message refused for its nesting. */
+export const tooDeep = (maxDepth: number): string => `upstream message nested deeper than ${maxDepth} levels`;

@@ -39,7 +39,7 @@ describe.each([
       { allowPrivate: true, fetch: http.fetch, request: http.request, standaloneStream: false },
       DEFAULT_UPSTREAM_LIMITS,
       { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'test', version: '1' } },
-      { message: () => {}, closed: (why) => closed.push(why) },
+      { message: () => true, closed: (why) => closed.push(why) },
     );
     try {
       session.notify('notifications/initialized', undefined);

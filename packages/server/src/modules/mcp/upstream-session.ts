@@ -1,7 +1,6 @@
 import { SseError } from '@modelcontextprotocol/sdk/client/sse.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
-import { nestedDeeperThan } from '../../lib/json.js';
 import { isObject, type Params, RPC, type RpcId } from './jsonrpc.js';
 import type { UpstreamLimits } from './model.js';
 import {
@@ -11,7 +10,7 @@ import {
   UpstreamError,
   type UpstreamTarget,
 } from './upstream-client.js';
-import { AnswerStreamEnded } from './upstream-error.js';
+import { AnswerRefused, AnswerStreamEnded } from './upstream-error.js';
 
 /** A request or notification the upstream sent on its own (sampling, roots, progress, logging…). */
 export interface UpstreamMessage {
@@ -22,7 +21,12 @@ export interface UpstreamMessage {
 }
 
 export interface UpstreamEvents {
-  message(msg: UpstreamMessage): void;
+  /**
+   * A message the upstream sent by itself. For a request, false when it cannot be taken: more of
+   * the upstream's requests already wait for an answer than MAX_WAITING_REQUESTS. That breaks a
+   * bound, as an oversized message does: the session ends.
+   */
+  message(msg: UpstreamMessage, from: UpstreamSession): boolean;
   /** The connection is gone (closed, failed, or broke a bound); the session cannot be used again. */
   closed(reason: string): void;
 }
@@ -31,6 +35,22 @@ interface Pending {
   resolve: (result: Record<string, unknown>) => void;
   reject: (err: UpstreamError) => void;
   timer: NodeJS.Timeout;
+}
+
+/**
+ * Requests of the upstream that may wait for their answer: as many as a gateway session lets wait
+ * for its client (sessions.ts), and as many refusals may wait to be sent.
+ */
+export const MAX_WAITING_REQUESTS = 100;
+
+/** Messages (notifications, answers) that may wait to be sent to the upstream, one at a time. */
+export const MAX_OUTBOX = 256;
+
+const TOO_MANY_WAITING = `the upstream sent more than ${MAX_WAITING_REQUESTS} requests that wait for an answer`;
+
+/** A transport that can give up the HTTP exchange of one request (StreamableHttpTransport). */
+interface AbortsRequests {
+  abortRequest?(id: RpcId): void;
 }
 
 /** A request sent upstream: its id there (for notifications/cancelled) and its outcome. */
@@ -67,7 +87,10 @@ function answerProblem(m: Record<string, unknown>): string | null {
  * One MCP session with an upstream server, owned by exactly one gateway session. JSON-RPC messages
  * are relayed as they are, except request ids: the gateway numbers its requests itself, so a client
  * cannot collide with or answer for anything it did not send. Everything the upstream sends is
- * bounded (size in the transport's fetch, nesting depth here) before the gateway touches it.
+ * bounded (size and nesting depth, in the transport, before it is parsed) before the gateway
+ * touches it. What the gateway sends on its own account (notifications, answers to the upstream's
+ * requests) goes out through a bounded queue, one message at a time: an upstream that floods the
+ * session with requests ends it rather than making the gateway open a connection per answer.
  */
 export class UpstreamSession {
   private next = 0;
@@ -75,6 +98,11 @@ export class UpstreamSession {
   private ended: string | null = null;
   private transport!: Transport;
   private observe: OpenOptions['observe'];
+  /** Notifications and answers to send, in order; `posting` while one is on its way. */
+  private outbox: JSONRPCMessage[] = [];
+  private posting = false;
+  /** Answers to the upstream's requests queued or being sent. */
+  private unsentAnswers = 0;
 
   private constructor(
     private readonly target: UpstreamTarget,
@@ -95,9 +123,10 @@ export class UpstreamSession {
   ): Promise<{ session: UpstreamSession; result: Record<string, unknown> }> {
     const session = new UpstreamSession(target, limits, events);
     session.observe = options.observe;
-    session.transport = await openTransport(target, options, limits.maxMessageBytes, (why) =>
-      session.fail(why),
-    );
+    session.transport = await openTransport(target, options, limits, {
+      oversize: (why) => session.fail(why),
+      refused: (top, why) => session.refuse(top, why),
+    });
     session.transport.onmessage = (m) => session.receive(m);
     session.transport.onerror = (err) => {
       // HTTP+SSE: the event stream is the session (its endpoint URL names it) and the only way
@@ -143,7 +172,7 @@ export class UpstreamSession {
       }
       const timer = setTimeout(() => {
         this.settle(id)?.reject(new UpstreamError('timeout', `no answer within ${timeoutMs} ms`));
-        this.cancel(id, 'timeout');
+        this.giveUp(id, 'timeout');
       }, timeoutMs);
       this.pending.set(id, { resolve, reject, timer });
       const message = { jsonrpc: '2.0' as const, id, method, ...(params ? { params } : {}) };
@@ -152,8 +181,8 @@ export class UpstreamSession {
         this.settle(id)?.reject(e);
         // The POST itself failed (refused, 404 for an expired session…): the session is gone; the
         // client learns it (404) at its next request and initializes again, as MCP prescribes. An
-        // answer stream that ended early loses only this request (AnswerStreamEnded).
-        if (method !== 'initialize' && !(err instanceof AnswerStreamEnded))
+        // answer stream that ended early, or an answer that cannot be used, loses only this request.
+        if (method !== 'initialize' && !(err instanceof AnswerStreamEnded || err instanceof AnswerRefused))
           this.fail(`the upstream session failed: ${e.message}`);
       });
     });
@@ -168,31 +197,72 @@ export class UpstreamSession {
     return { id, done };
   }
 
-  /** notifications/cancelled upstream for one of our requests; its outcome is left to the caller. */
-  cancel(id: number, reason: string): void {
+  /**
+   * A request nobody waits for any more: notifications/cancelled upstream, and its HTTP exchange (if
+   * still open) closed, so a request the upstream never answers holds no connection.
+   */
+  private giveUp(id: number, reason: string): void {
     this.notify('notifications/cancelled', { requestId: id, reason });
+    (this.transport as Transport & AbortsRequests).abortRequest?.(id);
   }
 
   /** Abandons a request: cancelled upstream, settled here with `err`. */
   abandon(id: number, err: UpstreamError): void {
     const p = this.settle(id);
     if (!p) return;
-    this.cancel(id, err.message);
+    this.giveUp(id, err.message);
     p.reject(err);
   }
 
   notify(method: string, params: Params | undefined): void {
-    this.send({ jsonrpc: '2.0', method, ...(params ? { params } : {}) });
+    this.post({ jsonrpc: '2.0', method, ...(params ? { params } : {}) });
   }
 
-  /** A client's answer to one of the upstream's own requests (sampling, elicitation, roots). */
+  /** An answer to one of the upstream's own requests (sampling, elicitation, roots): the client's, or a refusal. */
   respond(message: JSONRPCMessage): void {
-    this.send(message);
+    this.post(message);
   }
 
-  private send(message: JSONRPCMessage): void {
+  /**
+   * Queues a message the gateway sends on its own account. More answers waiting than the upstream
+   * may leave requests waiting, or a full queue, means the upstream sends faster than it takes
+   * messages: a bound broken, which ends the session.
+   */
+  private post(message: JSONRPCMessage): void {
     if (this.ended) return;
-    this.transport.send(message).catch(() => {});
+    const answer = !('method' in message);
+    if (answer && this.unsentAnswers >= MAX_WAITING_REQUESTS) {
+      this.fail(TOO_MANY_WAITING);
+      return;
+    }
+    if (this.outbox.length >= MAX_OUTBOX) {
+      this.fail(`more than ${MAX_OUTBOX} messages wait to be sent to the upstream`);
+      return;
+    }
+    if (answer) this.unsentAnswers++;
+    this.outbox.push(message);
+    if (!this.posting) void this.drain();
+  }
+
+  /**
+   * Sends the queue, one message at a time. A message the upstream refuses is lost (as a lost
+   * notification is); one it does not take within timeoutMs ends the session.
+   */
+  private async drain(): Promise<void> {
+    this.posting = true;
+    while (!this.ended) {
+      const message = this.outbox.shift();
+      if (!message) break;
+      try {
+        await this.withDeadline(this.transport.send(message), 'send');
+      } catch (err) {
+        if (err instanceof UpstreamError && err.kind === 'timeout')
+          this.fail(`the upstream took no message within ${this.target.timeoutMs} ms`);
+      } finally {
+        if (!('method' in message)) this.unsentAnswers--;
+      }
+    }
+    this.posting = false;
   }
 
   private settle(id: number): Pending | undefined {
@@ -203,18 +273,24 @@ export class UpstreamSession {
     return p;
   }
 
-  private receive(raw: JSONRPCMessage): void {
-    const m = raw as Record<string, unknown>;
-    const isResponse = !('method' in m);
-    if (nestedDeeperThan(m, this.limits.maxDepth)) {
-      const why = `upstream message nested deeper than ${this.limits.maxDepth} levels`;
-      if (isResponse && typeof m.id === 'number')
-        this.settle(m.id)?.reject(new UpstreamError('invalid', why));
-      else if ('id' in m)
-        this.send({ jsonrpc: '2.0', id: m.id as RpcId, error: { code: RPC.invalidRequest, message: why } });
-      return;
+  /**
+   * A message refused for its nesting, before it was parsed (the transport gives its top level): a
+   * response fails its request, a request is answered -32600, a notification is dropped.
+   */
+  private refuse(top: Record<string, unknown> | null, why: string): void {
+    if (this.ended || !top) return;
+    if (!('method' in top)) {
+      if (typeof top.id === 'number') this.settle(top.id)?.reject(new UpstreamError('invalid', why));
+    } else if (typeof top.id === 'number' || typeof top.id === 'string') {
+      this.respond({ jsonrpc: '2.0', id: top.id, error: { code: RPC.invalidRequest, message: why } });
     }
-    if (isResponse) {
+  }
+
+  private receive(raw: JSONRPCMessage): void {
+    // Nothing of a session that ended reaches anyone (its streams may still be closing).
+    if (this.ended) return;
+    const m = raw as Record<string, unknown>;
+    if (!('method' in m)) {
       if (typeof m.id !== 'number') return;
       const p = this.settle(m.id);
       if (!p) return;
@@ -235,7 +311,8 @@ export class UpstreamSession {
       }
       return;
     }
-    this.events.message(m as unknown as UpstreamMessage);
+    const msg = m as unknown as UpstreamMessage;
+    if (!this.events.message(msg, this) && msg.id !== undefined) this.fail(TOO_MANY_WAITING);
   }
 
   private withDeadline<T>(work: Promise<T>, what: string, max = this.target.timeoutMs): Promise<T> {
@@ -254,6 +331,7 @@ export class UpstreamSession {
   fail(reason: string): void {
     if (this.ended) return;
     this.ended = reason;
+    this.outbox = [];
     for (const id of [...this.pending.keys()])
       this.settle(id)?.reject(new UpstreamError('unreachable', reason));
     this.events.closed(reason);
@@ -264,6 +342,7 @@ export class UpstreamSession {
   async close(): Promise<void> {
     if (!this.ended) {
       this.ended = 'the session ended';
+      this.outbox = [];
       for (const id of [...this.pending.keys()])
         this.settle(id)?.reject(new UpstreamError('unreachable', 'the session ended'));
     }
