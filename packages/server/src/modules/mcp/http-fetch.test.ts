@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
-import { createHttpFetch, MAX_SOCKETS_PER_ORIGIN, type ResolveAll } from './http-fetch.js';
+import { createHttpFetch, MAX_SOCKETS_PER_ORIGIN, ownMessage, type ResolveAll } from './http-fetch.js';
 import { probeUpstream } from './upstream-client.js';
 
 let server: Server;
@@ -116,6 +116,35 @@ describe('createHttpFetch (pooled upstream sockets)', () => {
       expect(posts).toEqual(Array.from({ length: 20 }, () => 'ok'));
       expect(most).toBe(4);
       for (const s of streams) await s.body?.cancel();
+    } finally {
+      http.close();
+      held.closeAllConnections();
+      await new Promise((r) => held.close(r));
+    }
+  });
+
+  it("sends the gateway's own messages even while calls hold every request connection", async () => {
+    // The call is answered only once the answer it waits for (say, to a sampling request) arrived.
+    let answered: () => void = () => {};
+    const arrived = new Promise<void>((r) => {
+      answered = r;
+    });
+    const held = createServer((req, res) => {
+      req.resume();
+      if (req.url === '/answer') {
+        answered();
+        res.end('taken');
+      } else void arrived.then(() => res.end('call done'));
+    });
+    await new Promise<void>((r) => held.listen(0, '127.0.0.1', () => r()));
+    const base = `http://127.0.0.1:${(held.address() as AddressInfo).port}`;
+    const http = createHttpFetch({ allowPrivate: true, maxSocketsPerOrigin: 1 });
+    try {
+      const call = http.fetch(`${base}/call`, { method: 'POST', body: '{}' }).then((r) => r.text());
+      const answer = ownMessage.run(true, () =>
+        http.fetch(`${base}/answer`, { method: 'POST', body: '{}' }).then((r) => r.text()),
+      );
+      expect(await Promise.all([answer, call])).toEqual(['taken', 'call done']);
     } finally {
       http.close();
       held.closeAllConnections();

@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions } from 'node:dns';
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
@@ -60,6 +61,9 @@ export function checkedLookup(resolveAll: ResolveAll = dnsLookup as ResolveAll):
  */
 export const MAX_SOCKETS_PER_ORIGIN = 256;
 
+/** Set (run) while the gateway sends a message of its own upstream: it goes outside the bounded pool. */
+export const ownMessage = new AsyncLocalStorage<true>();
+
 export interface HttpFetchOptions {
   /** SVC_MCP_ALLOW_PRIVATE_UPSTREAMS: sockets may reach any address. */
   allowPrivate: boolean;
@@ -93,9 +97,16 @@ export function createHttpFetch(options: HttpFetchOptions): {
   const bounded = { ...common, maxSockets: options.maxSocketsPerOrigin ?? MAX_SOCKETS_PER_ORIGIN };
   const agents = { 'http:': new HttpAgent(bounded), 'https:': new HttpsAgent(bounded) };
   const streamAgents = { 'http:': new HttpAgent(common), 'https:': new HttpsAgent(common) };
-  /** GET (event streams) on their own agents; everything else on the bounded ones. */
+  /**
+   * Requests (tool calls…) on the bounded agents. Event streams (GET) and the gateway's own messages
+   * (answers to the upstream's requests, notifications: one at a time per upstream session, so the
+   * session bounds bound them) on their own: a call held open while the upstream waits for the
+   * client's sampling answer must never keep that answer from a connection.
+   */
   const agentFor = (protocol: string, method: string) =>
-    (method === 'GET' ? streamAgents : agents)[protocol as 'http:' | 'https:'];
+    (method === 'GET' || ownMessage.getStore() === true ? streamAgents : agents)[
+      protocol as 'http:' | 'https:'
+    ];
   const fetchImpl: FetchLike = (input, init = {}) => {
     const url = new URL(input);
     const body = init.body;

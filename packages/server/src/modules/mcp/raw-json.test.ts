@@ -71,6 +71,7 @@ describe('nesting depth counted on JSON text', () => {
     expect(parseMessages(text, 128)).toEqual([
       { tooDeep: true, top: { jsonrpc: '2.0', id: 1, result: null } },
     ]);
-    expect(performance.now() - started).toBeLessThan(500);
+    // About 10 ms here; parsing it would take seconds. Wide for a loaded machine.
+    expect(performance.now() - started).toBeLessThan(2000);
   });
 });

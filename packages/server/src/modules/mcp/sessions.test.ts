@@ -211,4 +211,18 @@ describe('GatewaySession routing', () => {
     expect(t.answers(7)).toBe(true);
     expect(t.answers(7)).toBe(false);
   });
+
+  it('stops counting an upstream request dropped from the backlog as waiting', () => {
+    const sessions = make({ backlog: 2 });
+    const s = opened(sessions, { keyId: 'a', upstreamId: 'u' });
+    // No stream and no request in flight: everything waits in the backlog of 2, the oldest dropped.
+    for (let id = 0; id < 300; id++) {
+      expect(s.deliver({ jsonrpc: '2.0', id, method: 'ping' })).toBe(true);
+      s.deliver({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: id } });
+    }
+    // 300 requests were taken (the dropped ones no longer count against the 100); the one still
+    // held can be answered, a dropped one cannot.
+    expect(s.answers(299)).toBe(true);
+    expect(s.answers(0)).toBe(false);
+  });
 });

@@ -131,7 +131,11 @@ export class GatewaySession implements ReplyHost {
     if (this.toStream(msg)) return true;
     if (!isRequest && this.toInflight(msg)) return true;
     this.backlog.push(msg);
-    if (this.backlog.length > this.limits.backlog) this.backlog.shift();
+    if (this.backlog.length > this.limits.backlog) {
+      // A request dropped unseen is no longer waiting for this client's answer.
+      const dropped = this.backlog.shift()!;
+      if (dropped.id !== undefined) this.serverRequests.delete(idKey(dropped.id));
+    }
     return true;
   }
 

@@ -105,10 +105,10 @@ describe('POST /v1/mcp/upstreams/:id/test on an answer that never ends', () => {
     const result = await probeUpstream(target('/trickle'), { allowPrivate: true, fetch: http.fetch });
     expect(result.ok).toBe(false);
     expect(result.message).toMatch(/^initialize failed: /);
-    expect(Date.now() - started).toBeLessThan(2000);
-    // Closed when the probe gave up, not left to trickle on.
-    expect(await closedWithin(500)).not.toBeNull();
-    expect(last.closedAfter).toBeLessThan(1600);
+    // Ended at about timeoutMs (1 s), not left to trickle on (bounds wide for a loaded machine).
+    expect(Date.now() - started).toBeLessThan(6000);
+    expect(await closedWithin(3000)).not.toBeNull();
+    expect(last.closedAfter).toBeLessThan(6000);
   });
 
   it('refuses an answer nested millions deep before parsing it', async () => {
@@ -117,7 +117,7 @@ describe('POST /v1/mcp/upstreams/:id/test on an answer that never ends', () => {
       ok: false,
       message: expect.stringMatching(/nested deeper than 128 levels/),
     });
-    expect(result.latencyMs).toBeLessThan(1000);
+    expect(result.latencyMs).toBeLessThan(3000);
   });
 });
 
@@ -136,7 +136,7 @@ describe('an HTTP+SSE upstream session', () => {
     // initialize's POST failed (500) with an error text that keeps coming: at timeoutMs the open
     // fails and closes the session, which closes that POST too.
     expect(session).toBeNull();
-    expect(await closedWithin(500)).not.toBeNull();
-    expect(last.closedAfter).toBeLessThan(1600);
+    expect(await closedWithin(3000)).not.toBeNull();
+    expect(last.closedAfter).toBeLessThan(6000);
   });
 });

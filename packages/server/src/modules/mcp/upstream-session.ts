@@ -1,6 +1,7 @@
 import { SseError } from '@modelcontextprotocol/sdk/client/sse.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { ownMessage } from './http-fetch.js';
 import { isObject, type Params, RPC, type RpcId } from './jsonrpc.js';
 import type { UpstreamLimits } from './model.js';
 import {
@@ -254,7 +255,10 @@ export class UpstreamSession {
       const message = this.outbox.shift();
       if (!message) break;
       try {
-        await this.withDeadline(this.transport.send(message), 'send');
+        await this.withDeadline(
+          ownMessage.run(true, () => this.transport.send(message)),
+          'send',
+        );
       } catch (err) {
         if (err instanceof UpstreamError && err.kind === 'timeout')
           this.fail(`the upstream took no message within ${this.target.timeoutMs} ms`);
