@@ -5,7 +5,14 @@ import type { RawRequest } from './http-fetch.js';
 import { isObject, type RpcId } from './jsonrpc.js';
 import type { UpstreamLimits } from './model.js';
 import { parseMessages, type RawMessage } from './raw-json.js';
-import { AnswerRefused, AnswerStreamEnded, invalidAnswer, tooDeep, UpstreamError } from './upstream-error.js';
+import {
+  AnswerRefused,
+  AnswerStreamEnded,
+  invalidAnswer,
+  tooDeep,
+  tooLarge,
+  UpstreamError,
+} from './upstream-error.js';
 
 /**
  * How long an answer stream may stay open once its response came, and a body nobody reads (a 202,
@@ -18,6 +25,10 @@ export const LINGER_MS = 1000;
 const DISCARD_MAX_BYTES = 64 * 1024;
 
 /** Bounds on one upstream message. */
+/** The value of an SSE field line whose name and colon take `nameLength` characters (one leading space dropped). */
+export const sseValue = (line: string, nameLength: number): string =>
+  line.slice(line.charCodeAt(nameLength) === 32 ? nameLength + 1 : nameLength);
+
 export type MessageBounds = Pick<UpstreamLimits, 'maxMessageBytes' | 'maxDepth'>;
 
 /** What the transport reports about messages it refuses. */
@@ -277,7 +288,7 @@ export class StreamableHttpTransport implements Transport {
       res.on('data', (c: Buffer) => {
         size += c.length;
         if (size > max) {
-          const why = `upstream message larger than ${max} bytes`;
+          const why = tooLarge(max);
           res.destroy();
           if (max === this.bounds.maxMessageBytes) this.hooks.oversize(why);
           reject(new UpstreamError('invalid', why));
@@ -328,7 +339,7 @@ export class StreamableHttpTransport implements Transport {
     };
     const oversize = () => {
       res.destroy();
-      this.hooks.oversize(`upstream message larger than ${this.bounds.maxMessageBytes} bytes`);
+      this.hooks.oversize(tooLarge(this.bounds.maxMessageBytes));
     };
     res.on('data', (chunk: string) => {
       // Only the new chunk is searched for line ends, and a long line is joined once: a line of
@@ -348,11 +359,11 @@ export class StreamableHttpTransport implements Transport {
         nl = chunk.indexOf('\n', start);
         if (line === '') dispatch();
         else if (line.startsWith('data:')) {
-          const value = line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5);
+          const value = sseValue(line, 5);
           data.push(value);
           dataBytes += Buffer.byteLength(value);
           if (dataBytes > this.bounds.maxMessageBytes) return oversize();
-        } else if (line.startsWith('event:')) type = line.slice(line.charCodeAt(6) === 32 ? 7 : 6);
+        } else if (line.startsWith('event:')) type = sseValue(line, 6);
       }
       if (start < chunk.length) {
         partial.push(chunk.slice(start));

@@ -10,8 +10,13 @@ import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import type { RawRequest } from './http-fetch.js';
 import { DEFAULT_UPSTREAM_LIMITS } from './model.js';
 import { messageNestedDeeperThan, textNestedDeeperThan, topLevelOf } from './raw-json.js';
-import { type BoundHooks, type MessageBounds, StreamableHttpTransport } from './streamable-transport.js';
-import { tooDeep, UpstreamError } from './upstream-error.js';
+import {
+  type BoundHooks,
+  type MessageBounds,
+  StreamableHttpTransport,
+  sseValue,
+} from './streamable-transport.js';
+import { tooDeep, tooLarge, UpstreamError } from './upstream-error.js';
 
 export { UpstreamError };
 
@@ -166,6 +171,17 @@ function transportFor(target: UpstreamTarget, base: FetchLike = fetch): Transpor
 const LF = 10;
 const CR = 13;
 
+/** Ends a bounded body that went past maxMessageBytes, telling the session why. */
+function overflow(
+  bounds: MessageBounds,
+  hooks: BoundHooks,
+  controller: TransformStreamDefaultController<Uint8Array>,
+): void {
+  const why = tooLarge(bounds.maxMessageBytes);
+  hooks.oversize(why);
+  controller.error(new UpstreamError('invalid', why));
+}
+
 /**
  * A JSON body, held until it is complete: larger than maxMessageBytes it errors (oversize), nested
  * past maxDepth it errors before anyone parses it.
@@ -176,12 +192,7 @@ function boundedJson(bounds: MessageBounds, hooks: BoundHooks): TransformStream<
   return new TransformStream({
     transform(chunk, controller) {
       size += chunk.byteLength;
-      if (size > bounds.maxMessageBytes) {
-        const why = `upstream message larger than ${bounds.maxMessageBytes} bytes`;
-        hooks.oversize(why);
-        controller.error(new UpstreamError('invalid', why));
-        return;
-      }
+      if (size > bounds.maxMessageBytes) return overflow(bounds, hooks, controller);
       chunks.push(chunk);
     },
     flush(controller) {
@@ -201,8 +212,8 @@ function eventData(event: string): string | null {
   let type = '';
   for (const raw of event.split('\n')) {
     const line = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
-    if (line.startsWith('data:')) data.push(line.slice(line.charCodeAt(5) === 32 ? 6 : 5));
-    else if (line.startsWith('event:')) type = line.slice(line.charCodeAt(6) === 32 ? 7 : 6);
+    if (line.startsWith('data:')) data.push(sseValue(line, 5));
+    else if (line.startsWith('event:')) type = sseValue(line, 6);
   }
   return data.length > 0 && (type === '' || type === 'message') ? data.join('\n') : null;
 }
@@ -243,12 +254,7 @@ function boundedEvents(bounds: MessageBounds, hooks: BoundHooks): TransformStrea
           continue;
         }
         lastNewline = b === LF;
-        if (++size > bounds.maxMessageBytes) {
-          const why = `upstream message larger than ${bounds.maxMessageBytes} bytes`;
-          hooks.oversize(why);
-          controller.error(new UpstreamError('invalid', why));
-          return;
-        }
+        if (++size > bounds.maxMessageBytes) return overflow(bounds, hooks, controller);
       }
       if (start < chunk.byteLength) pieces.push(chunk.subarray(start));
     },
@@ -264,12 +270,7 @@ function boundedBody(bounds: MessageBounds, hooks: BoundHooks): TransformStream<
   return new TransformStream({
     transform(chunk, controller) {
       size += chunk.byteLength;
-      if (size > bounds.maxMessageBytes) {
-        const why = `upstream message larger than ${bounds.maxMessageBytes} bytes`;
-        hooks.oversize(why);
-        controller.error(new UpstreamError('invalid', why));
-        return;
-      }
+      if (size > bounds.maxMessageBytes) return overflow(bounds, hooks, controller);
       controller.enqueue(chunk);
     },
   });
@@ -281,7 +282,7 @@ function boundedBody(bounds: MessageBounds, hooks: BoundHooks): TransformStream<
  * it then ends); a message nested deeper than maxDepth is refused unparsed (a JSON body errors, an
  * SSE event is left out and reported).
  */
-export function boundedFetch(base: FetchLike, bounds: MessageBounds, hooks: BoundHooks): FetchLike {
+export function boundedUpstreamFetch(base: FetchLike, bounds: MessageBounds, hooks: BoundHooks): FetchLike {
   return async (url, init) => {
     const res = await base(url, init);
     if (!res.body) return res;
@@ -322,7 +323,7 @@ export async function openTransport(
       options.standaloneStream ?? true,
     );
   }
-  return transportFor(target, boundedFetch(options.fetch ?? fetch, bounds, hooks));
+  return transportFor(target, boundedUpstreamFetch(options.fetch ?? fetch, bounds, hooks));
 }
 
 /** What the /test probe does with what is past a bound: the request concerned fails, nothing else. */
@@ -344,9 +345,12 @@ export async function openClient(
   const client = new Client(GATEWAY_CLIENT_INFO, { capabilities: {} });
   try {
     await withTimeout(
-      client.connect(transportFor(target, boundedFetch(options.fetch ?? fetch, bounds, PROBE_HOOKS)), {
-        timeout: target.timeoutMs,
-      }),
+      client.connect(
+        transportFor(target, boundedUpstreamFetch(options.fetch ?? fetch, bounds, PROBE_HOOKS)),
+        {
+          timeout: target.timeoutMs,
+        },
+      ),
       target.timeoutMs,
       () => {
         void client.close().catch(() => {});

@@ -42,5 +42,8 @@ export class AnswerRefused extends UpstreamError {
 /** The message of an answer that is not a valid JSON-RPC answer to its request. */
 export const invalidAnswer = (problem: string): string => `upstream sent an invalid answer: ${problem}`;
 
+/** The message of an upstream message past the size bound. */
+export const tooLarge = (maxBytes: number): string => `upstream message larger than ${maxBytes} bytes`;
+
 /** The message of an upstream message refused for its nesting. */
 export const tooDeep = (maxDepth: number): string => `upstream message nested deeper than ${maxDepth} levels`;
