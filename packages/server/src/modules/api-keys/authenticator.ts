@@ -1,4 +1,5 @@
 import type { Clock } from '../../lib/clock.js';
+import { Watchers } from '../../lib/watchers.js';
 import type { Store } from '../../storage/db.js';
 import { hashApiKey } from './keys.js';
 import { type KeyRevocation, type KeyScope, parseScopes } from './model.js';
@@ -39,7 +40,7 @@ export class ApiKeyAuthenticator {
   onForget: ((what: { keyIds?: string[]; organizationId?: string }) => void) | null = null;
   /** While set, nothing is read from or kept in the cache: every key is looked up in the store (pause). */
   private paused = false;
-  private readonly revocationWatchers = new Set<(r: KeyRevocation) => void>();
+  private readonly revocationWatchers = new Watchers<KeyRevocation>();
 
   constructor(
     private readonly store: Store,
@@ -115,18 +116,11 @@ export class ApiKeyAuthenticator {
    * function that stops watching.
    */
   watchRevocations(watcher: (r: KeyRevocation) => void): () => void {
-    this.revocationWatchers.add(watcher);
-    return () => this.revocationWatchers.delete(watcher);
+    return this.revocationWatchers.watch(watcher);
   }
 
   private revoked(r: KeyRevocation): void {
-    for (const w of this.revocationWatchers) {
-      try {
-        w(r);
-      } catch {
-        // One watcher's failure must not keep the others from ending what the keys hold open.
-      }
-    }
+    this.revocationWatchers.tell(r);
   }
 
   /**

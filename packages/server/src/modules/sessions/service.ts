@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { Clock } from '../../lib/clock.js';
 import { isUserId } from '../../lib/schemas.js';
+import { Watchers } from '../../lib/watchers.js';
 import type { Database } from '../../storage/schema.js';
 import {
   LOGIN_LINK_MAX_TTL_SECONDS,
@@ -32,7 +33,7 @@ export function createSessionService(deps: { db: Kysely<Database>; clock: Clock;
   const { db, clock } = deps;
   const now = () => clock.now();
   const later = (seconds: number) => new Date(now().getTime() + seconds * 1000).toISOString();
-  const endWatchers = new Set<(key: string) => void>();
+  const endWatchers = new Watchers<string>();
 
   const service = {
     /** Set by scale-out: tells the other instances that a session ended (they call ended(key, false)). */
@@ -44,20 +45,13 @@ export function createSessionService(deps: { db: Kysely<Database>; clock: Clock;
      * watching.
      */
     watchEnds(watcher: (key: string) => void): () => void {
-      endWatchers.add(watcher);
-      return () => endWatchers.delete(watcher);
+      return endWatchers.watch(watcher);
     },
 
     /** The session named by `key` ended: tell this instance's watchers and, unless told by one, the others. */
     ended(key: string, broadcast = true): void {
       if (broadcast) service.onEnd?.(key);
-      for (const w of endWatchers) {
-        try {
-          w(key);
-        } catch {
-          // One watcher's failure must not keep the others from ending what the session holds open.
-        }
-      }
+      endWatchers.tell(key);
     },
 
     async createLoginLink(userId: string, ttlSeconds: number): Promise<LoginLink> {
