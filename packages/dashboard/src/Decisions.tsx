@@ -58,6 +58,8 @@ export function Decisions({ organizationId }: PageProps) {
   const [filters, setFilters] = useState<Filters>(NO_FILTERS);
   const [offset, setOffset] = useState(0);
   const [rows, setRows] = useState<Decision[] | null>(null);
+  /** The offset the rows shown were read at: `offset` moves first, the rows when they are read. */
+  const [rowsAt, setRowsAt] = useState(0);
   const [total, setTotal] = useState(0);
   const [projects, setProjects] = useState<Project[]>([]);
   const [error, setError] = useState<string | null>(null);
@@ -108,6 +110,7 @@ export function Decisions({ organizationId }: PageProps) {
             : 0;
         shown.current = { filters: key, offset, total: res.pagination.total };
         setRows(res.data);
+        setRowsAt(offset);
         setTotal(res.pagination.total);
         setError(null);
         setWaiting(0);
@@ -293,7 +296,7 @@ export function Decisions({ organizationId }: PageProps) {
       {rows && rows.length > 0 && (
         <>
           <p className="meta" ref={summaryRef} tabIndex={-1} data-range>
-            {offset + 1}–{offset + rows.length} of {total}
+            {rowsAt + 1}–{rowsAt + rows.length} of {total}
           </p>
           <div className="scroll">
             <table>
@@ -324,16 +327,16 @@ export function Decisions({ organizationId }: PageProps) {
             <button
               type="button"
               className="secondary"
-              disabled={offset === 0}
-              onClick={() => setOffset(Math.max(0, offset - PAGE))}
+              disabled={rowsAt === 0}
+              onClick={() => setOffset(Math.max(0, rowsAt - PAGE))}
             >
               Newer
             </button>
             <button
               type="button"
               className="secondary"
-              disabled={offset + rows.length >= total}
-              onClick={() => setOffset(offset + PAGE)}
+              disabled={rowsAt + rows.length >= total}
+              onClick={() => setOffset(rowsAt + PAGE)}
             >
               Older
             </button>

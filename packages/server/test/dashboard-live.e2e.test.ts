@@ -134,9 +134,22 @@ describe('the Decisions page, live', () => {
     await openDecisions();
     await mark();
     const n = await total();
-    await page.getByRole('button', { name: 'Older' }).click();
-    await eventually(range).toBe(`51–100 of ${n}`);
+    const first = await rowIds();
+    // A slow read of page 2: until its rows are in, the range still names the rows shown.
+    let slowed: Promise<void> | undefined;
+    await page.route('**/v1/decisions?*offset=50*', (route) => {
+      slowed = new Promise((r) => setTimeout(r, 400)).then(() => route.continue());
+      return slowed;
+    });
+    try {
+      await page.getByRole('button', { name: 'Older' }).click();
+      await eventually(range).toBe(`51–100 of ${n}`);
+    } finally {
+      await slowed;
+      await page.unroute('**/v1/decisions?*offset=50*');
+    }
     const shown = await rowIds();
+    expect(shown.filter((id) => first.includes(id))).toEqual([]);
 
     const a = await validate(org.apiKey, 'wire', { amount: 8 });
     const b = await validate(org.apiKey, 'wire', { amount: 9 });
