@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { KyselyPlugin, RootOperationNode } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { gatewayKit } from '../../../test/gateway-kit.js';
@@ -11,7 +12,13 @@ import {
   withTestApp,
 } from '../../../test/helpers.js';
 import { TestPaymentProvider } from '../../../test/payment-provider.js';
-import { createProviderRepository, openCredentials, sealCredentials } from './providers.js';
+import { GatewayError } from './model.js';
+import {
+  createProviderRepository,
+  createProviderService,
+  openCredentials,
+  sealCredentials,
+} from './providers.js';
 
 let a: Tenant;
 let b: Tenant;
@@ -194,6 +201,60 @@ describe('provider connections', () => {
     expect(await repo.update(x.orgId, conn.id, { credentials: 'sealed-by-someone-else' })).toBe(true);
     expect(await repo.update(x.orgId, conn.id, { url: 'http://127.0.0.2:9/steal' }, before)).toBe(false);
     expect((await repo.get(x.orgId, conn.id))!.url).toBe(before.url);
+  });
+
+  it('answer provider_not_found to an update whose connection is deleted while it is in flight', async () => {
+    const x = await createTenant(t);
+    const caller = { organizationId: x.orgId, principal: { kind: 'user' as const, userId: x.userId } };
+    // A service whose store deletes the connection (or changes its credentials) once its
+    // `after`-th statement has run.
+    const racing = (after: number, meanwhile: 'delete' | 'change' = 'delete') => {
+      let n = 0;
+      let id = '';
+      const plugin: KyselyPlugin = {
+        transformQuery: (args) => args.node as RootOperationNode,
+        async transformResult(args) {
+          if (++n !== after) return args.result;
+          // The statement still holds its connection here: SQLite has one, so go around Kysely.
+          const sqlite = t.store.sqlite;
+          const repo = createProviderRepository(t.store.db);
+          if (meanwhile === 'change') {
+            if (sqlite)
+              sqlite.prepare('UPDATE gateway_providers SET credentials = ? WHERE id = ?').run('other', id);
+            else await repo.update(x.orgId, id, { credentials: 'other' });
+          } else if (sqlite) sqlite.prepare('DELETE FROM gateway_providers WHERE id = ?').run(id);
+          else await repo.remove(x.orgId, id);
+          return args.result;
+        },
+      };
+      const service = createProviderService({
+        store: t.store.db.withPlugin(plugin),
+        clock,
+        credentialsKey: KEY,
+        allowPrivate: true,
+      });
+      return {
+        update: async (input: Parameters<typeof service.update>[2]) => {
+          id = (await setup(x, `race-${++entitySeq}`, 'ok')).conn.id;
+          return service.update(caller, id, input).catch((e: unknown) => e);
+        },
+      };
+    };
+    const expectNotFound = (err: unknown) => {
+      expect(err).toBeInstanceOf(GatewayError);
+      expect(err).toMatchObject({ status: 404, body: { code: 'provider_not_found' } });
+    };
+    // Deleted between the read and the write: of a plain change, of a url move (it vanished, not changed).
+    expectNotFound(await racing(1).update({ enabled: false }));
+    const samePlace = `${new URL(provider.url).origin}/moved`;
+    expectNotFound(await racing(1).update({ url: samePlace }));
+    // Deleted between the write and the read of the answer.
+    expectNotFound(await racing(2).update({ enabled: false }));
+    // Changed rather than deleted under a url move: refused as before, the connection still there.
+    expect(await racing(1, 'change').update({ url: samePlace })).toMatchObject({
+      status: 400,
+      body: { code: 'invalid_request', param: 'credentials' },
+    });
   });
 
   it('seal credentials so they open only with their key and for their own connection', () => {

@@ -350,21 +350,27 @@ export function createProviderService(deps: ProviderServiceDeps) {
       // A url that moves while the stored credentials stay is written only over the state checked
       // above: credentials stored meanwhile (by someone else) must not follow it either.
       const moving = set.url !== undefined && input.credentials === undefined;
+      let written: boolean;
       try {
-        const written = await repo.update(scope.organizationId, id, set, moving ? row : undefined);
-        if (!written && moving) {
-          throw gatewayError.invalidRequest(
-            'the connection changed while the url was being moved; read it and send the change again (with credentials when the origin changes)',
-            'credentials',
-          );
-        }
+        written = await repo.update(scope.organizationId, id, set, moving ? row : undefined);
       } catch (err) {
         // Two updates raced to the same rail: the unique constraint refused the second.
         if (set.rail !== undefined && (await repo.byRail(scope.organizationId, set.rail)))
           throw railTaken(set.rail);
         throw err;
       }
-      return providerAnswer((await repo.get(scope.organizationId, id))!);
+      if (!written) {
+        // Deleted since it was read: answered as one that never existed.
+        await find(scope.organizationId, id);
+        if (moving) {
+          throw gatewayError.invalidRequest(
+            'the connection changed while the url was being moved; read it and send the change again (with credentials when the origin changes)',
+            'credentials',
+          );
+        }
+      }
+      // Read back; it may have been deleted since the write as well.
+      return providerAnswer(await find(scope.organizationId, id));
     },
 
     async remove(scope: Caller, id: string): Promise<void> {
