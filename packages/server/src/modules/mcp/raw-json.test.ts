@@ -65,6 +65,24 @@ describe('nesting depth counted on JSON text', () => {
     expect(() => parseMessages(`[${deep(4)}] x`, 128)).toThrow(SyntaxError);
   });
 
+  it('refuses a batch too deep to parse that is not JSON all the same', () => {
+    const deep = `{"jsonrpc":"2.0","id":1,"result":{"x":${'['.repeat(200)}${']'.repeat(200)}}}`;
+    for (const text of [
+      `[${deep},]`,
+      `[${deep} , ]`,
+      `[${deep},\n]`,
+      `[,${deep}]`,
+      `[${deep},,{}]`,
+      `[${deep}`,
+    ])
+      expect(() => parseMessages(text, 128), text).toThrow(SyntaxError);
+    // As JSON.parse does within the bound.
+    expect(() => parseMessages('[{"a":1},]', 128)).toThrow(SyntaxError);
+    expect(parseMessages(` [ ${deep} ] `, 128)).toEqual([
+      { tooDeep: true, top: { jsonrpc: '2.0', id: 1, result: null } },
+    ]);
+  });
+
   it('scans 8 MB of nesting in a small fraction of what parsing it takes', () => {
     const text = `{"jsonrpc":"2.0","id":1,"result":{"a":${'['.repeat(4_000_000)}${']'.repeat(4_000_000)}}}`;
     const started = performance.now();

@@ -68,7 +68,18 @@ export function topLevelOf(text: string, from = 0, to = text.length): Record<str
   }
 }
 
-/** The [start, end) ranges of the elements of the JSON array text opening at `open`. */
+const isSpace = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+
+/** Whether [from, to) of the text is JSON whitespace only. */
+function blank(text: string, from: number, to: number): boolean {
+  for (let i = from; i < to; i++) if (!isSpace(text.charCodeAt(i))) return false;
+  return true;
+}
+
+/**
+ * The [start, end) ranges of the elements of the JSON array text opening at `open`. An element that
+ * is missing (`[,1]`, `[1,,2]`, a trailing comma) is a SyntaxError, as JSON.parse has it.
+ */
 function elementsOf(text: string, open: number): [number, number][] {
   const ranges: [number, number][] = [];
   let start = open + 1;
@@ -79,11 +90,14 @@ function elementsOf(text: string, open: number): [number, number][] {
     else if (c === OPEN_BRACE || c === OPEN_BRACKET) depth++;
     else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
       if (--depth === 0) {
-        if (text.slice(start, i).trim() !== '') ranges.push([start, i]);
-        if (text.slice(i + 1).trim() !== '') throw new SyntaxError('Unexpected text after the JSON array');
+        // `[]` has no element; after a comma, one must come.
+        if (!blank(text, start, i)) ranges.push([start, i]);
+        else if (ranges.length > 0) throw new SyntaxError('Unexpected "]" after "," in the JSON array');
+        if (!blank(text, i + 1, text.length)) throw new SyntaxError('Unexpected text after the JSON array');
         return ranges;
       }
     } else if (c === 0x2c && depth === 1) {
+      if (blank(text, start, i)) throw new SyntaxError('Unexpected "," in the JSON array');
       ranges.push([start, i]);
       start = i + 1;
     }
@@ -97,14 +111,14 @@ export type RawMessage =
   | { tooDeep: true; top: Record<string, unknown> | null };
 
 const firstChar = (text: string): number => {
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) return i;
-  }
+  for (let i = 0; i < text.length; i++) if (!isSpace(text.charCodeAt(i))) return i;
   return -1;
 };
 
 const isBatch = (text: string, open: number): boolean => open >= 0 && text.charCodeAt(open) === OPEN_BRACKET;
+
+/** Whether the JSON text is a batch: a top-level array (whose elements are the messages). */
+export const isBatchText = (text: string): boolean => isBatch(text, firstChar(text));
 
 /**
  * Whether the JSON text of a message, or of a batch (a top-level array, whose elements are the

@@ -328,6 +328,8 @@ export class StreamableHttpTransport implements Transport {
     /** The line being received, in pieces until its end comes. */
     let partial: string[] = [];
     let partialLength = 0;
+    /** The last chunk ended on a CR: an LF starting the next one is the rest of that CRLF. */
+    let afterCr = false;
     let data: string[] = [];
     let dataBytes = 0;
     let type = '';
@@ -344,19 +346,31 @@ export class StreamableHttpTransport implements Transport {
     res.on('data', (chunk: string) => {
       // Only the new chunk is searched for line ends, and a long line is joined once: a line of
       // megabytes arriving in many chunks costs its length, not its length times the chunks.
+      // Lines end in CRLF, LF or CR alone.
       let start = 0;
-      let nl = chunk.indexOf('\n');
-      while (nl >= 0) {
-        let line = chunk.slice(start, nl);
+      if (afterCr && chunk.length > 0) {
+        afterCr = false;
+        if (chunk.charCodeAt(0) === 10) start = 1;
+      }
+      let lf = chunk.indexOf('\n', start);
+      let cr = chunk.indexOf('\r', start);
+      while (lf >= 0 || cr >= 0) {
+        const end = cr < 0 || (lf >= 0 && lf < cr) ? lf : cr;
+        let line = chunk.slice(start, end);
         if (partial.length > 0) {
           partial.push(line);
           line = partial.join('');
           partial = [];
           partialLength = 0;
         }
-        if (line.charCodeAt(line.length - 1) === 13) line = line.slice(0, -1);
-        start = nl + 1;
-        nl = chunk.indexOf('\n', start);
+        start = end + 1;
+        if (end === cr) {
+          // The LF of a CRLF; when the chunk ends on the CR, it may start the next one.
+          if (start === chunk.length) afterCr = true;
+          else if (chunk.charCodeAt(start) === 10) start++;
+        }
+        if (lf >= 0 && lf < start) lf = chunk.indexOf('\n', start);
+        if (cr >= 0 && cr < start) cr = chunk.indexOf('\r', start);
         if (line === '') dispatch();
         else if (line.startsWith('data:')) {
           const value = sseValue(line, 5);

@@ -9,7 +9,14 @@ import type { FetchLike, Transport } from '@modelcontextprotocol/sdk/shared/tran
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import type { RawRequest } from './http-fetch.js';
 import { DEFAULT_UPSTREAM_LIMITS } from './model.js';
-import { messageNestedDeeperThan, textNestedDeeperThan, topLevelOf } from './raw-json.js';
+import {
+  isBatchText,
+  messageNestedDeeperThan,
+  parseMessages,
+  type RawMessage,
+  textNestedDeeperThan,
+  topLevelOf,
+} from './raw-json.js';
 import {
   type BoundHooks,
   type MessageBounds,
@@ -210,50 +217,91 @@ function boundedJson(bounds: MessageBounds, hooks: BoundHooks): TransformStream<
 function eventData(event: string): string | null {
   const data: string[] = [];
   let type = '';
-  for (const raw of event.split('\n')) {
-    const line = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
+  // Lines end in CRLF, LF or CR alone.
+  for (const line of event.split(/\r\n|\r|\n/)) {
     if (line.startsWith('data:')) data.push(sseValue(line, 5));
     else if (line.startsWith('event:')) type = sseValue(line, 6);
   }
   return data.length > 0 && (type === '' || type === 'message') ? data.join('\n') : null;
 }
 
+const encoder = new TextEncoder();
+const LF_BYTES = Uint8Array.of(LF);
+
 /**
  * An SSE body passed on one whole event at a time (the reader dispatches an event only at its end
  * anyway): an event larger than maxMessageBytes errors the stream (oversize); one whose message
- * nests past maxDepth is left out, never parsed, and reported as refused.
+ * nests past maxDepth is left out, never parsed, and reported as refused. A batch goes on as its
+ * messages, one event each (the SDK transports read one message an event), those nested past
+ * maxDepth refused one by one as a message alone is. Lines end in CRLF, LF or CR alone.
  */
 function boundedEvents(bounds: MessageBounds, hooks: BoundHooks): TransformStream<Uint8Array, Uint8Array> {
   let pieces: Uint8Array[] = [];
   let size = 0;
-  let lastNewline = false;
-  const pass = (controller: TransformStreamDefaultController<Uint8Array>) => {
+  /** The last byte ended a line: a line end next is a blank line, which ends the event. */
+  let lineEnded = false;
+  /** The last byte was a CR: an LF next is the rest of its CRLF. */
+  let afterCr = false;
+  /** The last event ended with the chunk, on a CR: an LF starting the next chunk is its CRLF's. */
+  let endedOnCr = false;
+  const refuse = (top: Record<string, unknown> | null) => hooks.refused(top, tooDeep(bounds.maxDepth));
+  /** Passes the event received; `onCr`: it ended on a CR that ended the chunk. */
+  const pass = (controller: TransformStreamDefaultController<Uint8Array>, onCr = false) => {
     const event = pieces.length === 1 ? pieces[0]! : Buffer.concat(pieces);
     pieces = [];
     size = 0;
+    // Ending on a CR whose LF (if any) is still to come, the reader would wait for the next chunk to
+    // end the event: it goes on ended by CRLF, and that LF is left out when it comes.
+    const whole = () => (onCr ? Buffer.concat([event, LF_BYTES]) : event);
     const text = Buffer.from(event.buffer, event.byteOffset, event.byteLength).toString('utf8');
     const data = eventData(text);
-    if (data !== null && textNestedDeeperThan(data, bounds.maxDepth)) {
-      hooks.refused(topLevelOf(data), tooDeep(bounds.maxDepth));
+    if (data !== null && isBatchText(data)) {
+      let messages: RawMessage[];
+      try {
+        messages = parseMessages(data, bounds.maxDepth);
+      } catch {
+        // Not JSON: passed on to fail as any such event does, unless it is too deep to parse at all.
+        if (!messageNestedDeeperThan(data, bounds.maxDepth)) controller.enqueue(whole());
+        return;
+      }
+      for (const m of messages) {
+        if (m.tooDeep) refuse(m.top);
+        else controller.enqueue(encoder.encode(`event: message\ndata: ${JSON.stringify(m.message)}\n\n`));
+      }
       return;
     }
-    controller.enqueue(event);
+    if (data !== null && textNestedDeeperThan(data, bounds.maxDepth)) return refuse(topLevelOf(data));
+    controller.enqueue(whole());
   };
   return new TransformStream({
     transform(chunk, controller) {
       let start = 0;
-      for (let i = 0; i < chunk.byteLength; i++) {
+      if (endedOnCr && chunk.byteLength > 0) {
+        endedOnCr = false;
+        afterCr = false;
+        if (chunk[0] === LF) start = 1;
+      }
+      for (let i = start; i < chunk.byteLength; i++) {
         const b = chunk[i]!;
-        if (b === CR) continue;
-        if (b === LF && lastNewline) {
-          // A blank line: the event ends here.
-          pieces.push(chunk.subarray(start, i + 1));
-          start = i + 1;
-          pass(controller);
-          lastNewline = false;
+        if (b === LF && afterCr) {
+          afterCr = false;
           continue;
         }
-        lastNewline = b === LF;
+        afterCr = b === CR;
+        if ((b === CR || b === LF) && lineEnded) {
+          // A blank line: the event ends here (with the LF of a CRLF when it is in this chunk).
+          let end = i + 1;
+          if (b === CR && end < chunk.byteLength && chunk[end] === LF) end++;
+          endedOnCr = b === CR && end === chunk.byteLength;
+          afterCr = false;
+          pieces.push(chunk.subarray(start, end));
+          start = end;
+          i = end - 1;
+          pass(controller, endedOnCr);
+          lineEnded = false;
+          continue;
+        }
+        lineEnded = b === CR || b === LF;
         if (++size > bounds.maxMessageBytes) return overflow(bounds, hooks, controller);
       }
       if (start < chunk.byteLength) pieces.push(chunk.subarray(start));
@@ -326,18 +374,44 @@ export async function openTransport(
   return transportFor(target, boundedUpstreamFetch(options.fetch ?? fetch, bounds, hooks));
 }
 
-/** What the /test probe does with what is past a bound: the request concerned fails, nothing else. */
-const PROBE_HOOKS: BoundHooks = { oversize: () => {}, refused: () => {} };
+/**
+ * What a probe does with what is past a bound: the request concerned fails, nothing else. A body
+ * past the size bound fails it by erroring; a response refused for its depth is only reported, so
+ * `failed` rejects with the reason a session gives (a probe has one request in flight at a time).
+ */
+interface ProbeBounds {
+  hooks: BoundHooks;
+  failed: Promise<never>;
+}
+
+function probeBounds(): ProbeBounds {
+  let fail!: (err: UpstreamError) => void;
+  const failed = new Promise<never>((_, reject) => {
+    fail = reject;
+  });
+  failed.catch(() => {});
+  return {
+    failed,
+    hooks: {
+      oversize: () => {},
+      // Only a response answers the probe's request; a request or notification refused changes nothing.
+      refused: (top, why) => {
+        if (top && !('method' in top)) fail(new UpstreamError('invalid', why));
+      },
+    },
+  };
+}
 
 /**
  * Connects an SDK client to the upstream and completes the MCP handshake within timeoutMs. The
  * address is checked again here, not only when the URL was saved: DNS may have changed since. Its
- * answers are bounded as an upstream session's are.
+ * answers are bounded as an upstream session's are; `probe.failed` ends the handshake early.
  */
 export async function openClient(
   target: UpstreamTarget,
   options: OpenOptions,
   bounds: MessageBounds = DEFAULT_UPSTREAM_LIMITS,
+  probe: ProbeBounds = probeBounds(),
 ): Promise<Client> {
   const refusal = await upstreamHostRefusal(new URL(target.url), { ...options, requireResolution: true });
   if (refusal)
@@ -345,12 +419,13 @@ export async function openClient(
   const client = new Client(GATEWAY_CLIENT_INFO, { capabilities: {} });
   try {
     await withTimeout(
-      client.connect(
-        transportFor(target, boundedUpstreamFetch(options.fetch ?? fetch, bounds, PROBE_HOOKS)),
-        {
-          timeout: target.timeoutMs,
-        },
-      ),
+      Promise.race([
+        client.connect(
+          transportFor(target, boundedUpstreamFetch(options.fetch ?? fetch, bounds, probe.hooks)),
+          { timeout: target.timeoutMs },
+        ),
+        probe.failed,
+      ]),
       target.timeoutMs,
       () => {
         void client.close().catch(() => {});
@@ -390,12 +465,17 @@ export async function probeUpstream(target: UpstreamTarget, options: OpenOptions
   const latency = () => Math.round((performance.now() - started) * 1000) / 1000;
   let client: Client | null = null;
   let stage = 'initialize';
+  const probe = probeBounds();
   try {
-    client = await openClient(target, { ...options, fetch: recording });
+    client = await openClient(target, { ...options, fetch: recording }, DEFAULT_UPSTREAM_LIMITS, probe);
     stage = 'tools/list';
     // Both steps within timeoutMs: tools/list has what initialize left.
     const left = Math.max(1, Math.round(target.timeoutMs - (performance.now() - started)));
-    const listed = await withTimeout(client.listTools(undefined, { timeout: left }), left, () => {});
+    const listed = await withTimeout(
+      Promise.race([client.listTools(undefined, { timeout: left }), probe.failed]),
+      left,
+      () => {},
+    );
     const n = listed.tools.length;
     const server = client.getServerVersion();
     const name = server ? ` ${server.name} ${server.version}` : '';
