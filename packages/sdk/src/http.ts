@@ -59,11 +59,19 @@ export function unref(timer: ReturnType<typeof setTimeout>): void {
 export function createHttp(opts: HttpOptions) {
   const base = opts.baseUrl.replace(/\/+$/, '');
   return {
-    async request(method: string, path: string, body?: string, signal?: AbortSignal): Promise<HttpResponse> {
+    async request(
+      method: string,
+      path: string,
+      body?: string,
+      signal?: AbortSignal,
+      /** Sent besides the standard ones (the decision log's Idempotency-Key). */
+      extraHeaders?: Record<string, string>,
+    ): Promise<HttpResponse> {
       const timeout = AbortSignal.timeout(opts.timeoutMs);
       const res = await opts.fetch(`${base}${path}`, {
         method,
         headers: {
+          ...extraHeaders,
           'x-service-api-key': opts.apiKey,
           accept: 'application/json',
           ...(body !== undefined ? { 'content-type': 'application/json' } : {}),

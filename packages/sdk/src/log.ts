@@ -28,7 +28,8 @@ export const DENY = 1;
  * in parallel ring arrays: the tool, the arguments and context as the JSON text taken when the
  * decision was made, the decision, the reason, the latency); the request bodies are written only
  * when a batch is sent. Batches go in order, one request at a time (each one request against the
- * rate limit), retried with backoff (honouring Retry-After) until the server has recorded them.
+ * rate limit), retried with backoff (honouring Retry-After) until the server has recorded them. A
+ * batch carries one Idempotency-Key, the same on every attempt, so a retry never records it twice.
  *
  * The buffer is bounded: once `maxBuffered` decisions wait, `full` is true and the client must not
  * add local decisions (it decides on the server, waits, or throws: ClientOptions.log.whenFull).
@@ -351,17 +352,25 @@ export class DecisionLog {
    * up). Bodies the server refuses as invalid are reported and count as done.
    */
   private async send(bodies: string[]): Promise<number> {
+    const payload = `[${bodies.join(',')}]`;
+    // One Idempotency-Key per batch, sent again with every retry of it: when an answer is lost after
+    // the server recorded the batch (a reset connection, a timeout), the retry gets that answer
+    // replayed and nothing is recorded twice. Halves of a split batch are new batches, with new keys.
+    const key = { 'idempotency-key': newIdempotencyKey() };
     for (let attempt = 0; ; attempt++) {
       if (this.giveUp.signal.aborted) return 0;
       let headers: Headers | null = null;
       try {
-        const res = await this.http.request('POST', '/v1/decisions', `[${bodies.join(',')}]`);
+        const res = await this.http.request('POST', '/v1/decisions', payload, undefined, key);
+        // Recorded now, or earlier (a replay of the first answer: header idempotent-replayed: true).
         if (res.status === 201) return bodies.length;
         headers = res.headers;
         const err = apiError(res);
         if (res.status === 400 || res.status === 413) return this.split(bodies, err);
-        // 429/5xx: wait and retry; 401/403 (a revoked key): keep the decisions, report, retry slowly.
-        if (!isRetryable(res.status)) this.report(err);
+        // 429/5xx: wait and retry; 409 idempotency_request_in_progress: an earlier attempt still runs
+        // on the server, ask again with the same key; 401/403 (a revoked key): keep the decisions,
+        // report, retry slowly.
+        if (!isRetryable(res.status) && err.code !== IN_PROGRESS) this.report(err);
       } catch (err) {
         this.report(err);
       }
@@ -380,6 +389,23 @@ export class DecisionLog {
     const first = await this.send(bodies.slice(0, half));
     return first < half ? first : first + (await this.send(bodies.slice(half)));
   }
+}
+
+/** The answer to a retry whose first attempt has not answered yet (same Idempotency-Key). */
+const IN_PROGRESS = 'idempotency_request_in_progress';
+
+/**
+ * A random (version 4) UUID for a batch's Idempotency-Key. `crypto.randomUUID` exists in every
+ * runtime but browser pages served over plain HTTP; there it is made from `crypto.getRandomValues`.
+ */
+export function newIdempotencyKey(): string {
+  const c = globalThis.crypto;
+  if (typeof c.randomUUID === 'function') return c.randomUUID();
+  const b = c.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6]! & 0x0f) | 0x40;
+  b[8] = (b[8]! & 0x3f) | 0x80;
+  const h = Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
 /** An arguments or context slot held as `argN`/`ctxN` key/value pairs of the chunk's slab. */

@@ -532,15 +532,18 @@ describe('envelope B: the payment gateway and the key set', () => {
     );
   });
 
-  it('documents the Idempotency-Key header on every gateway POST, and only there', () => {
+  it('documents the Idempotency-Key header on every gateway POST and the decision log, and only there', () => {
     for (const [path, methods] of Object.entries(doc.paths)) {
       for (const [method, op] of Object.entries(methods)) {
         const header = op.parameters?.find((p) => p.in === 'header' && p.name === 'Idempotency-Key');
-        const takes = method === 'post' && path.startsWith('/v1/gateway/');
+        const takes = method === 'post' && (path.startsWith('/v1/gateway/') || path === '/v1/decisions');
         expect(Boolean(header), `${method.toUpperCase()} ${path}`).toBe(takes);
         if (header) {
           expect(header.required).toBe(false);
           expect(header.schema).toMatchObject({ type: 'string', minLength: 1, maxLength: 255 });
+          expect(answerSchema(method, path, 400).properties!.error!.properties!.code!.enum).toContain(
+            'idempotency_key_reused_with_different_payload',
+          );
           expect(answerSchema(method, path, 409).properties!.error!.properties!.code!.enum).toContain(
             'idempotency_request_in_progress',
           );

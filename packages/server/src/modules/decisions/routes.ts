@@ -9,6 +9,7 @@ import { recordError } from '../../lib/json.js';
 import { compileSchema } from '../../lib/schemas.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { createReceiptRepository } from '../receipts/repository.js';
+import { decisionLogIdempotency, IDEMPOTENCY_ERRORS, IdempotencyKeyHeader } from './idempotency.js';
 import { intParam, parseListQuery } from './query.js';
 import { createDecisionRepository } from './repository.js';
 import {
@@ -69,6 +70,7 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
     enforcement: ctx.enforcement,
     clock: ctx.clock,
   });
+  const idempotent = decisionLogIdempotency(ctx);
 
   app.get(
     '/v1/decisions',
@@ -124,7 +126,11 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
     '/v1/decisions',
     {
       config: { auth: 'apiKey', rateLimit: 'decisions' },
-      schema: { body: LogRequest, response: { 201: LogResponse } },
+      schema: {
+        body: LogRequest,
+        response: { 201: LogResponse },
+        documented: { headers: IdempotencyKeyHeader, errors: IDEMPOTENCY_ERRORS },
+      },
       // After the rate limit (counted by its hook), before body validation.
       preValidation: async (req) => {
         const key = req.principal as KeyPrincipal;
@@ -133,6 +139,10 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
         }
         assertLogRequest(req.body);
       },
+      // Idempotency-Key: once the body is known valid, so a refused request takes no key; a replay
+      // answers here and records nothing (no decision, receipt or event).
+      preHandler: idempotent.preHandler,
+      onSend: idempotent.onSend,
     },
     async (req, reply) => {
       const key = req.principal as KeyPrincipal;

@@ -1,4 +1,5 @@
 import type { EnvelopeBError } from '../../lib/envelope-b.js';
+import type { IdempotencyRow } from '../../lib/idempotency-store.js';
 
 /** Rows of the gateway's tables (migration 0015). */
 export type GatewayTables = {
@@ -47,14 +48,7 @@ export type GatewayTables = {
     capsule_id: string;
     claimed_at: string;
   };
-  gateway_idempotency: {
-    organization_id: string;
-    idempotency_key: string;
-    request_hash: string;
-    status_code: number | null;
-    response: string | null;
-    created_at: string;
-  };
+  gateway_idempotency: IdempotencyRow;
 };
 
 export type CapsuleStatus = 'active' | 'consumed' | 'revoked';

@@ -232,51 +232,6 @@ export function createGatewayRepository(base: Db) {
         rows.filter((r) => r.created_at > s).reduce((sum, r) => sum + Number(r.amount_micros), 0),
       );
     },
-
-    /** Takes an Idempotency-Key (answer pending); false when the organization already holds it. */
-    async takeKey(org: string, key: string, requestHash: string, now: string): Promise<boolean> {
-      const r = await db
-        .insertInto('gateway_idempotency')
-        .values({
-          organization_id: org,
-          idempotency_key: key,
-          request_hash: requestHash,
-          status_code: null,
-          response: null,
-          created_at: now,
-        })
-        .onConflict((oc) => oc.columns(['organization_id', 'idempotency_key']).doNothing())
-        .executeTakeFirst();
-      return Number(r.numInsertedOrUpdatedRows ?? 0) === 1;
-    },
-
-    async key(org: string, key: string) {
-      return db
-        .selectFrom('gateway_idempotency')
-        .selectAll()
-        .where('organization_id', '=', org)
-        .where('idempotency_key', '=', key)
-        .executeTakeFirst();
-    },
-
-    async completeKey(org: string, key: string, status: number, response: string): Promise<void> {
-      await db
-        .updateTable('gateway_idempotency')
-        .set({ status_code: status, response })
-        .where('organization_id', '=', org)
-        .where('idempotency_key', '=', key)
-        .execute();
-    },
-
-    /** Frees a key: its request failed on the server's side, or (with `before`) it is past retention. */
-    async dropKey(org: string, key: string, before?: string): Promise<void> {
-      let q = db
-        .deleteFrom('gateway_idempotency')
-        .where('organization_id', '=', org)
-        .where('idempotency_key', '=', key);
-      if (before !== undefined) q = q.where('created_at', '<', before);
-      await q.execute();
-    },
   };
 }
 

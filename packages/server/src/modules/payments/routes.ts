@@ -3,6 +3,7 @@ import { Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { CAPSULE_PAYLOAD_SCHEMA } from '@svc/capsules';
 import type { AppContext } from '../../context.js';
+import { IDEMPOTENCY_KEY_PATTERN } from '../../lib/idempotency.js';
 import { NoBody, VersionNumber } from '../../lib/schemas.js';
 import { type DocumentedOnly, HANDLER_B, tableCodeB, withEnvelopeB } from '../../plugins/openapi.js';
 import { ResolveBody, ResolvedSchema } from '../approvals/schemas.js';
@@ -49,7 +50,7 @@ const IDEMPOTENT: DocumentedOnly = {
       Type.String({
         minLength: 1,
         maxLength: 255,
-        pattern: '^[\\x21-\\x7e](?:[\\x20-\\x7e]{0,253}[\\x21-\\x7e])?$',
+        pattern: IDEMPOTENCY_KEY_PATTERN,
         description:
           'Makes the POST idempotent: the same key with the same method, path and body replays the first ' +
           'answer (header idempotent-replayed: true) for 24 hours; with another request it answers 400 ' +
@@ -175,7 +176,7 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     route.schema = withEnvelopeB(route.schema, route.method === 'POST' ? IDEMPOTENT : {});
   });
   registerEnvelopeB(app, ctx.config.docsUrl);
-  registerIdempotency(app, { repo, scope: ctx.scope, clock: ctx.clock });
+  registerIdempotency(app, { db: ctx.store.db, scope: ctx.scope, clock: ctx.clock });
 
   await app.register(flowRoutes, {
     ctx,

@@ -1,0 +1,159 @@
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { hashJson } from '../ledger/canonical.js';
+import type { Clock } from './clock.js';
+import type { IdempotencyStore } from './idempotency-store.js';
+import type { ScopeResolver } from './scope.js';
+
+/** How long an Idempotency-Key and its answer are kept. */
+const IDEMPOTENCY_RETENTION_MS = 24 * 3600 * 1000;
+
+/** How long an unanswered claim holds its key before it counts as abandoned. */
+const STALE_CLAIM_MS = 60_000;
+
+/**
+ * 1-255 printable ASCII characters (space included). HTTP strips white space around a header
+ * value, so a key neither starts nor ends with a space, and one of spaces only arrives empty.
+ */
+export const IDEMPOTENCY_KEY_PATTERN = '^[\\x21-\\x7e](?:[\\x20-\\x7e]{0,253}[\\x21-\\x7e])?$';
+const KEY_RE = new RegExp(IDEMPOTENCY_KEY_PATTERN);
+
+/** Organizations remembered by the expiry sweep before the memory is started afresh. */
+const MAX_SWEPT_ORGANIZATIONS = 10_000;
+
+/**
+ * The refusals, in the envelope of the routes that take the key. Each gets a message and what to do
+ * next (or null); `reused` and `inProgress` are the catalog's 400 and 409 codes.
+ */
+export interface IdempotencyErrors {
+  /** The header is not a valid key. */
+  invalidKey(message: string, hint: string | null): Error;
+  /** The key was taken by a different request (method, path or canonical body). */
+  reused(message: string, hint: string | null): Error;
+  /** The key's first request has not answered yet. */
+  inProgress(message: string, hint: string | null): Error;
+}
+
+export interface IdempotencyDeps {
+  store: Pick<IdempotencyStore, 'takeKey' | 'key' | 'completeKey' | 'dropKey'> &
+    Partial<Pick<IdempotencyStore, 'dropExpired'>>;
+  scope: ScopeResolver;
+  clock: Clock;
+  errors: IdempotencyErrors;
+  /**
+   * Prepended to every stored key, so that routes sharing the table never see each other's keys
+   * (`''` for the gateway, whose keys were stored before any other surface took one).
+   */
+  surface: string;
+  /**
+   * With `dropExpired` in the store: at most this often per organization, a request taking a key first
+   * deletes the organization's keys of this surface past retention (a surface where every request
+   * brings a fresh key would otherwise keep them all).
+   */
+  sweepEveryMs?: number;
+}
+
+/**
+ * Idempotency-Key on a POST: the first request with a key runs and its answer is kept for 24 hours;
+ * the same key with the same method, path and canonical body replays that answer (same status and
+ * body, header `idempotent-replayed: true`); with anything else it answers `errors.reused`. A server
+ * error, or an answer saying "retry later" (Retry-After), frees the key so that the request can be
+ * sent again. Keys are per project for project keys, so two projects of one organization never see
+ * each other's answers; user tokens and keys without a project share the organization's key space.
+ *
+ * Returns the two hooks to install on the routes that take the key: `preHandler` (after auth, rate
+ * limit and body validation, so a request refused by those takes no key) and `onSend`.
+ */
+export function idempotencyHooks(deps: IdempotencyDeps) {
+  const held = new WeakMap<FastifyRequest, { org: string; key: string }>();
+  const swept = new Map<string, number>();
+
+  /** Deletes the organization's expired keys of this surface, at most once per `sweepEveryMs`. */
+  async function sweep(req: FastifyRequest, org: string, nowMs: number): Promise<void> {
+    const every = deps.sweepEveryMs;
+    if (every === undefined || !deps.store.dropExpired) return;
+    const last = swept.get(org);
+    if (last !== undefined && nowMs - last < every) return;
+    if (swept.size >= MAX_SWEPT_ORGANIZATIONS) swept.clear();
+    swept.set(org, nowMs);
+    const before = new Date(nowMs - IDEMPOTENCY_RETENTION_MS).toISOString();
+    // Housekeeping: a failure here is no reason to refuse the request.
+    await deps.store.dropExpired(org, deps.surface, before).catch((err: unknown) => {
+      req.log.warn({ err }, 'expired Idempotency-Keys could not be deleted');
+    });
+  }
+
+  async function preHandler(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+    const sent = req.headers['idempotency-key'];
+    if (sent === undefined) return undefined;
+    if (typeof sent !== 'string' || !KEY_RE.test(sent)) {
+      throw deps.errors.invalidKey(
+        'Idempotency-Key must be 1-255 printable ASCII characters, not starting or ending with a space',
+        null,
+      );
+    }
+    const scope = await deps.scope(req);
+    const org = scope.organizationId;
+    // Each project's keys have their own key space; user tokens and keys without a project share the
+    // organization's. Stored as `<surface><project id or ->/<key>` in the organization's table.
+    const namespace = scope.principal.kind === 'apiKey' && scope.projectId ? scope.projectId : '-';
+    const key = `${deps.surface}${namespace}/${sent}`;
+    const hash = hashJson({ method: req.method, path: req.url, body: req.body ?? null });
+    const now = deps.clock.now();
+    await sweep(req, org, now.getTime());
+    for (let attempt = 0; attempt < 2; attempt++) {
+      if (await deps.store.takeKey(org, key, hash, now.toISOString())) {
+        held.set(req, { org, key });
+        return undefined;
+      }
+      const existing = await deps.store.key(org, key);
+      if (!existing) continue;
+      if (Date.parse(existing.created_at) + IDEMPOTENCY_RETENTION_MS <= now.getTime()) {
+        await deps.store.dropKey(
+          org,
+          key,
+          new Date(now.getTime() - IDEMPOTENCY_RETENTION_MS + 1).toISOString(),
+        );
+        continue;
+      }
+      if (existing.request_hash !== hash) {
+        throw deps.errors.reused(
+          'this Idempotency-Key was used with a different request',
+          'use a new key for a new request',
+        );
+      }
+      if (existing.status_code === null || existing.response === null) {
+        // A claim that never got its answer (the process died mid-request) frees the key after a minute.
+        if (Date.parse(existing.created_at) + STALE_CLAIM_MS <= now.getTime()) {
+          await deps.store.dropKey(org, key, new Date(now.getTime() - STALE_CLAIM_MS + 1).toISOString());
+          continue;
+        }
+        throw deps.errors.inProgress(
+          'a request with this Idempotency-Key is still running',
+          'retry after it has answered',
+        );
+      }
+      return reply
+        .code(Number(existing.status_code))
+        .type('application/json')
+        .header('idempotent-replayed', 'true')
+        .send(existing.response);
+    }
+    throw deps.errors.inProgress('the Idempotency-Key could not be taken', null);
+  }
+
+  async function onSend(req: FastifyRequest, reply: FastifyReply, payload: unknown): Promise<unknown> {
+    const owner = held.get(req);
+    if (!owner) return payload;
+    held.delete(req);
+    // An answer that says "retry later" (Retry-After: a rate-limited or in-flight payment) is not kept either.
+    const retryLater = reply.getHeader('retry-after') !== undefined;
+    if (reply.statusCode >= 500 || retryLater || typeof payload !== 'string') {
+      await deps.store.dropKey(owner.org, owner.key);
+    } else {
+      await deps.store.completeKey(owner.org, owner.key, reply.statusCode, payload);
+    }
+    return payload;
+  }
+
+  return { preHandler, onSend };
+}

@@ -1,0 +1,63 @@
+import { Type } from '@sinclair/typebox';
+import type { AppContext } from '../../context.js';
+import { AppError, invalid } from '../../lib/errors.js';
+import { IDEMPOTENCY_KEY_PATTERN, type IdempotencyErrors, idempotencyHooks } from '../../lib/idempotency.js';
+import { createIdempotencyStore } from '../../lib/idempotency-store.js';
+
+/** The decision log's keys are stored as `decisions:<project id>/<key>`, apart from the gateway's. */
+const SURFACE = 'decisions:';
+
+/**
+ * How often an organization's expired keys are deleted. The SDK sends a new key with every batch, so
+ * without it the table would keep a row per batch long after the 24 hours in which it can replay.
+ */
+const SWEEP_EVERY_MS = 10 * 60_000;
+
+/** "message; hint" as one sentence of envelope A, which has no hint member. */
+const sentence = (message: string, hint: string | null) =>
+  `${message.charAt(0).toUpperCase()}${message.slice(1)}${hint ? `; ${hint}` : ''}`;
+
+const ERRORS_A: IdempotencyErrors = {
+  invalidKey: (message, hint) => invalid(sentence(message, hint)),
+  reused: (message, hint) =>
+    new AppError('idempotency_key_reused_with_different_payload', sentence(message, hint)),
+  inProgress: (message, hint) => new AppError('idempotency_request_in_progress', sentence(message, hint)),
+};
+
+/** The header as the API document shows it on POST /v1/decisions (never validated by the schema). */
+export const IdempotencyKeyHeader = Type.Object({
+  'Idempotency-Key': Type.Optional(
+    Type.String({
+      minLength: 1,
+      maxLength: 255,
+      pattern: IDEMPOTENCY_KEY_PATTERN,
+      description:
+        'Makes a retry safe: the same key with the same body replays the first answer (same ids, header ' +
+        'idempotent-replayed: true) for 24 hours and records nothing again; with another body it answers ' +
+        '400 idempotency_key_reused_with_different_payload, and while the first request runs 409 ' +
+        'idempotency_request_in_progress. Keys are per project. 1-255 printable ASCII characters, not ' +
+        'starting or ending with a space. The SDK sends one per batch.',
+    }),
+  ),
+});
+
+/** The codes the header adds to the route's answers. */
+export const IDEMPOTENCY_ERRORS = [
+  'idempotency_key_reused_with_different_payload',
+  'idempotency_request_in_progress',
+] as const;
+
+/**
+ * Idempotency-Key on POST /v1/decisions (lib/idempotency.ts), answered in envelope A: the hooks to
+ * install on the route. They run after the route's preValidation and body validation.
+ */
+export function decisionLogIdempotency(ctx: Pick<AppContext, 'store' | 'scope' | 'clock'>) {
+  return idempotencyHooks({
+    store: createIdempotencyStore(ctx.store.db),
+    scope: ctx.scope,
+    clock: ctx.clock,
+    errors: ERRORS_A,
+    surface: SURFACE,
+    sweepEveryMs: SWEEP_EVERY_MS,
+  });
+}
