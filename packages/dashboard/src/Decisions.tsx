@@ -58,7 +58,7 @@ export function Decisions({ organizationId }: PageProps) {
   const [filters, setFilters] = useState<Filters>(NO_FILTERS);
   const [offset, setOffset] = useState(0);
   const [rows, setRows] = useState<Decision[] | null>(null);
-  /** The offset the rows shown were read at: `offset` moves first, the rows when they are read. */
+  /** The offset the rows shown were read at (the range under them): `offset` moves first, the rows when read. */
   const [rowsAt, setRowsAt] = useState(0);
   const [total, setTotal] = useState(0);
   const [projects, setProjects] = useState<Project[]>([]);
@@ -327,16 +327,16 @@ export function Decisions({ organizationId }: PageProps) {
             <button
               type="button"
               className="secondary"
-              disabled={rowsAt === 0}
-              onClick={() => setOffset(Math.max(0, rowsAt - PAGE))}
+              disabled={offset === 0}
+              onClick={() => setOffset(Math.max(0, offset - PAGE))}
             >
               Newer
             </button>
             <button
               type="button"
               className="secondary"
-              disabled={rowsAt + rows.length >= total}
-              onClick={() => setOffset(rowsAt + PAGE)}
+              disabled={offset + rows.length >= total}
+              onClick={() => setOffset(offset + PAGE)}
             >
               Older
             </button>

@@ -29,7 +29,8 @@ export const DENY = 1;
  * decision was made, the decision, the reason, the latency); the request bodies are written only
  * when a batch is sent. Batches go in order, one request at a time (each one request against the
  * rate limit), retried with backoff (honouring Retry-After) until the server has recorded them. A
- * batch carries one Idempotency-Key, the same on every attempt, so a retry never records it twice.
+ * batch carries one Idempotency-Key, the same on every attempt, so a retry after a lost answer is
+ * answered from the first attempt instead of recording the batch again.
  *
  * The buffer is bounded: once `maxBuffered` decisions wait, `full` is true and the client must not
  * add local decisions (it decides on the server, waits, or throws: ClientOptions.log.whenFull).

@@ -116,7 +116,7 @@ describe('svc command', () => {
       expect(r.stderr, args.join(' ')).toContain(usage);
     });
     expect(existsSync(store)).toBe(false);
-  }, 120_000);
+  }, 200_000);
 
   it('prints the usage of a command named after help', async () => {
     const { stdout } = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'help', 'keys'], { env: env() });

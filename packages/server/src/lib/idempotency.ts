@@ -68,7 +68,7 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
   const swept = new Map<string, number>();
 
   /** Deletes the organization's expired keys of this surface, at most once per `sweepEveryMs`. */
-  async function sweep(req: FastifyRequest, org: string, nowMs: number): Promise<void> {
+  function sweep(req: FastifyRequest, org: string, nowMs: number): void {
     const every = deps.sweepEveryMs;
     if (every === undefined || !deps.store.dropExpired) return;
     const last = swept.get(org);
@@ -76,8 +76,8 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     if (swept.size >= MAX_SWEPT_ORGANIZATIONS) swept.clear();
     swept.set(org, nowMs);
     const before = new Date(nowMs - IDEMPOTENCY_RETENTION_MS).toISOString();
-    // Housekeeping: a failure here is no reason to refuse the request.
-    await deps.store.dropExpired(org, deps.surface, before).catch((err: unknown) => {
+    // Housekeeping, not awaited: the request neither waits for it nor fails with it.
+    void deps.store.dropExpired(org, deps.surface, before).catch((err: unknown) => {
       req.log.warn({ err }, 'expired Idempotency-Keys could not be deleted');
     });
   }
@@ -99,7 +99,7 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     const key = `${deps.surface}${namespace}/${sent}`;
     const hash = hashJson({ method: req.method, path: req.url, body: req.body ?? null });
     const now = deps.clock.now();
-    await sweep(req, org, now.getTime());
+    sweep(req, org, now.getTime());
     for (let attempt = 0; attempt < 2; attempt++) {
       if (await deps.store.takeKey(org, key, hash, now.toISOString())) {
         held.set(req, { org, key });
@@ -147,10 +147,14 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     held.delete(req);
     // An answer that says "retry later" (Retry-After: a rate-limited or in-flight payment) is not kept either.
     const retryLater = reply.getHeader('retry-after') !== undefined;
-    if (reply.statusCode >= 500 || retryLater || typeof payload !== 'string') {
-      await deps.store.dropKey(owner.org, owner.key);
-    } else {
-      await deps.store.completeKey(owner.org, owner.key, reply.statusCode, payload);
+    const keep = !(reply.statusCode >= 500 || retryLater || typeof payload !== 'string');
+    try {
+      if (keep) await deps.store.completeKey(owner.org, owner.key, reply.statusCode, payload as string);
+      else await deps.store.dropKey(owner.org, owner.key);
+    } catch (err) {
+      // What was done stays done and is answered: failing the answer now would make the client send
+      // the request again. The claim, left unanswered, frees the key after STALE_CLAIM_MS.
+      req.log.error({ err }, 'the answer to an Idempotency-Key could not be stored');
     }
     return payload;
   }

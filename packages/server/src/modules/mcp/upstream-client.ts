@@ -245,14 +245,15 @@ function boundedEvents(bounds: MessageBounds, hooks: BoundHooks): TransformStrea
   /** The last event ended with the chunk, on a CR: an LF starting the next chunk is its CRLF's. */
   let endedOnCr = false;
   const refuse = (top: Record<string, unknown> | null) => hooks.refused(top, tooDeep(bounds.maxDepth));
-  /** Passes the event received; `onCr`: it ended on a CR that ended the chunk. */
-  const pass = (controller: TransformStreamDefaultController<Uint8Array>, onCr = false) => {
+  /** Passes the event received. */
+  const pass = (controller: TransformStreamDefaultController<Uint8Array>) => {
     const event = pieces.length === 1 ? pieces[0]! : Buffer.concat(pieces);
     pieces = [];
     size = 0;
-    // Ending on a CR whose LF (if any) is still to come, the reader would wait for the next chunk to
-    // end the event: it goes on ended by CRLF, and that LF is left out when it comes.
-    const whole = () => (onCr ? Buffer.concat([event, LF_BYTES]) : event);
+    // An event ending on a CR alone would wait in the reader, which holds a last CR until it sees
+    // whether an LF follows: it goes on ended by CRLF (an LF still to come, starting the next chunk,
+    // is left out then).
+    const whole = () => (event[event.byteLength - 1] === CR ? Buffer.concat([event, LF_BYTES]) : event);
     const text = Buffer.from(event.buffer, event.byteOffset, event.byteLength).toString('utf8');
     const data = eventData(text);
     if (data !== null && isBatchText(data)) {
@@ -264,10 +265,15 @@ function boundedEvents(bounds: MessageBounds, hooks: BoundHooks): TransformStrea
         if (!messageNestedDeeperThan(data, bounds.maxDepth)) controller.enqueue(whole());
         return;
       }
+      // One chunk for the whole batch; elements that are not objects are no messages (the reader
+      // would drop each of them with an error).
+      let out = '';
       for (const m of messages) {
         if (m.tooDeep) refuse(m.top);
-        else controller.enqueue(encoder.encode(`event: message\ndata: ${JSON.stringify(m.message)}\n\n`));
+        else if (typeof m.message === 'object' && m.message !== null && !Array.isArray(m.message))
+          out += `event: message\ndata: ${JSON.stringify(m.message)}\n\n`;
       }
+      if (out !== '') controller.enqueue(encoder.encode(out));
       return;
     }
     if (data !== null && textNestedDeeperThan(data, bounds.maxDepth)) return refuse(topLevelOf(data));
@@ -297,7 +303,7 @@ function boundedEvents(bounds: MessageBounds, hooks: BoundHooks): TransformStrea
           pieces.push(chunk.subarray(start, end));
           start = end;
           i = end - 1;
-          pass(controller, endedOnCr);
+          pass(controller);
           lineEnded = false;
           continue;
         }

@@ -78,6 +78,9 @@ beforeAll(async () => {
     else if (name === 'deep-batch-trailing-comma') send(sseEvent(`[${deepResult(msg.id, DEEP)},]`));
     else if (name === 'batch') send(sseEvent([NOTE, result]));
     else if (name === 'cr') send(`event: message\rdata: ${JSON.stringify(result)}\r\r`);
+    // The event ends on a CR alone in the middle of the chunk: the next one begins but does not end.
+    else if (name === 'cr-then-more')
+      send(`event: message\rdata: ${JSON.stringify(result)}\r\r: more to come\n`);
     else if (name === 'cr-split' || name === 'crlf-split')
       void trickle(send, splitResult(msg.id, name === 'cr-split' ? '\r' : '\r\n'));
     else if (name === 'deep-split') void trickle(send, splitDeep(msg.id));
@@ -206,6 +209,7 @@ describe('SSE lines', () => {
       const { call } = await session(transport, 3000);
       if (transport === 'mcp-streamable-http') expect(await call('crlf')).toEqual({ content: [] });
       expect(await call('cr')).toEqual({ content: [] });
+      if (transport === 'mcp-sse') expect(await call('cr-then-more')).toEqual({ content: [] });
       // A CR ending one chunk and the LF starting the next are one line end: no blank line between,
       // which would end the event halfway through its JSON.
       expect(await call('crlf-split')).toEqual({ split: true });
