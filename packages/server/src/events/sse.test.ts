@@ -196,6 +196,47 @@ describe('SSE streams end as soon as their credential does (not at the next hear
     expect(otherOrg.ended || person.ended).toBe(false);
   });
 
+  it('ends a stream whose key is revoked while the stream is being opened', async () => {
+    const tenant = await createTenant(t);
+    const minted = await mintKey(t, tenant);
+    // The key is revoked after it was checked for this stream, before the stream is registered.
+    const scope = t.ctx.scope;
+    t.ctx.scope = async (...args) => {
+      t.ctx.scope = scope;
+      const checked = await scope(...args);
+      await revoke(t, 'revoking the key', tenant, minted.id);
+      return checked;
+    };
+    try {
+      const c = await SseClient.open(`${t.url}/v1/events/stream`, keyHeader(minted.key));
+      open.push(c);
+      await waitFor(() => c.ended, 'the stream to end', AT_ONCE_MS);
+    } finally {
+      t.ctx.scope = scope;
+    }
+  });
+
+  it('ends a stream whose session is signed out while the stream is being opened', async () => {
+    const tenant = await createTenant(t);
+    const session = await signIn(t, tenant.userId);
+    const scope = t.ctx.scope;
+    t.ctx.scope = async (...args) => {
+      t.ctx.scope = scope;
+      const checked = await scope(...args);
+      await signOut(t, session);
+      return checked;
+    };
+    try {
+      const c = await SseClient.open(`${t.url}/v1/events/stream?organizationId=${tenant.orgId}`, {
+        cookie: session.cookie,
+      });
+      open.push(c);
+      await waitFor(() => c.ended, 'the stream to end', AT_ONCE_MS);
+    } finally {
+      t.ctx.scope = scope;
+    }
+  });
+
   it("keeps the key's streams open when its organization only changes tier", async () => {
     const tenant = await createTenant(t);
     const c = await connect('', keyHeader(tenant.apiKey));

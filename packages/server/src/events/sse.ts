@@ -110,6 +110,11 @@ export class SseWriter {
 
   heartbeat(recheck: () => Promise<boolean>): void {
     this.write(':ping\n\n');
+    this.recheck(recheck);
+  }
+
+  /** Checks the credentials again (one check at a time); the stream ends when they no longer hold. */
+  recheck(recheck: () => Promise<boolean>): void {
     if (this.checking || this.gone) return;
     this.checking = true;
     recheck()
@@ -234,6 +239,9 @@ export const sseRoutes: FastifyPluginAsyncTypebox<{
       writer.write(':ok\n\n');
       ctx.streams.set(client, [access.organizationId]);
       if (client.gone) ctx.streams.remove(client);
+      // A revocation or sign-out that came while the credentials were being checked found no stream
+      // to end: they are checked once more now that the stream can be found.
+      else writer.recheck(access.recheck);
     },
   );
 };

@@ -119,3 +119,63 @@ describe('MCP gateway: a revoked key of one project', () => {
     expect(gone.status).toBe(404);
   });
 });
+
+describe('MCP gateway: a key revoked after its request was authenticated', () => {
+  /** The next authentication answers as the key was, then the key is revoked before the route goes on. */
+  function revokeRightAfterAuthentication(tenant: Awaited<ReturnType<typeof createTenant>>, keyId: string) {
+    const keys = t.ctx.keys;
+    const authenticate = keys.authenticate;
+    keys.authenticate = async (raw) => {
+      keys.authenticate = authenticate;
+      const principal = await authenticate.call(keys, raw);
+      await revoke(t, 'revoking the key', tenant, keyId);
+      return principal;
+    };
+    return () => {
+      keys.authenticate = authenticate;
+    };
+  }
+
+  it('opens no session: initialize answers 401 and no upstream session is opened', async () => {
+    const { tenant, url } = await setup();
+    const minted = await mintKey(t, tenant);
+    const before = upstreamSessions();
+    const restore = revokeRightAfterAuthentication(tenant, minted.id);
+    try {
+      const res = await rawRpc(
+        url,
+        {
+          jsonrpc: '2.0',
+          id: 0,
+          method: 'initialize',
+          params: {
+            protocolVersion: '2025-06-18',
+            capabilities: {},
+            clientInfo: { name: 'late', version: '1' },
+          },
+        },
+        keyHeader(minted.key),
+      );
+      expect(res.status).toBe(401);
+      expect(res.json().error.code).toBe('invalid_api_key');
+      expect(res.headers.get('mcp-session-id')).toBeNull();
+    } finally {
+      restore();
+    }
+    expect(upstreamSessions()).toEqual(before);
+  });
+
+  it('ends a GET stream opened meanwhile at once', async () => {
+    const { tenant, url } = await setup();
+    const minted = await mintKey(t, tenant);
+    const restore = revokeRightAfterAuthentication(tenant, minted.id);
+    try {
+      const feed = await fetch(url, { headers: keyHeader(minted.key) });
+      expect(feed.status).toBe(200);
+      // readEvents returns at the end of the stream and throws past its deadline.
+      await readEvents(feed, () => false, AT_ONCE_MS);
+    } finally {
+      restore();
+    }
+  });
+});

@@ -122,6 +122,14 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
             rpcError(incoming.message.id, RPC.internal, `No new MCP session: ${created}; retry later`),
             false,
           );
+        // A revocation that came while the upstream was looked up found no session to end: the key is
+        // checked once more now that the session can be found.
+        const raw = presentedKey(req);
+        const still = raw ? await ctx.keys.authenticate(raw) : null;
+        if (!still || still.keyId !== key.keyId) {
+          await sessions.endKeys([key.keyId], 'the API key was revoked');
+          throw new AppError('invalid_api_key', 'Invalid or revoked API key');
+        }
         const answer = await gateway.initialize(
           { ...caller, connectionId: created.id, sessionId: created.id },
           created,

@@ -82,6 +82,9 @@ export class EventStreams {
       unindex(this.byKey, keyId, writer);
       unindex(this.byOrg, organizationId, writer);
     });
+    // A revocation that came while the request was being checked found no stream to end: the key is
+    // checked once more now that the stream can be found.
+    writer.recheck(o.recheck);
     if (o.sessionId && !o.replay)
       stream.send(
         JSON.stringify({
