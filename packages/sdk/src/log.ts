@@ -55,6 +55,14 @@ export class DecisionLog {
   /** Unregisters the flush at exit, registered while decisions wait (so a drained log is not held). */
   private leaveExit: (() => void) | null = null;
   private exiting = false;
+  /**
+   * The flush at exit ran out of time and nothing was recorded since: the next exit does not wait
+   * again. `reportedAt` is `added` when it reported what was left (reported again only with more).
+   */
+  private exitGaveUp = false;
+  private reportedAt = -1;
+  /** Decisions ever added. */
+  private added = 0;
   private readonly batchSize: number;
   readonly maxBuffered: number;
 
@@ -137,6 +145,7 @@ export class DecisionLog {
       this.leaveExit = atExit(() => void this.flushAtExit(this.options.exitTimeoutMs));
     }
     this.size++;
+    this.added++;
     if (this.size >= this.batchSize) this.kick();
     else if (this.timer === undefined) {
       this.timer = setTimeout(() => this.kick(), this.options.flushIntervalMs);
@@ -287,30 +296,54 @@ export class DecisionLog {
     this.leaveExit = null;
     this.wake();
     await this.sending;
-    const pending: string[] = [];
-    for (let k = 0; k < this.size; k++) {
-      const body = this.body(k);
-      if (typeof body === 'string') pending.push(body);
-    }
+    const pending = this.pendingBodies();
     throw new FlushError(
       `${pending.length} local decision(s) could not be recorded within ${timeoutMs} ms`,
       pending,
     );
   }
 
+  /** The decisions not recorded yet, as request bodies. */
+  private pendingBodies(): string[] {
+    const pending: string[] = [];
+    for (let k = 0; k < this.size; k++) {
+      const body = this.body(k);
+      if (typeof body === 'string') pending.push(body);
+    }
+    return pending;
+  }
+
   /**
    * The process is about to exit with decisions still waiting (Node's beforeExit): send them, for
-   * at most `timeoutMs` (close()'s bound, whose timer keeps the process alive meanwhile); what could
-   * not be sent by then is reported to onError as FlushError. Once given up, nothing is tried again.
+   * at most `timeoutMs` (a timer keeps the process alive meanwhile); what could not be sent by then
+   * is reported to onError as FlushError. Nothing is given up: should the process go on (more work
+   * was scheduled), they are still sent. Until something is recorded again, a later exit reports
+   * what waits at once, and only when decisions were added since the last report.
    */
   async flushAtExit(timeoutMs: number): Promise<void> {
     // beforeExit comes again once this flush is done: one at a time.
     if (this.size === 0 || this.givenUp || this.exiting) return;
     this.exiting = true;
     try {
-      await this.close(timeoutMs);
-    } catch (err) {
-      this.report(err);
+      if (!this.exitGaveUp) {
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const timedOut = new Promise<false>((resolve) => {
+          timer = setTimeout(() => resolve(false), timeoutMs);
+        });
+        const done = await Promise.race([this.flush().then(() => true), timedOut]);
+        clearTimeout(timer);
+        if ((done && this.size === 0) || this.givenUp) return;
+        this.exitGaveUp = true;
+      }
+      if (this.reportedAt === this.added) return;
+      this.reportedAt = this.added;
+      const pending = this.pendingBodies();
+      this.report(
+        new FlushError(
+          `${pending.length} local decision(s) could not be recorded before the process exits (${timeoutMs} ms); they are still sent should it go on`,
+          pending,
+        ),
+      );
     } finally {
       this.exiting = false;
     }
@@ -364,7 +397,10 @@ export class DecisionLog {
       try {
         const res = await this.http.request('POST', '/v1/decisions', payload, undefined, key);
         // Recorded now, or earlier (a replay of the first answer: header idempotent-replayed: true).
-        if (res.status === 201) return bodies.length;
+        if (res.status === 201) {
+          this.exitGaveUp = false;
+          return bodies.length;
+        }
         headers = res.headers;
         const err = apiError(res);
         if (res.status === 400 || res.status === 413) return this.split(bodies, err);
