@@ -1,3 +1,4 @@
+import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { hashJson } from '../ledger/canonical.js';
 import type { Clock } from './clock.js';
@@ -14,8 +15,16 @@ const STALE_CLAIM_MS = 60_000;
  * 1-255 printable ASCII characters (space included). HTTP strips white space around a header
  * value, so a key neither starts nor ends with a space, and one of spaces only arrives empty.
  */
-export const IDEMPOTENCY_KEY_PATTERN = '^[\\x21-\\x7e](?:[\\x20-\\x7e]{0,253}[\\x21-\\x7e])?$';
+const IDEMPOTENCY_KEY_PATTERN = '^[\\x21-\\x7e](?:[\\x20-\\x7e]{0,253}[\\x21-\\x7e])?$';
 const KEY_RE = new RegExp(IDEMPOTENCY_KEY_PATTERN);
+
+/** The optional header as the API document shows it (never validated by the route schema). */
+export const idempotencyKeyHeader = (description: string) =>
+  Type.Object({
+    'Idempotency-Key': Type.Optional(
+      Type.String({ minLength: 1, maxLength: 255, pattern: IDEMPOTENCY_KEY_PATTERN, description }),
+    ),
+  });
 
 /** Organizations remembered by the expiry sweep before the memory is started afresh. */
 const MAX_SWEPT_ORGANIZATIONS = 10_000;

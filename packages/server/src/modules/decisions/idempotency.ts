@@ -1,7 +1,6 @@
-import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { AppError, invalid } from '../../lib/errors.js';
-import { IDEMPOTENCY_KEY_PATTERN, type IdempotencyErrors, idempotencyHooks } from '../../lib/idempotency.js';
+import { type IdempotencyErrors, idempotencyHooks, idempotencyKeyHeader } from '../../lib/idempotency.js';
 import { createIdempotencyStore } from '../../lib/idempotency-store.js';
 
 /** The decision log's keys are stored as `decisions:<project id>/<key>`, apart from the gateway's. */
@@ -24,22 +23,14 @@ const ERRORS_A: IdempotencyErrors = {
   inProgress: (message, hint) => new AppError('idempotency_request_in_progress', sentence(message, hint)),
 };
 
-/** The header as the API document shows it on POST /v1/decisions (never validated by the schema). */
-export const IdempotencyKeyHeader = Type.Object({
-  'Idempotency-Key': Type.Optional(
-    Type.String({
-      minLength: 1,
-      maxLength: 255,
-      pattern: IDEMPOTENCY_KEY_PATTERN,
-      description:
-        'Makes a retry safe: the same key with the same body replays the first answer (same ids, header ' +
-        'idempotent-replayed: true) for 24 hours and records nothing again; with another body it answers ' +
-        '400 idempotency_key_reused_with_different_payload, and while the first request runs 409 ' +
-        'idempotency_request_in_progress. Keys are per project. 1-255 printable ASCII characters, not ' +
-        'starting or ending with a space. The SDK sends one per batch.',
-    }),
-  ),
-});
+/** The header as the API document shows it on POST /v1/decisions. */
+export const IdempotencyKeyHeader = idempotencyKeyHeader(
+  'Makes a retry safe: the same key with the same body replays the first answer (same ids, header ' +
+    'idempotent-replayed: true) for 24 hours and records nothing again; with another body it answers ' +
+    '400 idempotency_key_reused_with_different_payload, and while the first request runs 409 ' +
+    'idempotency_request_in_progress. Keys are per project. 1-255 printable ASCII characters, not ' +
+    'starting or ending with a space. The SDK sends one per batch.',
+);
 
 /** The codes the header adds to the route's answers. */
 export const IDEMPOTENCY_ERRORS = [

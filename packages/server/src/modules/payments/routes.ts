@@ -1,9 +1,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { CAPSULE_PAYLOAD_SCHEMA } from '@svc/capsules';
 import type { AppContext } from '../../context.js';
-import { IDEMPOTENCY_KEY_PATTERN } from '../../lib/idempotency.js';
+import { idempotencyKeyHeader } from '../../lib/idempotency.js';
 import { NoBody, VersionNumber } from '../../lib/schemas.js';
 import { type DocumentedOnly, HANDLER_B, tableCodeB, withEnvelopeB } from '../../plugins/openapi.js';
 import { ResolveBody, ResolvedSchema } from '../approvals/schemas.js';
@@ -45,20 +44,12 @@ const PAYMENT_LEASE_MARGIN_MS = 30_000;
 
 /** What every gateway POST adds to the API document: the Idempotency-Key it takes (idempotency.ts) and its refusals. */
 const IDEMPOTENT: DocumentedOnly = {
-  headers: Type.Object({
-    'Idempotency-Key': Type.Optional(
-      Type.String({
-        minLength: 1,
-        maxLength: 255,
-        pattern: IDEMPOTENCY_KEY_PATTERN,
-        description:
-          'Makes the POST idempotent: the same key with the same method, path and body replays the first ' +
-          'answer (header idempotent-replayed: true) for 24 hours; with another request it answers 400 ' +
-          'idempotency_key_reused_with_different_payload. 1-255 printable ASCII characters, not starting or ' +
-          'ending with a space.',
-      }),
-    ),
-  }),
+  headers: idempotencyKeyHeader(
+    'Makes the POST idempotent: the same key with the same method, path and body replays the first ' +
+      'answer (header idempotent-replayed: true) for 24 hours; with another request it answers 400 ' +
+      'idempotency_key_reused_with_different_payload. 1-255 printable ASCII characters, not starting or ' +
+      'ending with a space.',
+  ),
   envelopeB: [
     gatewayError.invalidRequest,
     gatewayError.idempotencyReused,
