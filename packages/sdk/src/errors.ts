@@ -69,13 +69,20 @@ export class LogFullError extends SvcError {
   override name = 'LogFullError';
 }
 
-/** close() could not hand every local decision to the server in time; `pending` holds them. */
+/**
+ * Local decisions could not be handed to the server in time; `pending` holds them. From close()
+ * (`kept: false`) the client has given them up: they are yours to keep or send. From the flush when
+ * the process is about to exit (`kept: true`, reported to onError) the log still holds them and
+ * sends them should the process go on: sending them yourself as well could record them twice.
+ */
 export class FlushError extends SvcError {
   override name = 'FlushError';
   constructor(
     message: string,
     /** The decisions not yet recorded, as POST /v1/decisions bodies (JSON strings). */
     readonly pending: string[],
+    /** Whether the log still holds them (and sends them while the process goes on). */
+    readonly kept = false,
   ) {
     super(message);
   }

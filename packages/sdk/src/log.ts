@@ -340,8 +340,9 @@ export class DecisionLog {
       const pending = this.pendingBodies();
       this.report(
         new FlushError(
-          `${pending.length} local decision(s) could not be recorded before the process exits (${timeoutMs} ms); they are still sent should it go on`,
+          `${pending.length} local decision(s) could not be recorded before the process exits; they are still sent should it go on`,
           pending,
+          true,
         ),
       );
     } finally {

@@ -46,7 +46,7 @@ describe('the flush when the process is about to exit', () => {
     const log = logOf(svc.http, errors);
     decide(log, 1);
     await log.flushAtExit(100);
-    expect(flushErrors(errors).map((e) => e.pending.length)).toEqual([1]);
+    expect(flushErrors(errors).map((e) => [e.pending.length, e.kept])).toEqual([[1, true]]);
     expect(log.givenUp).toBe(false);
 
     // Exiting again at once, with nothing new: neither waits nor reports the same decisions again.

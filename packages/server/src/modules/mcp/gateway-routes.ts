@@ -124,10 +124,17 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
           );
         // A revocation that came while the upstream was looked up found no session to end: the key is
         // checked once more now that the session can be found.
+        // (The revocation ends the key's other sessions itself; a store failure leaves no session behind.)
         const raw = presentedKey(req);
-        const still = raw ? await ctx.keys.authenticate(raw) : null;
+        let still: KeyPrincipal | null;
+        try {
+          still = raw ? await ctx.keys.authenticate(raw) : null;
+        } catch (err) {
+          void sessions.end(created.id, 'the API key could not be checked');
+          throw err;
+        }
         if (!still || still.keyId !== key.keyId) {
-          await sessions.endKeys([key.keyId], 'the API key was revoked');
+          void sessions.end(created.id, 'the API key was revoked');
           throw new AppError('invalid_api_key', 'Invalid or revoked API key');
         }
         const answer = await gateway.initialize(

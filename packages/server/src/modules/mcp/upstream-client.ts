@@ -298,7 +298,7 @@ function boundedEvents(bounds: MessageBounds, hooks: BoundHooks): TransformStrea
           // A blank line: the event ends here (with the LF of a CRLF when it is in this chunk).
           let end = i + 1;
           if (b === CR && end < chunk.byteLength && chunk[end] === LF) end++;
-          endedOnCr = b === CR && end === chunk.byteLength;
+          endedOnCr = chunk[end - 1] === CR && end === chunk.byteLength;
           afterCr = false;
           pieces.push(chunk.subarray(start, end));
           start = end;
