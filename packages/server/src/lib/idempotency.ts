@@ -54,9 +54,9 @@ export interface IdempotencyDeps {
    */
   surface: string;
   /**
-   * With `dropExpired` in the store: at most this often per organization, a request taking a key first
-   * deletes the organization's keys of this surface past retention (a surface where every request
-   * brings a fresh key would otherwise keep them all).
+   * With `dropExpired` in the store: at most this often per organization, a request taking a key also
+   * starts deleting, in the background, the organization's keys of this surface past retention (a
+   * surface where every request brings a fresh key would otherwise keep them all).
    */
   sweepEveryMs?: number;
 }
