@@ -4,6 +4,7 @@ import {
   MAX_BODY_BYTES,
   MAX_BODY_DEPTH,
   utf8Length,
+  wellFormed,
 } from '@svc/policy-engine';
 import type { CallContext, ToolArgs } from './model.js';
 
@@ -91,5 +92,5 @@ export function project(args: ToolArgs, context: CallContext | undefined): Proje
 export function validToolName(name: string): boolean {
   if (typeof name !== 'string' || name.length === 0 || codePointLength(name) > 200) return false;
   for (let i = 0; i < name.length; i++) if (name.charCodeAt(i) < 0x20) return false;
-  return (name as unknown as { isWellFormed(): boolean }).isWellFormed();
+  return wellFormed(name);
 }

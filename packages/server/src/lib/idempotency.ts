@@ -43,8 +43,7 @@ export interface IdempotencyErrors {
 }
 
 export interface IdempotencyDeps {
-  store: Pick<IdempotencyStore, 'takeKey' | 'key' | 'completeKey' | 'dropKey'> &
-    Partial<Pick<IdempotencyStore, 'dropExpired'>>;
+  store: IdempotencyStore;
   scope: ScopeResolver;
   clock: Clock;
   errors: IdempotencyErrors;
@@ -54,9 +53,9 @@ export interface IdempotencyDeps {
    */
   surface: string;
   /**
-   * With `dropExpired` in the store: at most this often per organization, a request taking a key also
-   * starts deleting, in the background, the organization's keys of this surface past retention (a
-   * surface where every request brings a fresh key would otherwise keep them all).
+   * At most this often per organization, a request taking a key also starts deleting, in the
+   * background, the organization's keys of this surface past retention (a surface where every
+   * request brings a fresh key would otherwise keep them all).
    */
   sweepEveryMs?: number;
 }
@@ -79,7 +78,7 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
   /** Deletes the organization's expired keys of this surface, at most once per `sweepEveryMs`. */
   function sweep(req: FastifyRequest, org: string, nowMs: number): void {
     const every = deps.sweepEveryMs;
-    if (every === undefined || !deps.store.dropExpired) return;
+    if (every === undefined) return;
     const last = swept.get(org);
     if (last !== undefined && nowMs - last < every) return;
     if (swept.size >= MAX_SWEPT_ORGANIZATIONS) swept.clear();
