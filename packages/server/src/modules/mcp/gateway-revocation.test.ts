@@ -1,10 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { createTenant, expectError, keyHeader } from '../../../test/helpers.js';
 import { createUpstream, rawRpc, rawSession, readEvents } from '../../../test/mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
 import { mintKey, REVOCATIONS, type Revocation, revoke } from '../../../test/revocations.js';
 import { waitFor } from '../../../test/streams.js';
+import { StoreUnavailableError } from '../../storage/db.js';
+import { type GatewaySession, McpSessions } from './sessions.js';
 
 let upstream: McpUpstream;
 
@@ -182,5 +184,69 @@ describe('MCP gateway: a key revoked after its request was authenticated', () =>
     } finally {
       restore();
     }
+  });
+});
+
+describe('MCP gateway: a key whose check fails (the store) after initialize opened its session', () => {
+  /** The next authentication of `key` answers (the request's own), the one after (the re-check) throws. */
+  function failRecheck(key: string) {
+    const keys = t.ctx.keys;
+    const authenticate = keys.authenticate;
+    let seen = 0;
+    keys.authenticate = async (raw) => {
+      // Only the requests of this key (another stream's heartbeat may authenticate meanwhile).
+      if (raw !== key || ++seen === 1) return authenticate.call(keys, raw);
+      keys.authenticate = authenticate;
+      throw new StoreUnavailableError('the database did not answer within 6000 ms');
+    };
+    return () => {
+      keys.authenticate = authenticate;
+    };
+  }
+
+  it('ends that session only, and answers 503, not 500', async () => {
+    const { tenant, url } = await setup();
+    const minted = await mintKey(t, tenant);
+    // The key's session opened before, which must go on.
+    const { session: kept, upstreamId: keptUpstream } = await openSession(url, keyHeader(minted.key));
+    const before = upstreamSessions();
+    const create = vi.spyOn(McpSessions.prototype, 'create');
+    const restore = failRecheck(minted.key);
+    let res: Awaited<ReturnType<typeof rawRpc>>;
+    let created: ReturnType<McpSessions['create']>[];
+    try {
+      res = await rawRpc(
+        url,
+        {
+          jsonrpc: '2.0',
+          id: 0,
+          method: 'initialize',
+          params: {
+            protocolVersion: '2025-06-18',
+            capabilities: {},
+            clientInfo: { name: 'unchecked', version: '1' },
+          },
+        },
+        keyHeader(minted.key),
+      );
+    } finally {
+      restore();
+      created = create.mock.results.map((r) => r.value);
+      create.mockRestore();
+    }
+    // The API's answer to a store that does not answer: the client may retry.
+    expect(res.status).toBe(503);
+    expect(res.json().error).toEqual({
+      code: 'service_unavailable',
+      message: 'The store is not answering; retry',
+    });
+    expect(res.headers.get('mcp-session-id')).toBeNull();
+    // The session initialize created is ended (it never reached the upstream); nothing else is.
+    expect(created).toHaveLength(1);
+    expect((created[0] as GatewaySession).closed).toBe(true);
+    expect(upstreamSessions()).toEqual(before);
+    const ok = await rawRpc(url, call(1, 'echo', { text: 'kept' }), kept);
+    expect(ok.json().result.content[0].text).toBe('echo: kept');
+    expect(upstream.deleted).not.toContain(keptUpstream);
   });
 });

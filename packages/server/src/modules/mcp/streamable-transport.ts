@@ -5,6 +5,7 @@ import type { RawRequest } from './http-fetch.js';
 import { isObject, type RpcId } from './jsonrpc.js';
 import type { UpstreamLimits } from './model.js';
 import { parseMessages, type RawMessage } from './raw-json.js';
+import { SseLines } from './sse-lines.js';
 import {
   AnswerRefused,
   AnswerStreamEnded,
@@ -325,11 +326,10 @@ export class StreamableHttpTransport implements Transport {
    */
   private readEvents(res: IncomingMessage, onEnd?: () => void, seen?: (m: unknown) => void): void {
     res.setEncoding('utf8');
+    const lines = new SseLines();
     /** The line being received, in pieces until its end comes. */
     let partial: string[] = [];
     let partialLength = 0;
-    /** The last chunk ended on a CR: an LF starting the next one is the rest of that CRLF. */
-    let afterCr = false;
     let data: string[] = [];
     let dataBytes = 0;
     let type = '';
@@ -344,33 +344,18 @@ export class StreamableHttpTransport implements Transport {
       this.hooks.oversize(tooLarge(this.bounds.maxMessageBytes));
     };
     res.on('data', (chunk: string) => {
-      // Only the new chunk is searched for line ends, and a long line is joined once: a line of
-      // megabytes arriving in many chunks costs its length, not its length times the chunks.
-      // Lines end in CRLF, LF or CR alone.
-      let start = 0;
-      if (afterCr && chunk.length > 0) {
-        afterCr = false;
-        if (chunk.charCodeAt(0) === 10) start = 1;
-      }
-      let lf = chunk.indexOf('\n', start);
-      let cr = chunk.indexOf('\r', start);
-      while (lf >= 0 || cr >= 0) {
-        const end = cr < 0 || (lf >= 0 && lf < cr) ? lf : cr;
-        let line = chunk.slice(start, end);
+      // Only the new chunk is searched for line ends (CRLF, LF or CR alone), and a long line is
+      // joined once: a line of megabytes arriving in many chunks costs its length, not its length
+      // times the chunks.
+      lines.start(chunk);
+      while (lines.next()) {
+        let line = chunk.slice(lines.from, lines.to);
         if (partial.length > 0) {
           partial.push(line);
           line = partial.join('');
           partial = [];
           partialLength = 0;
         }
-        start = end + 1;
-        if (end === cr) {
-          // The LF of a CRLF; when the chunk ends on the CR, it may start the next one.
-          if (start === chunk.length) afterCr = true;
-          else if (chunk.charCodeAt(start) === 10) start++;
-        }
-        if (lf >= 0 && lf < start) lf = chunk.indexOf('\n', start);
-        if (cr >= 0 && cr < start) cr = chunk.indexOf('\r', start);
         if (line === '') dispatch();
         else if (line.startsWith('data:')) {
           const value = sseValue(line, 5);
@@ -379,9 +364,10 @@ export class StreamableHttpTransport implements Transport {
           if (dataBytes > this.bounds.maxMessageBytes) return oversize();
         } else if (line.startsWith('event:')) type = sseValue(line, 6);
       }
-      if (start < chunk.length) {
-        partial.push(chunk.slice(start));
-        partialLength += chunk.length - start;
+      const rest = lines.after;
+      if (rest < chunk.length) {
+        partial.push(chunk.slice(rest));
+        partialLength += chunk.length - rest;
       }
       if (dataBytes + partialLength > this.bounds.maxMessageBytes) oversize();
     });

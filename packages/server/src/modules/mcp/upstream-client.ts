@@ -17,6 +17,7 @@ import {
   textNestedDeeperThan,
   topLevelOf,
 } from './raw-json.js';
+import { SseLines } from './sse-lines.js';
 import {
   type BoundHooks,
   type MessageBounds,
@@ -236,12 +237,12 @@ const LF_BYTES = Uint8Array.of(LF);
  * maxDepth refused one by one as a message alone is. Lines end in CRLF, LF or CR alone.
  */
 function boundedEvents(bounds: MessageBounds, hooks: BoundHooks): TransformStream<Uint8Array, Uint8Array> {
+  const lines = new SseLines();
   let pieces: Uint8Array[] = [];
+  /** The event's bytes so far, but for the LF of each CRLF. */
   let size = 0;
-  /** The last byte ended a line: a line end next is a blank line, which ends the event. */
+  /** A line of the event ended, and nothing came after it yet: a line end next is a blank line, which ends the event. */
   let lineEnded = false;
-  /** The last byte was a CR: an LF next is the rest of its CRLF. */
-  let afterCr = false;
   /** The last event ended with the chunk, on a CR: an LF starting the next chunk is its CRLF's. */
   let endedOnCr = false;
   const refuse = (top: Record<string, unknown> | null) => hooks.refused(top, tooDeep(bounds.maxDepth));
@@ -281,34 +282,29 @@ function boundedEvents(bounds: MessageBounds, hooks: BoundHooks): TransformStrea
   };
   return new TransformStream({
     transform(chunk, controller) {
-      let start = 0;
-      if (endedOnCr && chunk.byteLength > 0) {
-        endedOnCr = false;
-        afterCr = false;
-        if (chunk[0] === LF) start = 1;
-      }
-      for (let i = start; i < chunk.byteLength; i++) {
-        const b = chunk[i]!;
-        if (b === LF && afterCr) {
-          afterCr = false;
-          continue;
-        }
-        afterCr = b === CR;
-        if ((b === CR || b === LF) && lineEnded) {
+      const skippedLf = lines.start(chunk);
+      // The LF of a CRLF whose CR ended the last event: that event went on ended by CRLF already.
+      let start = skippedLf && endedOnCr ? 1 : 0;
+      if (chunk.byteLength > 0) endedOnCr = false;
+      while (lines.next()) {
+        const { from, to, after } = lines;
+        if (from === to && lineEnded) {
           // A blank line: the event ends here (with the LF of a CRLF when it is in this chunk).
-          let end = i + 1;
-          if (b === CR && end < chunk.byteLength && chunk[end] === LF) end++;
-          endedOnCr = chunk[end - 1] === CR && end === chunk.byteLength;
-          afterCr = false;
-          pieces.push(chunk.subarray(start, end));
-          start = end;
-          i = end - 1;
+          endedOnCr = after === chunk.byteLength && chunk[after - 1] === CR;
+          pieces.push(chunk.subarray(start, after));
+          start = after;
           pass(controller);
           lineEnded = false;
           continue;
         }
-        lineEnded = b === CR || b === LF;
-        if (++size > bounds.maxMessageBytes) return overflow(bounds, hooks, controller);
+        lineEnded = true;
+        size += to - from + 1;
+        if (size > bounds.maxMessageBytes) return overflow(bounds, hooks, controller);
+      }
+      if (lines.after < chunk.byteLength) {
+        lineEnded = false;
+        size += chunk.byteLength - lines.after;
+        if (size > bounds.maxMessageBytes) return overflow(bounds, hooks, controller);
       }
       if (start < chunk.byteLength) pieces.push(chunk.subarray(start));
     },

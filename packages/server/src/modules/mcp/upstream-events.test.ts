@@ -10,7 +10,7 @@ import {
 } from '../../../test/hostile-upstream.js';
 import { createHttpFetch } from './http-fetch.js';
 import { DEFAULT_UPSTREAM_LIMITS } from './model.js';
-import { probeUpstream, type UpstreamTarget } from './upstream-client.js';
+import { openClient, probeUpstream, type UpstreamTarget } from './upstream-client.js';
 import { type UpstreamMessage, UpstreamSession } from './upstream-session.js';
 
 /**
@@ -77,6 +77,8 @@ beforeAll(async () => {
     if (name === 'deep-batch') send(sseEvent(`[${deepResult(msg.id, DEEP)},${JSON.stringify(NOTE)}]`));
     else if (name === 'deep-batch-trailing-comma') send(sseEvent(`[${deepResult(msg.id, DEEP)},]`));
     else if (name === 'batch') send(sseEvent([NOTE, result]));
+    // Elements that are no messages, next to a notification and the response.
+    else if (name === 'odd-batch') send(sseEvent([1, 'x', null, true, [NOTE], NOTE, result]));
     else if (name === 'cr') send(`event: message\rdata: ${JSON.stringify(result)}\r\r`);
     // The event ends on a CR alone in the middle of the chunk: the next one begins but does not end.
     else if (name === 'cr-then-more')
@@ -149,6 +151,26 @@ describe('a batch over HTTP+SSE', () => {
     const { messages, call } = await session('mcp-sse');
     expect(await call('batch')).toEqual({ content: [] });
     expect(messages).toEqual([NOTE]);
+  });
+
+  it('leaves out the elements that are not objects, unreported, and delivers the response next to them', async () => {
+    const { session: s, messages, call } = await session('mcp-sse');
+    expect(await call('odd-batch')).toEqual({ content: [] });
+    expect(messages).toEqual([NOTE]);
+    expect(s.closedReason).toBeNull();
+    // The SDK's reader would drop each of them too, but as an error: none is reported.
+    const client = await openClient(target('mcp-sse', sse.url, 5000), {
+      allowPrivate: true,
+      fetch: http.fetch,
+    });
+    const errors: Error[] = [];
+    client.onerror = (err) => errors.push(err);
+    try {
+      expect(await client.callTool({ name: 'odd-batch', arguments: {} })).toEqual({ content: [] });
+    } finally {
+      await client.close();
+    }
+    expect(errors).toEqual([]);
   });
 
   it('refuses a batch that is not JSON (a trailing comma) as it refuses any message that is not', async () => {
