@@ -14,6 +14,20 @@ export async function storedReceipt(t: TestApp, receiptId: string): Promise<Reco
 }
 
 /**
+ * Decision number `n` as a client reports it to POST /v1/decisions (the SDK's log): one of three
+ * tool names, `n` as its arguments, decided on the client in session `s1`.
+ */
+export const reportedDecision = (n: number, decision: 'allow' | 'deny' = 'allow') => ({
+  tool_name: `tool-${n % 3}`,
+  arguments: { n },
+  decision,
+  mode: 'deterministic',
+  latency_ms: 0.01,
+  source: 'client',
+  context: { session_id: 's1' },
+});
+
+/**
  * A decision as the pipeline hands it to the writer (receipt fields and decision row), of a call
  * with empty arguments under no policy, for tests that write decisions without a request.
  */

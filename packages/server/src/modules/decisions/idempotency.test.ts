@@ -1,6 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
+import { reportedDecision as one } from '../../../test/ledger.js';
 import type { ServiceEvent } from '../../events/bus.js';
 import { hashJson } from '../../ledger/canonical.js';
 import type { Clock } from '../../lib/clock.js';
@@ -13,15 +14,6 @@ const clock: Clock = { now: () => new Date(BASE + offset) };
 
 const t = useTestApp({}, { clock });
 
-const one = (n: number, decision: 'allow' | 'deny' = 'allow') => ({
-  tool_name: `tool-${n % 3}`,
-  arguments: { n },
-  decision,
-  mode: 'deterministic',
-  latency_ms: 0.01,
-  source: 'client',
-  context: { session_id: 's1' },
-});
 const batch = (...ns: number[]) => ns.map((n) => one(n));
 
 const log = (headers: Record<string, string>, payload: unknown) =>

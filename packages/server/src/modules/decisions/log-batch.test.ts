@@ -2,6 +2,7 @@ import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, createTenant, expectError, keyHeader } from '../../../test/helpers.js';
+import { reportedDecision as one } from '../../../test/ledger.js';
 import type { Clock } from '../../lib/clock.js';
 import { MAX_LOG_BATCH } from './schemas.js';
 
@@ -9,16 +10,6 @@ import { MAX_LOG_BATCH } from './schemas.js';
 const clock: Clock = { now: () => new Date('2026-11-21T12:00:30.000Z') };
 
 const t = useTestApp({}, { clock });
-
-const one = (n: number, decision: 'allow' | 'deny' = 'allow') => ({
-  tool_name: `tool-${n % 3}`,
-  arguments: { n },
-  decision,
-  mode: 'deterministic',
-  latency_ms: 0.01,
-  source: 'client',
-  context: { session_id: 's1' },
-});
 
 const log = (headers: Record<string, string>, payload: unknown) =>
   t.inject({ method: 'POST', url: '/v1/decisions', headers, payload: payload as object });
