@@ -18,6 +18,20 @@ function env(extra: Record<string, string> = {}) {
   return { ...rest, SVC_DATABASE_URL: `sqlite:${join(dir, 'svc.db')}`, ...extra };
 }
 
+/**
+ * Runs `start` for every case, four at a time, and answers in the cases' order: two dozen processes
+ * started at once on a busy machine could each miss their timeout.
+ */
+async function fourAtATime<C, R>(cases: readonly C[], start: (c: C) => Promise<R>): Promise<R[]> {
+  const results: R[] = [];
+  let next = 0;
+  const lane = async () => {
+    for (let i = next++; i < cases.length; i = next++) results[i] = await start(cases[i]!);
+  };
+  await Promise.all([lane(), lane(), lane(), lane()]);
+  return results;
+}
+
 describe('svc command', () => {
   it('migrates, then reports nothing left to do', async () => {
     const first = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'migrate'], { env: env() });
@@ -91,21 +105,15 @@ describe('svc command', () => {
       [['frobnicate'], 'unknown command "frobnicate"'],
     ];
     type Result = { code: number | null; stdout: string; stderr: string };
-    const results: Result[] = [];
-    // Four at a time: two dozen processes started at once on a busy machine could each miss the timeout.
-    let next = 0;
-    const lane = async () => {
-      for (let i = next++; i < cases.length; i = next++) {
-        results[i] = await run('node', [...SOURCE_FLAGS, SVC_BIN, ...cases[i]![0]], {
-          env: env({ SVC_DATABASE_URL: `sqlite:${store}`, PORT: '0' }),
-          timeout: 30_000,
-        }).then(
-          (r) => ({ code: 0 as number | null, stdout: r.stdout, stderr: r.stderr }),
-          (e: Result) => e,
-        );
-      }
-    };
-    await Promise.all([lane(), lane(), lane(), lane()]);
+    const results = await fourAtATime(cases, ([args]) =>
+      run('node', [...SOURCE_FLAGS, SVC_BIN, ...args], {
+        env: env({ SVC_DATABASE_URL: `sqlite:${store}`, PORT: '0' }),
+        timeout: 30_000,
+      }).then(
+        (r) => ({ code: 0 as number | null, stdout: r.stdout, stderr: r.stderr }),
+        (e: Result) => e,
+      ),
+    );
     cases.forEach(([args, message], i) => {
       const r = results[i]!;
       expect({ args, code: r.code, stdout: r.stdout }).toEqual({ args, code: 2, stdout: '' });
@@ -168,18 +176,16 @@ describe('svc command', () => {
       ['keys'],
       ['keys', 'rotate'],
     ];
-    const results = await Promise.all(
-      calls.flatMap((args) =>
-        ['--help', '-h'].map((flag) =>
-          run('node', [...SOURCE_FLAGS, SVC_BIN, ...args, flag], {
-            env: env({ SVC_DATABASE_URL: `sqlite:${store}`, PORT: '0' }),
-            timeout: 20_000,
-          }).then(
-            (r) => ({ args, code: 0, stdout: r.stdout, stderr: r.stderr }),
-            (e: { code: number; stdout: string; stderr: string }) => ({ args, ...e }),
-          ),
+    const results = await fourAtATime(
+      calls.flatMap((args) => ['--help', '-h'].map((flag) => [args, flag] as const)),
+      ([args, flag]) =>
+        run('node', [...SOURCE_FLAGS, SVC_BIN, ...args, flag], {
+          env: env({ SVC_DATABASE_URL: `sqlite:${store}`, PORT: '0' }),
+          timeout: 30_000,
+        }).then(
+          (r) => ({ args, code: 0 as number | null, stdout: r.stdout, stderr: r.stderr }),
+          (e: { code: number | null; stdout: string; stderr: string }) => ({ args, ...e }),
         ),
-      ),
     );
     for (const r of results) {
       const usage =
@@ -196,7 +202,7 @@ describe('svc command', () => {
     expect(file.stderr).toContain('ENOENT');
     const top = await run('node', [...SOURCE_FLAGS, SVC_BIN, '-h'], { env: env() });
     expect(top.stdout).toMatch(/^Usage: svc <command>/);
-  });
+  }, 200_000);
 });
 
 describe('svc receipts verify', () => {
