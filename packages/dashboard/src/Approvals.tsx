@@ -15,6 +15,8 @@ const EVENTS = ['approval.created', 'approval.resolved', 'approval.expired'];
 export function Approvals({ organizationId, userId }: { organizationId: string; userId: string }) {
   const [pending, setPending] = useState<PendingApproval[]>([]);
   const [resolved, setResolved] = useState<ResolvedApproval[]>([]);
+  /** Both lists have been read once: until then they are not known to be empty. */
+  const [loaded, setLoaded] = useState(false);
   const [selected, setSelected] = useState<Set<string>>(new Set());
   /** The last read failed (cleared by the next read that works). */
   const [loadError, setLoadError] = useState<string | null>(null);
@@ -45,6 +47,7 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
       if (change) setAnnouncement(change);
       setPending(p.data);
       setResolved(r.data);
+      setLoaded(true);
       setLoadError(null);
       setSelected((s) => new Set([...s].filter((id) => p.data.some((a) => a.id === id))));
     } catch (err) {
@@ -139,7 +142,9 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
         </div>
         <ErrorLine error={loadError} alert />
         <ErrorLine error={message} alert />
-        {pending.length === 0 ? (
+        {!loaded ? (
+          !loadError && <p aria-busy="true">Loading…</p>
+        ) : pending.length === 0 ? (
           <p className="empty">Nothing is waiting for a decision.</p>
         ) : (
           <>
@@ -179,7 +184,7 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
       </section>
       <section aria-labelledby="history-title">
         <h2 id="history-title">Resolved</h2>
-        {resolved.length === 0 ? (
+        {!loaded ? null : resolved.length === 0 ? (
           <p className="empty">No approval has been resolved yet.</p>
         ) : (
           <div className="scroll">

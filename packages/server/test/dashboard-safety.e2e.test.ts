@@ -472,8 +472,30 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
   }, 120_000);
 
   it('announces approvals arriving and leaving in a polite live region', async () => {
-    await open('Approvals', 'Pending approvals');
-    await eventually(() => page.getByRole('status').first().textContent()).toBe('Live');
+    // The page's read of the queue is its starting point, announced as nothing: an approval opened
+    // before that read answers is in it. The reads are held until the stream is live, as on a busy
+    // machine, and the test waits for them before it opens one.
+    let release = () => {};
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const route = /\/v1\/approvals\/pending(\?|$)/;
+    await page.route(route, async (r) => {
+      await held;
+      await r.continue();
+    });
+    try {
+      await open('Approvals', 'Pending approvals');
+      await eventually(() => page.getByRole('status').first().textContent()).toBe('Live');
+      // Until it has read the queue, the page says so, not that nothing is waiting.
+      expect(await page.locator('main [aria-busy="true"]').textContent()).toBe('Loading…');
+      expect(await page.getByText('Nothing is waiting for a decision.').count()).toBe(0);
+      release();
+      await eventually(() => page.locator('main [aria-busy="true"]').count()).toBe(0);
+    } finally {
+      release();
+      await page.unroute(route);
+    }
     const third = await openApproval('announced_tool', { amount: 14 });
     await page.locator(`li[data-approval-id="${third.id}"]`).waitFor({ timeout: 10_000 });
     const region = page.locator('[aria-live="polite"]');
