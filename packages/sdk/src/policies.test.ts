@@ -57,3 +57,35 @@ describe('PolicyCache freshness', () => {
     expect(cache.fresh('pay', clock.now - 1)).toMatchObject({ kind: 'local' });
   });
 });
+
+describe('a policy holding fields this engine does not know', () => {
+  /** What the cache makes of `policy`, answered by the service. */
+  async function cachedOf(policy: Record<string, unknown>) {
+    const http = {
+      request: async () => ({ status: 200, headers: new Headers(), body: { ...POLICY, ...policy } }),
+    } as unknown as Http;
+    return new PolicyCache(http, 30_000).load('pay');
+  }
+
+  it('is decided by the service: an unknown constraint or session-limit field is not ignored', async () => {
+    // A newer service enforces these; compiled here they would be dropped and the call allowed.
+    expect(
+      await cachedOf({ constraints: [{ argumentName: 'amount', enabled: true, multipleOf: 5 }] }),
+    ).toMatchObject({ kind: 'server' });
+    expect(
+      await cachedOf({
+        constraints: [{ argumentName: 'amount', maximum: 100 }],
+        sessionConstraints: { maxCallsPerMinute: 1 },
+      }),
+    ).toMatchObject({ kind: 'server' });
+  });
+
+  it('is decided here when it holds only known fields, an unknown one set to null (not set) included', async () => {
+    expect(
+      await cachedOf({
+        constraints: [{ argumentName: 'amount', maximum: 100, multipleOf: null }],
+        sessionConstraints: { cumulativeLimits: [], windowMs: null },
+      }),
+    ).toMatchObject({ kind: 'local' });
+  });
+});

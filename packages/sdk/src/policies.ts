@@ -1,10 +1,16 @@
-import { type CompiledPolicy, compilePolicy, type PolicyDefinition } from '@svc/policy-engine';
+import {
+  CONSTRAINT_FIELDS,
+  type CompiledPolicy,
+  compilePolicy,
+  type PolicyDefinition,
+} from '@svc/policy-engine';
 import { ApiError } from './errors.js';
 import { apiError, type Http } from './http.js';
 
 /**
  * What the client knows of one tool's policy. `server` marks a policy only the server can decide
- * (LLM mode, session limits, a definition this engine version refuses): calls go to the server.
+ * (LLM mode, session limits, a definition this engine version refuses or holds fields it does not
+ * know): calls go to the server.
  */
 export type CachedPolicy =
   | { kind: 'none' }
@@ -55,11 +61,34 @@ function policyBody(body: unknown): PolicyBody {
 const policyNotFound = (body: unknown): boolean =>
   (body as { error?: { code?: unknown } } | null)?.error?.code === 'not_found';
 
+const KNOWN_CONSTRAINT_FIELDS: ReadonlySet<string> = new Set(CONSTRAINT_FIELDS);
+const KNOWN_SESSION_FIELDS: ReadonlySet<string> = new Set(['maxCalls', 'cumulativeLimits']);
+
+/**
+ * True when `value` (an object of the policy's definition) sets a field outside `known`: a field a
+ * newer service enforces and this engine would ignore. null is "not set", as in the API's bodies.
+ */
+const setsUnknownField = (value: unknown, known: ReadonlySet<string>): boolean =>
+  typeof value === 'object' &&
+  value !== null &&
+  Object.entries(value).some(([field, v]) => v !== null && v !== undefined && !known.has(field));
+
 function toCached(body: PolicyBody): CachedPolicy {
   if (!body.isActive) return { kind: 'inactive', version: body.version };
   const sc = body.sessionConstraints;
-  const sessionLimits = !!sc && (sc.maxCalls !== undefined || (sc.cumulativeLimits?.length ?? 0) > 0);
-  if (body.mode !== 'deterministic' || sessionLimits) return { kind: 'server', version: body.version };
+  const sessionLimits =
+    !!sc &&
+    (sc.maxCalls !== undefined ||
+      (sc.cumulativeLimits?.length ?? 0) > 0 ||
+      setsUnknownField(sc, KNOWN_SESSION_FIELDS));
+  // A constraint field this engine does not know would be dropped by compilePolicy, and the call
+  // allowed here that the service denies: such a policy is decided by the service.
+  const unknownConstraint =
+    Array.isArray(body.constraints) &&
+    body.constraints.some((c) => setsUnknownField(c, KNOWN_CONSTRAINT_FIELDS));
+  if (body.mode !== 'deterministic' || sessionLimits || unknownConstraint) {
+    return { kind: 'server', version: body.version };
+  }
   try {
     const compiled = compilePolicy({
       mode: body.mode,
