@@ -54,6 +54,39 @@ describe('OpenAI Agents SDK function tools', () => {
   });
 });
 
+describe('OpenAI Agents SDK: what the model is told of a refusal', () => {
+  const execute = async ({ amount }: { amount: number }) => `paid ${amount}`;
+  const refusal = JSON.stringify({ amount: 1000 });
+
+  it('is the output of the errorFunction given to the guard (tool() keeps its own only with an outputSchema)', async () => {
+    const pay = agentsTool({
+      name: 'pay',
+      description: 'Pays an amount',
+      parameters: z.object({ amount: z.number() }),
+      errorFunction: () => 'not on the tool object',
+      execute,
+    });
+    const guarded = guardFunctionTool(client, pay, {
+      errorFunction: (_ctx, err) => `refused: ${(err as DeniedError).reason}`,
+    });
+    expect(await guarded.invoke(new RunContext(), refusal)).toBe(
+      'refused: amount: must be at most 100 (got 1000); amount: must be at most 50 (got 1000)',
+    );
+  });
+
+  it('is the tool’s own errorFunction when the tool object carries one', async () => {
+    const pay = agentsTool({
+      name: 'pay',
+      description: 'Pays an amount',
+      parameters: z.object({ amount: z.number() }),
+      outputSchema: z.object({ paid: z.number() }),
+      errorFunction: () => ({ paid: 0 }),
+      execute: async ({ amount }) => ({ paid: amount }),
+    });
+    expect(await guardFunctionTool(client, pay).invoke(new RunContext(), refusal)).toEqual({ paid: 0 });
+  });
+});
+
 describe('LangChain.js tools', () => {
   it('runs allowed calls, throws DeniedError on denied ones, waits for approvals', async () => {
     const paid: number[] = [];

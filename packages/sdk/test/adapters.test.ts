@@ -101,6 +101,105 @@ describe('Vercel AI SDK tool()', () => {
   });
 });
 
+describe('streaming Vercel AI SDK tools', () => {
+  /** A model that asks for one `pay` call, then answers with text. */
+  const modelCalling = (amount: number) => {
+    let step = 0;
+    const usage = {
+      inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+      outputTokens: { total: 1, text: 1, reasoning: 0 },
+    };
+    return new MockLanguageModelV3({
+      doGenerate: async () =>
+        ++step === 1
+          ? {
+              content: [
+                {
+                  type: 'tool-call',
+                  toolCallId: `s-${amount}`,
+                  toolName: 'pay',
+                  input: JSON.stringify({ amount }),
+                },
+              ],
+              finishReason: { unified: 'tool-calls', raw: 'tool_calls' },
+              usage,
+              warnings: [],
+            }
+          : {
+              content: [{ type: 'text', text: 'done' }],
+              finishReason: { unified: 'stop', raw: 'stop' },
+              usage,
+              warnings: [],
+            },
+    });
+  };
+  const options = { toolCallId: 'c1', messages: [] };
+
+  it('checks an async function* tool before its first chunk, then streams its chunks', async () => {
+    const chunks: number[] = [];
+    const pay = tool({
+      description: 'Pays in steps',
+      inputSchema: z.object({ amount: z.number() }),
+      async *execute({ amount }) {
+        for (let i = 1; i <= 3; i++) {
+          chunks.push(i);
+          yield { step: i, amount };
+        }
+      },
+    });
+    const guarded = guardTool(client, 'pay', pay);
+    // Still a stream the AI SDK recognizes at once (it looks for an async iterable, not a promise).
+    const stream = guarded.execute!({ amount: 20 }, options) as AsyncIterable<unknown>;
+    expect(typeof stream[Symbol.asyncIterator]).toBe('function');
+    const seen: unknown[] = [];
+    for await (const chunk of stream) seen.push(chunk);
+    expect(seen).toEqual([
+      { step: 1, amount: 20 },
+      { step: 2, amount: 20 },
+      { step: 3, amount: 20 },
+    ]);
+    // Denied: not one chunk is produced.
+    const denied = guarded.execute!({ amount: 500 }, options) as AsyncIterable<unknown>;
+    const error = await (async () => {
+      for await (const _ of denied) throw new Error('a chunk of a denied call');
+    })().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DeniedError);
+    expect(chunks).toEqual([1, 2, 3]);
+
+    // Through generateText the result is the last chunk, as without the guard.
+    const result = await generateText({
+      model: modelCalling(30),
+      tools: guardTools(client, { pay }),
+      prompt: 'pay 30',
+      stopWhen: stepCountIs(3),
+    });
+    expect(result.steps.flatMap((s) => s.toolResults).map((r) => r.output)).toEqual([
+      { step: 3, amount: 30 },
+    ]);
+  });
+
+  it('answers the last chunk of an execute that returns an async iterable', async () => {
+    async function* steps(amount: number) {
+      yield { step: 1, amount };
+      yield { step: 2, amount };
+    }
+    const pay = tool({
+      description: 'Pays in steps',
+      inputSchema: z.object({ amount: z.number() }),
+      execute: ({ amount }) => steps(amount),
+    });
+    const result = await generateText({
+      model: modelCalling(40),
+      tools: guardTools(client, { pay }),
+      prompt: 'pay 40',
+      stopWhen: stepCountIs(3),
+    });
+    expect(result.steps.flatMap((s) => s.toolResults).map((r) => r.output)).toEqual([
+      { step: 2, amount: 40 },
+    ]);
+  });
+});
+
 describe('MCP client callTool', () => {
   let upstream: McpUpstream;
   let mcp: McpClient;
