@@ -28,6 +28,9 @@ import { EventStream } from './stream.js';
 const ALLOWED = 'Allowed: every constraint is satisfied';
 const noPolicy = (tool: string) => `No policy for tool "${tool}"; allowed without checks`;
 const inactive = (tool: string) => `Policy for tool "${tool}" is inactive; allowed without checks`;
+/** A call the cached policy escalates, or whose approval must be checked, while the service is unreachable. */
+const approvalUnreachable = (policyReason: string) =>
+  `The service is unreachable, so the approval this call needs can be neither requested nor checked: denied (fail closed). ${policyReason}`;
 
 const NO_FAILURES: readonly FailedConstraint[] = Object.freeze([]);
 /** Every local allow is this one frozen object: the hot path allocates no result. */
@@ -73,7 +76,11 @@ export function createClient(options: ClientOptions): Client {
       onError(err);
     }
   };
-  const fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+  // The user's fetch is called as a plain function (a browser's window.fetch refuses any other `this`).
+  const userFetch = options.fetch;
+  const fetchImpl: typeof fetch = userFetch
+    ? (input, init) => userFetch(input, init)
+    : (input, init) => globalThis.fetch(input, init);
   const http: Http = createHttp({
     baseUrl: options.baseUrl,
     apiKey: options.apiKey,
@@ -185,13 +192,17 @@ export function createClient(options: ClientOptions): Client {
   /**
    * A local decision was taken but the log holds `maxBuffered` decisions already: it is not
    * answered from here (it could not be recorded). `server` decides on the service, which records
-   * the decision itself; `wait` waits until the log has room and decides again; `throw` fails closed.
+   * the decision itself (should the service be unreachable, the local decision is the answer, kept
+   * beyond the bound like every answer given during an outage); `wait` waits until the log has room
+   * and decides again; `throw` fails closed.
    */
   async function logIsFull(
     tool: string,
     args: ToolArgs,
     context: CallContext | undefined,
     started: number,
+    local: ValidationResult,
+    policy: CachedPolicy,
   ): Promise<ValidationResult> {
     if (whenFull === 'throw') {
       throw new LogFullError(
@@ -203,16 +214,14 @@ export function createClient(options: ClientOptions): Client {
       if (closed) throw new SvcError('the client is closed');
       return validate(tool, args, context);
     }
-    return serverOrFallback(tool, args, context, started);
+    return serverOrFallback(tool, args, context, started, local, policy);
   }
 
-  /** A local answer from a fresh cached policy, or null when only the server may decide. */
-  function decideLocally(
-    policy: CachedPolicy,
-    tool: string,
-    args: ToolArgs,
-    context: CallContext | undefined,
-  ): ValidationResult | null {
+  /**
+   * What a fresh cached policy says of the call, or null when only the server can tell (policy kind
+   * `server`). A `require_approval` is never an answer by itself: see needsServer.
+   */
+  function decideLocally(policy: CachedPolicy, tool: string, args: ToolArgs): ValidationResult | null {
     switch (policy.kind) {
       case 'none':
         return { decision: 'allow', reason: noPolicy(tool), failedConstraints: NO_FAILURES, source: 'local' };
@@ -223,10 +232,8 @@ export function createClient(options: ClientOptions): Client {
       case 'local': {
         const e = evaluate(policy.compiled, args);
         if (e.decision === 'allow') return ALLOWED_LOCALLY;
-        // Approvals live on the server: escalations, and calls presenting an approval, go there.
-        if (e.decision === 'require_approval' || context?.approval_id !== undefined) return null;
         return {
-          decision: 'deny',
+          decision: e.decision,
           reason: e.reason!,
           failedConstraints: e.failedConstraints,
           source: 'local',
@@ -234,6 +241,15 @@ export function createClient(options: ClientOptions): Client {
       }
     }
   }
+
+  /**
+   * Approvals live on the server: an escalation, and a call presenting an approval that the policy
+   * does not simply allow, are decided there. The local outcome is still what the call gets should
+   * the service be unreachable (serverOrFallback).
+   */
+  const needsServer = (local: ValidationResult, context: CallContext | undefined) =>
+    local.decision === 'require_approval' ||
+    (local.decision !== 'allow' && context?.approval_id !== undefined);
 
   async function viaServer(
     tool: string,
@@ -302,49 +318,71 @@ export function createClient(options: ClientOptions): Client {
   ) {
     if (localValidation && isPlainObject(args) && validToolName(tool)) {
       const policy = fresh ?? (await cache.load(tool).catch(() => null));
-      const input = policy && policy.kind !== 'server' ? localInput(args, context) : null;
+      // The log may have been refused meanwhile (see validate): then nothing is decided here.
+      const input =
+        policy && policy.kind !== 'server' && log.refusal === null ? localInput(args, context) : null;
       if (input !== null) {
         const projected = input === AS_IS ? null : input;
-        const local = decideLocally(
-          policy!,
-          tool,
-          projected === null ? args : projected.args,
-          projected === null ? context : projected.context,
-        );
-        if (local) {
-          if (log.full) return logIsFull(tool, args, context, started);
-          logLocal(tool, args, context, projected, local, started, policy!);
-          return local;
+        const local = decideLocally(policy!, tool, projected === null ? args : projected.args)!;
+        if (needsServer(local, projected === null ? context : projected.context)) {
+          return serverOrFallback(tool, args, context, started, local, policy!);
         }
+        if (log.full) return logIsFull(tool, args, context, started, local, policy!);
+        logLocal(tool, args, context, projected, local, started, policy!);
+        return local;
       }
     }
     return serverOrFallback(tool, args, context, started);
   }
 
+  /**
+   * The service decides. Should it be unreachable, the call is answered here and recorded like any
+   * local decision (even beyond log.maxBuffered: it was answered, so it is kept): from `local`, what
+   * a fresh cached policy says of it (a deny stays a deny, with the policy's reason; a call needing
+   * an approval is denied, since the approval can be neither requested nor checked; an allow taken
+   * while the log was full stays an allow), or without one as `onUnavailable` says.
+   */
   async function serverOrFallback(
     tool: string,
     args: ToolArgs,
     context: CallContext | undefined,
     started: number,
+    local?: ValidationResult,
+    policy?: CachedPolicy,
   ): Promise<ValidationResult> {
     try {
       return await viaServer(tool, args, context);
     } catch (err) {
-      if (!(err instanceof ServiceUnavailableError) || onUnavailable === 'throw') throw err;
+      if (!(err instanceof ServiceUnavailableError)) throw err;
+      if (local === undefined && onUnavailable === 'throw') throw err;
       // An answer given here must be recorded: a call the service would refuse, or whose decision it
-      // could not record, gets no answer but the outage.
-      const input = isPlainObject(args) && validToolName(tool) ? localInput(args, context) : null;
+      // could not record (the log refused by the service included), gets no answer but the outage.
+      const input =
+        log.refusal === null && isPlainObject(args) && validToolName(tool) ? localInput(args, context) : null;
       if (input === null) throw err;
       onError(err);
-      // No fresh policy and no service: the configured failure behaviour, recorded like any local
-      // decision (even beyond log.maxBuffered: it was answered, so it is kept).
-      const result: ValidationResult = {
-        decision: onUnavailable === 'allow' ? 'allow' : 'deny',
-        reason: `The service is unreachable and no fresh policy is cached: ${onUnavailable === 'allow' ? 'allowed (fail open)' : 'denied (fail closed)'}`,
-        failedConstraints: NO_FAILURES,
-        source: 'local',
-      };
-      logLocal(tool, args, context, input === AS_IS ? null : input, result, started);
+      let result: ValidationResult;
+      let decidedBy: CachedPolicy | undefined;
+      if (local === undefined) {
+        result = {
+          decision: onUnavailable === 'allow' ? 'allow' : 'deny',
+          reason: `The service is unreachable and no fresh policy is cached: ${onUnavailable === 'allow' ? 'allowed (fail open)' : 'denied (fail closed)'}`,
+          failedConstraints: NO_FAILURES,
+          source: 'local',
+        };
+      } else if (local.decision === 'require_approval') {
+        // Its reason is not the policy's: logged as it is, not evaluated again from the policy.
+        result = {
+          decision: 'deny',
+          reason: approvalUnreachable(local.reason),
+          failedConstraints: local.failedConstraints,
+          source: 'local',
+        };
+      } else {
+        result = local;
+        decidedBy = policy;
+      }
+      logLocal(tool, args, context, input === AS_IS ? null : input, result, started, decidedBy);
       return result;
     }
   }
@@ -357,17 +395,18 @@ export function createClient(options: ClientOptions): Client {
     let policy: CachedPolicy | undefined;
     if (localValidation) {
       used(started);
+      // The service refused the log (a key without a project): no local decision could ever be
+      // recorded, so every call goes to the service, which decides and records it.
+      if (log.refusal !== null) return serverOrFallback(tool, args, ctx, started);
       policy = cache.fresh(tool, started);
       // The hot path: a fresh policy and plain JSON data the service accepts, decided as they are.
       if (policy !== undefined && policy.kind !== 'server' && isPlainObject(args) && plainInput(args, ctx)) {
-        const local = decideLocally(policy, tool, args, ctx);
-        if (local !== null) {
-          if (log.full) return logIsFull(tool, args, ctx, started);
-          logLocal(tool, args, ctx, null, local, started, policy);
-          return local;
-        }
+        const local = decideLocally(policy, tool, args)!;
         // An escalation, or an approval to present: only the service may answer.
-        return serverOrFallback(tool, args, ctx, started);
+        if (needsServer(local, ctx)) return serverOrFallback(tool, args, ctx, started, local, policy);
+        if (log.full) return logIsFull(tool, args, ctx, started, local, policy);
+        logLocal(tool, args, ctx, null, local, started, policy);
+        return local;
       }
     }
     return slowPath(tool, args, ctx, started, policy);

@@ -22,15 +22,20 @@ export const isRetryable = (status: number) =>
  * date) when it sent one, else exponential backoff from 250 ms with jitter, capped at `cap`.
  */
 export function retryDelay(attempt: number, headers: Headers | null, cap: number, now = Date.now()): number {
-  const after = headers?.get('retry-after');
-  if (after) {
-    const seconds = Number(after);
-    if (Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
-    const date = Date.parse(after);
-    if (!Number.isNaN(date)) return Math.max(0, date - now);
-  }
+  const after = retryAfter(headers, now);
+  if (after !== null) return after;
   const base = Math.min(cap, 250 * 2 ** attempt);
   return base / 2 + Math.random() * (base / 2);
+}
+
+/** The wait in milliseconds a Retry-After header asks for (seconds or an HTTP date), or null without one. */
+export function retryAfter(headers: Headers | null, now = Date.now()): number | null {
+  const after = headers?.get('retry-after');
+  if (!after) return null;
+  const seconds = Number(after);
+  if (Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
+  const date = Date.parse(after);
+  return Number.isNaN(date) ? null : Math.max(0, date - now);
 }
 
 /**
@@ -58,6 +63,10 @@ export function unref(timer: ReturnType<typeof setTimeout>): void {
 /** One JSON request to the service; network failures and timeouts reject, HTTP errors do not. */
 export function createHttp(opts: HttpOptions) {
   const base = opts.baseUrl.replace(/\/+$/, '');
+  // Called as a plain function, never as a method of an object of ours: a browser's `window.fetch`
+  // throws "Illegal invocation" when `this` is anything but the window (or undefined).
+  const f = opts.fetch;
+  const fetchFn: typeof fetch = (input, init) => f(input, init);
   return {
     async request(
       method: string,
@@ -68,7 +77,7 @@ export function createHttp(opts: HttpOptions) {
       extraHeaders?: Record<string, string>,
     ): Promise<HttpResponse> {
       const timeout = AbortSignal.timeout(opts.timeoutMs);
-      const res = await opts.fetch(`${base}${path}`, {
+      const res = await fetchFn(`${base}${path}`, {
         method,
         headers: {
           ...extraHeaders,
@@ -94,7 +103,7 @@ export function createHttp(opts: HttpOptions) {
     /** `baseUrl` + path, for the event stream. */
     url: (path: string) => `${base}${path}`,
     apiKey: opts.apiKey,
-    fetch: opts.fetch,
+    fetch: fetchFn,
   };
 }
 

@@ -1,7 +1,7 @@
 import { type CompiledPolicy, evaluate, MAX_BODY_BYTES, utf8Length } from '@svc/policy-engine';
 import { ApiError, FlushError, LogRejectedError } from './errors.js';
 import { atExit } from './exit.js';
-import { apiError, type Http, isRetryable, retryDelay, sleep, unref } from './http.js';
+import { apiError, type Http, isRetryable, retryAfter, retryDelay, sleep, unref } from './http.js';
 
 /** The server's batch bound (POST /v1/decisions) and a body size (UTF-8 bytes) under its limit. */
 export const MAX_BATCH = 500;
@@ -36,6 +36,12 @@ export const DENY = 1;
  * add local decisions (it decides on the server, waits, or throws: ClientOptions.log.whenFull).
  * `add` itself never refuses: the few decisions taken while the service is unreachable (after its
  * retries) are kept even beyond the bound, as is anything acknowledged.
+ *
+ * A batch the server refuses is split only to find the decision at fault: the one its error names
+ * (`body/<index>/...`), else by halving (413, or a body it cannot record without naming it). A
+ * refusal of the request itself (400 `missing_project`: the API key has no project, so no client
+ * decision of it can ever be recorded) is `refusal`: nothing more is sent, the decisions are kept
+ * (close() hands them back) and the client decides every call on the service from then on.
  */
 export class DecisionLog {
   /**
@@ -52,6 +58,19 @@ export class DecisionLog {
   private roomWaiters: (() => void)[] = [];
   /** Aborts the backoff sleep when close() runs out of time. */
   private readonly giveUp = new AbortController();
+  /**
+   * The service refused the log as a whole (400 missing_project): no decision it holds can be
+   * recorded. The client no longer decides locally once this is set.
+   */
+  refusal: ApiError | null = null;
+  /**
+   * While close() or the flush at exit runs: when it must be done by (performance.now()), so that
+   * no backoff sleep passes it; `hurried` counts their starts, each of which restarts the backoff.
+   */
+  private deadline: number | null = null;
+  private hurried = 0;
+  /** The backoff sleep under way: its end, whether a server's Retry-After set it, and its wake-up. */
+  private nap: { until: number; fromServer: boolean; wake: AbortController } | null = null;
   /** Unregisters the flush at exit, registered while decisions wait (so a drained log is not held). */
   private leaveExit: (() => void) | null = null;
   private exiting = false;
@@ -161,9 +180,9 @@ export class DecisionLog {
     return chunk;
   }
 
-  /** Resolves once the buffer has room again (or the log was given up at close). */
+  /** Resolves once the buffer has room again (or the log was given up at close, or refused). */
   room(): Promise<void> {
-    if (!this.full || this.giveUp.signal.aborted) return Promise.resolve();
+    if (!this.full || this.giveUp.signal.aborted || this.refusal !== null) return Promise.resolve();
     this.kick();
     return new Promise((resolve) => this.roomWaiters.push(resolve));
   }
@@ -246,7 +265,7 @@ export class DecisionLog {
   }
 
   private kick(): void {
-    if (this.giveUp.signal.aborted) return;
+    if (this.giveUp.signal.aborted || this.refusal !== null) return;
     clearTimeout(this.timer);
     this.timer = undefined;
     this.sending ??= this.drain()
@@ -272,23 +291,53 @@ export class DecisionLog {
     return this.giveUp.signal.aborted;
   }
 
-  /** Resolves once every decision queued before the call is recorded (or refused as invalid). */
+  /**
+   * Resolves once every decision queued before the call is recorded (or refused as invalid).
+   * Rejects with the service's ApiError once it refused the log as a whole (`refusal`) while
+   * decisions wait: those can never be recorded (close() hands them back).
+   */
   async flush(): Promise<void> {
-    while (this.size > 0 || this.sending) {
+    await this.settle();
+    if (this.refusal !== null && this.size > 0) throw this.refusal;
+  }
+
+  /** Sends until nothing waits, the log is given up, or the service refused it. */
+  private async settle(): Promise<void> {
+    while ((this.size > 0 || this.sending) && this.refusal === null) {
       this.kick();
       await this.sending;
       if (this.giveUp.signal.aborted) return;
     }
   }
 
+  /**
+   * Close (or exit) starts: a backoff sleep under way ends at once, so the next attempt is made
+   * now, and from then on no sleep passes `timeoutMs` from now. A sleep for a server's Retry-After
+   * that ends within it is kept. Answers the deadline, for unhurry.
+   */
+  private hurry(timeoutMs: number): number {
+    const deadline = performance.now() + timeoutMs;
+    this.deadline = deadline;
+    this.hurried++;
+    const nap = this.nap;
+    if (nap !== null && !(nap.fromServer && nap.until <= deadline)) nap.wake.abort();
+    return deadline;
+  }
+
+  private unhurry(deadline: number): void {
+    if (this.deadline === deadline) this.deadline = null;
+  }
+
   /** Flushes within `timeoutMs`, else throws FlushError carrying the decisions not recorded. */
   async close(timeoutMs: number): Promise<void> {
+    const deadline = this.hurry(timeoutMs);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<'timeout'>((resolve) => {
       timer = setTimeout(() => resolve('timeout'), timeoutMs);
     });
-    const outcome = await Promise.race([this.flush().then(() => 'done' as const), timedOut]);
+    const outcome = await Promise.race([this.settle().then(() => 'done' as const), timedOut]);
     clearTimeout(timer);
+    this.unhurry(deadline);
     if (outcome === 'done' && this.size === 0) return;
     this.giveUp.abort();
     // Nothing more will be sent: nothing is left to do at exit either.
@@ -298,7 +347,9 @@ export class DecisionLog {
     await this.sending;
     const pending = this.pendingBodies();
     throw new FlushError(
-      `${pending.length} local decision(s) could not be recorded within ${timeoutMs} ms`,
+      this.refusal !== null
+        ? `${pending.length} local decision(s) cannot be recorded: the service refuses this API key's decisions (${this.refusal.message})`
+        : `${pending.length} local decision(s) could not be recorded within ${timeoutMs} ms`,
       pending,
     );
   }
@@ -323,15 +374,25 @@ export class DecisionLog {
   async flushAtExit(timeoutMs: number): Promise<void> {
     // beforeExit comes again once this flush is done: one at a time.
     if (this.size === 0 || this.givenUp || this.exiting) return;
+    if (this.refusal !== null) {
+      this.handBackRefused();
+      return;
+    }
     this.exiting = true;
     try {
       if (!this.exitGaveUp) {
+        const deadline = this.hurry(timeoutMs);
         let timer: ReturnType<typeof setTimeout> | undefined;
         const timedOut = new Promise<false>((resolve) => {
           timer = setTimeout(() => resolve(false), timeoutMs);
         });
-        const done = await Promise.race([this.flush().then(() => true), timedOut]);
+        const done = await Promise.race([this.settle().then(() => true), timedOut]);
         clearTimeout(timer);
+        this.unhurry(deadline);
+        if (this.refusal !== null) {
+          this.handBackRefused();
+          return;
+        }
         if ((done && this.size === 0) || this.givenUp) return;
         this.exitGaveUp = true;
       }
@@ -348,6 +409,24 @@ export class DecisionLog {
     } finally {
       this.exiting = false;
     }
+  }
+
+  /**
+   * The process exits with decisions the service refused as a whole (`refusal`): they can never be
+   * sent, so the log gives them up as close() would, reporting them (kept: false) to onError.
+   */
+  private handBackRefused(): void {
+    const pending = this.pendingBodies();
+    this.giveUp.abort();
+    this.leaveExit?.();
+    this.leaveExit = null;
+    this.shift(this.size);
+    this.report(
+      new FlushError(
+        `${pending.length} local decision(s) cannot be recorded: the service refuses this API key's decisions (${this.refusal?.message})`,
+        pending,
+      ),
+    );
   }
 
   private async drain(): Promise<void> {
@@ -390,10 +469,14 @@ export class DecisionLog {
     const payload = `[${bodies.join(',')}]`;
     // One Idempotency-Key per batch, sent again with every retry of it: when an answer is lost after
     // the server recorded the batch (a reset connection, a timeout), the retry gets that answer
-    // replayed and nothing is recorded twice. Halves of a split batch are new batches, with new keys.
+    // replayed and nothing is recorded twice. Parts of a split batch are new batches, with new keys.
     const key = { 'idempotency-key': newIdempotencyKey() };
-    for (let attempt = 0; ; attempt++) {
+    // Backoff steps, and the close() or exit they count from (hurry starts them over).
+    let step = 0;
+    let hurried = this.hurried;
+    for (;;) {
       if (this.giveUp.signal.aborted) return 0;
+      const attemptHurried = this.hurried;
       let headers: Headers | null = null;
       try {
         const res = await this.http.request('POST', '/v1/decisions', payload, undefined, key);
@@ -404,20 +487,86 @@ export class DecisionLog {
         }
         headers = res.headers;
         const err = apiError(res);
-        if (res.status === 400 || res.status === 413) return this.split(bodies, err);
+        if (res.status === 413) return this.split(bodies, err);
+        if (res.status === 400) {
+          // The request itself is refused: no decision of this key can be recorded, whatever the batch.
+          if (err.code === MISSING_PROJECT) {
+            this.refuse(err);
+            return 0;
+          }
+          if (err.code === INVALID_ITEM) {
+            const at = itemNamed(err, bodies.length);
+            return at === null ? this.split(bodies, err) : this.reject(bodies, at, err);
+          }
+        }
         // 429/5xx: wait and retry; 409 idempotency_request_in_progress: an earlier attempt still runs
-        // on the server, ask again with the same key; 401/403 (a revoked key): keep the decisions,
-        // report, retry slowly.
+        // on the server, ask again with the same key; 401/403 (a revoked key) and any other refusal
+        // that names no decision: keep the decisions, report, retry slowly.
         if (!isRetryable(res.status) && err.code !== IN_PROGRESS) this.report(err);
       } catch (err) {
         this.report(err);
       }
-      // A background wait: it does not keep a finished process alive (the flush at exit does, boundedly).
-      await sleep(retryDelay(attempt, headers, MAX_BACKOFF_MS), this.giveUp.signal, true);
+      const after = retryAfter(headers);
+      // close() or the exit started since the last wait: the backoff starts over, from short waits;
+      // if it started while this attempt ran, the next one is made at once (as a wait under way is
+      // cut short), unless the server asked for a wait that ends in time.
+      if (hurried !== this.hurried) {
+        hurried = this.hurried;
+        step = 0;
+        if (attemptHurried !== hurried && !this.keepsWait(after, performance.now())) continue;
+      }
+      await this.backoff(retryDelay(step++, headers, MAX_BACKOFF_MS), after !== null);
     }
   }
 
-  /** A batch is recorded all or nothing: find the bodies the server refuses by halving. */
+  /** A server's Retry-After (`after`, from `now`) is waited for in full while it ends by the deadline. */
+  private keepsWait(after: number | null, now: number): boolean {
+    return after !== null && this.deadline !== null && now + after <= this.deadline;
+  }
+
+  /**
+   * Waits `ms` before the next attempt, in the background: it does not keep a finished process alive
+   * (the flush at exit does, boundedly). Never past the deadline of close() or the exit; cut short
+   * when one starts (hurry), unless the wait is a server's Retry-After that ends in time.
+   */
+  private async backoff(ms: number, fromServer: boolean): Promise<void> {
+    if (this.giveUp.signal.aborted) return;
+    const now = performance.now();
+    const wait = this.deadline === null ? ms : Math.min(ms, Math.max(0, this.deadline - now));
+    const wake = new AbortController();
+    const giveUp = () => wake.abort();
+    this.giveUp.signal.addEventListener('abort', giveUp, { once: true });
+    this.nap = { until: now + wait, fromServer, wake };
+    try {
+      await sleep(wait, wake.signal, true);
+    } finally {
+      this.nap = null;
+      this.giveUp.signal.removeEventListener('abort', giveUp);
+    }
+  }
+
+  /** The service refused the log as a whole: reported once; nothing more is sent. */
+  private refuse(err: ApiError): void {
+    if (this.refusal !== null) return;
+    this.refusal = err;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.report(err);
+    this.wake();
+  }
+
+  /**
+   * The server named the decision at `at` as the one it refuses (a batch is recorded all or nothing,
+   * and checked in order): the ones before it are sent on their own, it is reported and dropped.
+   */
+  private async reject(bodies: string[], at: number, err: ApiError): Promise<number> {
+    const before = at > 0 ? await this.send(bodies.slice(0, at)) : 0;
+    if (before < at) return before;
+    this.report(new LogRejectedError(bodies[at]!, err));
+    return at + 1;
+  }
+
+  /** A batch is recorded all or nothing: find the body the server refuses, unnamed, by halving. */
   private async split(bodies: string[], err: ApiError): Promise<number> {
     if (bodies.length === 1) {
       this.report(new LogRejectedError(bodies[0]!, err));
@@ -427,6 +576,20 @@ export class DecisionLog {
     const first = await this.send(bodies.slice(0, half));
     return first < half ? first : first + (await this.send(bodies.slice(half)));
   }
+}
+
+/** POST /v1/decisions refuses a key without a project, whatever the body (400). */
+const MISSING_PROJECT = 'missing_project';
+/** A decision of the batch is invalid; the message names it first: `body/<index>/<field> ...`. */
+const INVALID_ITEM = 'validation_failed';
+
+/** The index of the batch's decision an error names (`body/3/arguments/x ...`), or null. */
+function itemNamed(err: ApiError, count: number): number | null {
+  // ApiError's message is `<status> <code>: <the server's message>`.
+  const m = /^body\/(\d+)(?=[/ ]|$)/.exec(err.message.slice(`${err.status} ${err.code}: `.length));
+  if (m === null) return null;
+  const at = Number(m[1]);
+  return at < count ? at : null;
 }
 
 /** The answer to a retry whose first attempt has not answered yet (same Idempotency-Key). */

@@ -89,14 +89,21 @@ export interface ClientOptions {
      */
     snapshot?: boolean;
   };
-  /** close() gives up flushing after this long and throws FlushError (default 30000 ms). */
+  /**
+   * close() gives up flushing after this long and throws FlushError (default 30000 ms); the flush at
+   * exit waits as long. A retry the log was waiting for is made at once when either starts, and no
+   * later wait passes this bound (a service's Retry-After that ends within it is waited for).
+   */
   closeTimeoutMs?: number;
   approvals?: Omit<ApprovalWaitOptions, 'signal'>;
   /** Called when the event stream connects (true) or drops (false). An error it throws goes to onError. */
   onStreamChange?: (connected: boolean) => void;
   /** Errors of background work (event stream, decision log); default: ignored. An error it throws is ignored. */
   onError?: (error: Error) => void;
-  /** A fetch implementation (default: the global one). */
+  /**
+   * A fetch implementation (default: the global one). It is called as a plain function, never as a
+   * method: a browser's `window.fetch` can be passed as it is.
+   */
   fetch?: typeof fetch;
 }
 
@@ -141,7 +148,11 @@ export interface Client {
     options?: WrapOptions<A>,
   ): (...params: A) => Promise<R>;
   waitForApproval(approvalId: string, options?: ApprovalWaitOptions): Promise<Approval>;
-  /** Sends every local decision logged so far; resolves when the server has recorded them. */
+  /**
+   * Sends every local decision logged so far; resolves when the server has recorded them. Rejects
+   * with the service's ApiError (400 `missing_project`) once it refused the log as a whole: those
+   * decisions can never be recorded with this key (close() hands them back in FlushError).
+   */
   flush(): Promise<void>;
   /**
    * Stops the event stream and flushes the log; no local decision is dropped. Every call answers

@@ -3,6 +3,7 @@ import {
   ApprovalDeniedError,
   ApprovalTimeoutError,
   type Client,
+  type ClientOptions,
   createClient,
   DeniedError,
   FlushError,
@@ -326,5 +327,146 @@ describe('when the service cannot be reached', () => {
     const open = createClient({ ...opts, onUnavailable: 'allow' });
     expect(await open.validate('pay', {})).toMatchObject({ decision: 'allow', source: 'local' });
     await open.close().catch(() => {});
+  });
+});
+
+describe('an outage while a fresh policy is cached', () => {
+  /** A client whose requests, but for policy reads, fail as a network does while `down.on`. */
+  function outageClient(tenant: Tenant, options: Partial<ClientOptions> = {}) {
+    const down = { on: false };
+    const errors: Error[] = [];
+    const client = createClient({
+      apiKey: tenant.apiKey,
+      baseUrl: t.url,
+      live: false,
+      maxRetries: 0,
+      onError: (e) => errors.push(e),
+      ...options,
+      fetch: async (input, init) => {
+        if (down.on && !String(input).includes('/v1/policies/')) throw new TypeError('fetch failed');
+        return fetch(input, init);
+      },
+    });
+    clients.push(client);
+    return { client, down, errors };
+  }
+
+  const OVER_100 = 'amount: must be at most 100 (got 500); amount: must be at most 50 (got 500)';
+
+  it('keeps the policy’s deny for a call presenting an approval, and denies what needs one, whatever onUnavailable says', async () => {
+    for (const onUnavailable of ['allow', 'deny', 'throw'] as const) {
+      const tenant = await tenantWithPolicy('team');
+      const { client, down, errors } = outageClient(tenant, { onUnavailable });
+      expect(await client.validate('pay', { amount: 1 })).toMatchObject({
+        decision: 'allow',
+        source: 'local',
+      });
+      down.on = true;
+      // The service would deny it too: a hard deny is not lifted by an approval.
+      expect(await client.validate('pay', { amount: 500 }, { approval_id: 'a1' }), onUnavailable).toEqual({
+        decision: 'deny',
+        reason: OVER_100,
+        failedConstraints: [
+          expect.objectContaining({ parameter: 'amount', expected: { maximum: 100 } }),
+          expect.objectContaining({ parameter: 'amount', expected: { maximum: 50 } }),
+        ],
+        source: 'local',
+      });
+      // An approval can be neither requested nor checked: denied, never onUnavailable's allow.
+      for (const context of [undefined, { approval_id: 'a1' }]) {
+        const r = await client.validate('pay', { amount: 70 }, context);
+        expect(r, onUnavailable).toMatchObject({
+          decision: 'deny',
+          source: 'local',
+          reason: expect.stringMatching(/unreachable.*approval.*denied.*must be at most 50 \(got 70\)/),
+          failedConstraints: [expect.objectContaining({ parameter: 'amount', expected: { maximum: 50 } })],
+        });
+        expect(r.reason).not.toMatch(/no fresh policy/);
+      }
+      let ran = false;
+      const pay = client.wrap('pay', async (_args: { amount: number }) => {
+        ran = true;
+      });
+      await expect(pay({ amount: 70 })).rejects.toBeInstanceOf(DeniedError);
+      expect(ran).toBe(false);
+      expect(errors.length).toBeGreaterThan(0);
+      expect(errors.every((e) => e instanceof ServiceUnavailableError)).toBe(true);
+      // Answered, so recorded once the service is back.
+      down.on = false;
+      await client.close();
+      const logged = await decisionsOf(tenant);
+      expect(logged.filter((d) => d.decision === 'deny')).toHaveLength(4);
+      const presented = logged.find((d) => (d.arguments as { amount: number }).amount === 500)!;
+      expect(presented).toMatchObject({ decision: 'deny', context: { approval_id: 'a1', source: 'client' } });
+    }
+  });
+
+  it('answers the local decision while the log is full (whenFull: server), kept beyond the bound', async () => {
+    for (const onUnavailable of ['allow', 'deny'] as const) {
+      const tenant = await tenantWithPolicy();
+      const { client, down } = outageClient(tenant, { onUnavailable, log: { maxBuffered: 2 } });
+      await client.validate('pay', { amount: 1 });
+      await client.flush();
+      down.on = true;
+      await client.validate('pay', { amount: 2 });
+      await client.validate('pay', { amount: 3 });
+      // The log is full and the service unreachable: the fresh policy decides, not onUnavailable.
+      expect(await client.validate('pay', { amount: 500 }), onUnavailable).toMatchObject({
+        decision: 'deny',
+        reason: OVER_100,
+        source: 'local',
+      });
+      expect(await client.validate('pay', { amount: 5 }), onUnavailable).toEqual({
+        decision: 'allow',
+        reason: 'Allowed: every constraint is satisfied',
+        failedConstraints: [],
+        source: 'local',
+      });
+      down.on = false;
+      await client.close();
+      const logged = await decisionsOf(tenant);
+      expect(logged.map((d) => [(d.arguments as { amount: number }).amount, d.decision]).sort()).toEqual([
+        [1, 'allow'],
+        [2, 'allow'],
+        [3, 'allow'],
+        [5, 'allow'],
+        [500, 'deny'],
+      ]);
+    }
+  });
+});
+
+describe('a fetch given in the options', () => {
+  it('is called as a plain function, as a browser’s window.fetch must be', async () => {
+    const tenant = await tenantWithPolicy();
+    // Browsers throw "Illegal invocation" when window.fetch is called as a method of another object.
+    function windowFetch(this: unknown, input: Parameters<typeof fetch>[0], init?: RequestInit) {
+      if (this !== undefined && this !== globalThis) throw new TypeError('Illegal invocation');
+      return fetch(input, init);
+    }
+    const errors: Error[] = [];
+    let settle!: (connected: boolean) => void;
+    const stream = new Promise<boolean>((resolve) => {
+      settle = resolve;
+    });
+    const client = await track(
+      createClient({
+        apiKey: tenant.apiKey,
+        baseUrl: t.url,
+        fetch: windowFetch,
+        onStreamChange: (up) => up && settle(true),
+        onError: (e) => {
+          errors.push(e);
+          settle(false);
+        },
+      }),
+    );
+    // The event stream, a policy read, a validation and the decision log all use it.
+    expect(await stream).toBe(true);
+    expect(await client.validate('pay', { amount: 1 })).toMatchObject({ decision: 'allow', source: 'local' });
+    expect(await client.validate('pay', { amount: 70 })).toMatchObject({ source: 'server' });
+    await client.flush();
+    expect(errors).toEqual([]);
+    expect(await decisionsOf(tenant)).toHaveLength(2);
   });
 });

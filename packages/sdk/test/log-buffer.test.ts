@@ -3,6 +3,7 @@ import {
   type ClientOptions,
   createClient,
   DeniedError,
+  FlushError,
   LogFullError,
   LogRejectedError,
   SvcError,
@@ -284,5 +285,100 @@ describe('what the log records', () => {
     expect(errors[0]!.message).toMatch(/cannot be written as JSON/);
     const amounts = (await decisionsOf(tenant)).map((d) => d.arguments.amount);
     expect(amounts.sort()).toEqual([1, 3]);
+  });
+});
+
+describe('what the service refuses of the log', () => {
+  /** A client counting its POST /v1/decisions requests. */
+  function countingClient(tenant: Tenant, options: Partial<ClientOptions> = {}) {
+    const posts: number[] = [];
+    const errors: Error[] = [];
+    const client = createClient({
+      apiKey: tenant.apiKey,
+      baseUrl,
+      live: false,
+      onError: (e) => errors.push(e),
+      ...options,
+      log: { flushIntervalMs: 60_000, ...options.log },
+      fetch: async (input, init) => {
+        if (String(input).endsWith('/v1/decisions') && init?.method === 'POST') {
+          posts.push(JSON.parse(String(init.body)).length);
+        }
+        return fetch(input, init);
+      },
+    });
+    return { client, posts, errors };
+  }
+
+  it('drops only the decision a refused batch names, in one more request', async () => {
+    const tenant = await tenantWithPolicy();
+    const { client, posts, errors } = countingClient(tenant, { log: { snapshot: false } });
+    const kept: Record<string, unknown>[] = [];
+    for (let i = 0; i < 6; i++) {
+      kept.push({ amount: i });
+      await client.validate('pay', kept[i]!);
+    }
+    // Changed after the call (snapshot: false records it as sent): the server refuses the fourth.
+    kept[3]!.note = 'a\u0000b';
+    await client.flush();
+    // The batch of six, the three before the one named (body/3/...), the two after it.
+    expect(posts).toEqual([6, 3, 2]);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(LogRejectedError);
+    expect((errors[0] as LogRejectedError).cause.message).toMatch(/body\/3\/arguments\/note/);
+    expect(JSON.parse((errors[0] as LogRejectedError).body).arguments.amount).toBe(3);
+    await client.close();
+    const amounts = (await decisionsOf(tenant)).map((d) => d.arguments.amount as number);
+    expect(amounts.sort()).toEqual([0, 1, 2, 4, 5]);
+  });
+
+  it('keeps the decisions of a key without a project, and sends every later call to the service', async () => {
+    const tenant = await createTenant(t);
+    const policy = await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: asUser(tenant),
+      payload: { toolName: 'pay', ...PAY },
+    });
+    expect(policy.statusCode).toBe(201);
+    // A key of the organization that belongs to no project (an older or imported key).
+    await t.store.db
+      .updateTable('api_keys')
+      .set({ project_id: null })
+      .where('organization_id', '=', tenant.orgId)
+      .execute();
+    const { client, posts, errors } = countingClient(tenant);
+    expect(await client.validate('pay', { amount: 1 })).toMatchObject({ decision: 'allow', source: 'local' });
+    expect(await client.validate('pay', { amount: 500 })).toMatchObject({
+      decision: 'deny',
+      source: 'local',
+    });
+    // The service refuses the request whatever it holds: one request, reported once, nothing dropped.
+    const flushed = await client.flush().catch((e: unknown) => e);
+    expect(flushed).toMatchObject({ status: 400, code: 'missing_project' });
+    expect(posts).toEqual([2]);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatchObject({ status: 400, code: 'missing_project' });
+    expect(errors.some((e) => e instanceof LogRejectedError)).toBe(false);
+    // From then on the service decides (and records) every call, those a policy allows included.
+    expect(await client.validate('pay', { amount: 2 })).toMatchObject({
+      decision: 'allow',
+      source: 'server',
+    });
+    expect(await client.validate('pay', { amount: 600 })).toMatchObject({
+      decision: 'deny',
+      source: 'server',
+    });
+    expect(posts).toEqual([2]);
+    expect(errors).toHaveLength(1);
+    // close() hands the two it could never record back at once.
+    const closing = await client.close().catch((e: unknown) => e);
+    expect(closing).toBeInstanceOf(FlushError);
+    expect((closing as FlushError).kept).toBe(false);
+    expect((closing as FlushError).message).toMatch(/missing_project/);
+    expect((closing as FlushError).pending.map((b) => JSON.parse(b).arguments.amount)).toEqual([1, 500]);
+    expect(posts).toEqual([2]);
+    const logged = await decisionsOf(tenant);
+    expect(logged.map((d) => d.arguments.amount).sort()).toEqual([2, 600]);
   });
 });
