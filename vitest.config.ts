@@ -22,15 +22,38 @@ const plainSummary = {
   },
 };
 
+const testFiles = ['packages/*/src/**/*.test.ts', 'packages/*/test/**/*.test.ts', 'bench/**/*.test.ts'];
+
+/**
+ * Files that replace a module (`vi.mock`) or a global for the whole file get a fresh module graph of
+ * their own: in the shared process the module may already be loaded, unmocked, by an earlier file.
+ */
+const ownGraph = [
+  'packages/server/src/server.test.ts',
+  'packages/server/src/plugins/openapi.test.ts',
+  'packages/server/test/fuzz.test.ts',
+  'packages/sdk/test/log-idempotency.test.ts',
+];
+
 export default defineConfig({
   // Workspace packages resolve to their TypeScript sources (the `@svc/source` export condition), so
   // tests never run a stale build. The other three are Vite's defaults for server code.
   ssr: { resolve: { conditions: ['@svc/source', 'module', 'node', 'development|production'] } },
   test: {
-    include: ['packages/*/src/**/*.test.ts', 'packages/*/test/**/*.test.ts', 'bench/**/*.test.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,
-    pool: 'forks',
     reporters: ['default', plainSummary],
+    // Isolation is set per pool, not per project: forks run the shared project's files one after
+    // another in one process; threads give each file of the isolated project a fresh module graph.
+    poolOptions: { forks: { isolate: false }, threads: { isolate: true } },
+    projects: [
+      {
+        // Most files share one process and its loaded modules: importing the server's sources once
+        // instead of once per file takes minutes off a run.
+        extends: true,
+        test: { name: 'shared', include: testFiles, exclude: ownGraph, pool: 'forks' },
+      },
+      { extends: true, test: { name: 'isolated', include: ownGraph, pool: 'threads' } },
+    ],
   },
 });
