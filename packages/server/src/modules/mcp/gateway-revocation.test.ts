@@ -28,6 +28,18 @@ const call = (id: number, name: string, args: Record<string, unknown>) => ({
   params: { name, arguments: args },
 });
 
+/** An MCP initialize request from a client of that name. */
+const initialize = (clientName: string) => ({
+  jsonrpc: '2.0',
+  id: 0,
+  method: 'initialize',
+  params: {
+    protocolVersion: '2025-06-18',
+    capabilities: {},
+    clientInfo: { name: clientName, version: '1' },
+  },
+});
+
 const upstreamSessions = () =>
   new Set(upstream.headers.map((h) => h['mcp-session-id']).filter((id) => typeof id === 'string'));
 
@@ -149,20 +161,7 @@ describe('MCP gateway: a key revoked after its request was authenticated', () =>
     const before = upstreamSessions();
     const restore = revokeRightAfterAuthentication(tenant, minted);
     try {
-      const res = await rawRpc(
-        url,
-        {
-          jsonrpc: '2.0',
-          id: 0,
-          method: 'initialize',
-          params: {
-            protocolVersion: '2025-06-18',
-            capabilities: {},
-            clientInfo: { name: 'late', version: '1' },
-          },
-        },
-        keyHeader(minted.key),
-      );
+      const res = await rawRpc(url, initialize('late'), keyHeader(minted.key));
       expect(res.status).toBe(401);
       expect(res.json().error.code).toBe('invalid_api_key');
       expect(res.headers.get('mcp-session-id')).toBeNull();
@@ -215,20 +214,7 @@ describe('MCP gateway: a key whose check fails (the store) after initialize open
     let res: Awaited<ReturnType<typeof rawRpc>>;
     let created: ReturnType<McpSessions['create']>[];
     try {
-      res = await rawRpc(
-        url,
-        {
-          jsonrpc: '2.0',
-          id: 0,
-          method: 'initialize',
-          params: {
-            protocolVersion: '2025-06-18',
-            capabilities: {},
-            clientInfo: { name: 'unchecked', version: '1' },
-          },
-        },
-        keyHeader(minted.key),
-      );
+      res = await rawRpc(url, initialize('unchecked'), keyHeader(minted.key));
     } finally {
       restore();
       created = create.mock.results.map((r) => r.value);
