@@ -20,6 +20,7 @@ import {
 } from './providers.js';
 import {
   checkWorkflowForConsume,
+  createWorkflowRepository,
   holdWorkflow,
   moveWorkflowOnConsume,
   releaseWorkflow,
@@ -67,8 +68,9 @@ export async function routeOf(db: Db, org: string, rail: string): Promise<Route>
 /**
  * Checks under the lock that the capsule's payment may start (or continue): no attempt in flight,
  * a retry of an attempt of unknown outcome repeats it exactly, the bound invoice and workflow allow
- * it. Binds the invoice and holds the workflow for the capsule. Answers the entity's open amount,
- * which entity caps count.
+ * it (a retry is not held to the workflow's state: it asks for a payment already sent). Binds the
+ * invoice and holds the workflow for the capsule. Answers the entity's open amount, which entity
+ * caps count.
  */
 export async function prepareConsume(
   db: Db,
@@ -83,7 +85,9 @@ export async function prepareConsume(
     const seconds = Math.max(1, Math.ceil((Date.parse(payment.lease_until) - Date.parse(now)) / 1000));
     throw flowError.paymentInProgress(`a payment of capsule ${capsuleId} is in flight`, seconds);
   }
-  if (payment && (payment.state === 'pending' || payment.state === 'unknown')) {
+  // The provider may have executed this payment: its retry only asks for the outcome.
+  const resuming = payment?.state === 'pending' || payment?.state === 'unknown';
+  if (payment && resuming) {
     // The provider may have executed it: the retry must be the same payment, to the same provider.
     if (payment.rail !== f.rail || Number(payment.amount_micros) !== f.amountMicros) {
       throw flowError.paymentMismatch(
@@ -106,7 +110,13 @@ export async function prepareConsume(
     await bindInvoiceForConsume(db, f.org, f.invoiceHash, capsuleId, f.amountMicros, f.currency, now);
   }
   let workflow: WorkflowRow | null = null;
-  if (f.payload.workflow_id !== undefined) {
+  if (f.payload.workflow_id !== undefined && resuming) {
+    // A retry only asks for the outcome of a payment already sent: the workflow's state is no gate.
+    // The first attempt's hold keeps the workflow in consume_from; one that left it anyway keeps its
+    // state when the payment succeeds (see moveWorkflowOnConsume).
+    workflow =
+      (await createWorkflowRepository(db).get(f.org, f.payload.entity_id, f.payload.workflow_id)) ?? null;
+  } else if (f.payload.workflow_id !== undefined) {
     workflow = await checkWorkflowForConsume(
       db,
       f.org,
@@ -275,7 +285,8 @@ export async function commitFlow(
   if (f.invoiceHash !== null)
     await createInvoiceRepository(db).markConsumed(f.org, f.invoiceHash, capsuleId, now);
   const settled = route.kind === 'ledger';
-  if (workflow) await moveWorkflowOnConsume(db, f.org, workflow, capsuleId, settled, now);
+  // After a provider's success the money moved: the workflow's move never refuses the commit.
+  if (workflow) await moveWorkflowOnConsume(db, f.org, workflow, capsuleId, settled, now, attempt !== null);
   return {
     rail: f.rail,
     provider_id: route.kind === 'provider' ? route.provider.id : null,

@@ -9,6 +9,7 @@ import { gatewayError } from './model.js';
 import type { ProviderService } from './providers.js';
 import {
   BeneficiaryDetails,
+  EntityId,
   IdParams,
   InvoiceAnswerSchema,
   ProviderAnswerSchema,
@@ -62,7 +63,7 @@ const InvoiceAnswers = {
 
 const WorkflowBody = Type.Object(
   {
-    entity_id: Id,
+    entity_id: EntityId,
     workflow_id: Id,
     pack_id: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9._-]{1,100}$' })),
   },
@@ -267,6 +268,8 @@ export const flowRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext; services: 
             flowError.providerNotFound,
             flowError.credentialsKeyMissing,
             flowError.providerRailTaken,
+            // A change of url or credential header names while a payment handed to it is unresolved.
+            flowError.paymentUnresolved,
           ],
         },
       },

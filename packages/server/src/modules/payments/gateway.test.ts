@@ -532,6 +532,51 @@ describe('capsules', () => {
     expect((await consume(b, other.capsule, { amount: '200' })).statusCode).toBe(200);
   });
 
+  it('counts entity caps per exact entity id, and refuses ids that differ from another only invisibly', async () => {
+    const packId = await pack(a, { ...PACK, entity_caps: { usd_24h: '200' }, conditions: [] });
+    await payee(a, PAYEE);
+    const entity = 'acme-spelled';
+    const first = (await mint(a, packId, { entity_id: entity })).json();
+    expect((await consume(a, first.capsule, { amount: '200' })).statusCode).toBe(200);
+    // The same id to the eye, spelled so that it would be another payer with a cap of its own.
+    const spellings = [
+      ` ${entity}`,
+      `${entity} `,
+      `${entity}\t`,
+      `${entity}\u00a0`,
+      `\ufeff${entity}`,
+      `acme\u200b-spelled`,
+      `acme-spel\u00adled`,
+      `\u202e${entity}`,
+      `${entity}\u0085`,
+      `${entity}\u2028`,
+    ];
+    for (const spelled of spellings) {
+      const err = expectB(await mint(a, packId, { entity_id: spelled }), 400, 'invalid_request');
+      expect(err['param']).toBe('entity_id');
+      const wf = await inject('POST', '/v1/gateway/workflows', key(a), {
+        entity_id: spelled,
+        workflow_id: 'w',
+      });
+      expect(expectB(wf, 400, 'invalid_request')['param']).toBe('entity_id');
+    }
+    // Unicode normalization: é written decomposed is refused; composed (NFC) it is an ordinary id.
+    expectB(await mint(a, packId, { entity_id: 'cafe\u0301' }), 400, 'invalid_request');
+    expect((await mint(a, packId, { entity_id: 'caf\u00e9' })).statusCode).toBe(201);
+    // Inner spaces are part of an id.
+    expect((await mint(a, packId, { entity_id: 'acme spelled' })).statusCode).toBe(201);
+    // Ids compare exactly, case included: another case is another entity, with a cap of its own.
+    const upper = (await mint(a, packId, { entity_id: entity.toUpperCase() })).json();
+    expect((await consume(a, upper.capsule, { amount: '200' })).statusCode).toBe(200);
+    // A pack bounds the entities it pays with a condition on payment.entity_id.
+    const only = await pack(a, {
+      ...PACK,
+      conditions: [{ name: 'entities', expression: `payment.entity_id in ["${entity}"]` }],
+    });
+    const outside = (await mint(a, only, { entity_id: entity.toUpperCase() })).json();
+    expectB(await consume(a, outside.capsule, { amount: '10' }), 403, 'policy_condition_failed');
+  });
+
   it('refuses a capsule whose pack changed, and evaluates CEL conditions that never allow on error', async () => {
     const packId = await pack(a);
     await payee(a, PAYEE);

@@ -12,13 +12,18 @@ import {
   withTestApp,
 } from '../../../test/helpers.js';
 import { TestPaymentProvider } from '../../../test/payment-provider.js';
+import { openStore } from '../../storage/db.js';
+import { createSpendLedger } from '../budgets/repository.js';
+import { routeOf } from './consume-flow.js';
 import { GatewayError } from './model.js';
 import {
+  createPaymentRepository,
   createProviderRepository,
   createProviderService,
   openCredentials,
   sealCredentials,
 } from './providers.js';
+import { createWorkflowService } from './workflows.js';
 
 let a: Tenant;
 let b: Tenant;
@@ -227,11 +232,14 @@ describe('provider connections', () => {
           return args.result;
         },
       };
+      const store = t.store.db.withPlugin(plugin);
       const service = createProviderService({
-        store: t.store.db.withPlugin(plugin),
+        store,
         clock,
         credentialsKey: KEY,
         allowPrivate: true,
+        // Statements counted in order: the write runs on the same store, without the ledger lock.
+        locked: (_org, fn) => fn(store),
       });
       return {
         update: async (input: Parameters<typeof service.update>[2]) => {
@@ -596,6 +604,12 @@ describe('a payment of unknown outcome', () => {
       409,
       'payment_unresolved',
     );
+    // A person cannot revoke it either: the provider may have paid, and only a consume records that.
+    k.expectB(
+      await k.inject('POST', `/v1/gateway/capsules/${c.id}/revoke`, asUser(x)),
+      409,
+      'payment_unresolved',
+    );
     k.expectB(
       await k.inject('DELETE', `/v1/gateway/providers/${conn.id}`, asUser(x)),
       409,
@@ -610,6 +624,224 @@ describe('a payment of unknown outcome', () => {
       404,
       'provider_not_found',
     );
+  });
+});
+
+describe('the connection of a payment of unknown outcome', () => {
+  it('keeps its url and credential header names until the payment is resolved: the retry reaches the same endpoint', async () => {
+    const x = await createTenant(t);
+    const { conn, path } = await setup(x, 'wire', 'fail');
+    const c = await capsuleFor(x, 'wire');
+    k.expectB(await pay(x, c.capsule, 'wire'), 502, 'provider_upstream_error');
+    const change = (body: Record<string, unknown>) =>
+      k.inject('PATCH', `/v1/gateway/providers/${conn.id}`, asUser(x), body);
+    // An endpoint that never saw the payment's Idempotency-Key would pay it again.
+    const elsewhere = provider.endpoint(`${path}-elsewhere`, 'ok');
+    const moved = k.expectB(await change({ url: elsewhere }), 409, 'payment_unresolved');
+    expect(moved['param']).toBe('url');
+    k.expectB(
+      await change({ url: elsewhere, credentials: { authorization: 'Bearer sk_other' } }),
+      409,
+      'payment_unresolved',
+    );
+    // Header names may select the account a key belongs to: adding, dropping or renaming them waits too.
+    const renamed = k.expectB(
+      await change({ credentials: { authorization: `Bearer sk_${path}`, 'x-account': 'other' } }),
+      409,
+      'payment_unresolved',
+    );
+    expect(renamed['param']).toBe('credentials');
+    k.expectB(await change({ credentials: null }), 409, 'payment_unresolved');
+    // What does not decide where or how the retry goes still changes: a rotated secret under the
+    // same header, the name, the timeout, the url it already has.
+    const kept = k.ok(
+      await change({
+        credentials: { authorization: `Bearer sk_${path}` },
+        name: 'renamed',
+        timeout_ms: 3000,
+        url: conn.url,
+      }),
+    );
+    expect(kept).toMatchObject({ name: 'renamed', url: conn.url, timeout_ms: 3000 });
+    provider.modes.set(`/${path}`, 'ok');
+    k.ok(await pay(x, c.capsule, 'wire'));
+    const sent = (p: string) => provider.requests.filter((r) => r.path === `/${p}`);
+    expect(sent(path).map((r) => r.idempotencyKey)).toEqual([`capsule-${c.id}-1`, `capsule-${c.id}-1`]);
+    expect(sent(`${path}-elsewhere`)).toEqual([]);
+    expect(await ledgerCommits(x.orgId, c.id)).toBe(1);
+    // Resolved: the connection may move now.
+    expect(k.ok(await change({ url: elsewhere })).url).toBe(elsewhere);
+  });
+
+  it('is never changed between a consume reading it and the payment being recorded', async () => {
+    const x = await createTenant(t);
+    const { conn, path } = await setup(x, 'wire', 'ok');
+    const c = await capsuleFor(x, 'wire');
+    const ledger = createSpendLedger(t.store);
+    const url = `/v1/gateway/providers/${conn.id}`;
+    let changes: Promise<Awaited<ReturnType<typeof k.inject>>[]> | undefined;
+    // The consume's first step, as prepareConsume and startAttempt run it under the spend-ledger lock:
+    // the rail's connection is read, then the payment is recorded as pending (and then sent there).
+    await ledger.locked(
+      x.orgId,
+      () => new Date().toISOString(),
+      async (tx) => {
+        const route = await routeOf(tx.db, x.orgId, 'wire');
+        if (route.kind !== 'provider') throw new Error('the rail has no provider');
+        changes = Promise.all([
+          k.inject('PATCH', url, asUser(x), { url: provider.endpoint(`${path}-moved`, 'ok') }),
+          k.inject('DELETE', url, asUser(x)),
+        ]);
+        // A change that does not wait for the lock lands here; one that waits, after the commit.
+        await Promise.race([changes, new Promise((r) => setTimeout(r, 500))]);
+        await createPaymentRepository(tx.db).insert({
+          organization_id: x.orgId,
+          capsule_id: c.id,
+          entity_id: c.entity,
+          provider_id: route.provider.id,
+          rail: 'wire',
+          amount_micros: 100_000_000,
+          request: '{}',
+          idempotency_key: `capsule-${c.id}-1`,
+          state: 'pending',
+          attempts: 1,
+          lease_until: new Date(Date.now() + 60_000).toISOString(),
+          reference: null,
+          last_error: null,
+          created_at: tx.now,
+          updated_at: tx.now,
+        });
+      },
+    );
+    const [patched, removed] = await changes!;
+    k.expectB(patched!, 409, 'payment_unresolved');
+    k.expectB(removed!, 409, 'payment_unresolved');
+    expect(k.ok(await k.inject('GET', url, asUser(x))).url).toBe(conn.url);
+  });
+});
+
+describe('a workflow bound to a capsule whose payment is with the provider', () => {
+  it('is not cancelled by a transition that read it before the consume held it', async () => {
+    const x = await createTenant(t);
+    const { path } = await setup(x, 'wire', 'ok');
+    const packId = await k.pack(x, PACK);
+    const payee = await k.payee(x, PAYEE);
+    k.ok(
+      await k.inject('POST', '/v1/gateway/workflows', k.key(x), { entity_id: 'race', workflow_id: 'w' }),
+      201,
+    );
+    k.ok(await k.inject('POST', '/v1/gateway/workflows/race/w/transition', asUser(x), { to: 'approved' }));
+    const c = k.ok(
+      await k.mint(x, {
+        entity_id: 'race',
+        pack_id: packId,
+        rails: ['wire'],
+        beneficiary: { payee_id: payee.id },
+        amount_ceiling: { currency: 'USD', amount: '100' },
+        workflow_id: 'w',
+      }),
+      201,
+    );
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    let reached!: () => void;
+    const withProvider = new Promise<void>((r) => {
+      reached = r;
+    });
+    provider.beforeAnswer = async (req) => {
+      if (req.path !== `/${path}`) return;
+      reached();
+      await gate;
+    };
+    let consume: ReturnType<typeof pay> | undefined;
+    let statements = 0;
+    // The transition runs on a second connection: once it has read the workflow (approved, no
+    // capsule), a consume holds it and hands its payment to the provider; then the transition writes.
+    const plugin: KyselyPlugin = {
+      transformQuery: (args) => args.node as RootOperationNode,
+      async transformResult(args) {
+        if (++statements === 1) {
+          consume = pay(x, c.capsule, 'wire');
+          await withProvider;
+        }
+        return args.result;
+      },
+    };
+    const second = openStore(t.config.databaseUrl);
+    try {
+      const workflows = createWorkflowService({
+        store: second.db.withPlugin(plugin),
+        clock,
+        packContent: async () => {
+          throw new Error('unused');
+        },
+      });
+      const scope = {
+        organizationId: x.orgId,
+        projectId: null,
+        principal: { kind: 'user' as const, userId: x.userId },
+      };
+      const refused = await workflows.transition(scope, 'race', 'w', { to: 'cancelled' }).catch((e) => e);
+      expect(refused).toBeInstanceOf(GatewayError);
+      expect(refused).toMatchObject({ status: 409, body: { code: 'workflow_invalid_transition' } });
+    } finally {
+      release();
+      provider.beforeAnswer = null;
+      await second.close();
+    }
+    // The provider paid: the consume commits, and the workflow moves on as for any consume.
+    expect(k.ok(await consume!).status).toBe('consumed');
+    expect(await ledgerCommits(x.orgId, c.id)).toBe(1);
+    const wf = k.ok(await k.inject('GET', '/v1/gateway/workflows/race/w', k.key(x)));
+    expect(wf).toMatchObject({ state: 'consumed', capsule_id: c.id });
+  });
+
+  it('does not stop a retry of that payment, whatever state the workflow reached', async () => {
+    const x = await createTenant(t);
+    const { path } = await setup(x, 'wire', 'fail');
+    const packId = await k.pack(x, PACK);
+    const payee = await k.payee(x, PAYEE);
+    k.ok(
+      await k.inject('POST', '/v1/gateway/workflows', k.key(x), { entity_id: 'left', workflow_id: 'w' }),
+      201,
+    );
+    k.ok(await k.inject('POST', '/v1/gateway/workflows/left/w/transition', asUser(x), { to: 'approved' }));
+    const c = k.ok(
+      await k.mint(x, {
+        entity_id: 'left',
+        pack_id: packId,
+        rails: ['wire'],
+        beneficiary: { payee_id: payee.id },
+        amount_ceiling: { currency: 'USD', amount: '100' },
+        workflow_id: 'w',
+      }),
+      201,
+    );
+    k.expectB(await pay(x, c.capsule, 'wire'), 502, 'provider_upstream_error');
+    // The workflow left approved while the payment was unresolved (as a transition racing the
+    // consume could before it compared the capsule binding).
+    await t.store.db
+      .updateTable('gateway_workflows' as never)
+      .set({ state: 'cancelled' } as never)
+      .where('organization_id' as never, '=', x.orgId as never)
+      .where('workflow_id' as never, '=', 'w' as never)
+      .execute();
+    provider.modes.set(`/${path}`, 'ok');
+    // The retry only asks for the payment already sent; it succeeds, so it is recorded.
+    const done = k.ok(await pay(x, c.capsule, 'wire'));
+    expect(done).toMatchObject({
+      status: 'consumed',
+      consumption: { payment: { state: 'succeeded', attempts: 2 } },
+    });
+    expect(done.receipt_id).toEqual(expect.any(String));
+    expect(await ledgerCommits(x.orgId, c.id)).toBe(1);
+    expect(await paymentRow(x.orgId, c.id)).toMatchObject({ state: 'succeeded' });
+    // The workflow keeps the state a person chose; its history says the payment succeeded.
+    const wf = k.ok(await k.inject('GET', '/v1/gateway/workflows/left/w', k.key(x)));
+    expect(wf.state).toBe('cancelled');
+    expect(wf.history.at(-1)).toMatchObject({ from: 'cancelled', to: 'cancelled', by: `capsule:${c.id}` });
   });
 });
 

@@ -1,6 +1,6 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { Kysely } from 'kysely';
+import type { ExpressionBuilder, Kysely } from 'kysely';
 import type { Clock } from '../../lib/clock.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
@@ -55,6 +55,38 @@ export function openCredentials(key: Buffer, aad: string, sealed: string): Recor
 
 const aadOf = (row: Pick<ProviderRow, 'organization_id' | 'id'>) => `${row.organization_id}/${row.id}`;
 
+/**
+ * What a write of a connection requires of the row as it stands: each member given must still hold.
+ * Members left out are not compared.
+ */
+export interface ProviderWriteGuard {
+  /** The row still has this url. */
+  url?: string;
+  /** The row still has these sealed credentials (null: none). */
+  credentials?: string | null;
+  /** The row's credentials still set these header names (`credential_names`). */
+  credential_names?: string;
+  /**
+   * No payment handed to the connection is pending or of unknown outcome: its retry must reach the
+   * same endpoint the same way (the check `remove` makes, in the same statement).
+   */
+  settled?: boolean;
+}
+
+/** No payment the connection was handed is pending or of unknown outcome (a condition on `gateway_providers`). */
+const noUnresolvedPayment =
+  (org: string, id: string) =>
+  ({ not, exists, selectFrom }: ExpressionBuilder<FlowTables, 'gateway_providers'>) =>
+    not(
+      exists(
+        selectFrom('gateway_payments')
+          .select('capsule_id')
+          .where('gateway_payments.organization_id', '=', org)
+          .where('gateway_payments.provider_id', '=', id)
+          .where('gateway_payments.state', 'in', ['pending', 'unknown'] satisfies PaymentState[]),
+      ),
+    );
+
 export function createProviderRepository(base: Db) {
   const db = view(base);
   return {
@@ -92,28 +124,29 @@ export function createProviderRepository(base: Db) {
         .execute();
     },
     /**
-     * Writes `set`; given `unchanged`, only while the row still has that url and those credentials
-     * (false when it had not: another change came first).
+     * Writes `set`, only while the row still matches `guard` (false when it did not: another change
+     * came first, or a payment handed to the connection is unresolved).
      */
     async update(
       org: string,
       id: string,
       set: Partial<ProviderRow>,
-      unchanged?: Pick<ProviderRow, 'url' | 'credentials'>,
+      guard: ProviderWriteGuard = {},
     ): Promise<boolean> {
       let q = db
         .updateTable('gateway_providers')
         .set(set)
         .where('organization_id', '=', org)
         .where('id', '=', id);
-      if (unchanged) {
-        const { url, credentials } = unchanged;
-        q = q
-          .where('url', '=', url)
-          .where((eb) =>
-            credentials === null ? eb('credentials', 'is', null) : eb('credentials', '=', credentials),
-          );
+      if (guard.url !== undefined) q = q.where('url', '=', guard.url);
+      if (guard.credentials !== undefined) {
+        const { credentials } = guard;
+        q = q.where((eb) =>
+          credentials === null ? eb('credentials', 'is', null) : eb('credentials', '=', credentials),
+        );
       }
+      if (guard.credential_names !== undefined) q = q.where('credential_names', '=', guard.credential_names);
+      if (guard.settled) q = q.where(noUnresolvedPayment(org, id));
       const r = await q.executeTakeFirst();
       return Number(r.numUpdatedRows) === 1;
     },
@@ -123,19 +156,21 @@ export function createProviderRepository(base: Db) {
         .deleteFrom('gateway_providers')
         .where('organization_id', '=', org)
         .where('id', '=', id)
-        .where(({ not, exists, selectFrom }) =>
-          not(
-            exists(
-              selectFrom('gateway_payments')
-                .select('capsule_id')
-                .where('gateway_payments.organization_id', '=', org)
-                .where('gateway_payments.provider_id', '=', id)
-                .where('gateway_payments.state', 'in', ['pending', 'unknown'] satisfies PaymentState[]),
-            ),
-          ),
-        )
+        .where(noUnresolvedPayment(org, id))
         .executeTakeFirst();
       return Number(r.numDeletedRows) === 1;
+    },
+    /** Whether a payment handed to the connection is pending or of unknown outcome. */
+    async unresolved(org: string, id: string): Promise<boolean> {
+      const row = await db
+        .selectFrom('gateway_payments')
+        .select('capsule_id')
+        .where('organization_id', '=', org)
+        .where('provider_id', '=', id)
+        .where('state', 'in', ['pending', 'unknown'] satisfies PaymentState[])
+        .limit(1)
+        .executeTakeFirst();
+      return row !== undefined;
     },
   };
 }
@@ -226,6 +261,12 @@ export interface ProviderServiceDeps {
   /** SVC_PROVIDER_CREDENTIALS_KEY, 32 bytes; null: connections cannot hold credentials. */
   credentialsKey: Buffer | null;
   allowPrivate: boolean;
+  /**
+   * Runs `fn` holding the organization's spend-ledger lock, in its transaction: the lock a consume
+   * holds from reading the rail's connection to recording its payment as pending, so a change of
+   * the connection never lands in between.
+   */
+  locked<T>(org: string, fn: (db: Db) => Promise<T>): Promise<T>;
 }
 
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
@@ -317,9 +358,17 @@ export function createProviderService(deps: ProviderServiceDeps) {
       return providerAnswer(await find(scope.organizationId, id));
     },
 
+    /**
+     * Changes a connection. While a payment handed to it is pending or of unknown outcome, what
+     * decides where and how that payment's retry is sent (the url, the credentials' header names)
+     * cannot change (409 payment_unresolved): the retry repeats the payment's Idempotency-Key, and an
+     * endpoint that never saw the key would pay again. Name, rail, timeout, enabled and credential
+     * values under the same header names (a rotated secret) may change.
+     */
     async update(scope: Caller, id: string, input: Partial<ProviderInput>): Promise<ProviderAnswer> {
       person(scope, 'configuring a payment provider');
-      const row = await find(scope.organizationId, id);
+      const org = scope.organizationId;
+      const row = await find(org, id);
       const set: Partial<ProviderRow> = { updated_at: now() };
       if (input.name !== undefined) set.name = input.name;
       if (input.url !== undefined) set.url = await checkUrl(input.url);
@@ -343,40 +392,61 @@ export function createProviderService(deps: ProviderServiceDeps) {
       }
       if (input.rail !== undefined && input.rail !== row.rail) {
         if (input.rail === LEDGER_RAIL) throw railTaken(input.rail);
-        const other = await repo.byRail(scope.organizationId, input.rail);
+        const other = await repo.byRail(org, input.rail);
         if (other) throw railTaken(input.rail);
         set.rail = input.rail;
       }
       // A url that moves while the stored credentials stay is written only over the state checked
       // above: credentials stored meanwhile (by someone else) must not follow it either.
       const moving = set.url !== undefined && input.credentials === undefined;
+      // Where and how a retry is sent: a change of either waits until no payment is unresolved. The
+      // row is compared with what was read, so a value changed meanwhile is never written back unguarded.
+      const repointing = set.url !== undefined && set.url !== row.url;
+      const renaming = set.credential_names !== undefined && set.credential_names !== row.credential_names;
+      const guard: ProviderWriteGuard = {};
+      if (set.url !== undefined) guard.url = row.url;
+      if (moving) guard.credentials = row.credentials;
+      if (set.credential_names !== undefined) guard.credential_names = row.credential_names;
+      if (repointing || renaming) guard.settled = true;
       let written: boolean;
       try {
-        written = await repo.update(scope.organizationId, id, set, moving ? row : undefined);
+        // Under the spend-ledger lock: a consume that read the connection records its payment first.
+        written = await deps.locked(org, (db) => createProviderRepository(db).update(org, id, set, guard));
       } catch (err) {
         // Two updates raced to the same rail: the unique constraint refused the second.
-        if (set.rail !== undefined && (await repo.byRail(scope.organizationId, set.rail)))
-          throw railTaken(set.rail);
+        if (set.rail !== undefined && (await repo.byRail(org, set.rail))) throw railTaken(set.rail);
         throw err;
       }
       if (!written) {
         // Deleted since it was read: answered as one that never existed.
-        await find(scope.organizationId, id);
+        await find(org, id);
+        if (guard.settled && (await repo.unresolved(org, id))) {
+          throw flowError.paymentUnresolved(
+            `provider ${id} was handed a payment that is pending or of unknown outcome; its ${repointing ? 'url' : 'credential header names'} cannot change until that payment is resolved, since its retry must reach the same endpoint with the same Idempotency-Key`,
+            repointing ? 'url' : 'credentials',
+          );
+        }
         if (moving) {
           throw gatewayError.invalidRequest(
             'the connection changed while the url was being moved; read it and send the change again (with credentials when the origin changes)',
             'credentials',
           );
         }
+        throw gatewayError.invalidRequest(
+          'the connection changed while this change was made; read it and send the change again',
+          set.url !== undefined ? 'url' : 'credentials',
+        );
       }
       // Read back; it may have been deleted since the write as well.
-      return providerAnswer(await find(scope.organizationId, id));
+      return providerAnswer(await find(org, id));
     },
 
     async remove(scope: Caller, id: string): Promise<void> {
       person(scope, 'configuring a payment provider');
-      if (!(await repo.remove(scope.organizationId, id))) {
-        await find(scope.organizationId, id);
+      const org = scope.organizationId;
+      // Under the spend-ledger lock, as `update`: never between a consume's read of it and its payment.
+      if (!(await deps.locked(org, (db) => createProviderRepository(db).remove(org, id)))) {
+        await find(org, id);
         throw flowError.paymentUnresolved(
           `provider ${id} was handed a payment that is pending or of unknown outcome; it is needed to ask for that payment's outcome`,
           'id',

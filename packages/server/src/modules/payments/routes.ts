@@ -132,9 +132,10 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
   const http = createHttpFetch({ allowPrivate });
   app.addHook('onClose', async () => http.close());
   const organizations = createOrganizationRepository(ctx.store.db);
+  const ledger = createSpendLedger(ctx.store);
   const service = createPaymentService({
     repo,
-    ledger: createSpendLedger(ctx.store),
+    ledger,
     configs: createEconomicConfigRepository(ctx.store.db),
     writer: ctx.writer,
     approvals: ctx.approvals,
@@ -187,6 +188,13 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
         clock: ctx.clock,
         credentialsKey,
         allowPrivate,
+        // The consume's lock: a connection changes only between consumes' reads of it and their payments.
+        locked: (org, fn) =>
+          ledger.locked(
+            org,
+            () => ctx.clock.now().toISOString(),
+            (tx) => fn(tx.db),
+          ),
       }),
     },
   });

@@ -2,6 +2,17 @@ import { Type } from '@sinclair/typebox';
 import { VersionNumber } from '../../lib/schemas.js';
 
 const Id = Type.String({ minLength: 1, maxLength: 200, pattern: '^[^\\x00-\\x1f\\x7f]+$' });
+/**
+ * An entity id (the payer entity caps count for): an Id that is also no other id written differently
+ * to the eye; the service refuses the rest (entity-id.ts), with its own message.
+ */
+export const EntityId = Type.String({
+  minLength: 1,
+  maxLength: 200,
+  pattern: '^[^\\x00-\\x1f\\x7f]+$',
+  description:
+    'Compared exactly (case-sensitive); entity caps count the spend of this exact id. No white space at either end, no control or format characters (U+200B, U+FEFF, bidi marks…), NFC.',
+});
 const Decimal = Type.String({ minLength: 1, maxLength: 32 });
 const Rail = Type.String({ pattern: '^[a-z0-9_-]{1,32}$' });
 const Hash = Type.String({ pattern: '^sha256:[0-9a-f]{64}$' });
@@ -85,7 +96,7 @@ const Money = Type.Object(
 
 export const MintBody = Type.Object(
   {
-    entity_id: Id,
+    entity_id: EntityId,
     agent_id: Id,
     pack_id: Type.String({ pattern: '^[A-Za-z0-9._-]{1,100}$' }),
     pack_version: Type.Optional(VersionNumber),

@@ -38,6 +38,7 @@ import {
   sendAttempt,
   startAttempt,
 } from './consume-flow.js';
+import { checkEntityId } from './entity-id.js';
 import { flowError, type PaymentRow, type WorkflowRow } from './flow-model.js';
 import { createInvoiceRepository, createInvoiceService } from './invoices.js';
 import {
@@ -525,6 +526,8 @@ export function createPaymentService(deps: PaymentServiceDeps) {
     },
 
     async mint(scope: Caller, input: MintInput): Promise<CapsuleAnswer> {
+      // Entity caps count per exact entity id: no id may differ from another only invisibly.
+      checkEntityId(input.entity_id);
       const packRow = await packFor(scope.organizationId, input.pack_id, input.pack_version);
       const pack = JSON.parse(packRow.content) as PackContent;
       const ceilingMicros = paymentMicros(input.amount_ceiling, 'amount_ceiling');

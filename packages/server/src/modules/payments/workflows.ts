@@ -2,6 +2,7 @@ import type { Kysely } from 'kysely';
 import type { Clock } from '../../lib/clock.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { Db } from '../../storage/db.js';
+import { checkEntityId } from './entity-id.js';
 import {
   type FlowTables,
   flowError,
@@ -102,7 +103,11 @@ export function createWorkflowRepository(base: Db) {
         .where('workflow_id', '=', workflowId)
         .executeTakeFirst();
     },
-    /** Moves the workflow from `from` (compare-and-set); false when it was no longer there. */
+    /**
+     * Moves the workflow from `from` (compare-and-set); false when it was no longer there, or its
+     * capsule binding no longer what `bound` requires: `{is}` exactly that capsule (null: none),
+     * `{freeFor}` none or that capsule.
+     */
     async move(
       org: string,
       row: WorkflowRow,
@@ -110,9 +115,10 @@ export function createWorkflowRepository(base: Db) {
       to: string,
       entry: WorkflowAnswer['history'][number],
       capsuleId: string | null,
+      bound?: { is: string | null } | { freeFor: string },
     ): Promise<boolean> {
       const history = [...(JSON.parse(row.history) as WorkflowAnswer['history']), entry];
-      const r = await db
+      let q = db
         .updateTable('gateway_workflows')
         .set({
           state: to,
@@ -123,8 +129,15 @@ export function createWorkflowRepository(base: Db) {
         .where('organization_id', '=', org)
         .where('entity_id', '=', row.entity_id)
         .where('workflow_id', '=', row.workflow_id)
-        .where('state', '=', from)
-        .executeTakeFirst();
+        .where('state', '=', from);
+      if (bound && 'is' in bound) {
+        const is = bound.is;
+        q = q.where((eb) => (is === null ? eb('capsule_id', 'is', null) : eb('capsule_id', '=', is)));
+      } else if (bound) {
+        const capsule = bound.freeFor;
+        q = q.where((eb) => eb.or([eb('capsule_id', 'is', null), eb('capsule_id', '=', capsule)]));
+      }
+      const r = await q.executeTakeFirst();
       return Number(r.numUpdatedRows) === 1;
     },
   };
@@ -198,6 +211,7 @@ export function createWorkflowService(deps: WorkflowDeps) {
       scope: Caller,
       input: { entity_id: string; workflow_id: string; pack_id?: string },
     ): Promise<WorkflowAnswer> {
+      checkEntityId(input.entity_id);
       const map =
         input.pack_id !== undefined
           ? mapOfPack(await deps.packContent(scope.organizationId, input.pack_id))
@@ -265,8 +279,14 @@ export function createWorkflowService(deps: WorkflowDeps) {
         by: actor(scope),
         reason: input.reason ?? null,
       };
-      if (!(await repo.move(scope.organizationId, row, row.state, input.to, entry, null))) {
+      // Written only over the state and the capsule binding checked above: a consume that bound the
+      // workflow meanwhile (its payment may be with the provider) keeps it.
+      const bound = { is: row.capsule_id };
+      if (!(await repo.move(scope.organizationId, row, row.state, input.to, entry, null, bound))) {
         const again = await find(scope, entityId, workflowId);
+        if (again.state === row.state && again.capsule_id !== null && again.state === map.consume_from) {
+          throw invalid(again, input.to, `capsule ${again.capsule_id} is paying it`);
+        }
         throw invalid(again, input.to, 'it moved while this transition was made');
       }
       return workflowAnswer((await repo.get(scope.organizationId, entityId, workflowId))!);
@@ -339,7 +359,12 @@ export async function releaseWorkflow(
     .execute();
 }
 
-/** The consume's move (and, for a payment settled at consume, the settle move), in its transaction. */
+/**
+ * The consume's move (and, for a payment settled at consume, the settle move), in its transaction.
+ * With `paid` (a provider already executed the payment) it never refuses: a workflow no longer in
+ * `consume_from`, or held by another capsule, keeps its state, and its history records that the
+ * capsule's payment succeeded (money moved; the commit must record it).
+ */
 export async function moveWorkflowOnConsume(
   db: Db,
   org: string,
@@ -347,6 +372,7 @@ export async function moveWorkflowOnConsume(
   capsuleId: string,
   settled: boolean,
   at: string,
+  paid = false,
 ): Promise<void> {
   const repo = createWorkflowRepository(db);
   const map = mapOfWorkflow(row);
@@ -359,9 +385,29 @@ export async function moveWorkflowOnConsume(
       map.consume_to,
       { from: map.consume_from, to: map.consume_to, at, by, reason: 'capsule consumed' },
       capsuleId,
+      { freeFor: capsuleId },
     ))
   ) {
-    throw invalid(row, map.consume_to, 'it moved while the capsule was consumed');
+    if (!paid) throw invalid(row, map.consume_to, 'it moved while the capsule was consumed');
+    const current = await repo.get(org, row.entity_id, row.workflow_id);
+    if (!current) return;
+    // Only a workflow that left consume_from (or was taken by another capsule) while this payment was
+    // unresolved gets here, which holds prevent: the payment is recorded, the workflow not moved.
+    await repo.move(
+      org,
+      current,
+      current.state,
+      current.state,
+      {
+        from: current.state,
+        to: current.state,
+        at,
+        by,
+        reason: `the payment of capsule ${capsuleId} succeeded while the workflow was not in ${map.consume_from} for it; its state is kept`,
+      },
+      null,
+    );
+    return;
   }
   if (settled && map.settle_to !== null) {
     const moved = (await repo.get(org, row.entity_id, row.workflow_id))!;
