@@ -100,7 +100,8 @@ describe('the policy editor', () => {
 
     // The person keeps their text, knowingly based on version 4 now, and saves it.
     await page.getByRole('button', { name: 'Keep my text, based on version 4' }).click();
-    expect(await conflict.count()).toBe(0);
+    // The page renders after the click has returned: read it until it has.
+    await eventually(() => conflict.count()).toBe(0);
     expect(JSON.parse(await definition().inputValue())).toEqual(mine);
     await page.getByRole('button', { name: 'Save' }).click();
     await eventually(() => page.getByText('Saved as version 5.').isVisible()).toBe(true);
@@ -120,7 +121,7 @@ describe('the policy editor', () => {
     );
     expect((await policyOf('wire')).isActive).toBe(true);
     await page.getByRole('button', { name: 'Discard my text and load version 6' }).click();
-    expect(JSON.parse(await definition().inputValue())).toEqual({
+    await eventually(async () => JSON.parse(await definition().inputValue())).toEqual({
       mode: 'deterministic',
       constraints: [
         { ...limit(60), enabled: true },
