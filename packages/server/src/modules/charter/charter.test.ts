@@ -360,6 +360,78 @@ describe('POST /v1/charter/turn (compile)', () => {
     expect(read.json().status).toBe('pending');
   });
 
+  it('answers invalid_status to the second of two approvals at once, never a conflict', async () => {
+    const tenant = await tenantWithTool();
+    const body = (
+      await turn(tenant, { message: 'Limit send_payment amount to 100', mode: 'compile' })
+    ).json();
+    const before = await policyOf(tenant);
+    const real = createCharterRepository(t.store.db);
+    // Both approvals read the verification pending before either goes on: the moment two people (or
+    // one double click) approve at once. Then one applies the change; the other must find the
+    // verification resolved, not the policy it was proposed over changed (that was 409 on PostgreSQL).
+    let arrived = 0;
+    let release!: () => void;
+    const bothRead = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const repo: typeof real = {
+      ...real,
+      async getVerification(organizationId, id, trx) {
+        const row = await real.getVerification(organizationId, id, trx);
+        if (++arrived === 2) release();
+        if (arrived <= 2) await bothRead;
+        return row;
+      },
+    };
+    const service = createCharterService({
+      db: t.store.db,
+      repo,
+      tools: createToolRepository(t.store.db),
+      policies: createPolicyRepository(t.store.db),
+      registry: {
+        upsert: () => {
+          throw new Error('not used');
+        },
+      },
+      cache: t.ctx.policies,
+      events: t.ctx.events,
+      clock: t.ctx.clock,
+      baseUrl: t.config.baseUrl,
+      judgeRoute: (p) => t.ctx.judge.route(p),
+      ask: null,
+    });
+    const scope = {
+      organizationId: tenant.orgId,
+      projectId: null,
+      principal: { kind: 'user' as const, userId: tenant.userId },
+    };
+    const outcomes = await Promise.allSettled([
+      service.approve(scope, body.verification.id),
+      service.approve(scope, body.verification.id),
+    ]);
+    const won = outcomes.filter((o) => o.status === 'fulfilled');
+    const lost = outcomes.filter((o) => o.status === 'rejected');
+    expect(won).toHaveLength(1);
+    expect(lost).toHaveLength(1);
+    expect(lost[0]!.reason).toMatchObject({ code: 'invalid_status' });
+    expect(won[0]!.value).toMatchObject({
+      status: 'approved',
+      applied: [{ toolName: 'send_payment', version: before.version + 1 }],
+    });
+    // Applied once, and recorded as the winner applied it.
+    expect((await policyOf(tenant)).version).toBe(before.version + 1);
+    const read = await t.inject({
+      method: 'GET',
+      url: `/v1/charter/verifications/${body.verification.id}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(read.json()).toMatchObject({
+      status: 'approved',
+      applied: [{ toolName: 'send_payment', version: before.version + 1 }],
+    });
+  });
+
   it('says what it could not understand and offers nothing for it', async () => {
     const tenant = await tenantWithTool();
     const res = await turn(tenant, {

@@ -32,7 +32,8 @@ function callFrom(message: string, tool: ToolInfo): Record<string, unknown> | nu
   let text = message.replace(namePattern(tool.name), ' ');
   for (const arg of [...tool.arguments].sort((a, b) => b.name.length - a.name.length)) {
     const m = new RegExp(
-      String.raw`${namePattern(arg.name).source}\s*(?:=|:|of|is|as)?\s*("[^"]*"|'[^']*'|[^\s,;?]+)`,
+      // One \s* unless a separator comes between: two in a row split a run of spaces every way (quadratic).
+      String.raw`${namePattern(arg.name).source}\s*(?:(?:=|:|of|is|as)\s*)?("[^"]*"|'[^']*'|[^\s,;?]+)`,
       'i',
     ).exec(text);
     if (!m) continue;

@@ -1,6 +1,17 @@
 import { describe, expect, it } from 'vitest';
-import { compileMessage, splitClauses } from './compile.js';
+import { answerQuestion } from './chat.js';
+import {
+  CLAUSE_END,
+  clauseJoiner,
+  compileMessage,
+  namePattern,
+  splitClauses,
+  TRAILING_ONLY,
+  VALUE_SEPARATOR,
+} from './compile.js';
 import type { CompiledRule, ToolInfo } from './model.js';
+import { NUM, NUM_MAX_CHARS } from './numbers.js';
+import * as phrases from './phrases.js';
 
 const TOOLS: ToolInfo[] = [
   {
@@ -173,5 +184,179 @@ describe('compileMessage: messages with several rules', () => {
       'amount between 1 and 5',
       'block currency EUR',
     ]);
+  });
+});
+
+describe('long runs are read in linear time', () => {
+  /** The regex made sticky: exec tries it at lastIndex only. */
+  const at = (re: RegExp, text: string, index: number) => {
+    const sticky = new RegExp(re.source, `${re.flags.replace(/[gy]/g, '')}y`);
+    sticky.lastIndex = index;
+    return sticky.exec(text);
+  };
+
+  // Unanchored, a regex beginning with NUM was tried at every digit of a run and backtracked over the
+  // rest of it each time: 'block send_payment ' + 20,000 nines took 1.5 s per such regex. A number
+  // that cannot start inside a run is read once per run.
+  it('never reads a number from inside a run of digits, commas or points', () => {
+    const texts = ['12345 or less', '1,000,000 or more', '2.50 at least', '$1,500 or fewer', 'under 99999'];
+    const regexes = [new RegExp(NUM, 'i'), ...phrases.BOUNDS.map((b) => b.re)];
+    let refused = 0;
+    for (const text of texts) {
+      for (let i = 1; i < text.length; i++) {
+        if (!/[\d,.]/.test(text[i - 1]!)) continue;
+        for (const re of regexes) {
+          expect(at(re, text, i), `${re.source.slice(0, 30)}… at ${i} of "${text}"`).toBeNull();
+          refused++;
+        }
+      }
+    }
+    expect(refused).toBeGreaterThan(100);
+    // From the run's start the same phrases read as before.
+    expect(compileMessage('send_payment amount 1,000,000 or more', TOOLS, null).rules[0]).toMatchObject({
+      constraint: { minimum: 1_000_000 },
+    });
+    expect(compileMessage('send_payment amount $1,500 or fewer', TOOLS, null).rules[0]).toMatchObject({
+      constraint: { maximum: 1500 },
+    });
+  });
+
+  it(`reads at most ${NUM_MAX_CHARS} digits, commas and points as one number, never Infinity`, () => {
+    const whole = new RegExp(`^${NUM}$`);
+    expect(whole.exec(`$${'9'.repeat(NUM_MAX_CHARS)}`)?.[1]).toBe('9'.repeat(NUM_MAX_CHARS));
+    expect(whole.test('9'.repeat(NUM_MAX_CHARS + 1))).toBe(false);
+    expect(whole.test(`1,000${'.0'.repeat(NUM_MAX_CHARS)}`)).toBe(false);
+    // 400 nines used to compile to '"amount" must be at most Infinity' (maximum: null in JSON).
+    const out = compileMessage(`Block send_payment over ${'9'.repeat(400)}`, TOOLS, null);
+    expect(out.rules).toEqual([]);
+    expect(out.notUnderstood).toHaveLength(1);
+  });
+
+  it('starts no match inside a run of what the regex begins by repeating', () => {
+    const cases: [RegExp, string, number, number][] = [
+      // [regex, text, the run's first index (matches), an index inside the run (never)]
+      [CLAUSE_END, 'block it,,,,', 8, 10],
+      [CLAUSE_END, 'block it.;!?', 8, 9],
+      [VALUE_SEPARATOR, 'USD     , EUR', 3, 6],
+      [VALUE_SEPARATOR, 'USD     or EUR', 3, 5],
+      [TRAILING_ONLY, 'USD     only', 3, 7],
+      [clauseJoiner(['currency']), 'block x     and currency EUR', 7, 9],
+      [clauseJoiner([]), 'block x     , and deny y', 7, 11],
+    ];
+    for (const [re, text, start, inside] of cases) {
+      expect(at(re, text, start), `${re} at ${start} of "${text}"`).not.toBeNull();
+      expect(at(re, text, inside), `${re} at ${inside} of "${text}"`).toBeNull();
+    }
+    // From one keyword the explicit-pattern regex scans no further than the next keyword, so a text
+    // of many keywords is read once; the pattern is still the one after the last keyword.
+    expect(at(phrases.EXPLICIT_REGEX, 'match pattern /^a+$/', 0)).toBeNull();
+    expect(phrases.EXPLICIT_REGEX.exec('recipient must match the pattern /^a+$/')?.[1]).toBe('^a+$');
+    expect(phrases.EXPLICIT_REGEX.exec(`${'match '.repeat(5)}\`x\``)?.[2]).toBe('x');
+  });
+
+  // The structural checks above are what keeps these fast; this runs every reader on long runs of
+  // each kind (digits, spaces, letters, commas, points, '$'…), 100,000 characters, five times the
+  // longest message the API takes. Each took seconds to minutes before (quadratic) and takes
+  // milliseconds now: the bound is generous enough for a loaded machine.
+  const RUNS: Record<string, string> = {
+    digits: '9',
+    spaces: ' ',
+    letters: 'a',
+    commas: ',',
+    points: '.',
+    dollars: '$',
+    'digit comma': '1,',
+    'digit point': '1.',
+    'digit space': '1 ',
+    'comma groups': '1,111',
+    'dollar digit': '$1',
+    'label point': 'a1.',
+    'match word': 'match ',
+    'contains quote': 'contains "',
+    'cap word': 'cap x ',
+    'space comma': ' ,',
+    punctuation: ',.;!?',
+  };
+  const chat = {
+    tools: TOOLS,
+    policies: new Map(),
+    fallbackTool: null,
+    judgeRoute: () => ({ provider: null, configured: false }),
+  };
+  it.each(Object.entries(RUNS))('reads a message made of a long run (%s) in linear time', (_, unit) => {
+    const run = unit.repeat(Math.ceil(100_000 / unit.length)).slice(0, 100_000);
+    for (const prefix of [
+      'block send_payment ',
+      'send_payment amount over ',
+      'send_payment currency USD',
+      '',
+    ]) {
+      const message = `${prefix}${run}x`;
+      const started = performance.now();
+      compileMessage(message, TOOLS, null);
+      answerQuestion(`what if send_payment amount${run}?`, chat);
+      answerQuestion(`${message}?`, chat);
+      for (const re of Object.values(phrases).filter((v): v is RegExp => v instanceof RegExp))
+        re.exec(message);
+      expect(
+        performance.now() - started,
+        `${JSON.stringify(prefix)} + ${JSON.stringify(unit)}…`,
+      ).toBeLessThan(2_000);
+    }
+  });
+});
+
+describe('tools named without words (separators or spaces only)', () => {
+  const ODD = ['-', '_', '...', '--', '_-_', ' ', '   ', ' - '];
+  const SENTENCES = [
+    'Block send_payment over $1,000',
+    'For send_payment, block amounts over $1,000 - and $5 at least',
+    'what is the policy of send_payment?',
+    '',
+  ];
+
+  it.each(ODD)('the pattern for %j never matches the empty string, nor a sentence not writing it', (name) => {
+    const re = namePattern(name);
+    expect(re.exec('')).toBeNull();
+    for (const s of SENTENCES.slice(0, 3)) {
+      for (let i = 0; i <= s.length; i++) {
+        const sticky = new RegExp(re.source, 'iy');
+        sticky.lastIndex = i;
+        const m = sticky.exec(s);
+        // Found only as written (a lone "-" is the name "-"), never as nothing.
+        if (m) expect(m[0].trim().replace(/e?s$/i, '')).toBe(name.trim());
+      }
+    }
+    // A name with words still matches as before.
+    expect(namePattern('send_payment').test('Block send payments over 5')).toBe(true);
+  });
+
+  it.each(ODD)('a tool named %j does not take over sentences naming another tool', (name) => {
+    const tools: ToolInfo[] = [
+      TOOLS[0]!,
+      { name, description: null, arguments: [{ name: 'x', type: 'string' }] },
+    ];
+    const out = compileMessage('Block send_payment over $1,000', tools, null);
+    expect(out.notUnderstood).toEqual([]);
+    expect(out.rules).toMatchObject([{ toolName: 'send_payment', constraint: { maximum: 1000 } }]);
+    const chat = answerQuestion('what is the policy of send_payment?', {
+      tools,
+      policies: new Map(),
+      fallbackTool: null,
+      judgeRoute: () => ({ provider: null, configured: false }),
+    });
+    expect(chat.toolName).toBe('send_payment');
+    expect(chat.reply).toMatch(/^send_payment /);
+  });
+
+  it('finds a separator name written exactly', () => {
+    for (const name of ['-', '_']) {
+      const tools: ToolInfo[] = [
+        { name, description: null, arguments: [{ name: 'n', type: 'number' }] },
+        TOOLS[0]!,
+      ];
+      const out = compileMessage(`Block ${name} over 5`, tools, 'send_payment');
+      expect(out.rules).toMatchObject([{ toolName: name, constraint: { argumentName: 'n', maximum: 5 } }]);
+    }
   });
 });

@@ -21,18 +21,30 @@ import {
 
 const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
-/** The ways a registered name may be written: send_payment, send payment, send-payment, sendPayment. */
+/** Matches nothing: what a name that cannot be told in a message (empty, or spaces only) is looked for with. */
+const NOTHING = /[^\s\S]/;
+
+/**
+ * The ways a registered name may be written: send_payment, send payment, send-payment, sendPayment.
+ * A name of separators only (`-`, `_`, `...`) has no words: it is found only as written. A blank one
+ * is never found (its spaces are in every sentence). Never a pattern that matches the empty string:
+ * that one would find the name in every message (every sentence would name that tool, and another
+ * tool with it, so no rule could be written for any tool of the organization).
+ */
 export function namePattern(name: string): RegExp {
+  if (name.trim() === '') return NOTHING;
   const words = name
     .replace(/([a-z0-9])([A-Z])/g, '$1 $2')
     .split(/[\s_.-]+/)
     .filter(Boolean)
     .map(escapeRegex);
   const exact = escapeRegex(name);
-  return new RegExp(
-    String.raw`(?<![\w.@])(?:${exact}|${words.join(String.raw`[\s_-]?`)})(?:e?s)?(?![\w@]|\.\w)`,
-    'i',
-  );
+  const forms = words.length > 0 ? `${exact}|${words.join(String.raw`[\s_-]?`)}` : exact;
+  const re = new RegExp(String.raw`(?<![\w.@])(?:${forms})(?:e?s)?(?![\w@]|\.\w)`, 'i');
+  // Its lookarounds are negative, so they all hold in the empty text: matching there is matching empty.
+  if (re.test(''))
+    throw new Error(`the pattern for the name ${JSON.stringify(name)} matches the empty string`);
+  return re;
 }
 
 function mentioned<T extends { name: string }>(items: readonly T[], text: string): T[] {
@@ -50,8 +62,22 @@ function mentioned<T extends { name: string }>(items: readonly T[], text: string
   return found;
 }
 
-/** Sentences, then parts joined by "and" / "also" where the next part starts a new rule. */
-export function splitClauses(message: string, keywords: string[]): string[] {
+/*
+ * No regex here may be tried, unanchored, at every character of a long run and backtrack over the rest
+ * of the run each time (quadratic: seconds for a 20,000-character message, the service's event loop
+ * stalled meanwhile). A regex that begins with a repeated class starts with a lookbehind refusing a
+ * start inside a run of that class: the run's first character gives the same match, and is tried once.
+ */
+
+/** Punctuation closing a clause, removed. */
+export const CLAUSE_END = /(?<![.!?;,])[.!?;,]+$/;
+/** What separates listed values: "USD, EUR or GBP", "a/b", "a | b". */
+export const VALUE_SEPARATOR = /(?<!\s)\s*(?:,|\bor\b|\band\b|\/|\|)\s*/i;
+/** "… only" closing a value ("USD only"). */
+export const TRAILING_ONLY = /(?<!\s)\s+only$/i;
+
+/** Where "and" / "also" joins two rules: the next part starts with a rule word or an argument name. */
+export function clauseJoiner(keywords: readonly string[]): RegExp {
   const starters = [
     'block',
     'deny',
@@ -75,21 +101,21 @@ export function splitClauses(message: string, keywords: string[]): string[] {
     'every',
     ...keywords,
   ].map(escapeRegex);
-  const joiner = new RegExp(
-    String.raw`\s*(?:,\s*|;\s*)?\b(?:and also|and|also|but|then)\s+(?=(?:${starters.join('|')})\b)`,
+  return new RegExp(
+    String.raw`(?<!\s)\s*(?:,\s*|;\s*)?\b(?:and also|and|also|but|then)\s+(?=(?:${starters.join('|')})\b)`,
     'i',
   );
+}
+
+/** Sentences, then parts joined by "and" / "also" where the next part starts a new rule. */
+export function splitClauses(message: string, keywords: string[]): string[] {
+  const joiner = clauseJoiner(keywords);
   return message
     .replace(/[\u2018\u2019]/g, "'")
     .replace(/[\u201c\u201d]/g, '"')
     .split(/(?<=[.!?;])\s+|\n+|;\s*/)
     .flatMap((s) => s.split(joiner))
-    .map((s) =>
-      s
-        .trim()
-        .replace(/[.!?;,]+$/, '')
-        .trim(),
-    )
+    .map((s) => s.trim().replace(CLAUSE_END, '').trim())
     .filter((s) => s.length > 0);
 }
 
@@ -421,12 +447,12 @@ function enumRule(ctx: Ctx): Outcome {
     );
   const source = after.trim() !== '' ? after : before;
   const values = source
-    .split(/\s*(?:,|\bor\b|\band\b|\/|\|)\s*/i)
+    .split(VALUE_SEPARATOR)
     .map((v) =>
       v
         .trim()
         .replace(/^["'`]|["'`]$/g, '')
-        .replace(/\s+only$/i, ''),
+        .replace(TRAILING_ONLY, ''),
     )
     .filter((v) => v !== '' && !/^(?:either|etc|only)$/i.test(v));
   if (values.length === 0 || values.length > 50 || values.some((v) => !/^[\w.+\-@:#]{1,100}$/.test(v)))

@@ -1,5 +1,17 @@
-/** Amounts in the forms people write them: $1,000, 1000 USD, 2.5k, €3 million, 10,000.50. */
-export const NUM = String.raw`(?:(?:us\$|usd|eur|gbp|[$€£¥])\s?)?(-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?)(?:\s?(k|thousand|m|mm|million|bn|billion)\b)?(?:\s?(?:usd|eur|gbp|dollars?|euros?|pounds?|bucks)\b)?`;
+/** The longest run of digits, commas and points read as one number (1,000,000,000,000.00 is 21). */
+export const NUM_MAX_CHARS = 40;
+
+/**
+ * Amounts in the forms people write them: $1,000, 1000 USD, 2.5k, €3 million, 10,000.50.
+ *
+ * A number starts where no digit, comma or point precedes it, and its run of digits, commas and points
+ * is at most NUM_MAX_CHARS long (a longer run is no number). Both keep every regex built on NUM linear:
+ * unanchored, a regex beginning with NUM (`${NUM}\s+or less`) was tried at each digit of a long run
+ * and backtracked over the rest of it each time (quadratic: 1.5 s for 20,000 digits); now a run is
+ * tried at its start only, and reading one number backtracks over at most NUM_MAX_CHARS characters.
+ * The bound also keeps a number finite (400 nines read as Infinity, a rule "at most Infinity").
+ */
+export const NUM = String.raw`(?<![\d,.])(?:(?:us\$|usd|eur|gbp|[$€£¥])\s?)?(-?(?=[\d,.]{1,${NUM_MAX_CHARS}}(?![\d,.]))(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?))(?:\s?(k|thousand|m|mm|million|bn|billion)\b)?(?:\s?(?:usd|eur|gbp|dollars?|euros?|pounds?|bucks)\b)?`;
 
 const SCALE: Record<string, number> = {
   k: 1e3,

@@ -378,6 +378,8 @@ export function createCharterService(deps: CharterServiceDeps) {
     /**
      * Applies the change as one versioned update per tool, in one transaction with the status change;
      * a policy that changed since the proposal makes the approval fail (409) and nothing is applied.
+     * A verification resolved meanwhile (also by an approval running at the same moment) is 400
+     * invalid_status, whatever its changes would have met.
      */
     async approve(scope: OrgScope, id: string): Promise<Verification> {
       const row = await repo.getVerification(scope.organizationId, id);
@@ -416,6 +418,13 @@ export function createCharterService(deps: CharterServiceDeps) {
       }
       const applied: { toolName: string; version: number; created: boolean }[] = [];
       await db.transaction().execute(async (trx) => {
+        // The status first, conditionally: of two approvals at once, the second waits here for the
+        // first (PostgreSQL locks the row until that commits) and then finds it resolved, so it answers
+        // invalid_status, not a conflict with the policy the first one just wrote. A refusal below
+        // rolls the status back with everything else.
+        if (!(await repo.resolve(scope.organizationId, id, 'approved', by, now, null, trx))) {
+          throw new AppError('invalid_status', `Verification ${id} was resolved meanwhile`);
+        }
         for (const change of v.changes) {
           const problems = checkPolicyDefinition(change.proposed as PolicyDefinition);
           if (problems.length > 0)
@@ -479,10 +488,12 @@ export function createCharterService(deps: CharterServiceDeps) {
             );
           applied.push({ toolName: change.toolName, version: written.version, created: false });
         }
-        const record = JSON.stringify(applied.map(({ toolName, version }) => ({ toolName, version })));
-        if (!(await repo.resolve(scope.organizationId, id, 'approved', by, now, record, trx))) {
-          throw new AppError('invalid_status', `Verification ${id} was resolved meanwhile`);
-        }
+        await trx
+          .updateTable('charter_verifications')
+          .set({ applied: JSON.stringify(applied.map(({ toolName, version }) => ({ toolName, version }))) })
+          .where('organization_id', '=', scope.organizationId)
+          .where('id', '=', id)
+          .execute();
       });
       for (const a of applied) {
         deps.cache.invalidate(scope.organizationId, a.toolName);
