@@ -12,10 +12,14 @@ export interface SeenRequest {
   body: Record<string, unknown>;
 }
 
-/** What the fake model does: answer an object, answer raw text, fail with a status, stall, or redirect. */
+/**
+ * What the fake model does: answer an object, answer raw text, answer a whole body verbatim, fail
+ * with a status, stall, or redirect.
+ */
 export type Reply =
   | { object: unknown }
   | { text: string }
+  | { rawBody: string }
   | { status: number; body?: unknown }
   | { stallMs: number }
   | { redirect: string };
@@ -67,8 +71,27 @@ function parse(provider: ProviderName, body: WireBody): { system: string; user: 
   };
 }
 
-/** The provider's success body carrying `text` (or, for Anthropic's JSON tool mode, the object). */
-function success(provider: ProviderName, body: WireBody, text: string): unknown {
+/**
+ * The provider's success body carrying `text`. In Anthropic's JSON tool mode the answer is the tool
+ * call's `input` object: a text that is a JSON object goes into the body as it is (whitespace,
+ * escapes, duplicate members and all), as a model's tool input comes over the wire.
+ */
+function success(provider: ProviderName, body: WireBody, text: string): string {
+  if (provider === 'anthropic' && body.tools?.[0]) {
+    let input = JSON.stringify({ text });
+    try {
+      const parsed: unknown = JSON.parse(text);
+      if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) input = text;
+    } catch {
+      // Not JSON: wrapped as above.
+    }
+    // The envelope holds no other text in this mode: the placeholder occurs once.
+    return JSON.stringify(envelopeOf(provider, body, text)).replace('"__TOOL_INPUT__"', () => input);
+  }
+  return JSON.stringify(envelopeOf(provider, body, text));
+}
+
+function envelopeOf(provider: ProviderName, body: WireBody, text: string): unknown {
   if (provider === 'openai') {
     return {
       id: 'chatcmpl-test',
@@ -83,13 +106,8 @@ function success(provider: ProviderName, body: WireBody, text: string): unknown 
     const tool = body.tools?.[0];
     let content: unknown[] = [{ type: 'text', text }];
     if (tool) {
-      let input: unknown;
-      try {
-        input = JSON.parse(text);
-      } catch {
-        input = { text };
-      }
-      content = [{ type: 'tool_use', id: 'toolu_test', name: tool.name, input }];
+      // success() puts the input in as text.
+      content = [{ type: 'tool_use', id: 'toolu_test', name: tool.name, input: '__TOOL_INPUT__' }];
     }
     return {
       id: 'msg_test',
@@ -163,10 +181,12 @@ export async function startFakeModelServer(script: Script): Promise<FakeModelSer
           .end(JSON.stringify(reply.body ?? { error: { message: `status ${reply.status}`, type: 'error' } }));
         return;
       }
+      if ('rawBody' in reply) {
+        res.writeHead(200, { 'content-type': 'application/json' }).end(reply.rawBody);
+        return;
+      }
       const text = 'object' in reply ? JSON.stringify(reply.object) : reply.text;
-      res
-        .writeHead(200, { 'content-type': 'application/json' })
-        .end(JSON.stringify(success(provider, body, text)));
+      res.writeHead(200, { 'content-type': 'application/json' }).end(success(provider, body, text));
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

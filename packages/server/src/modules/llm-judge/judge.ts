@@ -102,8 +102,9 @@ export function createJudge({ settings, now = Date.now }: JudgeDeps): Judge & {
     const signal = AbortSignal.timeout(settings.timeoutMs);
     let text: string;
     let object: unknown;
+    let body: string;
     try {
-      ({ text, object } = await limiters
+      ({ text, object, body } = await limiters
         .get(adapter.provider)!
         .run(signal, () => adapter.complete({ system: prompt.system, prompt: prompt.prompt, signal })));
     } catch (err) {
@@ -115,7 +116,10 @@ export function createJudge({ settings, now = Date.now }: JudgeDeps): Judge & {
     // The SDK validated the object already; parsing again keeps this module's type honest.
     const parsed = ANSWER_SCHEMA.safeParse(object);
     if (!parsed.success) return failure('invalid_output', 'the answer does not match the schema', binding);
-    const duplicate = duplicateMember(text);
+    // The SDK parsed the body with JSON.parse, which keeps the last of duplicate members, and for
+    // Anthropic's json tool rebuilt the text from what it parsed: so the raw body is checked (the
+    // envelope, and a tool input inline in it) as well as the answer text (JSON inside a string).
+    const duplicate = duplicateMember(body) ?? duplicateMember(text);
     if (duplicate !== null) {
       return failure(
         'invalid_output',

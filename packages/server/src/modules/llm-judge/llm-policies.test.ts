@@ -3,6 +3,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { createTenant, keyHeader, type Tenant, withTestApp } from '../../../test/helpers.js';
 import { type FakeModelServer, fakeLlmEnv, startFakeModelServer } from '../../../test/llm-providers.js';
+import { sha256Tagged } from '../../ledger/canonical.js';
 import { loadLlmSettings } from './config.js';
 
 let server: FakeModelServer;
@@ -114,6 +115,31 @@ describe('llm policies on POST /v1/tools/validate', () => {
     expect(d.validations[0]).toMatchObject({ parameter: 'to', constraint_type: 'llm' });
   });
 
+  it('reports the value of a blamed dotted argument (payee.iban) as actual', async () => {
+    server.script = () => ({
+      object: {
+        decision: 'deny',
+        reason: 'Not a German IBAN.',
+        failedArgument: 'payee.iban',
+        matchedException: null,
+      },
+    });
+    const res = await validate(a, { to: 'dotted@example.com', payee: { iban: 'GB00XXXX' } });
+    expect(res.json()).toMatchObject({
+      decision: 'deny',
+      failed_constraints: [{ parameter: 'payee.iban', constraint_type: 'llm', actual: 'GB00XXXX' }],
+    });
+    const d = await decision(a, res.json().metadata.decision_id);
+    expect(d).toMatchObject({ failedArgument: 'payee.iban' });
+    expect(d.validations[0]).toMatchObject({ parameter: 'payee.iban', actual: 'GB00XXXX' });
+    // A top-level key holding a dot is found first, as the judge's answer was checked.
+    server.script = () => ({
+      object: { decision: 'deny', reason: 'No.', failedArgument: 'a.b', matchedException: null },
+    });
+    const top = await validate(a, { to: 'dotted@example.com', 'a.b': 'top', a: { b: 'nested' } });
+    expect(top.json().failed_constraints[0]).toMatchObject({ parameter: 'a.b', actual: 'top' });
+  });
+
   it('records a matched exception as an allow', async () => {
     server.script = () => ({
       object: { ...ALLOW, reason: 'Security team.', matchedException: 'The recipient is the security team' },
@@ -174,6 +200,49 @@ describe('llm policies on POST /v1/tools/validate', () => {
     const res = await validate(b, { to: 'shared@example.com' });
     expect(res.json().decision).toBe('deny');
     expect(server.seen).toHaveLength(2);
+  });
+
+  it('denies an answer holding "decision" twice from the default Anthropic model (json tool), binding the raw input', async () => {
+    // claude-3-5-haiku-latest (the default) has no native structured output: the SDK asks through a
+    // "json" tool and parses its input object, keeping the last "decision"; the raw body still shows both.
+    const input =
+      '{"decision":"deny","reason":"External recipient.","failedArgument":"to","matchedException":null,"decision":"allow","failedArgument":null}';
+    const env = fakeLlmEnv(server.url, { SVC_LLM_TIMEOUT_MS: '5000' });
+    delete env.SVC_LLM_ANTHROPIC_MODEL;
+    await withTestApp({ llm: loadLlmSettings(env) }, async (app) => {
+      const tenant = await createTenant(app);
+      const created = await app.inject({
+        method: 'POST',
+        url: '/v1/policies',
+        headers: keyHeader(tenant.apiKey),
+        payload: LLM_POLICY,
+      });
+      expect(created.statusCode).toBe(201);
+      server.script = () => ({ text: input });
+      const res = await app.inject({
+        method: 'POST',
+        url: '/v1/tools/validate',
+        headers: keyHeader(tenant.apiKey),
+        payload: { tool_name: 'send_email', arguments: { to: 'mallory@evil.test' } },
+      });
+      expect((server.seen.at(-1)!.body.tools as { name: string }[])[0]!.name).toBe('json');
+      expect(res.json()).toMatchObject({
+        decision: 'deny',
+        reason:
+          'LLM judge unavailable, denied (fail closed): the answer is ambiguous: it holds "decision" twice',
+        failed_constraints: [{ constraint_type: 'llm_unavailable', actual: 'invalid_output' }],
+      });
+      const r = await app.inject({
+        method: 'GET',
+        url: `/v1/decisions/${res.json().metadata.decision_id}/receipt`,
+        headers: keyHeader(tenant.apiKey),
+      });
+      expect(r.json()).toMatchObject({
+        judge_provider: 'anthropic',
+        judge_model: 'claude-3-5-haiku-latest',
+        judge_answer_hash: sha256Tagged(input),
+      });
+    });
   });
 
   it('keeps the receipt chain verifiable with judge bindings', async () => {

@@ -38,7 +38,10 @@ export interface JudgeBinding {
   model: string;
   /** sha256:<hex> of the canonical JSON of {system, prompt} sent. */
   promptHash: string;
-  /** sha256:<hex> of the raw answer text received. */
+  /**
+   * sha256:<hex> of the raw answer text received: the model's text as sent (OpenAI, Gemini, Anthropic
+   * native output), or the JSON text of Anthropic's json tool input exactly as it appeared in the body.
+   */
   answerHash: string;
 }
 
@@ -70,23 +73,30 @@ export interface JudgeRequest {
   arguments: Record<string, unknown>;
 }
 
+/**
+ * What one structured call brought back: `text` is the raw answer text (the model's answer as it
+ * appeared on the wire, see providers/raw.ts), `object` what the SDK parsed from it, and `body` the
+ * provider's whole answer body exactly as received, where duplicate members are still visible.
+ */
+export interface ProviderAnswer {
+  text: string;
+  object: unknown;
+  body: string;
+}
+
 /** One provider's model call: a prompt in, the raw answer text and the parsed object out. */
 export interface ProviderAdapter {
   readonly provider: ProviderName;
   readonly model: string;
   /** The judge's call: the answer schema. */
-  complete(input: {
-    system: string;
-    prompt: string;
-    signal: AbortSignal;
-  }): Promise<{ text: string; object: unknown }>;
+  complete(input: { system: string; prompt: string; signal: AbortSignal }): Promise<ProviderAnswer>;
   /** Any other structured call (the policy assistant), with the caller's zod schema. */
   generate(input: {
     system: string;
     prompt: string;
     signal: AbortSignal;
     schema: ZodType;
-  }): Promise<{ text: string; object: unknown }>;
+  }): Promise<ProviderAnswer>;
 }
 
 /** The result of a structured call for the policy assistant. */

@@ -137,13 +137,20 @@ export function duplicateMember(text: string): string | null {
   return null;
 }
 
-function hasArgument(args: Record<string, unknown>, name: string): boolean {
-  if (Object.hasOwn(args, name)) return true;
-  // Dotted paths reach into nested objects, as constraints do.
+/**
+ * The value of the argument a name designates, as constraints look arguments up: a top-level key
+ * first, else a dotted path into nested objects ("payee.iban"). Null when the call has no such argument.
+ */
+export function argumentAt(args: Record<string, unknown>, name: string): { value: unknown } | null {
+  if (Object.hasOwn(args, name)) return { value: args[name] };
   let node: unknown = args;
   for (const part of name.split('.')) {
-    if (typeof node !== 'object' || node === null || !Object.hasOwn(node, part)) return false;
+    if (typeof node !== 'object' || node === null || !Object.hasOwn(node, part)) return null;
     node = (node as Record<string, unknown>)[part];
   }
-  return true;
+  return { value: node };
+}
+
+function hasArgument(args: Record<string, unknown>, name: string): boolean {
+  return argumentAt(args, name) !== null;
 }

@@ -1,6 +1,7 @@
 import type { Evaluation, FailedConstraint } from '@svc/policy-engine';
 import type { LoadedPolicy } from '../policies/cache.js';
 import type { Judge, JudgeBinding, ProviderName } from './model.js';
+import { argumentAt } from './prompt.js';
 
 /** An llm policy's evaluation plus what only a judged decision has. */
 export interface JudgedEvaluation {
@@ -63,7 +64,11 @@ export async function judgeStep(
     parameter: answer.failedArgument ?? '',
     constraint_type: 'llm',
     expected: description,
-    actual: answer.failedArgument !== null ? (call.arguments[answer.failedArgument] ?? null) : null,
+    // Looked up as the judge's answer was checked (top-level key, else dotted path).
+    actual:
+      answer.failedArgument !== null
+        ? (argumentAt(call.arguments, answer.failedArgument)?.value ?? null)
+        : null,
     message: answer.failedArgument ? `${answer.failedArgument}: ${answer.reason}` : answer.reason,
   };
   return {

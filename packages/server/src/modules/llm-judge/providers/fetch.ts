@@ -13,3 +13,25 @@ export const MAX_ANSWER_BYTES = 1024 * 1024;
  */
 export const providerFetch: typeof fetch = (input, init) =>
   boundedFetch(input, init, { maxBytes: MAX_ANSWER_BYTES });
+
+/** One provider call as it went over the wire: the request body sent and the answer body received, as text. */
+export interface Exchange {
+  request: string | null;
+  response: string | null;
+}
+
+/**
+ * `providerFetch` that also keeps, in `exchange`, the request body and the answer body exactly as
+ * received (decoded as UTF-8, as the SDK decodes it). The SDK parses the answer with JSON.parse, which
+ * keeps the last of duplicate members and so hides them; the judge reads the raw body instead.
+ */
+export function recordingFetch(exchange: Exchange): typeof fetch {
+  return async (input, init) => {
+    exchange.request = typeof init?.body === 'string' ? init.body : null;
+    exchange.response = null;
+    const res = await providerFetch(input, init);
+    // The body is in memory (boundedFetch read it whole): cloning it costs no network read.
+    exchange.response = await res.clone().text();
+    return res;
+  };
+}

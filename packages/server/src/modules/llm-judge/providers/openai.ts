@@ -1,6 +1,5 @@
 import { createOpenAI } from '@ai-sdk/openai';
 import type { ProviderAdapter, ProviderSettings } from '../model.js';
-import { providerFetch } from './fetch.js';
 import { structuredAdapter } from './structured.js';
 
 /**
@@ -8,10 +7,13 @@ import { structuredAdapter } from './structured.js';
  * (vLLM, Ollama, LiteLLM) speaks; SVC_LLM_OPENAI_BASE_URL points at one of those.
  */
 export function openaiAdapter(s: ProviderSettings): ProviderAdapter {
-  const provider = createOpenAI({
-    apiKey: s.apiKey ?? 'not-needed',
-    ...(s.baseUrl ? { baseURL: s.baseUrl } : {}),
-    fetch: providerFetch,
+  // One provider object per call, whose fetch keeps that call's raw exchange (see recordingFetch).
+  return structuredAdapter('openai', s.model, (fetch) => {
+    const provider = createOpenAI({
+      apiKey: s.apiKey ?? 'not-needed',
+      ...(s.baseUrl ? { baseURL: s.baseUrl } : {}),
+      fetch,
+    });
+    return provider.chat(s.model);
   });
-  return structuredAdapter('openai', s.model, provider.chat(s.model));
 }

@@ -2,6 +2,8 @@ import { generateText, type LanguageModel, NoObjectGeneratedError, Output } from
 import type { ZodType } from 'zod';
 import type { ProviderAdapter, ProviderName } from '../model.js';
 import { ANSWER_SCHEMA } from '../prompt.js';
+import { type Exchange, recordingFetch } from './fetch.js';
+import { rawAnswerText, UnlocatedAnswerError } from './raw.js';
 
 // The SDK prints compatibility warnings to the console; the service logs through pino only.
 (globalThis as { AI_SDK_LOG_WARNINGS?: boolean }).AI_SDK_LOG_WARNINGS = false;
@@ -18,13 +20,20 @@ export class MalformedAnswerError extends Error {
 
 /**
  * One structured-output call through the AI SDK, the same for every provider: no retries (a retry
- * would outlive the caller's deadline), the caller's abort signal, the answer schema.
+ * would outlive the caller's deadline), the caller's abort signal, the answer schema. `modelFor`
+ * builds the provider's model on the fetch given, once per call, so that each call keeps its own
+ * raw exchange: `text` is the raw answer text (see rawAnswerText) and `body` the answer body as received.
  */
-export function structuredAdapter(provider: ProviderName, model: string, lm: LanguageModel): ProviderAdapter {
+export function structuredAdapter(
+  provider: ProviderName,
+  model: string,
+  modelFor: (fetch: typeof globalThis.fetch) => LanguageModel,
+): ProviderAdapter {
   async function call(system: string, prompt: string, signal: AbortSignal, schema: ZodType) {
+    const exchange: Exchange = { request: null, response: null };
     try {
       const result = await generateText({
-        model: lm,
+        model: modelFor(recordingFetch(exchange)),
         system,
         prompt,
         output: Output.object({ schema, name: 'answer' }),
@@ -32,11 +41,23 @@ export function structuredAdapter(provider: ProviderName, model: string, lm: Lan
         abortSignal: signal,
         maxOutputTokens: 2048,
       });
-      return { text: result.text, object: result.output as unknown };
+      if (exchange.response === null) throw new UnlocatedAnswerError('no answer body was received');
+      return {
+        text: rawAnswerText(provider, exchange, result.text),
+        object: result.output as unknown,
+        body: exchange.response,
+      };
     } catch (err) {
       if (NoObjectGeneratedError.isInstance(err)) {
-        throw new MalformedAnswerError(err.message, err.text ?? null);
+        let text: string | null = null;
+        try {
+          text = err.text === undefined ? null : rawAnswerText(provider, exchange, err.text);
+        } catch {
+          // The answer could not be told from the body: nothing to bind.
+        }
+        throw new MalformedAnswerError(err.message, text);
       }
+      if (err instanceof UnlocatedAnswerError) throw new MalformedAnswerError(err.message, null);
       throw err;
     }
   }
