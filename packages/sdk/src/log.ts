@@ -38,7 +38,7 @@ export const DENY = 1;
  * retries) are kept even beyond the bound, as is anything acknowledged.
  *
  * A batch the server refuses is split only to find the decision at fault: the one its error names
- * (`body/<index>/...`), else by halving (413, or a body it cannot record without naming it). A
+ * (`body/<index>/...`), else by halving (413, or another 400). A
  * refusal of the request itself (400 `missing_project`: the API key has no project, so no client
  * decision of it can ever be recorded) is `refusal`: nothing more is sent, the decisions are kept
  * (close() hands them back) and the client decides every call on the service from then on.
@@ -494,14 +494,14 @@ export class DecisionLog {
             this.refuse(err);
             return 0;
           }
-          if (err.code === INVALID_ITEM) {
-            const at = itemNamed(err, bodies.length);
-            return at === null ? this.split(bodies, err) : this.reject(bodies, at, err);
-          }
+          const at = err.code === INVALID_ITEM ? itemNamed(err, bodies.length) : null;
+          // Any other 400 (a body it cannot record without naming the decision, or one it cannot
+          // read: arguments changed after the call, under snapshot: false) is halved to find it.
+          return at === null ? this.split(bodies, err) : this.reject(bodies, at, err);
         }
         // 429/5xx: wait and retry; 409 idempotency_request_in_progress: an earlier attempt still runs
-        // on the server, ask again with the same key; 401/403 (a revoked key) and any other refusal
-        // that names no decision: keep the decisions, report, retry slowly.
+        // on the server, ask again with the same key; 401/403 (a revoked key) and any other refusal:
+        // keep the decisions, report, retry slowly.
         if (!isRetryable(res.status) && err.code !== IN_PROGRESS) this.report(err);
       } catch (err) {
         this.report(err);

@@ -332,6 +332,27 @@ describe('what the service refuses of the log', () => {
     expect(amounts.sort()).toEqual([0, 1, 2, 4, 5]);
   });
 
+  it('halves a batch the service cannot read, and drops only the decision that made it so', async () => {
+    const tenant = await tenantWithPolicy();
+    const { client, posts, errors } = countingClient(tenant, { log: { snapshot: false } });
+    const kept: Record<string, unknown>[] = [];
+    for (let i = 0; i < 4; i++) {
+      kept.push({ amount: i });
+      await client.validate('pay', kept[i]!);
+    }
+    // Changed after the call: an own "__proto__" member, which the service's JSON reader refuses
+    // for the whole body (400 invalid_json, naming no decision).
+    Object.defineProperty(kept[2]!, '__proto__', { value: { x: 1 }, enumerable: true });
+    await client.flush();
+    expect(posts).toEqual([4, 2, 2, 1, 1]);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(LogRejectedError);
+    expect((errors[0] as LogRejectedError).cause.code).toBe('invalid_json');
+    await client.close();
+    const amounts = (await decisionsOf(tenant)).map((d) => d.arguments.amount as number);
+    expect(amounts.sort()).toEqual([0, 1, 3]);
+  });
+
   it('keeps the decisions of a key without a project, and sends every later call to the service', async () => {
     const tenant = await createTenant(t);
     const policy = await t.inject({
