@@ -43,6 +43,9 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     reporters: ['default', plainSummary],
+    // One file at a time, whatever the number of cores: tests of one file may stop servers, drop
+    // schemas and time things that other files running beside them would disturb.
+    fileParallelism: false,
     // Isolation is set per pool, not per project: forks run the shared project's files one after
     // another in one process; threads give each file of the isolated project a fresh module graph.
     poolOptions: { forks: { isolate: false }, threads: { isolate: true } },
