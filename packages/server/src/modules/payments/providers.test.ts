@@ -721,19 +721,22 @@ describe('the connection of a payment of unknown outcome', () => {
 });
 
 describe('a workflow bound to a capsule whose payment is with the provider', () => {
-  it('is not cancelled by a transition that read it before the consume held it', async () => {
+  /** A tenant with a wire provider answering `outcome`, a workflow `w` of `entity` approved, and a capsule bound to it. */
+  async function approvedWorkflowCapsule(entity: string, outcome: 'ok' | 'fail') {
     const x = await createTenant(t);
-    const { path } = await setup(x, 'wire', 'ok');
+    const { path } = await setup(x, 'wire', outcome);
     const packId = await k.pack(x, PACK);
     const payee = await k.payee(x, PAYEE);
     k.ok(
-      await k.inject('POST', '/v1/gateway/workflows', k.key(x), { entity_id: 'race', workflow_id: 'w' }),
+      await k.inject('POST', '/v1/gateway/workflows', k.key(x), { entity_id: entity, workflow_id: 'w' }),
       201,
     );
-    k.ok(await k.inject('POST', '/v1/gateway/workflows/race/w/transition', asUser(x), { to: 'approved' }));
+    k.ok(
+      await k.inject('POST', `/v1/gateway/workflows/${entity}/w/transition`, asUser(x), { to: 'approved' }),
+    );
     const c = k.ok(
       await k.mint(x, {
-        entity_id: 'race',
+        entity_id: entity,
         pack_id: packId,
         rails: ['wire'],
         beneficiary: { payee_id: payee.id },
@@ -742,6 +745,11 @@ describe('a workflow bound to a capsule whose payment is with the provider', () 
       }),
       201,
     );
+    return { x, path, c };
+  }
+
+  it('is not cancelled by a transition that read it before the consume held it', async () => {
+    const { x, path, c } = await approvedWorkflowCapsule('race', 'ok');
     let release!: () => void;
     const gate = new Promise<void>((r) => {
       release = r;
@@ -799,26 +807,7 @@ describe('a workflow bound to a capsule whose payment is with the provider', () 
   });
 
   it('does not stop a retry of that payment, whatever state the workflow reached', async () => {
-    const x = await createTenant(t);
-    const { path } = await setup(x, 'wire', 'fail');
-    const packId = await k.pack(x, PACK);
-    const payee = await k.payee(x, PAYEE);
-    k.ok(
-      await k.inject('POST', '/v1/gateway/workflows', k.key(x), { entity_id: 'left', workflow_id: 'w' }),
-      201,
-    );
-    k.ok(await k.inject('POST', '/v1/gateway/workflows/left/w/transition', asUser(x), { to: 'approved' }));
-    const c = k.ok(
-      await k.mint(x, {
-        entity_id: 'left',
-        pack_id: packId,
-        rails: ['wire'],
-        beneficiary: { payee_id: payee.id },
-        amount_ceiling: { currency: 'USD', amount: '100' },
-        workflow_id: 'w',
-      }),
-      201,
-    );
+    const { x, path, c } = await approvedWorkflowCapsule('left', 'fail');
     k.expectB(await pay(x, c.capsule, 'wire'), 502, 'provider_upstream_error');
     // The workflow left approved while the payment was unresolved (as a transition racing the
     // consume could before it compared the capsule binding).
