@@ -73,19 +73,22 @@ export interface ProviderWriteGuard {
   settled?: boolean;
 }
 
-/** No payment the connection was handed is pending or of unknown outcome (a condition on `gateway_providers`). */
-const noUnresolvedPayment =
+/** A payment the connection was handed is pending or of unknown outcome (a condition on `gateway_providers`). */
+const unresolvedPayment =
   (org: string, id: string) =>
-  ({ not, exists, selectFrom }: ExpressionBuilder<FlowTables, 'gateway_providers'>) =>
-    not(
-      exists(
-        selectFrom('gateway_payments')
-          .select('capsule_id')
-          .where('gateway_payments.organization_id', '=', org)
-          .where('gateway_payments.provider_id', '=', id)
-          .where('gateway_payments.state', 'in', ['pending', 'unknown'] satisfies PaymentState[]),
-      ),
+  ({ exists, selectFrom }: ExpressionBuilder<FlowTables, 'gateway_providers'>) =>
+    exists(
+      selectFrom('gateway_payments')
+        .select('capsule_id')
+        .where('gateway_payments.organization_id', '=', org)
+        .where('gateway_payments.provider_id', '=', id)
+        .where('gateway_payments.state', 'in', ['pending', 'unknown'] satisfies PaymentState[]),
     );
+
+/** No payment the connection was handed is pending or of unknown outcome. */
+const noUnresolvedPayment =
+  (org: string, id: string) => (eb: ExpressionBuilder<FlowTables, 'gateway_providers'>) =>
+    eb.not(unresolvedPayment(org, id)(eb));
 
 export function createProviderRepository(base: Db) {
   const db = view(base);
@@ -163,12 +166,11 @@ export function createProviderRepository(base: Db) {
     /** Whether a payment handed to the connection is pending or of unknown outcome. */
     async unresolved(org: string, id: string): Promise<boolean> {
       const row = await db
-        .selectFrom('gateway_payments')
-        .select('capsule_id')
+        .selectFrom('gateway_providers')
+        .select('id')
         .where('organization_id', '=', org)
-        .where('provider_id', '=', id)
-        .where('state', 'in', ['pending', 'unknown'] satisfies PaymentState[])
-        .limit(1)
+        .where('id', '=', id)
+        .where(unresolvedPayment(org, id))
         .executeTakeFirst();
       return row !== undefined;
     },
