@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { asUserScope } from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { createPolicyRepository, type PolicyRepository } from '../policies/repository.js';
@@ -45,6 +46,30 @@ const policyOf = async (tenant: Tenant) =>
   (
     await t.inject({ method: 'GET', url: '/v1/policies/send_payment', headers: keyHeader(tenant.apiKey) })
   ).json();
+
+/** The app's Charter service, with a repository of the test's own in place of the store's. */
+function serviceWith(parts: {
+  repo?: ReturnType<typeof createCharterRepository>;
+  policies?: PolicyRepository;
+}) {
+  return createCharterService({
+    db: t.store.db,
+    repo: parts.repo ?? createCharterRepository(t.store.db),
+    tools: createToolRepository(t.store.db),
+    policies: parts.policies ?? createPolicyRepository(t.store.db),
+    registry: {
+      upsert: () => {
+        throw new Error('not used');
+      },
+    },
+    cache: t.ctx.policies,
+    events: t.ctx.events,
+    clock: t.ctx.clock,
+    baseUrl: t.config.baseUrl,
+    judgeRoute: (p) => t.ctx.judge.route(p),
+    ask: null,
+  });
+}
 
 describe('POST /v1/charter/turn (compile)', () => {
   it('proposes a verified change that is not live until a person approves it', async () => {
@@ -328,28 +353,8 @@ describe('POST /v1/charter/turn (compile)', () => {
         return real.replace(organizationId, toolName, patch, trx, expectedVersion);
       },
     };
-    const service = createCharterService({
-      db: t.store.db,
-      repo: createCharterRepository(t.store.db),
-      tools: createToolRepository(t.store.db),
-      policies,
-      registry: {
-        upsert: () => {
-          throw new Error('not used');
-        },
-      },
-      cache: t.ctx.policies,
-      events: t.ctx.events,
-      clock: t.ctx.clock,
-      baseUrl: t.config.baseUrl,
-      judgeRoute: (p) => t.ctx.judge.route(p),
-      ask: null,
-    });
-    const scope = {
-      organizationId: tenant.orgId,
-      projectId: null,
-      principal: { kind: 'user' as const, userId: tenant.userId },
-    };
+    const service = serviceWith({ policies });
+    const scope = asUserScope(tenant);
     await expect(service.approve(scope, body.verification.id)).rejects.toMatchObject({ code: 'conflict' });
     expect(await policyOf(tenant)).toMatchObject({ version: 1, isActive: true });
     const read = await t.inject({
@@ -384,28 +389,8 @@ describe('POST /v1/charter/turn (compile)', () => {
         return row;
       },
     };
-    const service = createCharterService({
-      db: t.store.db,
-      repo,
-      tools: createToolRepository(t.store.db),
-      policies: createPolicyRepository(t.store.db),
-      registry: {
-        upsert: () => {
-          throw new Error('not used');
-        },
-      },
-      cache: t.ctx.policies,
-      events: t.ctx.events,
-      clock: t.ctx.clock,
-      baseUrl: t.config.baseUrl,
-      judgeRoute: (p) => t.ctx.judge.route(p),
-      ask: null,
-    });
-    const scope = {
-      organizationId: tenant.orgId,
-      projectId: null,
-      principal: { kind: 'user' as const, userId: tenant.userId },
-    };
+    const service = serviceWith({ repo });
+    const scope = asUserScope(tenant);
     const outcomes = await Promise.allSettled([
       service.approve(scope, body.verification.id),
       service.approve(scope, body.verification.id),

@@ -1,7 +1,7 @@
 import { verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
-import { createTenant, keyHeader, type Tenant, withTestApp } from '../../../test/helpers.js';
+import { createTenant, keyHeader, type Tenant, type TestApp, withTestApp } from '../../../test/helpers.js';
 import { type FakeModelServer, fakeLlmEnv, startFakeModelServer } from '../../../test/llm-providers.js';
 import { sha256Tagged } from '../../ledger/canonical.js';
 import { loadLlmSettings } from './config.js';
@@ -32,6 +32,10 @@ const LLM_POLICY = {
   },
 };
 
+/** POST /v1/policies with the LLM policy, as the tenant's key, on that app. */
+const createLlmPolicy = (app: Pick<TestApp, 'inject'>, tenant: Tenant) =>
+  app.inject({ method: 'POST', url: '/v1/policies', headers: keyHeader(tenant.apiKey), payload: LLM_POLICY });
+
 beforeAll(async () => {
   server = await startFakeModelServer(() => ({ object: ALLOW }));
 });
@@ -41,13 +45,7 @@ beforeAll(async () => {
   a = await createTenant(t);
   b = await createTenant(t);
   for (const tenant of [a, b]) {
-    const res = await t.inject({
-      method: 'POST',
-      url: '/v1/policies',
-      headers: keyHeader(tenant.apiKey),
-      payload: LLM_POLICY,
-    });
-    expect(res.statusCode).toBe(201);
+    expect((await createLlmPolicy(t, tenant)).statusCode).toBe(201);
   }
 });
 beforeEach(() => {
@@ -211,13 +209,7 @@ describe('llm policies on POST /v1/tools/validate', () => {
     delete env.SVC_LLM_ANTHROPIC_MODEL;
     await withTestApp({ llm: loadLlmSettings(env) }, async (app) => {
       const tenant = await createTenant(app);
-      const created = await app.inject({
-        method: 'POST',
-        url: '/v1/policies',
-        headers: keyHeader(tenant.apiKey),
-        payload: LLM_POLICY,
-      });
-      expect(created.statusCode).toBe(201);
+      expect((await createLlmPolicy(app, tenant)).statusCode).toBe(201);
       server.script = () => ({ text: input });
       const res = await app.inject({
         method: 'POST',
@@ -284,12 +276,7 @@ describe('quality and dry run of llm policies', () => {
   it('without a configured provider, says so and every call is denied', async () => {
     await withTestApp({}, async (bare) => {
       const tenant = await createTenant(bare);
-      const created = await bare.inject({
-        method: 'POST',
-        url: '/v1/policies',
-        headers: keyHeader(tenant.apiKey),
-        payload: LLM_POLICY,
-      });
+      const created = await createLlmPolicy(bare, tenant);
       expect(created.json().quality).toMatchObject({ judge: { provider: null, configured: false } });
       expect(created.json().quality.issues.join(' ')).toMatch(/No model provider is configured/);
       const res = await bare.inject({

@@ -510,28 +510,37 @@ describe('a hand-off that sends nothing, or a refusal of a key sent before', () 
   });
 });
 
+/** A tenant with a wire provider answering `outcome`, a workflow `w` of `entity` approved, and a capsule bound to it. */
+async function approvedWorkflowCapsule(
+  entity: string,
+  outcome: Parameters<TestPaymentProvider['endpoint']>[1],
+) {
+  const x = await createTenant(t);
+  const { path } = await setup(x, 'wire', outcome);
+  const packId = await k.pack(x, PACK);
+  const payee = await k.payee(x, PAYEE);
+  k.ok(
+    await k.inject('POST', '/v1/gateway/workflows', k.key(x), { entity_id: entity, workflow_id: 'w' }),
+    201,
+  );
+  k.ok(await k.inject('POST', `/v1/gateway/workflows/${entity}/w/transition`, asUser(x), { to: 'approved' }));
+  const c = k.ok(
+    await k.mint(x, {
+      entity_id: entity,
+      pack_id: packId,
+      rails: ['wire'],
+      beneficiary: { payee_id: payee.id },
+      amount_ceiling: { currency: 'USD', amount: '100' },
+      workflow_id: 'w',
+    }),
+    201,
+  );
+  return { x, path, c };
+}
+
 describe('an attempt whose lease ran out while it was in flight', () => {
   it('changes nothing when it ends after another consume took the payment over', async () => {
-    const x = await createTenant(t);
-    const { path } = await setup(x, 'wire', 'refuse');
-    const packId = await k.pack(x, PACK);
-    const payee = await k.payee(x, PAYEE);
-    k.ok(
-      await k.inject('POST', '/v1/gateway/workflows', k.key(x), { entity_id: 'lease', workflow_id: 'w' }),
-      201,
-    );
-    k.ok(await k.inject('POST', '/v1/gateway/workflows/lease/w/transition', asUser(x), { to: 'approved' }));
-    const c = k.ok(
-      await k.mint(x, {
-        entity_id: 'lease',
-        pack_id: packId,
-        rails: ['wire'],
-        beneficiary: { payee_id: payee.id },
-        amount_ceiling: { currency: 'USD', amount: '100' },
-        workflow_id: 'w',
-      }),
-      201,
-    );
+    const { x, path, c } = await approvedWorkflowCapsule('lease', 'refuse');
     let takeover: Awaited<ReturnType<typeof pay>> | null = null;
     provider.beforeAnswer = async (req) => {
       if (req.path !== `/${path}`) return;
@@ -721,33 +730,6 @@ describe('the connection of a payment of unknown outcome', () => {
 });
 
 describe('a workflow bound to a capsule whose payment is with the provider', () => {
-  /** A tenant with a wire provider answering `outcome`, a workflow `w` of `entity` approved, and a capsule bound to it. */
-  async function approvedWorkflowCapsule(entity: string, outcome: 'ok' | 'fail') {
-    const x = await createTenant(t);
-    const { path } = await setup(x, 'wire', outcome);
-    const packId = await k.pack(x, PACK);
-    const payee = await k.payee(x, PAYEE);
-    k.ok(
-      await k.inject('POST', '/v1/gateway/workflows', k.key(x), { entity_id: entity, workflow_id: 'w' }),
-      201,
-    );
-    k.ok(
-      await k.inject('POST', `/v1/gateway/workflows/${entity}/w/transition`, asUser(x), { to: 'approved' }),
-    );
-    const c = k.ok(
-      await k.mint(x, {
-        entity_id: entity,
-        pack_id: packId,
-        rails: ['wire'],
-        beneficiary: { payee_id: payee.id },
-        amount_ceiling: { currency: 'USD', amount: '100' },
-        workflow_id: 'w',
-      }),
-      201,
-    );
-    return { x, path, c };
-  }
-
   it('is not cancelled by a transition that read it before the consume held it', async () => {
     const { x, path, c } = await approvedWorkflowCapsule('race', 'ok');
     let release!: () => void;
