@@ -412,6 +412,11 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
     }
   };
 
+  /*
+   * The two choices wait while a write (or its refusal) is being read back: that read ends by
+   * setting the base and the conflict, and would undo a choice taken before it.
+   */
+
   /** Keeps the text, now based on the current version: saving replaces that version with it. */
   const keepMine = () => {
     if (!conflict) return;
@@ -464,10 +469,10 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
           <p className="meta">Version {conflict.policy.version} as it is now:</p>
           <pre data-current-version={conflict.policy.version}>{definitionText(conflict.policy)}</pre>
           <div className="actions">
-            <button type="button" onClick={keepMine}>
+            <button type="button" onClick={keepMine} disabled={busy}>
               Keep my text, based on version {conflict.policy.version}
             </button>
-            <button type="button" className="secondary" onClick={takeCurrent}>
+            <button type="button" className="secondary" onClick={takeCurrent} disabled={busy}>
               Discard my text and load version {conflict.policy.version}
             </button>
           </div>

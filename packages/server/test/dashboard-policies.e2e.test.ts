@@ -89,6 +89,20 @@ describe('the policy editor', () => {
     await eventually(() => page.locator('.versions > li[data-version="4"]').count()).toBe(1);
 
     // Saving again without deciding is refused again: the page still sends version 3's ETag.
+    // The policy's read after the refusal is held: until it has answered, the choices wait (taken
+    // before, that read would undo them).
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let held = false;
+    await page.route('**/v1/policies/wire', async (route) => {
+      if (route.request().method() !== 'GET' || held) return route.fallback();
+      held = true;
+      await released;
+      await route.fallback();
+    });
+    const keep = page.getByRole('button', { name: 'Keep my text, based on version 4' });
     const [again] = await Promise.all([
       page.waitForResponse((r) => r.request().method() === 'PUT' && r.url().endsWith('/v1/policies/wire')),
       page.getByRole('button', { name: 'Save' }).click(),
@@ -96,10 +110,15 @@ describe('the policy editor', () => {
     expect(again.status()).toBe(409);
     expect(again.request().headers()['if-match']).toMatch(/^"v3-[0-9a-f]{32}"$/);
     expect((await policyOf('wire')).version).toBe(4);
+    await eventually(() => held).toBe(true);
+    expect(await keep.isDisabled()).toBe(true);
+    release();
+    await page.unroute('**/v1/policies/wire');
+    await eventually(() => keep.isEnabled()).toBe(true);
     await eventually(() => conflict.isVisible()).toBe(true);
 
     // The person keeps their text, knowingly based on version 4 now, and saves it.
-    await page.getByRole('button', { name: 'Keep my text, based on version 4' }).click();
+    await keep.click();
     // The page renders after the click has returned: read it until it has.
     await eventually(() => conflict.count()).toBe(0);
     expect(JSON.parse(await definition().inputValue())).toEqual(mine);
