@@ -108,8 +108,10 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
     } catch (err) {
       setMessage(messageOf(err));
     } finally {
-      setBusy(false);
+      // The buttons wait for the queue as it is now: until it is read, the cards just resolved are
+      // still shown, and acting on one again would be refused.
       await reload();
+      setBusy(false);
     }
   }
 

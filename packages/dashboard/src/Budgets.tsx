@@ -21,11 +21,13 @@ export function Budgets({ organizationId }: PageProps) {
   const [asked, setAsked] = useState<typeof form | null>(null);
   const [busy, setBusy] = useState(false);
   const [message, setMessage] = useState<string | null>(null);
+  /** Why the configuration could not be read: it stays while figures are asked for. */
+  const [configError, setConfigError] = useState<string | null>(null);
   const ids = { agent: useId(), session: useId(), category: useId() };
 
   useEffect(() => {
     api<EconomicConfig>('/v1/economic/config', { organizationId }).then(setConfig, (err: Error) =>
-      setMessage(err.message),
+      setConfigError(err.message),
     );
   }, [organizationId]);
 
@@ -58,9 +60,10 @@ export function Budgets({ organizationId }: PageProps) {
     <>
       <section aria-labelledby="budgets-title">
         <h1 id="budgets-title">Spend budgets</h1>
+        <ErrorLine error={configError} alert />
         <ErrorLine error={message} alert />
         {config === null ? (
-          <p aria-busy="true">Loading…</p>
+          !configError && <p aria-busy="true">Loading…</p>
         ) : c === null ? (
           <p className="empty">
             No economic configuration: spend is not authorized against budgets. Set one with PUT

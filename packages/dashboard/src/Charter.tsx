@@ -37,8 +37,12 @@ const pathOf = (url: string) => {
 export function Charter({ organizationId, userId }: PageProps) {
   const path = usePath();
   const review = /^\/charter\/(?:verify|reviews)\/([^/]+)$/.exec(path);
-  if (review)
-    return <Review id={decodeURIComponent(review[1]!)} organizationId={organizationId} userId={userId} />;
+  if (review) {
+    const id = decodeURIComponent(review[1]!);
+    // Keyed by the change: another one's review (history moves between two) starts afresh, rather
+    // than showing the previous change, and its buttons, until the new one is read.
+    return <Review key={id} id={id} organizationId={organizationId} userId={userId} />;
+  }
   return <Chat organizationId={organizationId} />;
 }
 
@@ -54,8 +58,8 @@ function Chat({ organizationId }: { organizationId: string }) {
   const modeId = useId();
 
   const reload = useReload(
-    async () =>
-      setPending((await api<{ data: Verification[] }>('/v1/charter/verifications', { organizationId })).data),
+    async () => (await api<{ data: Verification[] }>('/v1/charter/verifications', { organizationId })).data,
+    setPending,
     setMessage,
     organizationId,
   );
@@ -75,7 +79,8 @@ function Chat({ organizationId }: { organizationId: string }) {
       });
       setConversationId(turn.conversationId);
       setEntries((es) => [...es, { who: 'charter', text: turn.reply, turn }]);
-      setText('');
+      // What was typed while Charter answered stays.
+      setText((t) => (t.trim() === said ? '' : t));
       if (turn.verification.required) await reload();
     } catch (err) {
       setMessage(messageOf(err));
@@ -125,9 +130,12 @@ function Chat({ organizationId }: { organizationId: string }) {
             {busy ? 'Sending…' : 'Send'}
           </button>
           {conversationId && (
+            // Waits for the answer under way: it belongs to this conversation, and would otherwise
+            // open the new one, which would then go on with this one.
             <button
               type="button"
               className="deny"
+              disabled={busy}
               onClick={() => {
                 setConversationId(undefined);
                 setEntries([]);

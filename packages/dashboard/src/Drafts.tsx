@@ -39,7 +39,10 @@ export function Drafts({ organizationId }: PageProps) {
       const { data } = await api<{ data: PolicyDraft[] }>('/v1/policy-drafts', { organizationId });
       // Waiting for review first, then the newest.
       const order = (d: PolicyDraft) => (d.status === 'pending_review' ? 0 : 1);
-      setDrafts([...data].sort((a, b) => order(a) - order(b) || b.updatedAt.localeCompare(a.updatedAt)));
+      return [...data].sort((a, b) => order(a) - order(b) || b.updatedAt.localeCompare(a.updatedAt));
+    },
+    (sorted) => {
+      setDrafts(sorted);
       setMessage(null);
     },
     setMessage,

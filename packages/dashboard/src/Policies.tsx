@@ -11,7 +11,7 @@ import { type FormEvent, useCallback, useEffect, useId, useState } from 'react';
 import { ApiError, api, messageOf, request } from './api.js';
 import type { PageProps } from './pages.js';
 import { Link, navigate, usePath } from './router.js';
-import { ACTIONS_COLUMN, ConfirmButton, ErrorLine, Field, TableHead, useList } from './ui.js';
+import { ACTIONS_COLUMN, ConfirmButton, ErrorLine, Field, TableHead, useBusy, useList } from './ui.js';
 
 interface Policy {
   toolName: string;
@@ -129,10 +129,12 @@ export function Policies({ organizationId }: PageProps) {
 function PolicyList({ organizationId }: { organizationId: string }) {
   const { data: policies, load, error, setError } = useList<Policy>('/v1/policies', organizationId);
   const [message, setMessage] = useState<string | null>(null);
+  // Until the list is read again, a row still offers the action just taken: a second click would
+  // undo it (a double click deactivates, then activates again).
+  const { busy, run } = useBusy(setError);
 
-  const toggle = async (p: Policy) => {
-    setError(null);
-    try {
+  const toggle = (p: Policy) =>
+    run(async () => {
       const action = p.isActive ? 'deactivate' : 'activate';
       const res = await api<{ message: string }>(`${apiPathOf(p.toolName)}/${action}`, {
         method: 'POST',
@@ -140,10 +142,7 @@ function PolicyList({ organizationId }: { organizationId: string }) {
       });
       setMessage(res.message);
       await load();
-    } catch (err) {
-      setError(messageOf(err));
-    }
-  };
+    });
 
   return (
     <>
@@ -178,6 +177,7 @@ function PolicyList({ organizationId }: { organizationId: string }) {
                       type="button"
                       className="secondary"
                       aria-label={`${p.isActive ? 'Deactivate' : 'Activate'} ${p.toolName}`}
+                      disabled={busy}
                       onClick={() => void toggle(p)}
                     >
                       {p.isActive ? 'Deactivate' : 'Activate'}

@@ -1,4 +1,4 @@
-import { type FormEvent, type ReactNode, useCallback, useEffect, useId, useRef, useState } from 'react';
+import { type FormEvent, type ReactNode, useEffect, useId, useRef, useState } from 'react';
 import { api, messageOf, type Organization, query } from './api.js';
 import type { PageProps } from './pages.js';
 import { keyPrefixShown } from './reveal.js';
@@ -12,6 +12,7 @@ import {
   TableHead,
   useBusy,
   useList,
+  useReload,
 } from './ui.js';
 
 interface Project {
@@ -68,21 +69,18 @@ export function Settings({ organizationId }: PageProps) {
   const [keysVersion, setKeysVersion] = useState(0);
   const projects = loaded ?? [];
 
-  const loadProjects = useCallback(async () => {
-    try {
-      const { data } = await api<{ data: Project[] }>(`/v1/projects${query({ organizationId })}`, {
-        organizationId,
-      });
+  // The latest read wins: the page's first read, answering after the one that follows a new project,
+  // would take the new project off the list.
+  const loadProjects = useReload(
+    async () =>
+      (await api<{ data: Project[] }>(`/v1/projects${query({ organizationId })}`, { organizationId })).data,
+    (data) => {
       setLoaded(data);
       setProjectsError(null);
-    } catch (err) {
-      setProjectsError(messageOf(err));
-    }
-  }, [organizationId]);
-
-  useEffect(() => {
-    void loadProjects();
-  }, [loadProjects]);
+    },
+    setProjectsError,
+    organizationId,
+  );
 
   return (
     <>

@@ -10,7 +10,8 @@ export function useList<T>(path: string, organizationId: string) {
   const [data, setData] = useState<T[] | null>(null);
   const [error, setError] = useState<string | null>(null);
   const load = useReload(
-    async () => setData((await api<{ data: T[] }>(path, { organizationId })).data),
+    async () => (await api<{ data: T[] }>(path, { organizationId })).data,
+    setData,
     setError,
     `${organizationId} ${path}`,
   );
@@ -19,20 +20,26 @@ export function useList<T>(path: string, organizationId: string) {
 
 /**
  * `read` run when the page mounts and again whenever `key` (what `read` depends on, e.g. the
- * organization's id) changes; the returned function runs it on demand. A failure's message goes to
- * `onError`.
+ * organization's id) changes; the returned function runs it on demand. What it read goes to `show`,
+ * a failure's message to `onError`, only for the latest run: an earlier read that answers later
+ * would show what the page knew before. The returned promise settles once its run's answer is in
+ * (shown, or dropped for a later run's).
  */
-export function useReload(
-  read: () => Promise<void>,
+export function useReload<T>(
+  read: () => Promise<T>,
+  show: (value: T) => void,
   onError: (message: string) => void,
   key: string,
 ): () => Promise<void> {
+  const reads = useRef(0);
   // biome-ignore lint/correctness/useExhaustiveDependencies: `key` stands for everything `read` depends on
   const reload = useCallback(async () => {
+    const run = ++reads.current;
     try {
-      await read();
+      const value = await read();
+      if (run === reads.current) show(value);
     } catch (err) {
-      onError(messageOf(err));
+      if (run === reads.current) onError(messageOf(err));
     }
   }, [key]);
 

@@ -617,6 +617,300 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     expect(await page.locator('link[rel="icon"]').getAttribute('href')).toMatch(/^data:image\/svg\+xml,/);
   }, 120_000);
 
+  it('shows each draft as the latest read has it, whatever order the reads answer in', async () => {
+    const submitted = async (name: string) => {
+      const created = await h.call('/v1/policy-drafts', {
+        method: 'POST',
+        headers: key(),
+        body: {
+          name,
+          projectId: alice.projectId,
+          createdByAgentId: 'policy-bot',
+          rules: [{ id: 'cap', action: 'allow', tools: ['pay'], conditions: [], severity: 'low' }],
+        },
+      });
+      await h.call(`/v1/policy-drafts/${created.data.id}/submit`, { method: 'POST', headers: key() });
+      return created.data.id as string;
+    };
+    const first = await submitted('Read order A');
+    const second = await submitted('Read order B');
+    await open('Drafts', 'Policy drafts');
+    const cardA = page.locator(`li[data-draft-id="${first}"]`);
+    const cardB = page.locator(`li[data-draft-id="${second}"]`);
+    await cardA.waitFor();
+    await cardB.waitFor();
+
+    // The list read after A is rejected is answered by the service at once (B still waiting for
+    // review in it), and held on its way to the page until B has been rejected and read again.
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let taken = false;
+    let answered = false;
+    const list = '**/v1/policy-drafts';
+    await page.route(list, async (route) => {
+      if (route.request().method() !== 'GET' || taken) return route.fallback();
+      taken = true;
+      const res = await route.fetch();
+      answered = true;
+      await released;
+      await route.fulfill({ response: res });
+    });
+    try {
+      await cardA.getByRole('button', { name: 'Reject draft' }).click();
+      await eventually(() => answered).toBe(true);
+      await cardB.getByRole('button', { name: 'Reject draft' }).click();
+      await eventually(() => cardB.locator('.left').textContent()).toBe('Rejected');
+      release();
+      // A's card is done with its read (shown or dropped) once its buttons are back.
+      await eventually(() =>
+        cardA.getByRole('button', { name: 'Replay against decisions' }).isEnabled(),
+      ).toBe(true);
+      expect(await cardB.locator('.left').textContent()).toBe('Rejected');
+      expect(await cardB.getByRole('button', { name: 'Reject draft' }).count()).toBe(0);
+      expect(await cardA.locator('.left').textContent()).toBe('Rejected');
+    } finally {
+      release();
+      await page.unroute(list);
+    }
+  }, 120_000);
+
+  it("keeps a resolved card's buttons disabled until the queue is read again", async () => {
+    await open('Approvals', 'Pending approvals');
+    const one = await openApproval('reread_tool', { amount: 15 });
+    const card = page.locator(`li[data-approval-id="${one.id}"]`);
+    await card.waitFor({ timeout: 10_000 });
+    // Every read of the queue from here on is held: the card stays on screen.
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let holding = false;
+    let heldReads = 0;
+    const queue = '**/v1/approvals/pending';
+    await page.route(queue, async (route) => {
+      if (!holding) return route.fallback();
+      heldReads++;
+      await released;
+      await route.fallback();
+    });
+    try {
+      holding = true;
+      const [answer] = await Promise.all([
+        page.waitForResponse((r) => r.url().endsWith(`/v1/approvals/${one.id}/resolve`)),
+        card.getByRole('button', { name: `Approve reread_tool ${one.id}` }).click(),
+      ]);
+      expect(answer.status()).toBe(200);
+      await eventually(() => heldReads).toBeGreaterThan(0);
+      // Approved, still shown: denying it now could only be refused.
+      expect(await card.getByRole('button', { name: `Deny reread_tool ${one.id}` }).isDisabled()).toBe(true);
+      release();
+      await eventually(() => card.count()).toBe(0);
+    } finally {
+      release();
+      await page.unroute(queue);
+    }
+  }, 120_000);
+
+  it('switches a policy from the list once per click: the button waits for the list read again', async () => {
+    await h.call('/v1/policies', {
+      method: 'POST',
+      headers: key(),
+      body: { toolName: 'switched_tool', constraints: [{ argumentName: 'amount', maximum: 10 }] },
+    });
+    await open('Policies', 'Policies');
+    const deactivate = page.getByRole('button', { name: 'Deactivate switched_tool' });
+    await deactivate.waitFor();
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let holding = false;
+    let heldReads = 0;
+    const list = '**/v1/policies';
+    await page.route(list, async (route) => {
+      if (!holding || route.request().method() !== 'GET') return route.fallback();
+      heldReads++;
+      await released;
+      await route.fallback();
+    });
+    try {
+      holding = true;
+      const [answer] = await Promise.all([
+        page.waitForResponse((r) => r.url().endsWith('/v1/policies/switched_tool/deactivate')),
+        deactivate.click(),
+      ]);
+      expect(answer.status()).toBe(200);
+      await eventually(() => heldReads).toBeGreaterThan(0);
+      // Deactivated, the row still says Deactivate until the list is read: a second click (of a
+      // double click) would otherwise switch it on again once the list has been read.
+      expect(await deactivate.isDisabled()).toBe(true);
+      release();
+      await eventually(() => page.getByRole('button', { name: 'Activate switched_tool' }).isEnabled()).toBe(
+        true,
+      );
+    } finally {
+      release();
+      await page.unroute(list);
+    }
+    expect((await h.call('/v1/policies/switched_tool', { headers: key() })).isActive).toBe(false);
+  }, 120_000);
+
+  it('keeps the Charter conversation, and what is typed meanwhile, while an answer is on its way', async () => {
+    await open('Charter', 'Charter');
+    const chat = page.locator('ul.chat');
+    const box = page.getByLabel('Message');
+    await box.fill('Block send_payment over $1,000');
+    await page.getByLabel('Mode').selectOption('compile');
+    await page.getByRole('button', { name: 'Send' }).click();
+    await eventually(() => chat.locator('li.charter').count()).toBe(1);
+
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let held = false;
+    const turn = '**/v1/charter/turn';
+    await page.route(turn, async (route) => {
+      held = true;
+      await released;
+      await route.fallback();
+    });
+    try {
+      await box.fill('Block send_payment over $2,000');
+      await page.getByRole('button', { name: 'Send' }).click();
+      await eventually(() => held).toBe(true);
+      // The answer under way belongs to this conversation: a new one waits for it.
+      expect(await page.getByRole('button', { name: 'New conversation' }).isDisabled()).toBe(true);
+      await box.fill('Ask a person above $500');
+      release();
+      await eventually(() => chat.locator('li.charter').count()).toBe(2);
+      await eventually(() => page.getByRole('button', { name: 'New conversation' }).isEnabled()).toBe(true);
+      expect(await box.inputValue()).toBe('Ask a person above $500');
+    } finally {
+      release();
+      await page.unroute(turn);
+    }
+    await page.getByRole('button', { name: 'New conversation' }).click();
+    expect(await chat.locator('li').count()).toBe(0);
+  }, 120_000);
+
+  it("shows only the review the address names, not the previous one's, while it is read", async () => {
+    const propose = async (message: string) =>
+      (
+        await h.call('/v1/charter/turn', {
+          method: 'POST',
+          headers: alice.userAuth,
+          body: { message, mode: 'compile', surface: 'dashboard' },
+        })
+      ).verification.id as string;
+    const first = await propose('Block send_payment over $4,000');
+    const second = await propose('Block send_payment over $5,000');
+    await page.goto(`${h.base}/charter/reviews/${first}`);
+    await page.locator(`section[data-verification-id="${first}"]`).waitFor();
+    await page.getByRole('link', { name: '← Charter' }).click();
+    await page.locator(`a[href="/charter/reviews/${second}"]`).click();
+    await page.locator(`section[data-verification-id="${second}"]`).waitFor();
+
+    // Two steps back in the history, straight from the second review to the first, whose read is held.
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let held = false;
+    const read = `**/v1/charter/verifications/${first}`;
+    await page.route(read, async (route) => {
+      held = true;
+      await released;
+      await route.fallback();
+    });
+    try {
+      await page.evaluate('history.go(-2)');
+      await eventually(() => new URL(page.url()).pathname).toBe(`/charter/reviews/${first}`);
+      await eventually(() => held).toBe(true);
+      expect(await page.locator(`section[data-verification-id="${second}"]`).count()).toBe(0);
+      expect(await page.getByRole('button', { name: 'Approve change' }).count()).toBe(0);
+      release();
+      await page.locator(`section[data-verification-id="${first}"]`).waitFor();
+    } finally {
+      release();
+      await page.unroute(read);
+    }
+  }, 120_000);
+
+  it('keeps saying the budget configuration could not be read while figures are asked for', async () => {
+    const config = '**/v1/economic/config';
+    await page.route(config, (route) => route.abort('connectionrefused'));
+    try {
+      await open('Budgets', 'Spend budgets');
+      await eventually(() => page.getByRole('alert').count()).toBe(1);
+      await page.getByLabel('Agent', { exact: true }).fill('buyer');
+      await page.getByLabel('Session', { exact: true }).fill('s-1');
+      await page.getByRole('button', { name: 'Show figures' }).click();
+      await page.locator('[data-budget]').waitFor();
+      expect(await page.getByRole('alert').count()).toBe(1);
+      expect(await page.getByRole('alert').textContent()).toMatch(/^The service cannot be reached/);
+      expect(await page.locator('main [aria-busy="true"]').count()).toBe(0);
+    } finally {
+      await page.unroute(config);
+    }
+  }, 120_000);
+
+  it("keeps a project just created on the list when the page's first read answers after it", async () => {
+    // The page's first read of the projects is answered by the service at once, and held on its way
+    // to the page until a project made meanwhile is listed; the organization's read, held too, is let
+    // through after it: once the plan shows, the page has taken in the held answer.
+    let releaseProjects = () => {};
+    const projectsReleased = new Promise<void>((resolve) => {
+      releaseProjects = resolve;
+    });
+    let releaseOrganization = () => {};
+    const organizationReleased = new Promise<void>((resolve) => {
+      releaseOrganization = resolve;
+    });
+    let taken = false;
+    let answered = false;
+    let delivered = false;
+    let organizationHeld = false;
+    const projects = /\/v1\/projects\?/;
+    const organization = `**/v1/organizations/${alice.id}`;
+    await page.route(projects, async (route) => {
+      if (route.request().method() !== 'GET' || taken) return route.fallback();
+      taken = true;
+      const res = await route.fetch();
+      answered = true;
+      await projectsReleased;
+      await route.fulfill({ response: res });
+      delivered = true;
+    });
+    await page.route(organization, async (route) => {
+      organizationHeld = true;
+      await organizationReleased;
+      await route.fallback();
+    });
+    const made = page.locator('li[data-project-id]', { hasText: 'Made while loading' });
+    try {
+      await open('Settings', 'Settings');
+      await eventually(() => answered).toBe(true);
+      await page.getByLabel('New project name').fill('Made while loading');
+      await page.getByRole('button', { name: 'Create project' }).click();
+      await made.waitFor();
+      releaseProjects();
+      await eventually(() => delivered).toBe(true);
+      await eventually(() => organizationHeld).toBe(true);
+      releaseOrganization();
+      await page.locator('[data-plan]').waitFor();
+      expect(await made.count()).toBe(1);
+    } finally {
+      releaseProjects();
+      releaseOrganization();
+      await page.unroute(projects);
+      await page.unroute(organization);
+    }
+    await page.getByRole('button', { name: 'I have stored it' }).click();
+  }, 120_000);
+
   it('returns to the sign-in page, saying why, when the session ends in another tab', async () => {
     await open('Approvals', 'Pending approvals');
     const other = await h.context.newPage();
