@@ -5,17 +5,20 @@ import { EventHub, type Frames, type StreamClient } from './hub.js';
 
 function client(types: string[] | null = null, fail = false) {
   const got: string[] = [];
-  const c: StreamClient & { got: string[] } = {
+  const c: StreamClient & { got: string[]; closed: string | null } = {
     kind: 'sse',
     types: types ? new Set(types) : null,
     gone: false,
     got,
+    closed: null,
     send(frames: Frames) {
       if (fail) throw new Error('broken socket');
       got.push(frames.sse);
     },
     heartbeat() {},
-    close() {},
+    close(reason: string) {
+      c.closed = reason;
+    },
   };
   return c;
 }
@@ -58,5 +61,19 @@ describe('EventHub', () => {
     hub.remove(c);
     expect(hub.size).toBe(0);
     hub.close();
+  });
+
+  it('ends a connection registered after it closed (opened while the server shuts down)', () => {
+    const hub = new EventHub(new LocalEventBus());
+    const open = client();
+    hub.set(open, ['o1']);
+    hub.close('server shutting down');
+    expect(open.closed).toBe('server shutting down');
+    // A stream whose credentials were still being checked when the shutdown began registers now.
+    const late = client();
+    hub.set(late, ['o1']);
+    expect(late.closed).toBe('server shutting down');
+    expect(hub.size).toBe(0);
+    expect(hub.clients()).toEqual([]);
   });
 });

@@ -59,6 +59,8 @@ export class EventHub {
   private readonly bySession = new Map<string, Set<StreamClient>>();
   private queue: ServiceEvent[] = [];
   private scheduled = false;
+  /** Set by close(): the heartbeats have stopped and nothing is delivered any more. */
+  private closedWith: string | null = null;
   private readonly unsubscribe: () => void;
 
   constructor(bus: EventBus) {
@@ -93,8 +95,17 @@ export class EventHub {
     }
   }
 
-  /** Registers (or re-registers with a new organization set) a connection. */
+  /**
+   * Registers (or re-registers with a new organization set) a connection. Once the hub is closed
+   * (shutdown), a connection whose opening was still under way is ended instead: registered, it
+   * would get no event and no heartbeat, and would hold the server's close open for as long as its
+   * client stays.
+   */
   set(client: StreamClient, organizations: Iterable<string>): void {
+    if (this.closedWith !== null) {
+      this.end([client], this.closedWith);
+      return;
+    }
     const known = this.orgsOf.has(client);
     this.detach(client);
     const orgs = new Set(organizations);
@@ -167,6 +178,7 @@ export class EventHub {
 
   /** Ends every connection (shutdown) and stops listening to the bus. */
   close(reason = 'server shutting down'): void {
+    this.closedWith = reason;
     this.unsubscribe();
     this.end(this.clients(), reason);
   }

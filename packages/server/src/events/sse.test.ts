@@ -339,4 +339,19 @@ describe('SSE slow consumers and shutdown', () => {
       await waitFor(() => c.ended, 'stream end');
     });
   });
+
+  it('ends a stream that finishes opening after the shutdown began', async () => {
+    await withTestApp({}, { listen: true }, async (t) => {
+      const a = await createTenant(t);
+      // What the shutdown does first; a stream whose credentials were being checked registers after.
+      t.ctx.streams.close();
+      const c = await SseClient.open(`${t.url}/v1/events/stream`, keyHeader(a.apiKey));
+      try {
+        await waitFor(() => c.ended, 'stream end');
+        expect(t.ctx.streams.size).toBe(0);
+      } finally {
+        c.close();
+      }
+    });
+  });
 });

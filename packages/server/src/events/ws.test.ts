@@ -1,3 +1,6 @@
+import type { AddressInfo } from 'node:net';
+import { createServer } from 'node:net';
+import { generateKeyPair, SignJWT } from 'jose';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
 import {
@@ -197,6 +200,39 @@ describe('WebSocket slow consumers and shutdown', () => {
       expect(res.json().error.code).toBe('unauthorized');
       const ok = await t.inject({ method: 'GET', url: '/v1/tools', headers: keyHeader(a.apiKey) });
       expect(ok.statusCode).toBe(200);
+    });
+  });
+});
+
+describe('GET /ws while the identity provider cannot be reached', () => {
+  it('answers 503 service_unavailable with Retry-After, as every route does, not 401', async () => {
+    // A port nothing listens on: the provider's key set cannot be fetched.
+    const port = await new Promise<number>((resolve) => {
+      const s = createServer();
+      s.listen(0, '127.0.0.1', () => {
+        const p = (s.address() as AddressInfo).port;
+        s.close(() => resolve(p));
+      });
+    });
+    const jwksUrl = `http://127.0.0.1:${port}/keys.json`;
+    await withTestApp({ jwtJwksUrl: jwksUrl }, async (t) => {
+      const { privateKey } = await generateKeyPair('ES256');
+      const token = await new SignJWT({})
+        .setProtectedHeader({ alg: 'ES256', kid: 'provider-key' })
+        .setSubject('alice')
+        .setExpirationTime('5m')
+        .sign(privateKey);
+      // The rest of the API says "retry": the token was not found wrong, it could not be checked.
+      const api = await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(token) });
+      expect(api.statusCode).toBe(503);
+      for (const res of [
+        await t.inject({ method: 'GET', url: `/ws?token=${token}` }),
+        await t.inject({ method: 'GET', url: '/ws', headers: bearer(token) }),
+      ]) {
+        expect(res.statusCode).toBe(503);
+        expect(res.json().error.code).toBe('service_unavailable');
+        expect(res.headers['retry-after']).toBe('5');
+      }
     });
   });
 });

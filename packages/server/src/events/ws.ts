@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import WebSocket from 'ws';
 import type { AppContext } from '../context.js';
 import { AppError } from '../lib/errors.js';
-import type { JwtVerifier } from '../lib/jwt.js';
+import { type JwtVerifier, KeySourceError } from '../lib/jwt.js';
 import { bearerToken } from '../plugins/auth.js';
 import { tokenStillValid, userOrganizations } from './access.js';
 import type { Frames, StreamClient } from './hub.js';
@@ -130,6 +130,15 @@ export async function wsRoutes(
       try {
         userId = (await jwt.verify(token)).sub;
       } catch (err) {
+        if (err instanceof KeySourceError) {
+          // The token could not be checked, which says nothing against it: retry, as on every route.
+          req.log.warn({ err }, 'user token not checked: identity provider key set unavailable');
+          throw new AppError(
+            'service_unavailable',
+            'User tokens cannot be checked right now: the identity provider is unreachable; retry later',
+            { 'retry-after': '5' },
+          );
+        }
         throw new AppError('unauthorized', `Invalid token: ${(err as Error).message}`);
       }
       req.principal = { kind: 'user', userId };
