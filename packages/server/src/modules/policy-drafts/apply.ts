@@ -86,27 +86,37 @@ export async function applyDraftRules(
       }
       continue;
     }
-    // Read-merge-write under optimistic concurrency: the merge is written only if the policy is
-    // still the version it was merged from; otherwise merge again into what is there now.
+    // Read-merge-write under optimistic concurrency: the merge is written only while the policy is
+    // still exactly the one it was merged from (version, definition and creation time: a policy
+    // deleted and created again since may have the same version); otherwise merge again into what
+    // is there now.
     for (let attempt = 0; ; attempt++) {
       if (!existing) {
+        // Deleted since it was read: create it, unless it was created again meanwhile.
         const fresh = checked(toolName, mergedDefinition(undefined, constraints));
-        await policies.insert(newPolicyRow(scope, toolName, fresh, now), trx);
-        applied.push({ toolName, version: 1, created: true });
-        break;
-      }
-      if (attempt > 0 && existing.mode === 'llm') {
-        throw new AppError(
-          'conflict',
-          `The policy of tool "${toolName}" became an llm policy during approval; try again`,
-        );
-      }
-      const def = checked(toolName, mergedDefinition(existing, constraints));
-      const patch = { ...definitionColumns(def), is_active: 1, project_id: scope.projectId, updated_at: now };
-      const row = await policies.replace(scope.organizationId, toolName, patch, trx, existing.version);
-      if (row) {
-        applied.push({ toolName, version: row.version, created: false });
-        break;
+        if (await policies.insertIfAbsent(newPolicyRow(scope, toolName, fresh, now), trx)) {
+          applied.push({ toolName, version: 1, created: true });
+          break;
+        }
+      } else {
+        if (attempt > 0 && existing.mode === 'llm') {
+          throw new AppError(
+            'conflict',
+            `The policy of tool "${toolName}" became an llm policy during approval; try again`,
+          );
+        }
+        const def = checked(toolName, mergedDefinition(existing, constraints));
+        const patch = {
+          ...definitionColumns(def),
+          is_active: 1,
+          project_id: scope.projectId,
+          updated_at: now,
+        };
+        const row = await policies.replace(scope.organizationId, toolName, patch, trx, existing);
+        if (row) {
+          applied.push({ toolName, version: row.version, created: false });
+          break;
+        }
       }
       if (attempt >= 4) {
         throw new AppError(
