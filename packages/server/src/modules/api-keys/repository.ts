@@ -68,8 +68,8 @@ export function createApiKeyRepository(db: Kysely<Database>) {
       return rows.map((r) => r.id);
     },
 
-    async projectKeyIds(organizationId: string, projectId: string): Promise<string[]> {
-      const rows = await db
+    async projectKeyIds(organizationId: string, projectId: string, trx: Db = db): Promise<string[]> {
+      const rows = await trx
         .selectFrom('api_keys')
         .select('id')
         .where('organization_id', '=', organizationId)

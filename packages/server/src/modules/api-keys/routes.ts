@@ -21,12 +21,11 @@ const ApiKeySchema = Type.Object({
 });
 
 export const apiKeyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
-  const projects = createProjectRepository(ctx.store.db);
   const service = createApiKeyService({
     keys: createApiKeyRepository(ctx.store.db),
     authenticator: ctx.keys,
     clock: ctx.clock,
-    projectExists: projects.exists,
+    projects: createProjectRepository(ctx.store.db),
   });
 
   app.get(

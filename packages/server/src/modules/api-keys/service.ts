@@ -3,6 +3,7 @@ import { forbidden, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { Db } from '../../storage/db.js';
+import type { ProjectRepository } from '../projects/repository.js';
 import type { ApiKeyAuthenticator } from './authenticator.js';
 import { displayPrefix, generateApiKey, hashApiKey } from './keys.js';
 import {
@@ -20,14 +21,15 @@ export interface ApiKeyServiceDeps {
   keys: ApiKeyRepository;
   authenticator: ApiKeyAuthenticator;
   clock: Clock;
-  projectExists: (organizationId: string, projectId: string) => Promise<boolean>;
+  /** A key is created under the lock its project's deletion takes, so it never outlives the project. */
+  projects: Pick<ProjectRepository, 'exists' | 'withOrganizationLocked'>;
 }
 
 /** The later of two ISO times (either may be absent): a use not yet written may be older than one stored. */
 const later = (a: string | null | undefined, b: string | null): string | null =>
   a == null ? b : b === null || a > b ? a : b;
 
-export function createApiKeyService({ keys, authenticator, clock, projectExists }: ApiKeyServiceDeps) {
+export function createApiKeyService({ keys, authenticator, clock, projects }: ApiKeyServiceDeps) {
   const view = (row: ApiKeyRow): ApiKey => ({
     id: row.id,
     name: row.name,
@@ -111,12 +113,11 @@ export function createApiKeyService({ keys, authenticator, clock, projectExists 
         }
       }
       const project = confinedTo(scope);
-      if (
-        (project !== null && input.projectId !== project) ||
-        !(await projectExists(scope.organizationId, input.projectId))
-      )
-        throw notFound('Project');
-      return this.mint(scope.organizationId, input.projectId, input.name, undefined, scopes);
+      if (project !== null && input.projectId !== project) throw notFound('Project');
+      return projects.withOrganizationLocked(scope.organizationId, async (trx) => {
+        if (!(await projects.exists(scope.organizationId, input.projectId, trx))) throw notFound('Project');
+        return this.mint(scope.organizationId, input.projectId, input.name, trx, scopes);
+      });
     },
 
     async list(scope: OrgScope): Promise<ApiKey[]> {

@@ -1,6 +1,12 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
-import { bearer, createTenant, expectError, keyHeader } from '../../../test/helpers.js';
+import { asUser, bearer, createTenant, expectError, keyHeader } from '../../../test/helpers.js';
+import { createApiKeyRepository } from '../api-keys/repository.js';
+import { createApiKeyService } from '../api-keys/service.js';
+import { createProjectRepository } from './repository.js';
+import { createProjectService } from './service.js';
 
 const t = useTestApp();
 
@@ -234,6 +240,108 @@ describe('projects', () => {
       headers: bearer(tenant.token),
     });
     expectError(again, 404, 'not_found');
+  });
+
+  it('keeps exactly one default project when projects are created and deleted concurrently', async () => {
+    const token = await t.token('concurrent-projects');
+    const defaults = async (orgId: string) =>
+      (await t.inject({ method: 'GET', url: `/v1/projects?organizationId=${orgId}`, headers: bearer(token) }))
+        .json()
+        .data.filter((p: { isDefault: boolean }) => p.isDefault).length;
+    // Several rounds: on PostgreSQL concurrent transactions overlap, and each round is a fresh chance.
+    for (let round = 0; round < 4; round++) {
+      const org = await t.inject({
+        method: 'POST',
+        url: '/v1/organizations',
+        headers: bearer(token),
+        payload: { name: 'Concurrent', slug: `concurrent-${round}-${Date.now()}` },
+      });
+      const orgId = org.json()._id as string;
+      const created = await Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          t.inject({
+            method: 'POST',
+            url: '/v1/projects',
+            headers: bearer(token),
+            payload: { organizationId: orgId, name: `P${i}` },
+          }),
+        ),
+      );
+      expect(created.map((r) => r.statusCode)).toEqual(Array(8).fill(201));
+      expect(created.filter((r) => r.json().isDefault)).toHaveLength(1);
+      expect(await defaults(orgId)).toBe(1);
+
+      // The default and the projects that would succeed it, deleted at once.
+      const ids = (
+        await t.inject({ method: 'GET', url: `/v1/projects?organizationId=${orgId}`, headers: bearer(token) })
+      )
+        .json()
+        .data.map((p: { _id: string }) => p._id) as string[];
+      const deleted = await Promise.all(
+        ids.slice(0, 4).map((id) =>
+          t.inject({
+            method: 'DELETE',
+            url: `/v1/projects/${id}?organizationId=${orgId}`,
+            headers: bearer(token),
+          }),
+        ),
+      );
+      expect(deleted.map((r) => r.statusCode)).toEqual(Array(4).fill(200));
+      expect(await defaults(orgId)).toBe(1);
+    }
+  });
+
+  it('stops every key of a deleted project, also one created and used while the project is deleted', async () => {
+    const tenant = await createTenant(t);
+    const projects = createProjectRepository(t.store.db);
+    const apiKeys = createApiKeyRepository(t.store.db);
+    const deps = { authenticator: t.ctx.keys, clock: t.ctx.clock };
+    let late: Promise<LightMyRequestResponse> | undefined;
+    const service = createProjectService({
+      ...deps,
+      projects,
+      apiKeyService: createApiKeyService({ ...deps, keys: apiKeys, projects }),
+      roleOf: async () => 'owner',
+      apiKeys: {
+        ...apiKeys,
+        // Just after the project's keys are listed, a client creates one more and uses it at once.
+        projectKeyIds: async (organizationId, projectId, trx) => {
+          const ids = await apiKeys.projectKeyIds(organizationId, projectId, trx);
+          late = (async () => {
+            const res = await t.inject({
+              method: 'POST',
+              url: '/v1/api-keys',
+              headers: asUser(tenant),
+              payload: { name: 'late', projectId },
+            });
+            if (res.statusCode === 201) {
+              await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(res.json().key) });
+            }
+            return res;
+          })();
+          // Time for the creation to finish, unless the deletion holds it back until it is done.
+          await Promise.race([late, sleep(2000)]);
+          return ids;
+        },
+      },
+    });
+    const principal = { kind: 'user' as const, userId: tenant.userId };
+    await service.delete({ organizationId: tenant.orgId, projectId: null, principal }, tenant.projectId);
+    const created = await late!;
+    if (created.statusCode === 201) {
+      expectError(
+        await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(created.json().key) }),
+        401,
+        'invalid_api_key',
+      );
+    } else {
+      expectError(created, 404, 'not_found');
+    }
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(tenant.apiKey) }),
+      401,
+      'invalid_api_key',
+    );
   });
 
   it('refuses API keys on JWT-only project endpoints', async () => {

@@ -4,10 +4,38 @@ import type { Database, ProjectsTable } from '../../storage/schema.js';
 
 export type ProjectRow = Selectable<ProjectsTable>;
 
+/**
+ * The organization's row lock, held until the transaction ends: a no-op update rather than
+ * `SELECT … FOR UPDATE`, which SQLite does not parse (it runs one write transaction at a time anyway);
+ * on PostgreSQL it takes a lock that rows referencing the organization do not wait for.
+ */
+async function lockOrganization(organizationId: string, trx: Db): Promise<void> {
+  await trx
+    .updateTable('organizations')
+    .set((eb) => ({ updated_at: eb.ref('updated_at') }))
+    .where('id', '=', organizationId)
+    .execute();
+}
+
 export function createProjectRepository(db: Kysely<Database>) {
   return {
     async insert(row: ProjectRow, trx: Db = db): Promise<void> {
       await trx.insertInto('projects').values(row).execute();
+    },
+
+    /**
+     * Runs `work` in one transaction that holds the organization's row lock until it ends. Every write
+     * that decides which project is the default (create, delete), or that adds a key to a project or
+     * takes a project's keys away (key creation, regenerate-key, delete), runs under it, one at a time
+     * per organization: two concurrent first projects would otherwise both count none and both become
+     * the default, and a key created while its project is deleted would escape the list of keys that
+     * stop authenticating.
+     */
+    async withOrganizationLocked<T>(organizationId: string, work: (trx: Db) => Promise<T>): Promise<T> {
+      return db.transaction().execute(async (trx) => {
+        await lockOrganization(organizationId, trx);
+        return work(trx);
+      });
     },
 
     async count(organizationId: string, trx: Db = db): Promise<number> {
@@ -30,8 +58,8 @@ export function createProjectRepository(db: Kysely<Database>) {
     },
 
     /** Whether the organization has this project; needs no `this`, so it can be passed around. */
-    async exists(organizationId: string, id: string): Promise<boolean> {
-      const r = await db
+    async exists(organizationId: string, id: string, trx: Db = db): Promise<boolean> {
+      const r = await trx
         .selectFrom('projects')
         .select('id')
         .where('organization_id', '=', organizationId)
@@ -77,40 +105,41 @@ export function createProjectRepository(db: Kysely<Database>) {
       return this.get(organizationId, id);
     },
 
-    /** Deletes a project (its keys cascade). If it was the default, the oldest remaining one becomes default. */
-    async delete(organizationId: string, id: string): Promise<boolean> {
-      return db.transaction().execute(async (trx) => {
-        const res = await trx
-          .deleteFrom('projects')
-          .where('organization_id', '=', organizationId)
-          .where('id', '=', id)
-          .executeTakeFirst();
-        if (Number(res.numDeletedRows) === 0) return false;
-        const hasDefault = await trx
+    /**
+     * Deletes a project (its keys cascade), inside the caller's transaction (withOrganizationLocked). If
+     * it was the default, the oldest remaining one becomes default.
+     */
+    async delete(organizationId: string, id: string, trx: Db): Promise<boolean> {
+      const res = await trx
+        .deleteFrom('projects')
+        .where('organization_id', '=', organizationId)
+        .where('id', '=', id)
+        .executeTakeFirst();
+      if (Number(res.numDeletedRows) === 0) return false;
+      const hasDefault = await trx
+        .selectFrom('projects')
+        .select('id')
+        .where('organization_id', '=', organizationId)
+        .where('is_default', '=', 1)
+        .executeTakeFirst();
+      if (!hasDefault) {
+        const oldest = await trx
           .selectFrom('projects')
           .select('id')
           .where('organization_id', '=', organizationId)
-          .where('is_default', '=', 1)
+          .orderBy('created_at')
+          .orderBy('id')
           .executeTakeFirst();
-        if (!hasDefault) {
-          const oldest = await trx
-            .selectFrom('projects')
-            .select('id')
+        if (oldest) {
+          await trx
+            .updateTable('projects')
+            .set({ is_default: 1 })
             .where('organization_id', '=', organizationId)
-            .orderBy('created_at')
-            .orderBy('id')
-            .executeTakeFirst();
-          if (oldest) {
-            await trx
-              .updateTable('projects')
-              .set({ is_default: 1 })
-              .where('organization_id', '=', organizationId)
-              .where('id', '=', oldest.id)
-              .execute();
-          }
+            .where('id', '=', oldest.id)
+            .execute();
         }
-        return true;
-      });
+      }
+      return true;
     },
   };
 }

@@ -27,10 +27,9 @@ export const projectRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     keys: apiKeys,
     authenticator: ctx.keys,
     clock: ctx.clock,
-    projectExists: projects.exists,
+    projects,
   });
   const service = createProjectService({
-    db: ctx.store.db,
     projects,
     apiKeys,
     apiKeyService,

@@ -1,10 +1,8 @@
-import type { Kysely } from 'kysely';
 import type { Clock } from '../../lib/clock.js';
 import { AppError, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { Principal } from '../../plugins/auth.js';
-import type { Database } from '../../storage/schema.js';
 import type { ApiKeyAuthenticator } from '../api-keys/authenticator.js';
 import type { ApiKeyRepository } from '../api-keys/repository.js';
 import type { ApiKeyService } from '../api-keys/service.js';
@@ -22,7 +20,6 @@ export interface Project {
 export const PROJECT_KEY_NAME = 'Project key';
 
 export interface ProjectServiceDeps {
-  db: Kysely<Database>;
   projects: ProjectRepository;
   apiKeys: ApiKeyRepository;
   apiKeyService: ApiKeyService;
@@ -41,7 +38,7 @@ export const toProject = (row: ProjectRow): Project => ({
 });
 
 export function createProjectService(deps: ProjectServiceDeps) {
-  const { db, projects, apiKeys, apiKeyService, authenticator, clock, roleOf } = deps;
+  const { projects, apiKeys, apiKeyService, authenticator, clock, roleOf } = deps;
 
   async function load(scope: OrgScope, id: string): Promise<ProjectRow> {
     const row = await projects.get(scope.organizationId, id);
@@ -57,7 +54,7 @@ export function createProjectService(deps: ProjectServiceDeps) {
     /** Creates a project and its first key in one transaction; the first project is the default. */
     async create(scope: OrgScope, name: string): Promise<Project & { apiKey: string }> {
       const now = clock.now().toISOString();
-      return db.transaction().execute(async (trx) => {
+      return projects.withOrganizationLocked(scope.organizationId, async (trx) => {
         const existing = await projects.count(scope.organizationId, trx);
         const row: ProjectRow = {
           id: uuidv7(),
@@ -96,15 +93,19 @@ export function createProjectService(deps: ProjectServiceDeps) {
     },
 
     async delete(scope: OrgScope, id: string): Promise<void> {
-      const keyIds = await apiKeys.projectKeyIds(scope.organizationId, id);
-      if (!(await projects.delete(scope.organizationId, id))) throw notFound('Project');
+      // Keys are created under the same lock: none of the project's keys is missing from the list.
+      const keyIds = await projects.withOrganizationLocked(scope.organizationId, async (trx) => {
+        const ids = await apiKeys.projectKeyIds(scope.organizationId, id, trx);
+        if (!(await projects.delete(scope.organizationId, id, trx))) throw notFound('Project');
+        return ids;
+      });
       authenticator.forgetKeys(keyIds);
     },
 
     /** Revokes every key of the project and returns one new key, atomically. */
     async regenerateKey(scope: OrgScope, id: string): Promise<{ apiKey: string }> {
-      await load(scope, id);
-      const { revoked, key } = await db.transaction().execute(async (trx) => {
+      const { revoked, key } = await projects.withOrganizationLocked(scope.organizationId, async (trx) => {
+        if (!(await projects.exists(scope.organizationId, id, trx))) throw notFound('Project');
         const revoked = await apiKeys.revokeProjectKeys(
           scope.organizationId,
           id,
