@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { ADMIN_TOKEN, bearer, createTenant, expectError, withTestApp } from '../../../test/helpers.js';
+import { createOrganizationRepository } from '../organizations/repository.js';
+import { createOrganizationService } from '../organizations/service.js';
 
 const t = useTestApp();
 
@@ -69,5 +71,25 @@ describe('operator admin API', () => {
       404,
       'not_found',
     );
+  });
+
+  it('answers 404, not a crash, when the organization is deleted while its plan changes', async () => {
+    const tenant = await createTenant(t);
+    const organizations = createOrganizationRepository(t.store.db);
+    // The deletion lands between the service's read and its write.
+    const service = createOrganizationService({
+      organizations: {
+        ...organizations,
+        update: async (id, patch) => {
+          await organizations.delete(id);
+          return organizations.update(id, patch);
+        },
+      },
+      keys: t.ctx.keys,
+      clock: t.ctx.clock,
+    });
+    await expect(service.adminUpdate(tenant.orgId, { tier: 'team' })).rejects.toMatchObject({
+      code: 'not_found',
+    });
   });
 });

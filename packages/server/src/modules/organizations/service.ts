@@ -130,7 +130,9 @@ export function createOrganizationService({ organizations, keys, clock }: Organi
         updated_at: now,
       });
       keys.forgetOrganization(id);
-      return toOrganization(updated!);
+      // Deleted between the read and the write.
+      if (!updated) throw notFound('Organization');
+      return toOrganization(updated);
     },
   };
 }
