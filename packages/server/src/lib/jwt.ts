@@ -144,6 +144,8 @@ export function createJwtVerifier(config: Config, secret: string | null): JwtVer
         const { payload } = await jwtVerify(token, getKey, { ...options, algorithms });
         if (typeof payload.sub !== 'string' || payload.sub === '')
           throw new TokenError('token has no sub claim');
+        // Nothing revokes a user token: one without an expiry would be good for ever.
+        if (typeof payload.exp !== 'number') throw new TokenError('token has no exp claim');
         if (!isUserId(payload.sub))
           throw new TokenError(
             'token sub must be 1-200 characters of well-formed Unicode without control characters',

@@ -1,6 +1,14 @@
 import { describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
-import { asUser, bearer, createTenant, expectError, keyHeader, withTestApp } from '../../test/helpers.js';
+import {
+  asUser,
+  bearer,
+  createTenant,
+  expectError,
+  JWT_SECRET,
+  keyHeader,
+  withTestApp,
+} from '../../test/helpers.js';
 import { StoreUnavailableError } from '../storage/db.js';
 
 const t = useTestApp();
@@ -150,6 +158,16 @@ describe('envelope A on every error', () => {
       expectError(res, 401, 'unauthorized');
       expect(res.json().error.message).toContain('sub');
     }
+    // Signed with the service's own secret, but without an expiry: nothing could ever revoke it.
+    const forever = await (async () => {
+      const { SignJWT } = await import('jose');
+      return new SignJWT({ sub: 'eve' })
+        .setProtectedHeader({ alg: 'HS256' })
+        .sign(new TextEncoder().encode(JWT_SECRET));
+    })();
+    const noExp = await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(forever) });
+    expectError(noExp, 401, 'unauthorized');
+    expect(noExp.json().error.message).toContain('exp');
     expect(
       (
         await t.inject({
