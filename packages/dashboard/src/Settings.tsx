@@ -101,7 +101,7 @@ export function Settings({ organizationId }: PageProps) {
         }}
       />
       <KeysSection
-        key={keysVersion}
+        version={keysVersion}
         organizationId={organizationId}
         projects={projects}
         projectsLoaded={loaded !== null}
@@ -183,6 +183,7 @@ function OrganizationSection({ organizationId }: { organizationId: string }) {
   const [name, setName] = useState('');
   const [error, setError] = useState<string | null>(null);
   const [message, setMessage] = useState<string | null>(null);
+  const { busy, run } = useBusy(setError);
 
   useEffect(() => {
     api<Organization>(`/v1/organizations/${organizationId}`, { organizationId }).then(
@@ -194,22 +195,21 @@ function OrganizationSection({ organizationId }: { organizationId: string }) {
     );
   }, [organizationId]);
 
-  const save = async (e: FormEvent) => {
+  const save = (e: FormEvent) => {
     e.preventDefault();
-    setError(null);
+    const sent = name.trim();
     setMessage(null);
-    try {
+    return run(async () => {
       const o = await api<Organization>(`/v1/organizations/${organizationId}`, {
         method: 'PUT',
-        body: { name: name.trim() },
+        body: { name: sent },
         organizationId,
       });
       setOrg(o);
-      setName(o.name);
+      // What was typed while the rename was on its way stays.
+      setName((n) => (n.trim() === sent ? o.name : n));
       setMessage('Saved. The organization menu shows the new name after a reload.');
-    } catch (err) {
-      setError(messageOf(err));
-    }
+    });
   };
 
   return (
@@ -217,7 +217,7 @@ function OrganizationSection({ organizationId }: { organizationId: string }) {
       {org && (
         <form className="row-form" onSubmit={save}>
           <NameField id={`${ids}-name`} label="Name" value={name} onChange={setName} />
-          <button type="submit" disabled={!name.trim() || name.trim() === org.name}>
+          <button type="submit" disabled={busy || !name.trim() || name.trim() === org.name}>
             Rename
           </button>
         </form>
@@ -306,18 +306,21 @@ function ProjectsSection({
 }
 
 function KeysSection({
+  version,
   organizationId,
   projects,
   projectsLoaded,
   onCreated,
 }: {
+  /** Changes when a new project brought a key of its own: the list is read again, the form kept. */
+  version: number;
   organizationId: string;
   projects: Project[];
   projectsLoaded: boolean;
   onCreated: (name: string, key: string) => void;
 }) {
   const ids = useId();
-  const { data: keys, load, error, setError } = useList<ApiKey>('/v1/api-keys', organizationId);
+  const { data: keys, load, error, setError } = useList<ApiKey>('/v1/api-keys', organizationId, version);
   const { busy, run } = useBusy(setError);
   const [name, setName] = useState('');
   const [projectId, setProjectId] = useState('');

@@ -3,17 +3,18 @@ import { api, messageOf } from './api.js';
 import { type Live, liveText } from './live.js';
 
 /**
- * A list the page reads from `path` (`{ data: T[] }`) when it mounts and whenever `load` is called:
- * `null` until the first answer. A failed read keeps what was shown and sets `error`.
+ * A list the page reads from `path` (`{ data: T[] }`) when it mounts, whenever `load` is called, and
+ * whenever `version` changes (something elsewhere on the page changed what it lists): `null` until
+ * the first answer. A failed read keeps what was shown and sets `error`.
  */
-export function useList<T>(path: string, organizationId: string) {
+export function useList<T>(path: string, organizationId: string, version = 0) {
   const [data, setData] = useState<T[] | null>(null);
   const [error, setError] = useState<string | null>(null);
   const load = useReload(
     async () => (await api<{ data: T[] }>(path, { organizationId })).data,
     setData,
     setError,
-    `${organizationId} ${path}`,
+    `${organizationId} ${path} ${version}`,
   );
   return { data, load, error, setError };
 }

@@ -911,6 +911,55 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     await page.getByRole('button', { name: 'I have stored it' }).click();
   }, 120_000);
 
+  it("keeps a key name being typed when a new project is created, and lists that project's key", async () => {
+    await open('Settings', 'Settings');
+    await page.getByLabel('Key name').fill('half-typed key');
+    await page.getByLabel('New project name').fill('Project with a key');
+    await page.getByRole('button', { name: 'Create project' }).click();
+    await page.getByRole('button', { name: 'I have stored it' }).click();
+    // The key list is read again (the new project's own key shows) and the form is as it was.
+    await eventually(() => page.locator('td', { hasText: 'Project with a key' }).count()).toBe(1);
+    expect(await page.getByLabel('Key name').inputValue()).toBe('half-typed key');
+    await page.getByLabel('Key name').fill('');
+  }, 120_000);
+
+  it('renames the organization once per click, keeping what is typed while the rename is on its way', async () => {
+    await open('Settings', 'Settings');
+    const name = page.getByLabel('Name', { exact: true });
+    const rename = page.getByRole('button', { name: 'Rename' });
+    const before = await name.inputValue();
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let held = false;
+    const route = `**/v1/organizations/${alice.id}`;
+    await page.route(route, async (r) => {
+      if (r.request().method() !== 'PUT') return r.fallback();
+      held = true;
+      await released;
+      await r.fallback();
+    });
+    try {
+      await name.fill(`${before} renamed`);
+      await rename.click();
+      await eventually(() => held).toBe(true);
+      expect(await rename.isDisabled()).toBe(true);
+      await name.fill(`${before} renamed again`);
+      release();
+      await page.getByText('Saved. The organization menu shows the new name after a reload.').waitFor();
+      expect(await name.inputValue()).toBe(`${before} renamed again`);
+    } finally {
+      release();
+      await page.unroute(route);
+    }
+    await name.fill(before);
+    await rename.click();
+    await eventually(
+      async () => (await h.call(`/v1/organizations/${alice.id}`, { headers: alice.userAuth })).name,
+    ).toBe(before);
+  }, 120_000);
+
   it('returns to the sign-in page, saying why, when the session ends in another tab', async () => {
     await open('Approvals', 'Pending approvals');
     const other = await h.context.newPage();
