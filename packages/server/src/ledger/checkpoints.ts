@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { Clock } from '../lib/clock.js';
-import type { Signature } from '../signing/model.js';
+import { type Signature, SigningKeyMissingError } from '../signing/model.js';
 import type { CheckpointsTable, Database } from '../storage/schema.js';
 import { canonicalJson, tagDigest } from './canonical.js';
 import { MerkleFrontier } from './merkle.js';
@@ -36,6 +36,10 @@ export function checkpointSigningInput(c: UnsignedCheckpoint | Checkpoint): Uint
 
 export interface CheckpointSigner {
   signNaming(build: (kid: string) => Uint8Array): Promise<Signature>;
+  /** The kid that signs now, or null when no key loads. */
+  activeKid(): Promise<string | null>;
+  /** Whether `kid` is a key that no longer signs (a rotation retired it). */
+  isRetired(kid: string): Promise<boolean>;
 }
 
 /**
@@ -70,7 +74,10 @@ export interface CheckpointerOptions {
 /**
  * Writes a checkpoint of every chain that grew since its last one, every `intervalMs` and once more
  * at shutdown, and on demand. Several instances on one database may sign the same tree size: the
- * first row stays, and both signatures would verify.
+ * first row stays, and both signatures would verify. A chain whose newest checkpoint was signed by a
+ * key a rotation retired is signed again at the same size with the current key, and that checkpoint
+ * replaces the stored one (same root and last receipt): a chain that stopped growing would otherwise
+ * keep only checkpoints that stop verifying once the retired key leaves the published set.
  */
 export class Checkpointer {
   private timer: NodeJS.Timeout | null = null;
@@ -120,19 +127,50 @@ export class Checkpointer {
       )
       .execute();
     for (const head of grown) await this.signHead(head);
+    await this.resignRetired();
+  }
+
+  /** Signs again, with the current key, every chain head whose checkpoint a retired key signed. */
+  private async resignRetired(): Promise<void> {
+    const { db, signer } = this.opts;
+    const active = await signer.activeKid();
+    if (active === null) return;
+    const stale = await db
+      .selectFrom('chain_heads as h')
+      .innerJoin('checkpoints as c', (j) =>
+        j.onRef('c.organization_id', '=', 'h.organization_id').onRef('c.tree_size', '=', 'h.sequence'),
+      )
+      .select(['h.organization_id', 'h.sequence', 'h.last_hash', 'h.frontier', 'c.kid'])
+      .where('c.kid', '<>', active)
+      .execute();
+    const retired = new Map<string, boolean>();
+    for (const { kid, ...head } of stale) {
+      if (!retired.has(kid)) retired.set(kid, await signer.isRetired(kid));
+      if (retired.get(kid)) await this.signHead(head, kid);
+    }
+  }
+
+  /** Whether a stored checkpoint was signed by a key that no longer signs (it is then signed again). */
+  async superseded(checkpoint: Checkpoint): Promise<boolean> {
+    return this.opts.signer.isRetired(checkpoint.kid);
   }
 
   /**
    * Signs the head and stores the checkpoint unless one of that size is stored already (another
    * request, the timer or another instance signed it first): then that one is returned, with
-   * `created: false`, since the checkpoint signed here was discarded.
+   * `created: false`, since the checkpoint signed here was discarded. With `replacing` (the kid of
+   * the stored checkpoint of that size, signed by a retired key), the new one takes its place, unless
+   * another signer replaced it first.
    */
-  private async signHead(head: {
-    organization_id: string;
-    sequence: number;
-    last_hash: string;
-    frontier: string;
-  }): Promise<{ checkpoint: Checkpoint; created: boolean }> {
+  private async signHead(
+    head: {
+      organization_id: string;
+      sequence: number;
+      last_hash: string;
+      frontier: string;
+    },
+    replacing?: string,
+  ): Promise<{ checkpoint: Checkpoint; created: boolean }> {
     const size = Number(head.sequence);
     const root = MerkleFrontier.fromTagged(JSON.parse(head.frontier) as string[], size).root();
     const unsigned = {
@@ -148,6 +186,24 @@ export class Checkpointer {
       checkpointSigningInput({ ...unsigned, kid: k }),
     );
     const checkpoint: Checkpoint = { ...unsigned, kid, signature };
+    if (replacing !== undefined) {
+      const replaced = await this.opts.db
+        .updateTable('checkpoints')
+        .set({
+          root_hash: checkpoint.root_hash,
+          last_receipt_hash: checkpoint.last_receipt_hash,
+          timestamp: checkpoint.timestamp,
+          kid: checkpoint.kid,
+          signature: checkpoint.signature,
+          origin: checkpoint.origin,
+        })
+        .where('organization_id', '=', checkpoint.organization_id)
+        .where('tree_size', '=', size)
+        .where('kid', '=', replacing)
+        .returning('tree_size')
+        .executeTakeFirst();
+      if (replaced) return { checkpoint, created: true };
+    }
     // RETURNING yields the row only when this insert stored it (SQLite and PostgreSQL alike).
     const stored = await this.opts.db
       .insertInto('checkpoints')
@@ -174,7 +230,8 @@ export class Checkpointer {
    * A checkpoint covering the chain as it is now: the one of its current size if there is one
    * (`created: false`), else a new one signed here (`created: true`, only when this call's checkpoint
    * is the one stored; one stored first by a concurrent signer is returned with `created: false`).
-   * Null when the chain is empty.
+   * One of the current size signed by a retired key is replaced by one signed here, as a new one
+   * (kept as it is while no key can sign). Null when the chain is empty.
    * Throws SigningKeyMissingError when a new one is needed and no key loads.
    */
   async now(organizationId: string): Promise<{ checkpoint: Checkpoint; created: boolean } | null> {
@@ -185,8 +242,15 @@ export class Checkpointer {
       .executeTakeFirst();
     if (!head || Number(head.sequence) === 0) return null;
     const existing = await this.at(organizationId, Number(head.sequence));
-    if (existing) return { checkpoint: existing, created: false };
-    return this.signHead(head);
+    if (!existing) return this.signHead(head);
+    if (!(await this.superseded(existing))) return { checkpoint: existing, created: false };
+    try {
+      return await this.signHead(head, existing.kid);
+    } catch (err) {
+      // Nothing signs right now: the stored one is still what covers the chain.
+      if (err instanceof SigningKeyMissingError) return { checkpoint: existing, created: false };
+      throw err;
+    }
   }
 
   async at(organizationId: string, treeSize: number): Promise<Checkpoint | null> {

@@ -253,6 +253,16 @@ export class SigningKeySet {
     return l?.active?.record.kid ?? null;
   }
 
+  /**
+   * Whether `kid` is a key of the set that no longer signs (retired, published or not). A kid this
+   * process does not know yet (another process rotated and this one has not re-read the set) is not.
+   */
+  async isRetired(kid: string): Promise<boolean> {
+    const l = await this.current().catch(() => null);
+    const entry = l?.publicKeys.get(kid);
+    return entry !== undefined && entry.record.retiredAt !== null;
+  }
+
   /** Verifies against the published keys only: a retired key past its overlap no longer verifies. */
   async verify(data: Uint8Array, sig: Signature): Promise<boolean> {
     const l = await this.current();

@@ -225,6 +225,54 @@ describe('checkpoint keys', () => {
     });
   });
 
+  it('a chain that stopped growing is signed again with the current key after a rotation', async () => {
+    await withTestApp({ checkpointIntervalMs: 0 }, async (app) => {
+      const tenant = await createTenant(app);
+      const idle = await createTenant(app);
+      for (const x of [tenant, idle]) {
+        await app.ctx.enforcement.enforce({
+          scope: { organizationId: x.orgId, projectId: x.projectId, tier: 'free' },
+          call: { toolName: 'x', arguments: {}, context: {} },
+          source: 'server',
+          reported: { decision: 'allow', reason: 'r' },
+          latencyMs: 1,
+        });
+      }
+      const call = (x: Tenant, method: 'GET' | 'POST', url: string) =>
+        app.inject({ method, url, headers: keyHeader(x.apiKey) });
+      const old = (await call(tenant, 'POST', '/v1/receipts/checkpoints')).json();
+      expect((await call(idle, 'POST', '/v1/receipts/checkpoints')).json().kid).toBe(old.kid);
+      const rotated = await app.inject({
+        method: 'POST',
+        url: '/v1/admin/signing-keys/rotate',
+        headers: bearer(ADMIN_TOKEN),
+      });
+      const kid = rotated.json().kid;
+      expect(kid).not.toBe(old.kid);
+      // The key set once the retired key is withdrawn (after the overlap).
+      const current = (await app.inject({ method: 'GET', url: '/.well-known/svc-keys.json' }))
+        .json()
+        .keys.filter((k: { kid: string }) => k.kid !== old.kid);
+
+      // On demand: the chain has not grown, yet its checkpoint is signed again with the current key.
+      const again = await call(tenant, 'POST', '/v1/receipts/checkpoints');
+      expect(again.statusCode).toBe(201);
+      expect(again.json()).toMatchObject({ tree_size: 1, root_hash: old.root_hash, kid });
+      expect(await verifyCheckpointSignature(again.json(), current)).toEqual({ ok: true });
+      expect((await call(tenant, 'GET', '/v1/receipts/checkpoints/latest')).json()).toEqual(again.json());
+      // And once more: nothing to do.
+      expect((await call(tenant, 'POST', '/v1/receipts/checkpoints')).statusCode).toBe(200);
+
+      // The timer's pass does the same for every such chain, without being asked.
+      await app.ctx.checkpoints.tick();
+      const latest = (await call(idle, 'GET', '/v1/receipts/checkpoints/latest')).json();
+      expect(latest).toMatchObject({ tree_size: 1, kid });
+      expect(await verifyCheckpointSignature(latest, current)).toEqual({ ok: true });
+      const proof = (await call(idle, 'GET', '/v1/receipts/proofs/inclusion?sequence=0')).json();
+      expect(proof.checkpoint).toEqual(latest);
+    });
+  });
+
   it('answers 503 signing_key_missing when a new checkpoint must be signed and no key loads', async () => {
     const config = { checkpointIntervalMs: 0, signingKeyFile: '/nonexistent/svc-signing.jwk' };
     await withTestApp(config, async (app) => {

@@ -146,8 +146,9 @@ export const receiptRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       let checkpoint: Checkpoint | null;
       if (size === undefined) {
         const [latest] = await checkpoints.list(org, 1);
+        // One signed by a retired key is signed again with the current key (Checkpointer.now).
         checkpoint =
-          latest && latest.tree_size > sequence!
+          latest && latest.tree_size > sequence! && !(await checkpoints.superseded(latest))
             ? latest
             : ((await signing(() => checkpoints.now(org)))?.checkpoint ?? null);
         size = checkpoint!.tree_size;
