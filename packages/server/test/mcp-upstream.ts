@@ -225,6 +225,8 @@ export interface RawUpstream {
   url: string;
   /** Requests that reached it (initialize and notifications excluded), by method and tool name. */
   seen: string[];
+  /** Notifications that reached it, by method. */
+  notified: string[];
   close(): Promise<void>;
 }
 
@@ -236,6 +238,7 @@ export interface RawUpstream {
  */
 export async function startRawUpstream(answer: (what: string) => RawAnswerFields): Promise<RawUpstream> {
   const seen: string[] = [];
+  const notified: string[] = [];
   const http: Server = createServer(async (req, res) => {
     if (req.method !== 'POST') {
       res.writeHead(req.method === 'DELETE' ? 200 : 405).end();
@@ -243,6 +246,7 @@ export async function startRawUpstream(answer: (what: string) => RawAnswerFields
     }
     const msg = (await readJson(req)) as { id?: unknown; method?: string; params?: { name?: unknown } };
     if (msg.id === undefined || typeof msg.method !== 'string') {
+      if (msg.id === undefined && typeof msg.method === 'string') notified.push(msg.method);
       res.writeHead(202).end();
       return;
     }
@@ -286,6 +290,7 @@ export async function startRawUpstream(answer: (what: string) => RawAnswerFields
   return {
     url: `http://127.0.0.1:${port}/mcp`,
     seen,
+    notified,
     async close() {
       http.closeAllConnections();
       await new Promise<void>((resolve) => http.close(() => resolve()));

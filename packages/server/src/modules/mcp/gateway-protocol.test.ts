@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { createTenant, type Tenant } from '../../../test/helpers.js';
-import { createUpstream, putPolicy, rawRpc, readEvents } from '../../../test/mcp-helpers.js';
-import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
+import { createUpstream, putPolicy, rawRpc, rawSession, readEvents } from '../../../test/mcp-helpers.js';
+import { type McpUpstream, startMcpUpstream, startRawUpstream } from '../../../test/mcp-upstream.js';
 
 let upstream: McpUpstream;
 
@@ -234,6 +234,35 @@ describe('MCP data plane over plain HTTP', () => {
     expect(res.text).toBe('');
   });
 
+  it('refuses a tools/call sent as a notification (no id) with HTTP 400, forwarding and recording nothing', async () => {
+    const raw = await startRawUpstream(() => ({ result: {} }));
+    try {
+      const tenant = await createTenant(t);
+      const slug = `proto-${++n}`;
+      await createUpstream(t, tenant, { name: slug, slug, url: raw.url });
+      const url = `${t.url}/v1/mcp/${slug}`;
+      const session = await rawSession(url, key(tenant));
+      const sneaked = { jsonrpc: '2.0', method: 'tools/call', params: { name: 'echo', arguments: {} } };
+      for (const headers of [session, key(tenant)]) {
+        const res = await rawRpc(url, sneaked, headers);
+        expect(res.status).toBe(400);
+        expect(res.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600 } });
+      }
+      // Notifications go upstream in order: once the next one arrived, the refused one would have too.
+      const marker = { jsonrpc: '2.0', method: 'notifications/roots/list_changed' };
+      expect((await rawRpc(url, marker, session)).status).toBe(202);
+      const deadline = Date.now() + 5000;
+      while (!raw.notified.includes(marker.method) && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 10));
+      expect(raw.notified).toContain(marker.method);
+      expect(raw.notified).not.toContain('tools/call');
+      expect(raw.seen).toEqual([]);
+      expect(await toolsRecorded(tenant)).toEqual([]);
+    } finally {
+      await raw.close();
+    }
+  });
+
   it('needs an API key: 401 without or with a bad one, 403 for a user token', async () => {
     const { tenant, url } = await setup();
     const ping = { jsonrpc: '2.0', id: 1, method: 'ping' };
@@ -390,6 +419,34 @@ describe('MCP data plane over plain HTTP', () => {
     );
     expect(unversioned.json().result.protocolVersion).toMatch(/^\d{4}-\d{2}-\d{2}$/);
     expect(unversioned.json().result.protocolVersion).not.toBe('1999-01-01');
+  });
+
+  it('ends a session whose upstream configuration was changed through another instance', async () => {
+    const { tenant, id, url } = await setup();
+    const session = await rawSession(url, key(tenant));
+    const list = { jsonrpc: '2.0', id: 1, method: 'tools/list' };
+    expect((await rawRpc(url, list, session)).status).toBe(200);
+    const deletedBefore = upstream.deleted.length;
+    // What a PATCH on another instance leaves in the shared store (this instance is not told).
+    await t.store.db
+      .updateTable('mcp_upstreams')
+      .set({ timeout_ms: 5000, updated_at: new Date(Date.now() + 60_000).toISOString() })
+      .where('id', '=', id)
+      .execute();
+    // Within the directory's second, the session is gone: 404, and its upstream session ended.
+    const deadline = Date.now() + 10_000;
+    let status = 200;
+    while (status === 200 && Date.now() < deadline) {
+      status = (await rawRpc(url, list, session)).status;
+      if (status === 200) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(status).toBe(404);
+    while (upstream.deleted.length === deletedBefore && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 10));
+    expect(upstream.deleted.length).toBe(deletedBefore + 1);
+    // A new session runs with the configuration as it is now.
+    const fresh = await rawSession(url, key(tenant));
+    expect((await rawRpc(url, list, fresh)).status).toBe(200);
   });
 
   it('streams the session id and the decisions of the session on GET', async () => {

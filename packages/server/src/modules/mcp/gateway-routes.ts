@@ -71,8 +71,20 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
     if (id === null) return null;
     const session = sessions.get(id, { keyId: key.keyId, upstreamId: upstream.id });
     // MCP: an unknown session answers 404, and the client starts a new one with initialize.
-    if (!session) throw notFound('MCP session (send initialize to start a new one)');
+    if (!session || configChanged(session, upstream))
+      throw notFound('MCP session (send initialize to start a new one)');
     return session;
+  }
+
+  /**
+   * Whether the upstream's configuration changed since the session opened. A change made through
+   * this instance ends its sessions at once; one made through another instance is seen here (within
+   * the directory's second): the session ends as it would have there.
+   */
+  function configChanged(session: GatewaySession, upstream: UpstreamRow): boolean {
+    if (session.configuredAt === null || session.configuredAt === upstream.updated_at) return false;
+    void sessions.end(session.id, 'the upstream configuration changed');
+    return true;
   }
 
   /**
@@ -110,6 +122,16 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
           400,
         );
       }
+      // JSON-RPC servers run notifications too (they only do not answer them): a tool call without
+      // an id would reach the tool unchecked and unrecorded, so it is refused, never forwarded.
+      if (incoming.kind === 'notification' && incoming.message.method === 'tools/call') {
+        return sendRpc(
+          reply,
+          rpcError(null, RPC.invalidRequest, 'Invalid Request: tools/call must be a request with an id'),
+          false,
+          400,
+        );
+      }
       const owner = { keyId: key.keyId, upstreamId: upstream.id };
       const caller = { key, upstream, connectionId: '', sessionId: null, elapsed: () => reply.elapsedTime };
       if (incoming.kind === 'request' && incoming.message.method === 'initialize') {
@@ -122,6 +144,7 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
             rpcError(incoming.message.id, RPC.internal, `No new MCP session: ${created}; retry later`),
             false,
           );
+        created.configuredAt = upstream.updated_at;
         // A revocation that came while the upstream was looked up found no session to end: the key is
         // checked once more now that the session can be found.
         // (The revocation ends the key's other sessions itself; a store failure leaves no session behind.)
@@ -235,7 +258,8 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
           const now = raw ? await ctx.keys.authenticate(raw) : null;
           if (!now || now.keyId !== key.keyId) return false;
           const row = await directory.get(now.organizationId, slug);
-          return !!row && row.id === upstream.id && row.enabled === 1 && visibleTo(now, row);
+          if (!row || row.id !== upstream.id || row.enabled !== 1 || !visibleTo(now, row)) return false;
+          return !session || !configChanged(session, row);
         },
       });
       // The session's upstream messages (and those that waited for a stream) come on this one.

@@ -139,22 +139,15 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
     session: GatewaySession | null,
     caller: Caller,
     req: RpcRequest,
-    reply: PendingReply,
     params: Params | undefined,
   ): Promise<Record<string, unknown>> {
     if (session) {
+      // The request is in flight in the session since dispatch took its id.
       const upstream = session.upstream;
       if (!upstream) throw new UpstreamError('unreachable', 'the session has no upstream session');
-      const meta = isObject(params?._meta) ? params._meta : {};
-      if (!session.begin(req.id, reply, meta.progressToken))
-        throw new UpstreamError('invalid', 'a request with this id is already in flight in the session');
-      try {
-        const sent = upstream.request(req.method, params);
-        session.sentAs(req.id, sent.id);
-        return await sent.done;
-      } finally {
-        session.end(req.id);
-      }
+      const sent = upstream.request(req.method, params);
+      session.sentAs(req.id, sent.id);
+      return await sent.done;
     }
     const release = sessions.slot(caller.upstream.id);
     if (!release) {
@@ -296,12 +289,7 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
   }
 
   /** tools/call: checked like POST /v1/tools/validate, then forwarded with the client's params as sent. */
-  function callTool(
-    caller: Caller,
-    session: GatewaySession | null,
-    req: RpcRequest,
-    reply: PendingReply,
-  ): Promise<RpcResponse> {
+  function callTool(caller: Caller, session: GatewaySession | null, req: RpcRequest): Promise<RpcResponse> {
     const p = req.params;
     if (
       !p ||
@@ -349,17 +337,16 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
         ...(typeof meta.approval_id === 'string' ? { approval_id: meta.approval_id } : {}),
       },
     };
-    return enforced(caller, req.id, call, () => forward(session, caller, req, reply, p));
+    return enforced(caller, req.id, call, () => forward(session, caller, req, p));
   }
 
   async function passThrough(
     caller: Caller,
     session: GatewaySession | null,
     req: RpcRequest,
-    reply: PendingReply,
   ): Promise<RpcResponse> {
     try {
-      return rpcResult(req.id, await forward(session, caller, req, reply, req.params));
+      return rpcResult(req.id, await forward(session, caller, req, req.params));
     } catch (err) {
       return upstreamFailure(req.id, caller.upstream.slug, toUpstreamError(err));
     }
@@ -375,15 +362,23 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
       req: RpcRequest,
       reply: PendingReply,
     ): Promise<RpcResponse> {
-      try {
-        if (req.method === 'ping') return rpcResult(req.id, {});
-        if (session?.has(req.id))
+      if (req.method === 'ping') return rpcResult(req.id, {});
+      // The id is taken before anything else, policy check included: a second request with an id
+      // still in flight is refused at once, however soon after the first it comes, with nothing
+      // recorded or forwarded.
+      if (session) {
+        const meta = isObject(req.params?._meta) ? req.params._meta : {};
+        if (!session.begin(req.id, reply, meta.progressToken))
           return rpcError(req.id, RPC.invalidRequest, 'Invalid Request: a request with this id is in flight');
-        if (req.method === 'tools/call') return await callTool(caller, session, req, reply);
-        return await passThrough(caller, session, req, reply);
+      }
+      try {
+        if (req.method === 'tools/call') return await callTool(caller, session, req);
+        return await passThrough(caller, session, req);
       } catch (err) {
         log.error({ err }, 'MCP gateway request failed');
         return rpcError(req.id, RPC.internal, 'Internal gateway error');
+      } finally {
+        session?.end(req.id);
       }
     },
 

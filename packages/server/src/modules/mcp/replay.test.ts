@@ -95,4 +95,16 @@ describe('ReplayLog (SSE resumption per MCP session)', () => {
     expect(b.after(b2)?.events).toEqual([]);
     expect(budget.used).toBe(100);
   });
+
+  it('counts nothing appended after its session ended against the instance budget', () => {
+    const budget = { used: 0 };
+    const log = new ReplayLog({ events: 1000, bytes: 1 << 20, totalBytes: 1 << 20 }, budget);
+    const s = log.stream('p');
+    log.append(s, 'a'.repeat(100));
+    log.clear();
+    expect(budget.used).toBe(0);
+    // A reply that finishes after its session ended still gets an id for its last event.
+    expect(log.append(s, 'b'.repeat(100))).toBe('p1-2');
+    expect(budget.used).toBe(0);
+  });
 });

@@ -60,6 +60,8 @@ export class ReplayLog {
   private dropped = 0;
   /** The stream of that event: resuming right after it is still possible, and its id is checked against it. */
   private droppedStream: StreamKey | null = null;
+  /** The session ended: its budget is given back, and nothing more is kept or counted. */
+  private cleared = false;
 
   constructor(
     private readonly limits: ReplayLimits = DEFAULT_REPLAY_LIMITS,
@@ -74,6 +76,9 @@ export class ReplayLog {
   /** Records one event of a stream; its SSE id. */
   append(stream: StreamKey, data: string, type?: string): string {
     const seq = ++this.seq;
+    // A reply finishing after its session ended still writes its last event, but nobody can resume
+    // it: kept, it would hold its bytes of the instance's budget for ever (nothing clears it again).
+    if (this.cleared) return `${stream}-${seq}`;
     this.entries.push({ seq, stream, type, data });
     this.bytes += data.length;
     this.budget.used += data.length;
@@ -99,6 +104,7 @@ export class ReplayLog {
 
   /** Gives everything back (the session ended). */
   clear(): void {
+    this.cleared = true;
     this.budget.used -= this.bytes;
     this.bytes = 0;
     if (this.entries.length > this.head) this.droppedStream = this.entries[this.entries.length - 1]!.stream;

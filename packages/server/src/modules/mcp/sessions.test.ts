@@ -225,4 +225,23 @@ describe('GatewaySession routing', () => {
     expect(s.answers(299)).toBe(true);
     expect(s.answers(0)).toBe(false);
   });
+
+  it('gives back the replay budget of a streamed reply that finishes after its session ended', async () => {
+    const sessions = make({});
+    const s = opened(sessions, { keyId: 'a', upstreamId: 'u' });
+    const reply = new PendingReply(true, s);
+    s.begin(1, reply, 'tok');
+    s.deliver({
+      jsonrpc: '2.0',
+      method: 'notifications/progress',
+      params: { progressToken: 'tok', progress: 1 },
+    });
+    expect(await reply.outcome).toEqual({ kind: 'stream' });
+    expect(sessions.replayBudget.used).toBeGreaterThan(0);
+    await sessions.end(s.id, 'the client ended it');
+    expect(sessions.replayBudget.used).toBe(0);
+    // The request in flight is answered once its upstream session is gone: nothing of it is held.
+    reply.finish({ jsonrpc: '2.0', id: 1, error: { code: -32603, message: 'x'.repeat(1000) } });
+    expect(sessions.replayBudget.used).toBe(0);
+  });
 });

@@ -33,6 +33,11 @@ const idKey = (id: RpcId) => (typeof id === 'number' ? `n${id}` : `s${id}`);
  */
 export class GatewaySession implements ReplyHost {
   upstream: UpstreamSession | null = null;
+  /**
+   * The `updated_at` of the upstream configuration the session was opened with: a change made on
+   * another instance (which cannot end this instance's sessions) shows as another value.
+   */
+  configuredAt: string | null = null;
   lastSeen: number;
   closed = false;
   /** Every SSE event of the session (POST answers and GET streams), for resumption. */
@@ -86,10 +91,6 @@ export class GatewaySession implements ReplyHost {
     if (this.inflight.has(id)) return false;
     this.inflight.set(id, { reply, progressToken, upstreamId: null });
     return true;
-  }
-
-  has(id: RpcId): boolean {
-    return this.inflight.has(id);
   }
 
   sentAs(id: RpcId, upstreamId: number): void {
