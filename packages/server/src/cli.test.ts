@@ -1,5 +1,7 @@
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -126,6 +128,32 @@ describe('svc command', () => {
     expect(existsSync(store)).toBe(false);
   }, 200_000);
 
+  it('refuses a store in memory for commands whose work the store keeps', async () => {
+    const results = await Promise.all(
+      [
+        ['token', '--sub', 'alice'],
+        ['login-link', '--sub', 'alice'],
+        ['keys', 'rotate'],
+      ].map((args) =>
+        run('node', [...SOURCE_FLAGS, SVC_BIN, ...args], {
+          env: env({ SVC_DATABASE_URL: 'sqlite::memory:' }),
+        }).catch((e) => e),
+      ),
+    );
+    for (const r of results) {
+      expect({ code: r.code, stdout: r.stdout }).toEqual({ code: 1, stdout: '' });
+      expect(r.stderr).toContain(
+        'svc: SVC_DATABASE_URL is sqlite::memory:, a store that ends with this command',
+      );
+    }
+    // With SVC_JWT_SECRET the token does not depend on the store.
+    const secret = 'configured-secret-of-at-least-32-bytes';
+    const { stdout } = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'alice'], {
+      env: env({ SVC_DATABASE_URL: 'sqlite::memory:', SVC_JWT_SECRET: secret }),
+    });
+    expect((await jwtVerify(stdout.trim(), new TextEncoder().encode(secret))).payload.sub).toBe('alice');
+  });
+
   it('prints the usage of a command named after help', async () => {
     const { stdout } = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'help', 'keys'], { env: env() });
     expect(stdout).toMatch(/^usage: svc keys list\|rotate/);
@@ -229,7 +257,10 @@ describe('svc receipts verify', () => {
       }),
     );
 
-  const t = useTestApp({}, { listen: true });
+  // Checkpoints only on demand: one after every receipt, at tree sizes 1 to 13.
+  const t = useTestApp({ checkpointIntervalMs: 0 }, { listen: true });
+  const checkpoint = () =>
+    t.inject({ method: 'POST', url: '/v1/receipts/checkpoints', headers: keyHeader(tenant.apiKey) });
   beforeAll(async () => {
     tenant = await createTenant(t);
     for (let i = 0; i < 12; i++) {
@@ -239,6 +270,7 @@ describe('svc receipts verify', () => {
         headers: keyHeader(tenant.apiKey),
         payload: { tool_name: `tool-${i % 3}`, arguments: { i } },
       });
+      expect((await checkpoint()).statusCode).toBe(201);
     }
     await t.inject({
       method: 'POST',
@@ -260,6 +292,7 @@ describe('svc receipts verify', () => {
     });
     lines = res.body.split('\n').filter((l) => l !== '');
     expect(lines).toHaveLength(13);
+    expect((await checkpoint()).statusCode).toBe(201);
     url = `${t.url}/v1/receipts/export`;
   });
 
@@ -321,6 +354,81 @@ describe('svc receipts verify', () => {
     expect(results.map((r) => r.code)).toEqual(results.map(() => 2));
     expect(results[0]!.stderr).toContain('HTTP 401');
     expect(results[3]!.stderr).toContain('ENOENT');
+  });
+
+  describe('against signed checkpoints', () => {
+    /** Paths requested of `other`, with the API key each carried (null: none). */
+    const seen: { path: string; key: string | null }[] = [];
+    let other: Server;
+    let otherUrl: string;
+    beforeAll(async () => {
+      const keySet = (await t.inject({ method: 'GET', url: '/.well-known/svc-keys.json' })).body;
+      const all = (
+        await t.inject({
+          method: 'GET',
+          url: '/v1/receipts/checkpoints?limit=100',
+          headers: keyHeader(tenant.apiKey),
+        })
+      ).body;
+      // Another origin: a key set kept apart from the service, and a service whose export stops
+      // short of its own signed checkpoints while announcing that shorter length.
+      other = createServer((req, res) => {
+        const key = req.headers['x-service-api-key'];
+        seen.push({ path: req.url!, key: typeof key === 'string' ? key : null });
+        if (req.url === '/keys.json') res.setHeader('content-type', 'application/json').end(keySet);
+        else if (req.url!.startsWith('/v1/receipts/checkpoints'))
+          res.setHeader('content-type', 'application/json').end(all);
+        else if (req.url === '/v1/receipts/export')
+          res
+            .setHeader('content-type', 'application/x-ndjson')
+            .setHeader('x-chain-length', '11')
+            .end(`${lines.slice(0, 11).join('\n')}\n`);
+        else res.writeHead(404).end();
+      });
+      await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
+      otherUrl = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+    });
+    afterAll(() => new Promise<void>((resolve) => other.close(() => resolve())));
+
+    it('checks every checkpoint of the list, page by page, and sends the API key to the service only', async () => {
+      const r = await outcome([
+        url,
+        '--api-key',
+        tenant.apiKey,
+        '--checkpoints',
+        `${t.url}/v1/receipts/checkpoints?limit=5`,
+        '--keys',
+        `${otherUrl}/keys.json`,
+      ]);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toContain('OK: 13 checkpoint(s) verified');
+      expect(seen.filter((s) => s.path === '/keys.json')).toEqual([{ path: '/keys.json', key: null }]);
+    });
+
+    it('reports an export shorter than a checkpoint signed before it as broken', async () => {
+      const r = await outcome([
+        `${otherUrl}/v1/receipts/export`,
+        '--checkpoints',
+        `${otherUrl}/v1/receipts/checkpoints`,
+        '--keys',
+        `${otherUrl}/keys.json`,
+      ]);
+      expect(r.code).toBe(1);
+      expect(r.stdout).toMatch(
+        /^FAILED: the export ended after 11 receipt\(s\) but a signed checkpoint covers 13: receipts are missing at the end/,
+      );
+      // A saved export may be older than the checkpoints it is checked with: no failure then.
+      const saved = await outcome([
+        file('first-11.ndjson', lines.slice(0, 11)),
+        '--checkpoints',
+        `${otherUrl}/v1/receipts/checkpoints`,
+        '--keys',
+        `${otherUrl}/keys.json`,
+      ]);
+      expect(saved.code).toBe(0);
+      expect(saved.stdout).toContain('checkpoint 13 (');
+      expect(saved.stdout).toContain('unchecked: the export does not cover this tree size');
+    });
   });
 
   it('reports receipts missing from the end of the chain as broken', async () => {

@@ -136,6 +136,18 @@ async function subOption(sub: string | undefined): Promise<string> {
   return sub;
 }
 
+/**
+ * Refuses a store in memory for a command whose work is kept in the store: it lives only as long as
+ * this process, so no server would ever see what the command made there.
+ */
+function persistentStore(databaseUrl: string, what: string): void {
+  if (databaseUrl !== 'sqlite::memory:') return;
+  throw new Error(
+    `SVC_DATABASE_URL is sqlite::memory:, a store that ends with this command: ${what}; ` +
+      "point SVC_DATABASE_URL at the server's store",
+  );
+}
+
 async function token(args: string[]): Promise<void> {
   const { values } = parseCommand(args, { sub: { type: 'string' }, ttl: { type: 'string', default: '1h' } });
   const sub = await subOption(values.sub);
@@ -143,6 +155,12 @@ async function token(args: string[]): Promise<void> {
   const config = loadConfig();
   if (!config.jwtSecret && config.jwtJwksUrl) {
     throw new Error('SVC_JWT_JWKS_URL is set: tokens come from your identity provider, not from svc token');
+  }
+  if (!config.jwtSecret) {
+    persistentStore(
+      config.databaseUrl,
+      'a token signed with a secret generated here is accepted by no server (or set SVC_JWT_SECRET)',
+    );
   }
   const { openStore, migrateToLatest } = await loadStorage();
   const { resolveJwtSecret, signUserToken } = await import('./lib/jwt.js');
@@ -161,6 +179,7 @@ async function loginLink(args: string[]): Promise<void> {
   const sub = await subOption(values.sub);
   const ttl = ttlOption(values.ttl ?? '15m', LOGIN_LINK_MAX_TTL_SECONDS);
   const config = loadConfig();
+  persistentStore(config.databaseUrl, 'a link stored there opens nothing');
   const { openStore, migrateToLatest } = await loadStorage();
   const { createSessionService } = await import('./modules/sessions/service.js');
   const store = openStore(config.databaseUrl);
@@ -190,6 +209,7 @@ async function keys(args: string[]): Promise<void> {
     );
   }
   const config = loadConfig();
+  persistentStore(config.databaseUrl, "the signing keys kept there are not the server's");
   const { openStore, migrateToLatest } = await loadStorage();
   const { openSigningKeys } = await import('./signing/open.js');
   const { systemClock } = await import('./lib/clock.js');
@@ -223,6 +243,11 @@ interface ReceiptSource {
   lines: AsyncIterable<string>;
   /** Receipts the server announced for this export (X-Chain-Length minus the cursor), if known. */
   expected: number | null;
+  /**
+   * The whole chain as the server holds it now, from sequence 0: no checkpoint read before it may
+   * be longer than the export.
+   */
+  wholeChain: boolean;
 }
 
 async function fetchExport(target: string, apiKey: string | undefined, after: string | undefined) {
@@ -245,7 +270,11 @@ async function fetchExport(target: string, apiKey: string | undefined, after: st
     Number.isSafeInteger(length) && Number.isSafeInteger(from) && !res.headers.has('x-next-after')
       ? Math.max(0, length - from)
       : null;
-  return { lines: linesOf(res.body as ReadableStream<Uint8Array>), expected };
+  return {
+    lines: linesOf(res.body as ReadableStream<Uint8Array>),
+    expected,
+    wholeChain: from === 0 && !url.searchParams.has('limit') && !res.headers.has('x-next-after'),
+  };
 }
 
 function openSource(
@@ -256,22 +285,50 @@ function openSource(
   if (/^https?:\/\//i.test(target)) return fetchExport(target, apiKey, after);
   if (after !== undefined) throw new Error('--after applies to a URL only; a file is verified whole');
   const input = target === '-' ? process.stdin : createReadStream(target);
-  return { lines: linesOf(input), expected: null };
+  return { lines: linesOf(input), expected: null, wholeChain: false };
 }
 
-/** A JSON document from a file or a URL (sent with the API key, as the export is). */
+const isUrl = (target: string) => /^https?:\/\//i.test(target);
+
+/** A JSON document from a file or a URL (sent with `apiKey` when one is given). */
 async function readJson(target: string, apiKey: string | undefined): Promise<unknown> {
-  if (!/^https?:\/\//i.test(target)) return JSON.parse(await readFile(target, 'utf8'));
+  if (!isUrl(target)) return JSON.parse(await readFile(target, 'utf8'));
   const res = await fetch(target, { headers: apiKey ? { 'x-service-api-key': apiKey } : {} });
   if (!res.ok) throw new Error(`${target} answered HTTP ${res.status}`);
   return res.json();
+}
+
+/** Page size when reading GET /v1/receipts/checkpoints (its maximum), unless the URL sets `limit`. */
+const CHECKPOINT_PAGE = 100;
+
+/**
+ * A checkpoint URL's document; a list page (`{data: [...]}`) is followed page by page (`before` =
+ * the smallest tree size seen) to the end of the list, so every checkpoint is checked.
+ */
+async function fetchCheckpoints(target: string, apiKey: string | undefined): Promise<unknown> {
+  const url = new URL(target);
+  if (!url.searchParams.has('limit')) url.searchParams.set('limit', String(CHECKPOINT_PAGE));
+  const limit = Number(url.searchParams.get('limit'));
+  const all: unknown[] = [];
+  for (;;) {
+    const doc = await readJson(url.toString(), apiKey);
+    const page = (doc as { data?: unknown } | null)?.data;
+    if (!Array.isArray(page)) return all.length === 0 ? doc : { data: all };
+    all.push(...page);
+    const sizes = page.map((c) => (c as Checkpoint | null)?.tree_size);
+    const smallest = Math.min(...sizes.map((n) => (typeof n === 'number' ? n : Number.NaN)));
+    const before = Number(url.searchParams.get('before') ?? Number.POSITIVE_INFINITY);
+    // A short page is the last; a page that does not move below the cursor would repeat forever.
+    if (page.length < limit || !(smallest > 1 && smallest < before)) return { data: all };
+    url.searchParams.set('before', String(smallest));
+  }
 }
 
 /** Checkpoints as saved or served: {data: [...]}, an array, one checkpoint, or NDJSON. */
 async function readCheckpoints(target: string, apiKey: string | undefined): Promise<Checkpoint[]> {
   let doc: unknown;
   try {
-    doc = await readJson(target, apiKey);
+    doc = isUrl(target) ? await fetchCheckpoints(target, apiKey) : await readJson(target, undefined);
   } catch (err) {
     if (/^https?:/i.test(target) || !(err instanceof SyntaxError)) throw err;
     doc = (await readFile(target, 'utf8'))
@@ -325,12 +382,21 @@ async function receipts(args: string[]): Promise<void> {
     if (args[0] !== 'verify') throw new Error(VERIFY_USAGE);
     const { target, values } = verifyArgs(args.slice(1));
     const apiKey = values['api-key'] ?? (process.env.SVC_API_KEY || undefined);
-    const checkpoints = values.checkpoints ? await readCheckpoints(values.checkpoints, apiKey) : [];
-    const keySet = values.keys ? ((await readJson(values.keys, apiKey)) as { keys?: PublicJwk[] }).keys : [];
+    // The key goes to the service only: the export's origin when it is a URL. The published key set
+    // needs none, and may be kept elsewhere by whoever distrusts the service.
+    const serviceOrigin = isUrl(target) ? new URL(target).origin : null;
+    const keyFor = (url: string) =>
+      isUrl(url) && (serviceOrigin === null || new URL(url).origin === serviceOrigin) ? apiKey : undefined;
+    const checkpoints = values.checkpoints
+      ? await readCheckpoints(values.checkpoints, keyFor(values.checkpoints))
+      : [];
+    const keySet = values.keys
+      ? ((await readJson(values.keys, undefined)) as { keys?: PublicJwk[] })?.keys
+      : [];
     if (!Array.isArray(keySet)) throw new Error(`${values.keys} is not a key set ({"keys": [...]})`);
     const source = await openSource(target, apiKey, values.after);
     const report = await verifyReceiptChain(source.lines, {
-      treeSizes: checkpoints.map((c) => c.tree_size),
+      treeSizes: checkpoints.map((c) => c?.tree_size),
     });
     let output = formatReport(report);
     let ok = report.ok;
@@ -338,6 +404,19 @@ async function receipts(args: string[]): Promise<void> {
       const results = await checkCheckpoints(checkpoints, keySet, report);
       ok &&= results.every((r) => r.status !== 'failed');
       output += `\n${formatCheckpointResults(results)}`;
+      // The checkpoints were read before the export: a whole-chain export shorter than one of them
+      // (validly signed; of this organization when the export has a receipt) lost receipts at its end,
+      // whatever length it announced.
+      const longer = source.wholeChain
+        ? results.filter((r) => r.code === 'not_covered' && r.tree_size > report.count)
+        : [];
+      if (longer.length > 0) {
+        ok = false;
+        const size = Math.max(...longer.map((r) => r.tree_size));
+        output =
+          `FAILED: the export ended after ${report.count} receipt(s) but a signed checkpoint covers ` +
+          `${size}: receipts are missing at the end\n${output}`;
+      }
     }
     if (source.expected !== null && report.count < source.expected) {
       // A clean end before the announced length: receipts are missing from the end of the chain.
