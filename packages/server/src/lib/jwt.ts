@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, linkSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import {
   createRemoteJWKSet,
@@ -75,6 +75,14 @@ function jwksKeys(url: string, cacheSeconds: number): JWTVerifyGetKey {
 
 const SECRET_SETTING = 'jwt_secret';
 
+/** The secret kept in `file`; one that is empty (a write cut short) is refused, never used. */
+function storedSecret(file: string): string {
+  const secret = readFileSync(file, 'utf8').trim();
+  if (secret === '')
+    throw new Error(`${file} is empty: delete it to have a new secret generated, or set SVC_JWT_SECRET`);
+  return secret;
+}
+
 /**
  * The HS256 secret: SVC_JWT_SECRET, else one generated on first start and kept beside the embedded
  * store (a file next to the SQLite database) or, on PostgreSQL, in the settings table so that every
@@ -85,16 +93,21 @@ export async function resolveJwtSecret(config: Config, store: Store): Promise<st
   if (config.jwtJwksUrl) return null;
   if (store.sqlitePath) {
     const file = join(dirname(store.sqlitePath), 'jwt-secret');
-    if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+    if (existsSync(file)) return storedSecret(file);
     const secret = randomBytes(32).toString('base64url');
+    // Written whole under a name of its own, then linked into place: a process reading the file
+    // never sees it created but not yet written (it would sign with an empty secret).
+    const draft = `${file}.${randomBytes(6).toString('hex')}.tmp`;
+    writeFileSync(draft, `${secret}\n`, { mode: 0o600, flag: 'wx' });
     try {
-      writeFileSync(file, `${secret}\n`, { mode: 0o600, flag: 'wx' });
-      chmodSync(file, 0o600);
+      linkSync(draft, file);
       return secret;
     } catch (err) {
-      // Another process created it first: use theirs.
-      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return readFileSync(file, 'utf8').trim();
+      // Another process put its own in place first: use theirs.
+      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return storedSecret(file);
       throw err;
+    } finally {
+      unlinkSync(draft);
     }
   }
   if (store.dialect === 'postgres') {
