@@ -170,6 +170,23 @@ describe('combineConfigs and figures', () => {
     expect(combineConfigs(org, null)).toBe(org);
     expect(combineConfigs(null, null)).toBeNull();
   });
+  it('combines a category named like an Object.prototype member as any other', () => {
+    const limited = { limitMicros: 5_000_000, approvalThresholdMicros: 1_000_000 };
+    for (const name of ['constructor', 'toString', 'valueOf', 'hasOwnProperty']) {
+      const project = config({ categoryPolicies: { [name]: limited } });
+      const combined = combineConfigs(config(), project)!;
+      expect(combined.categoryPolicies[name]).toEqual(limited);
+      const quote = { ...base, config: combined, category: name };
+      expect(
+        decideAuthorization({ ...quote, quoteMicros: 6_000_000, maxAcceptableMicros: 6e6 }),
+      ).toMatchObject({ decision: 'deny', reasonCode: 'category_budget_exceeded' });
+      expect(
+        decideAuthorization({ ...quote, quoteMicros: 2_000_000, maxAcceptableMicros: 2e6 }),
+      ).toMatchObject({ decision: 'require_approval', reasonCode: 'approval_required' });
+      // Not configured at all: no category limit, nothing inherited read as one.
+      expect(decideAuthorization({ ...base, category: name }).decision).toBe('allow');
+    }
+  });
   it('never reports a negative remaining amount', () => {
     expect(figuresOf(10, { spentMicros: 12, reservedMicros: 0 }).remainingMicros).toBe(0);
     expect(figuresOf(null, { spentMicros: 12, reservedMicros: 0 }).remainingMicros).toBeNull();

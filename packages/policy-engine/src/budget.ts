@@ -84,6 +84,14 @@ export function windowStart(window: BudgetWindow, at: string): string {
   return '';
 }
 
+/**
+ * A category's own policy, or null. Own properties only: a category called `constructor` or
+ * `toString` must not read what a plain object inherits.
+ */
+function categoryPolicy(policies: Record<string, CategoryPolicy>, category: string): CategoryPolicy | null {
+  return Object.hasOwn(policies, category) ? (policies[category] ?? null) : null;
+}
+
 const minOf = (a: number | null, b: number | null): number | null =>
   a === null ? b : b === null ? a : Math.min(a, b);
 
@@ -100,7 +108,7 @@ export function combineConfigs(
   if (!org || !project) return org ?? project;
   const categories: Record<string, CategoryPolicy> = { ...org.categoryPolicies };
   for (const [name, p] of Object.entries(project.categoryPolicies)) {
-    const o = categories[name];
+    const o = categoryPolicy(categories, name);
     categories[name] = o
       ? {
           limitMicros: minOf(o.limitMicros, p.limitMicros),
@@ -140,7 +148,7 @@ export interface ScopeFigures extends ScopeUsage {
 export function limitOf(config: EconomicConfig, scope: BudgetScope, category: string): number | null {
   if (scope === 'session') return config.sessionLimitMicros;
   if (scope === 'agent') return config.agentLimitMicros;
-  return config.categoryPolicies[category]?.limitMicros ?? null;
+  return categoryPolicy(config.categoryPolicies, category)?.limitMicros ?? null;
 }
 
 export function figuresOf(limitMicros: number | null, usage: ScopeUsage): ScopeFigures {
@@ -237,7 +245,7 @@ export function decideAuthorization(input: AuthorizationInput): AuthorizationOut
   if (perAction !== null && quote >= perAction) {
     thresholds.push(`the per-action approval threshold of ${formatUsd(perAction)}`);
   }
-  const byCategory = config.categoryPolicies[category]?.approvalThresholdMicros ?? null;
+  const byCategory = categoryPolicy(config.categoryPolicies, category)?.approvalThresholdMicros ?? null;
   if (byCategory !== null && quote >= byCategory) {
     thresholds.push(`the approval threshold of category "${category}" (${formatUsd(byCategory)})`);
   }

@@ -2,7 +2,7 @@ import { isSet } from './definition-check.js';
 import { failure, typeFailure } from './failures.js';
 import { plural, show, showList } from './format.js';
 import { codePointLength } from './limits.js';
-import { argumentReader, typeName } from './lookup.js';
+import { pathReader, typeName } from './lookup.js';
 import { compileRegex, type RegexMatcher } from './regex.js';
 import type { Constraint, FailedConstraint } from './types.js';
 
@@ -47,8 +47,7 @@ function push(out: FailedConstraint[] | null, f: FailedConstraint): FailedConstr
  */
 export function compileConstraint(c: Constraint): ConstraintCheck | null {
   const name = c.argumentName;
-  const dotted = name.includes('.');
-  const readPath = argumentReader(name);
+  const readPath = name.includes('.') ? pathReader(name) : null;
   const required = c.required === true;
   const notNull = c.notNull === true;
 
@@ -147,8 +146,18 @@ export function compileConstraint(c: Constraint): ConstraintCheck | null {
     return out;
   };
 
-  return (args) => {
-    const v = dotted ? readPath(args) : hasOwn(args, name) ? args[name] : undefined;
+  const check: ConstraintCheck = (args) => {
+    let v: unknown;
+    if (readPath === null) v = hasOwn(args, name) ? args[name] : undefined;
+    else {
+      const direct = hasOwn(args, name) ? args[name] : undefined;
+      const nested = readPath(args);
+      // Present both as the exact key and as the nested path: the tool may read either, so both must pass.
+      if (direct !== undefined && nested !== undefined && !Object.is(direct, nested)) {
+        return both(direct, nested);
+      }
+      v = direct === undefined ? nested : direct;
+    }
     // An absent argument skips every other check; only `required` cares.
     if (v === undefined) return required ? [missing] : null;
     let out: FailedConstraint[] | null = null;
@@ -167,4 +176,14 @@ export function compileConstraint(c: Constraint): ConstraintCheck | null {
     }
     return out;
   };
+
+  // `{[name]: value}` holds a value only as the exact key: a dotted name's path cannot resolve in it.
+  const both = (direct: unknown, nested: unknown): FailedConstraint[] | null => {
+    const first = check({ [name]: direct });
+    const second = check({ [name]: nested });
+    if (first === null) return second;
+    return second === null ? first : first.concat(second);
+  };
+
+  return check;
 }

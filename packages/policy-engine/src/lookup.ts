@@ -1,27 +1,38 @@
 const hasOwn = Object.hasOwn;
 
 /**
- * Builds a reader for one argument name: the exact top-level key first; if that is absent and the name
- * contains dots, the name is read as a path into nested objects (`payment.amount`; array elements by
- * index, `items.0.sku`). Only own properties count, so `constructor` or `__proto__` never resolve to
- * something inherited. Returns undefined when absent.
+ * Builds a reader for a dotted name read as a path into nested objects (`payment.amount`; array
+ * elements by index, `items.0.sku`). Only own properties count, so `constructor` or `__proto__` never
+ * resolve to something inherited. Returns undefined when absent.
  */
-export function argumentReader(name: string): (args: Record<string, unknown>) => unknown {
-  if (!name.includes('.')) {
-    return (args) => (hasOwn(args, name) ? args[name] : undefined);
-  }
+export function pathReader(name: string): (args: Record<string, unknown>) => unknown {
   const parts = name.split('.');
   return (args) => {
-    if (hasOwn(args, name)) {
-      const direct = args[name];
-      if (direct !== undefined) return direct;
-    }
     let current: unknown = args;
     for (const part of parts) {
       if (current === null || typeof current !== 'object' || !hasOwn(current, part)) return undefined;
       current = (current as Record<string, unknown>)[part];
     }
     return current;
+  };
+}
+
+/**
+ * Builds a reader for every value one argument name refers to: the exact top-level key and, when the
+ * name contains dots, the nested path too. A call may carry both (`{"payment.amount": 5, "payment":
+ * {"amount": 500}}`) and the tool may read either, so checks apply to each reading that is present.
+ * Returns the readings that are present, without repeating one value; an empty list when absent.
+ */
+export function argumentReadings(name: string): (args: Record<string, unknown>) => unknown[] {
+  if (!name.includes('.')) {
+    return (args) => (hasOwn(args, name) && args[name] !== undefined ? [args[name]] : []);
+  }
+  const readPath = pathReader(name);
+  return (args) => {
+    const direct = hasOwn(args, name) ? args[name] : undefined;
+    const nested = readPath(args);
+    if (direct === undefined) return nested === undefined ? [] : [nested];
+    return nested === undefined || Object.is(nested, direct) ? [direct] : [direct, nested];
   };
 }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { type Constraint, type PolicyDefinition, scorePolicy } from './index.js';
+import { type Constraint, evaluateSession, type PolicyDefinition, scorePolicy } from './index.js';
 
 const det = (...constraints: Constraint[]): PolicyDefinition => ({ mode: 'deterministic', constraints });
 
@@ -141,5 +141,21 @@ describe('scorePolicy', () => {
       'llmConfig is ignored in deterministic mode.',
     ]);
     expect(report.score).toBe(100 - 15 - 5 - 5 - 15 - 15 - 5);
+  });
+});
+
+describe('quality report and session evaluation agree', () => {
+  it('says what a cumulative limit of 0 or below lets through', () => {
+    const sc = (maxValue: number) => ({ cumulativeLimits: [{ argumentName: 'a', maxValue }] });
+    const passes = (maxValue: number, value: number) =>
+      evaluateSession(sc(maxValue), { calls: 0, cumulative: {} }, { a: value }).length === 0;
+    expect(passes(0, 0)).toBe(true);
+    expect(scorePolicy({ mode: 'deterministic', sessionConstraints: sc(0) }).issues).toEqual([
+      'The cumulative limit on "a" is 0, so only zero values can pass.',
+    ]);
+    expect(passes(-1, 0)).toBe(false);
+    expect(scorePolicy({ mode: 'deterministic', sessionConstraints: sc(-1) }).issues).toEqual([
+      'The cumulative limit on "a" is -1, so every call carrying it is denied.',
+    ]);
   });
 });

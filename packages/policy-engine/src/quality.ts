@@ -265,9 +265,15 @@ function checkSession(def: PolicyDefinition, out: Collector): void {
       );
     }
     seen.add(limit.argumentName);
-    if (limit.maxValue <= 0) {
+    if (limit.maxValue < 0) {
+      // Values below 0 are refused and a total of 0 is still over a negative limit.
       out.add(
-        `The cumulative limit on "${limit.argumentName}" is ${limit.maxValue}, so only zero values can pass.`,
+        `The cumulative limit on "${limit.argumentName}" is ${limit.maxValue}, so every call carrying it is denied.`,
+        PENALTY.warning,
+      );
+    } else if (limit.maxValue === 0) {
+      out.add(
+        `The cumulative limit on "${limit.argumentName}" is 0, so only zero values can pass.`,
         PENALTY.warning,
       );
     }

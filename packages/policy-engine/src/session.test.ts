@@ -67,6 +67,37 @@ describe('session constraints', () => {
     expect(types({ order: { units: 11 } })).toEqual([['order.units', 'cumulative_limit', 11]]);
   });
 
+  it('reads only own session totals, whatever the argument is called', () => {
+    // A plain object inherits `constructor`, `toString`...: read as a total, the sum would be a string.
+    // Computed keys and JSON.parse both make `__proto__` an own property.
+    for (const name of ['constructor', 'toString', 'valueOf', 'hasOwnProperty', '__proto__']) {
+      const sc = { cumulativeLimits: [{ argumentName: name, maxValue: 10 }] };
+      const fresh = evaluateSession(sc, { calls: 0, cumulative: {} }, { [name]: 100 });
+      expect(fresh.map((f) => [f.parameter, f.constraint_type, f.actual])).toEqual([
+        [name, 'cumulative_limit', 100],
+      ]);
+      expect(evaluateSession(sc, { calls: 0, cumulative: {} }, { [name]: 10 })).toEqual([]);
+      const counted = evaluateSession(
+        sc,
+        { calls: 1, cumulative: JSON.parse(`{"${name}": 8}`) },
+        { [name]: 3 },
+      );
+      expect(counted.map((f) => [f.constraint_type, f.actual])).toEqual([['cumulative_limit', 11]]);
+    }
+  });
+
+  it('denies when the stored total is not a number', () => {
+    const sc = { cumulativeLimits: [{ argumentName: 'amount', maxValue: 10 }] };
+    const state = {
+      calls: 1,
+      cumulative: { amount: 'function Object() { [native code] }5' as unknown as number },
+    };
+    expect(evaluateSession(sc, state, { amount: 1 }).map((f) => f.constraint_type)).toEqual(['unevaluable']);
+    expect(evaluateSession(sc, { calls: 1, cumulative: { amount: Number.NaN } }, { amount: 1 })).toHaveLength(
+      1,
+    );
+  });
+
   it('merges session failures into a deny', () => {
     const compiled = compilePolicy({
       mode: 'deterministic',

@@ -1,5 +1,5 @@
-import { buildEvaluation, failure, typeFailure } from './failures.js';
-import { argumentReader, typeName } from './lookup.js';
+import { buildEvaluation, failure, typeFailure, unevaluable } from './failures.js';
+import { argumentReadings, typeName } from './lookup.js';
 import type {
   Evaluation,
   FailedConstraint,
@@ -25,6 +25,35 @@ function limitsOf(sc: SessionConstraints | null | undefined) {
 }
 
 /**
+ * The session's total so far for one argument: 0 when it has none, null when the stored total is
+ * not a finite number. Own properties only: `constructor` or `toString` must never read what a plain
+ * object inherits (a function, which turns the sum into a string that no limit ever exceeds).
+ */
+function totalSoFar(cumulative: Record<string, number> | undefined, name: string): number | null {
+  if (cumulative === undefined || cumulative === null || !Object.hasOwn(cumulative, name)) return 0;
+  const before: unknown = cumulative[name];
+  if (before === undefined || before === null) return 0;
+  return typeof before === 'number' && Number.isFinite(before) ? before : null;
+}
+
+const countable = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+
+/**
+ * The value this call adds under one cumulative limit: null when the argument is absent or a reading
+ * cannot be counted (evaluateSession denies such a call). A name present both as the exact key and
+ * as the nested path counts the larger reading: the tool may use either.
+ */
+function addedValue(name: string, args: Record<string, unknown>): number | null {
+  const readings = args ? argumentReadings(name)(args) : [];
+  let value: number | null = null;
+  for (const v of readings) {
+    if (!countable(v)) return null;
+    value = value === null ? v : Math.max(value, v);
+  }
+  return value;
+}
+
+/**
  * What this call adds to the session if it goes through: one call, plus the value of each argument under
  * a cumulative limit when that value is a finite number of 0 or more (anything else is denied by
  * evaluateSession, so it never counts).
@@ -35,8 +64,8 @@ export function sessionIncrements(
 ): SessionIncrements {
   const cumulative: Record<string, number> = {};
   for (const { argumentName } of limitsOf(sc)) {
-    const v = args ? argumentReader(argumentName)(args) : undefined;
-    if (typeof v === 'number' && Number.isFinite(v) && v >= 0) cumulative[argumentName] = v;
+    const v = addedValue(argumentName, args);
+    if (v !== null) cumulative[argumentName] = v;
   }
   return { calls: 1, cumulative };
 }
@@ -70,18 +99,27 @@ export function evaluateSession(
     }
   }
   for (const { argumentName: name, maxValue } of limitsOf(sc)) {
-    const v = args ? argumentReader(name)(args) : undefined;
-    if (v === undefined) continue;
-    if (typeof v !== 'number' || !Number.isFinite(v)) {
-      failures.push(typeFailure(name, 'number', typeName(v)));
+    const readings = args ? argumentReadings(name)(args) : [];
+    if (readings.length === 0) continue;
+    let countableReadings = true;
+    for (const v of readings) {
+      if (typeof v !== 'number' || !Number.isFinite(v)) {
+        failures.push(typeFailure(name, 'number', typeName(v)));
+        countableReadings = false;
+      } else if (v < 0) {
+        const text = `must not be negative under a session cumulative limit (got ${v})`;
+        failures.push(failure(name, 'range', { minimum: 0 }, v, text));
+        countableReadings = false;
+      }
+    }
+    if (!countableReadings) continue;
+    const v = addedValue(name, args) as number;
+    const before = totalSoFar(state.cumulative, name);
+    if (before === null) {
+      // A corrupt stored total cannot be checked against the limit: fail closed.
+      failures.push(unevaluable(name, new Error('the session total so far is not a finite number')));
       continue;
     }
-    if (v < 0) {
-      const text = `must not be negative under a session cumulative limit (got ${v})`;
-      failures.push(failure(name, 'range', { minimum: 0 }, v, text));
-      continue;
-    }
-    const before = state.cumulative?.[name] ?? 0;
     const total = before + v;
     if (over(total, maxValue)) {
       const text = `session total would be ${total} (${before} so far + ${v}), over the limit of ${maxValue}`;
