@@ -64,7 +64,7 @@ function setup(
     policies: { get: async () => opts.policy ?? policy },
     steps: enforcementSteps({
       approvals: { use, open } as never,
-      sessions: { reserve },
+      sessions: { reserve, check: async () => [] },
       // Deterministic policies never reach the judge.
       judge: { judge: async () => expect.unreachable('the judge is not asked for deterministic policies') },
     }),

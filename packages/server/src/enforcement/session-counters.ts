@@ -55,6 +55,14 @@ export interface SessionCounters {
     constraints: SessionConstraints,
     args: Record<string, unknown>,
   ): Promise<Reservation>;
+  /** What the session constraints would refuse in this call now; counts nothing. */
+  check(
+    org: string,
+    session: string,
+    tool: string,
+    constraints: SessionConstraints,
+    args: Record<string, unknown>,
+  ): Promise<FailedConstraint[]>;
 }
 
 const MAX_ENTRIES = 200_000;
@@ -97,6 +105,16 @@ export class MemorySessionCounters implements SessionCounters {
     }
   }
 
+  async check(
+    org: string,
+    session: string,
+    tool: string,
+    constraints: SessionConstraints,
+    args: Record<string, unknown>,
+  ): Promise<FailedConstraint[]> {
+    return evaluateSession(constraints, (await this.entry(org, session, tool)).state, args);
+  }
+
   /** Checks the call against the session constraints and, if it passes, counts it. */
   async reserve(
     org: string,
@@ -112,8 +130,9 @@ export class MemorySessionCounters implements SessionCounters {
     const inc = sessionIncrements(constraints, args);
     const before = entry.state;
     const cumulative = { ...before.cumulative };
+    // Own totals only: a total named `constructor` must not start from what a plain object inherits.
     for (const [name, value] of Object.entries(inc.cumulative))
-      cumulative[name] = (cumulative[name] ?? 0) + value;
+      cumulative[name] = (Object.hasOwn(cumulative, name) ? cumulative[name]! : 0) + value;
     const after: SessionState = { calls: before.calls + inc.calls, cumulative };
     entry.state = after;
     entry.pending++;
@@ -128,7 +147,10 @@ export class MemorySessionCounters implements SessionCounters {
         entry.state = {
           calls: entry.state.calls - inc.calls,
           cumulative: Object.fromEntries(
-            Object.entries(entry.state.cumulative).map(([k, v]) => [k, v - (inc.cumulative[k] ?? 0)]),
+            Object.entries(entry.state.cumulative).map(([k, v]) => [
+              k,
+              v - (Object.hasOwn(inc.cumulative, k) ? inc.cumulative[k]! : 0),
+            ]),
           ),
         };
       },

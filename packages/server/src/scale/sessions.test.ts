@@ -112,6 +112,64 @@ describe('RedisSessionCounters', () => {
     ]);
   });
 
+  it('counts an argument named like an Object.prototype member as any other, in both counters', async () => {
+    const sc = { maxCalls: 100, cumulativeLimits: [{ argumentName: 'constructor', maxValue: 10 }] };
+    for (const counters of [
+      new MemorySessionCounters(store),
+      new RedisSessionCounters(redis, prefix, store, quiet),
+    ]) {
+      const session = `s-inherited-${counters.constructor.name}`;
+      const reserve = async (value: number, release = false) => {
+        const r = await counters.reserve(ORG, session, 'pay', sc, { constructor: value });
+        if (release) r.release();
+        else r.settle();
+        return r;
+      };
+      expect((await reserve(6)).after).toEqual({ calls: 1, cumulative: { constructor: 6 } });
+      expect((await reserve(6)).failures.map((f) => f.constraint_type)).toEqual(['cumulative_limit']);
+      // Counted, then given back: the total is 6 again, not a string or NaN.
+      expect((await reserve(1, true)).failures).toEqual([]);
+      const last = await reserve(3);
+      expect(last.failures).toEqual([]);
+      expect(last.after).toEqual({ calls: 2, cumulative: { constructor: 9 } });
+    }
+  });
+
+  it('checks a call without counting it, from Redis or from the stored totals, as the in-memory counters do', async () => {
+    const sc = { maxCalls: 2, cumulativeLimits: [{ argumentName: 'usd', maxValue: 10 }] };
+    await store.db
+      .insertInto('session_counters')
+      .values({
+        organization_id: ORG,
+        session_id: 's-check',
+        tool_name: 'pay',
+        calls: 1,
+        cumulative: JSON.stringify({ usd: 6 }),
+        updated_at: new Date().toISOString(),
+      })
+      .execute();
+    const kinds = (f: { constraint_type: string }[]) => f.map((x) => x.constraint_type);
+    for (const counters of [
+      new MemorySessionCounters(store),
+      new RedisSessionCounters(redis, prefix, store, quiet),
+    ]) {
+      // Not in Redis yet: the stored totals.
+      expect(kinds(await counters.check(ORG, 's-check', 'pay', sc, { usd: 5 }))).toEqual([
+        'cumulative_limit',
+      ]);
+      expect(await counters.check(ORG, 's-check', 'pay', sc, { usd: 4 })).toEqual([]);
+      // Checked twice, counted never: one call still fits.
+      expect(await counters.check(ORG, 's-check', 'pay', sc, { usd: 4 })).toEqual([]);
+    }
+    const redisCounters = new RedisSessionCounters(redis, prefix, store, quiet);
+    (await redisCounters.reserve(ORG, 's-check', 'pay', sc, { usd: 1 })).settle();
+    // In Redis now: 2 calls and 7 spent.
+    expect(kinds(await redisCounters.check(ORG, 's-check', 'pay', sc, { usd: 4 }))).toEqual([
+      'max_calls',
+      'cumulative_limit',
+    ]);
+  });
+
   it('starts from the stored totals of a session not yet in Redis', async () => {
     await store.db
       .insertInto('session_counters')

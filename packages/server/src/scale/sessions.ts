@@ -102,7 +102,7 @@ export class RedisSessionCounters implements SessionCounters {
   private readonly scripts: Scripts;
 
   constructor(
-    redis: Redis,
+    private readonly redis: Redis,
     private readonly prefix: string,
     private readonly store: Store,
     private readonly log: Logger,
@@ -125,6 +125,28 @@ export class RedisSessionCounters implements SessionCounters {
     const state = await loadSessionState(this.store, org, session, tool);
     const cumulative = Object.entries(state.cumulative);
     return ['1', String(state.calls), String(cumulative.length), ...cumulative.flat().map(String)];
+  }
+
+  /** The session as Redis holds it (or as stored, when Redis has it not yet); counts nothing. */
+  async check(
+    org: string,
+    session: string,
+    tool: string,
+    constraints: SessionConstraints,
+    args: Record<string, unknown>,
+  ): Promise<FailedConstraint[]> {
+    let fields: Record<string, string>;
+    try {
+      fields = await this.redis.hgetall(this.key(org, session, tool));
+    } catch (err) {
+      this.log.error({ err }, 'session counters unavailable');
+      throw new AppError('service_unavailable', 'Session counters are not answering; retry the call');
+    }
+    const state =
+      Object.keys(fields).length === 0
+        ? await loadSessionState(this.store, org, session, tool)
+        : stateOf(['1', ...Object.entries(fields).flat()]);
+    return evaluateSession(constraints, state, args);
   }
 
   async reserve(
@@ -172,8 +194,9 @@ export class RedisSessionCounters implements SessionCounters {
       return { failures: failures.length > 0 ? failures : [this.refused()], after: null, ...NO_OP };
     }
     const cumulative = { ...before.cumulative };
+    // Own totals only: a total named `constructor` must not start from what a plain object inherits.
     for (const [name, value] of Object.entries(inc.cumulative))
-      cumulative[name] = (cumulative[name] ?? 0) + value;
+      cumulative[name] = (Object.hasOwn(cumulative, name) ? cumulative[name]! : 0) + value;
     const after: SessionState = { calls: before.calls + inc.calls, cumulative };
     let done = false;
     const release = () => {

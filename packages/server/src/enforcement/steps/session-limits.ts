@@ -37,7 +37,10 @@ function holdOf(reservation: Reservation): Hold {
 
 /**
  * maxCalls and cumulative limits of the session (context.session_id): check-and-count for an allowed
- * call, approved calls included. The count is held until the decision is durable.
+ * call, approved calls included. The count is held until the decision is durable. A call that would
+ * need approval, in a named session, is checked without being counted: one its session refuses now is
+ * denied rather than put to a person (as the policy engine merges them: a session failure turns
+ * require_approval into deny); approved, it is checked and counted when it is made.
  */
 export function sessionLimitsStep(sessions: SessionCounters): Step {
   return {
@@ -45,10 +48,22 @@ export function sessionLimitsStep(sessions: SessionCounters): Step {
     async run({ scope, call, policy, sessionId }, verdict): Promise<StepResult> {
       const sc = policy?.definition.sessionConstraints;
       const limited = !!sc && (sc.maxCalls !== undefined || (sc.cumulativeLimits?.length ?? 0) > 0);
-      if (verdict.decision !== 'allow' || !limited || !policy) return { verdict };
+      if (verdict.decision === 'deny' || !limited || !policy) return { verdict };
       const refuse = (failures: FailedConstraint[]): StepResult => ({
         verdict: verdictOf(mergeEvaluation(verdict.evaluation, failures), policy),
       });
+      if (verdict.decision === 'require_approval') {
+        // The session is named when the approved call is made; asked for without one, it is checked then.
+        if (!sessionId) return { verdict };
+        const failures = await sessions.check(
+          scope.organizationId,
+          sessionId,
+          call.toolName,
+          sc,
+          call.arguments,
+        );
+        return failures.length > 0 ? refuse(failures) : { verdict };
+      }
       if (!sessionId) return refuse([noSession(call.context.session_id)]);
       const reservation = await sessions.reserve(
         scope.organizationId,

@@ -10,7 +10,7 @@ import {
   setTier,
 } from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
-import { createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
+import { bearer, createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
 
 const clock = new ManualClock();
 const t = useTestApp({}, { clock });
@@ -249,6 +249,28 @@ describe('require_approval through POST /v1/tools/validate', () => {
     const fresh = await validate(tenant, { amount: 50 }, { approval_id: id, session_id: 'T' });
     expect(fresh.json().decision).toBe('allow');
     expect(await usedAt(id)).not.toBeNull();
+  });
+
+  it('denies, rather than puts to a person, a call its session refuses now; nothing is counted until approved', async () => {
+    const tenant = await teamTenantWithPolicy([ESCALATE], { maxCalls: 1 });
+    const call = (amount: number) => validate(tenant, { amount }, { session_id: 'W' });
+    // The session has room: asked for, twice, and neither counts.
+    expect((await call(50)).json().decision).toBe('require_approval');
+    expect((await call(50)).json().decision).toBe('require_approval');
+    expect((await call(5)).json().decision).toBe('allow');
+    const over = (await call(50)).json();
+    expect(over.decision).toBe('deny');
+    expect(over.approval_id).toBeUndefined();
+    expect(over.failed_constraints.map((f: { constraint_type: string }) => f.constraint_type)).toEqual([
+      'range',
+      'max_calls',
+    ]);
+    const pending = await t.inject({
+      method: 'GET',
+      url: '/v1/approvals/pending',
+      headers: { ...bearer(await t.token(tenant.userId)), 'x-organization-id': tenant.orgId },
+    });
+    expect(pending.json().data).toHaveLength(2);
   });
 
   it('lets only one of many concurrent calls use an approval', async () => {
