@@ -2,6 +2,7 @@ import {
   evaluateSession,
   type FailedConstraint,
   type SessionConstraints,
+  type SessionIncrements,
   type SessionState,
   sessionIncrements,
 } from '@svc/policy-engine';
@@ -28,6 +29,17 @@ export async function loadSessionState(
     .where('tool_name', '=', tool)
     .executeTakeFirst();
   return { calls: row?.calls ?? 0, cumulative: row ? JSON.parse(row.cumulative) : {} };
+}
+
+/**
+ * The session after a call adds `inc`. Own totals only: a total named `constructor` must not start
+ * from what a plain object inherits.
+ */
+export function counted(before: SessionState, inc: SessionIncrements): SessionState {
+  const cumulative = { ...before.cumulative };
+  for (const [name, value] of Object.entries(inc.cumulative))
+    cumulative[name] = (Object.hasOwn(cumulative, name) ? cumulative[name]! : 0) + value;
+  return { calls: before.calls + inc.calls, cumulative };
 }
 
 export interface Reservation {
@@ -129,11 +141,7 @@ export class MemorySessionCounters implements SessionCounters {
     if (failures.length > 0) return { failures, after: null, release: noop, settle: noop };
     const inc = sessionIncrements(constraints, args);
     const before = entry.state;
-    const cumulative = { ...before.cumulative };
-    // Own totals only: a total named `constructor` must not start from what a plain object inherits.
-    for (const [name, value] of Object.entries(inc.cumulative))
-      cumulative[name] = (Object.hasOwn(cumulative, name) ? cumulative[name]! : 0) + value;
-    const after: SessionState = { calls: before.calls + inc.calls, cumulative };
+    const after = counted(before, inc);
     entry.state = after;
     entry.pending++;
     let done = false;

@@ -3,7 +3,7 @@ import WebSocket from 'ws';
 import type { AppContext } from '../context.js';
 import { AppError } from '../lib/errors.js';
 import { type JwtVerifier, KeySourceError } from '../lib/jwt.js';
-import { bearerToken } from '../plugins/auth.js';
+import { bearerToken, keySourceUnavailable } from '../plugins/auth.js';
 import { tokenStillValid, userOrganizations } from './access.js';
 import type { Frames, StreamClient } from './hub.js';
 import type { StreamOptions } from './options.js';
@@ -130,15 +130,8 @@ export async function wsRoutes(
       try {
         userId = (await jwt.verify(token)).sub;
       } catch (err) {
-        if (err instanceof KeySourceError) {
-          // The token could not be checked, which says nothing against it: retry, as on every route.
-          req.log.warn({ err }, 'user token not checked: identity provider key set unavailable');
-          throw new AppError(
-            'service_unavailable',
-            'User tokens cannot be checked right now: the identity provider is unreachable; retry later',
-            { 'retry-after': '5' },
-          );
-        }
+        // The token could not be checked, which says nothing against it: retry, as on every route.
+        if (err instanceof KeySourceError) throw keySourceUnavailable(req, err);
         throw new AppError('unauthorized', `Invalid token: ${(err as Error).message}`);
       }
       req.principal = { kind: 'user', userId };

@@ -65,6 +65,19 @@ function safeEqual(a: string, b: string): boolean {
   return timingSafeEqual(digest(a), digest(b));
 }
 
+/**
+ * A user token that could not be checked because the identity provider's key set is unreachable:
+ * not the caller's fault, so 503 with a retry hint, and a warning for the operator.
+ */
+export function keySourceUnavailable(request: FastifyRequest, err: KeySourceError): AppError {
+  request.log.warn({ err }, 'user token not checked: identity provider key set unavailable');
+  return new AppError(
+    'service_unavailable',
+    'User tokens cannot be checked right now: the identity provider is unreachable; retry later',
+    { 'retry-after': '5' },
+  );
+}
+
 /** The token of an `Authorization: Bearer <token>` header, or null. */
 export function bearerToken(request: FastifyRequest): string | null {
   const m = /^Bearer\s+(.+)$/i.exec(request.headers.authorization?.trim() ?? '');
@@ -98,15 +111,7 @@ export function registerAuth(app: FastifyInstance, deps: AuthDeps): void {
         const claims = await deps.jwt.verify(token);
         return { kind: 'user', userId: claims.sub };
       } catch (err) {
-        if (err instanceof KeySourceError) {
-          // Not the caller's fault: say so, and tell the operator.
-          request.log.warn({ err }, 'user token not checked: identity provider key set unavailable');
-          throw new AppError(
-            'service_unavailable',
-            'User tokens cannot be checked right now: the identity provider is unreachable; retry later',
-            { 'retry-after': '5' },
-          );
-        }
+        if (err instanceof KeySourceError) throw keySourceUnavailable(request, err);
         const why = err instanceof TokenError ? err.message : 'invalid token';
         throw new AppError('unauthorized', `Invalid bearer token: ${why}`);
       }

@@ -7,7 +7,12 @@ import {
   sessionIncrements,
 } from '@svc/policy-engine';
 import type { Redis } from 'ioredis';
-import { loadSessionState, type Reservation, type SessionCounters } from '../enforcement/session-counters.js';
+import {
+  counted,
+  loadSessionState,
+  type Reservation,
+  type SessionCounters,
+} from '../enforcement/session-counters.js';
 import { AppError } from '../lib/errors.js';
 import type { Store } from '../storage/db.js';
 import type { Logger } from './redis.js';
@@ -193,11 +198,7 @@ export class RedisSessionCounters implements SessionCounters {
     if (reply[0] !== 1) {
       return { failures: failures.length > 0 ? failures : [this.refused()], after: null, ...NO_OP };
     }
-    const cumulative = { ...before.cumulative };
-    // Own totals only: a total named `constructor` must not start from what a plain object inherits.
-    for (const [name, value] of Object.entries(inc.cumulative))
-      cumulative[name] = (Object.hasOwn(cumulative, name) ? cumulative[name]! : 0) + value;
-    const after: SessionState = { calls: before.calls + inc.calls, cumulative };
+    const after = counted(before, inc);
     let done = false;
     const release = () => {
       if (done) return;
