@@ -32,6 +32,11 @@ function matcherFor(pattern: unknown): RegexMatcher | null {
   throw new Error(`unusable pattern reached the compiler: ${compiled.reason}`);
 }
 
+/** Fail closed: a string too long to be searched within the work budget is not searched at all. */
+function tooLong(m: RegexMatcher, v: string): string {
+  return `is too long to be checked against the pattern ${show(m.source)}: ${v.length} UTF-16 code units, at most ${m.maxInput} for this pattern`;
+}
+
 function push(out: FailedConstraint[] | null, f: FailedConstraint): FailedConstraint[] {
   if (out === null) return [f];
   out.push(f);
@@ -123,13 +128,21 @@ export function compileConstraint(c: Constraint): ConstraintCheck | null {
     if (notEnumSet?.has(v)) {
       out = push(out, failure(name, 'not_enum', notEnumList, v, `must not be ${show(v)}`));
     }
-    if (regex !== null && !regex.test(v)) {
-      const text = `must match the pattern ${show(regex.source)} (got ${show(v)})`;
-      out = push(out, failure(name, 'regex', regex.source, v, text));
+    if (regex !== null) {
+      if (v.length > regex.maxInput)
+        out = push(out, failure(name, 'regex', regex.source, v, tooLong(regex, v)));
+      else if (!regex.test(v)) {
+        const text = `must match the pattern ${show(regex.source)} (got ${show(v)})`;
+        out = push(out, failure(name, 'regex', regex.source, v, text));
+      }
     }
-    if (notRegex?.test(v)) {
-      const text = `must not match the pattern ${show(notRegex.source)} (got ${show(v)})`;
-      out = push(out, failure(name, 'not_regex', notRegex.source, v, text));
+    if (notRegex !== null) {
+      if (v.length > notRegex.maxInput) {
+        out = push(out, failure(name, 'not_regex', notRegex.source, v, tooLong(notRegex, v)));
+      } else if (notRegex.test(v)) {
+        const text = `must not match the pattern ${show(notRegex.source)} (got ${show(v)})`;
+        out = push(out, failure(name, 'not_regex', notRegex.source, v, text));
+      }
     }
     return out;
   };

@@ -249,3 +249,39 @@ describe('regex matching', () => {
       expect([input, compiled.matcher.test(input)]).toEqual([input, reference.test(input)]);
   });
 });
+
+describe('regex work bound', () => {
+  // About 5,000 instructions: searching 20,000 characters took seconds.
+  const HEAVY = '(?:.*x.*){1000}[^xyzab]';
+  const text = (n: number) => Array.from({ length: n }, (_, i) => 'xyzab'[(i * 7) % 5]).join('');
+
+  it('gives a pattern a longest input that shrinks with its compiled size', () => {
+    const small = compileRegex('^acct_[a-z0-9]{8}$');
+    const heavy = compileRegex(HEAVY);
+    if (!small.ok || !heavy.ok) throw new Error('patterns compile');
+    expect(small.matcher.maxInput).toBeGreaterThan(1 << 20);
+    expect(heavy.matcher.maxInput).toBeGreaterThan(1000);
+    expect(heavy.matcher.maxInput).toBeLessThan(5000);
+  });
+
+  it('fails a regex or notRegex constraint on a string too long to search, without searching it', () => {
+    const heavy = compileRegex(HEAVY);
+    if (!heavy.ok) throw new Error('compiles');
+    const long = text(heavy.matcher.maxInput + 1);
+    for (const [constraint, kind] of [
+      [{ argumentName: 's', regex: HEAVY }, 'regex'],
+      [{ argumentName: 's', notRegex: HEAVY }, 'not_regex'],
+    ] as const) {
+      const policy = compilePolicy(det(constraint));
+      const tooLong = evaluate(policy, { s: long });
+      expect(tooLong.decision).toBe('deny');
+      expect(tooLong.failedConstraints).toEqual([
+        expect.objectContaining({ parameter: 's', constraint_type: kind }),
+      ]);
+      expect(tooLong.failedConstraints[0]!.message).toContain('too long to be checked against the pattern');
+      // Within the bound the pattern is searched as usual: no character outside xyzab, so no match.
+      const within = evaluate(policy, { s: text(100) });
+      expect(within.decision).toBe(kind === 'regex' ? 'deny' : 'allow');
+    }
+  });
+});
