@@ -142,6 +142,25 @@ describe('scorePolicy', () => {
     ]);
     expect(report.score).toBe(100 - 15 - 5 - 5 - 15 - 15 - 5);
   });
+
+  it('says how long a string a large pattern is run on, and nothing for an ordinary one', () => {
+    const report = scorePolicy({
+      mode: 'deterministic',
+      constraints: [
+        { argumentName: 's', notRegex: '(?:.*x.*){1000}[^x]' },
+        { argumentName: 'email', regex: '^[^@]{1,64}@[^@]{1,255}$' },
+        { argumentName: 'id', regex: '^acct_[a-z0-9]{8}$' },
+      ],
+    });
+    expect(report.issues).toHaveLength(2);
+    expect(report.issues[0]).toMatch(
+      /^Constraint 1 on "s": the notRegex pattern compiles to a large program, so strings longer than \d+ characters \(UTF-16 code units\) are denied without being checked\.$/,
+    );
+    expect(report.issues[1]).toMatch(
+      /^Constraint 2 on "email": the regex pattern compiles to a large program/,
+    );
+    expect(report.score).toBe(100 - 5 - 5);
+  });
 });
 
 describe('quality report and session evaluation agree', () => {

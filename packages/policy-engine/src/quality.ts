@@ -1,5 +1,6 @@
 import { CONSTRAINT_FIELDS, checkPolicyDefinition, isSet } from './definition-check.js';
 import { show } from './format.js';
+import { compileRegex } from './regex.js';
 import type { ArgType, Constraint, PolicyDefinition, ToolArgument } from './types.js';
 
 export interface QualityReport {
@@ -203,7 +204,19 @@ function checkConstraintShape(c: Constraint, index: number, out: Collector): voi
       true,
     );
   }
+  for (const field of ['regex', 'notRegex'] as const) {
+    const compiled = isSet(c[field]) ? compileRegex(c[field]) : null;
+    if (compiled?.ok && compiled.matcher.maxInput < MIB) {
+      out.add(
+        `${label}: the ${field} pattern compiles to a large program, so strings longer than ${compiled.matcher.maxInput} characters (UTF-16 code units) are denied without being checked.`,
+        PENALTY.notice,
+      );
+    }
+  }
 }
+
+/** The largest request body: a pattern that meets strings this long meets every string a call can carry. */
+const MIB = 1 << 20;
 
 function declaredType(tool: ToolArgument[], name: string): ArgType | 'undeclared' | 'nested' {
   const exact = tool.find((a) => a.name === name);
