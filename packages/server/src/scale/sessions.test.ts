@@ -125,6 +125,15 @@ describe('RedisSessionCounters', () => {
         else r.settle();
         return r;
       };
+      // A call without the argument, and one with a value that cannot be counted, as with any name.
+      const without = await counters.reserve(ORG, session, 'pay', sc, {});
+      without.release();
+      expect(without.failures).toEqual([]);
+      expect(
+        (await counters.reserve(ORG, session, 'pay', sc, { constructor: 'ten' })).failures.map(
+          (f) => f.constraint_type,
+        ),
+      ).toEqual(['type']);
       expect((await reserve(6)).after).toEqual({ calls: 1, cumulative: { constructor: 6 } });
       expect((await reserve(6)).failures.map((f) => f.constraint_type)).toEqual(['cumulative_limit']);
       // Counted, then given back: the total is 6 again, not a string or NaN.

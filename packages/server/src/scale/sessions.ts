@@ -173,7 +173,9 @@ export class RedisSessionCounters implements SessionCounters {
       typeof constraints.maxCalls === 'number' ? String(constraints.maxCalls) : '',
       String(limits.length),
       ...limits.flatMap((l) => {
-        const v = inc.cumulative[l.argumentName];
+        // Own values only: for an argument named `constructor` that the call lacks, a plain object
+        // would give the inherited function.
+        const v = Object.hasOwn(inc.cumulative, l.argumentName) ? inc.cumulative[l.argumentName] : undefined;
         return [l.argumentName, String(l.maxValue), v === undefined ? '' : String(v)];
       }),
     ];
