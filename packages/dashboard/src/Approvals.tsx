@@ -1,11 +1,11 @@
-import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
+import { useEffect, useMemo, useRef, useState } from 'react';
 import { ApprovalDetails, boundAction } from './ApprovalDetails.js';
 import { api, type BatchResult, messageOf, type PendingApproval, type ResolvedApproval } from './api.js';
 import { useLiveEvents } from './live.js';
 import { batchOutcome, inBatches, queueChange, selectLabel, timeLeft } from './queue.js';
 import { inspect, jsonPieces, revealString } from './reveal.js';
 import { JsonBlock, Shown, Warnings } from './Shown.js';
-import { ErrorLine, LiveStatus, TableHead } from './ui.js';
+import { ErrorLine, LiveStatus, TableHead, useReload } from './ui.js';
 
 type Action = 'approve' | 'deny';
 
@@ -27,21 +27,19 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
   const [now, setNow] = useState(Date.now());
   /** The ids of the last read, to announce what changed. */
   const known = useRef<string[] | null>(null);
-  /** Reads under way: only the latest one's answer is shown. */
-  const reads = useRef(0);
   /** After a card is resolved from its own buttons: where the focus goes once it is gone. */
   const focusAfter = useRef<{ id: string; index: number } | null>(null);
   const listRef = useRef<HTMLUListElement>(null);
   const headingRef = useRef<HTMLHeadingElement>(null);
 
-  const reload = useCallback(async () => {
-    const read = ++reads.current;
-    try {
-      const [p, r] = await Promise.all([
+  // Only the latest read's answer is shown.
+  const reload = useReload(
+    () =>
+      Promise.all([
         api<{ data: PendingApproval[] }>('/v1/approvals/pending', { organizationId }),
         api<{ data: ResolvedApproval[] }>('/v1/approvals/resolved?limit=50', { organizationId }),
-      ]);
-      if (read !== reads.current) return;
+      ]),
+    ([p, r]) => {
       const change = queueChange(known.current, p.data);
       known.current = p.data.map((a) => a.id);
       if (change) setAnnouncement(change);
@@ -50,14 +48,10 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
       setLoaded(true);
       setLoadError(null);
       setSelected((s) => new Set([...s].filter((id) => p.data.some((a) => a.id === id))));
-    } catch (err) {
-      if (read === reads.current) setLoadError(messageOf(err));
-    }
-  }, [organizationId]);
-
-  useEffect(() => {
-    void reload();
-  }, [reload]);
+    },
+    setLoadError,
+    organizationId,
+  );
   const live = useLiveEvents(organizationId, EVENTS, {
     onEvent: () => void reload(),
     onStale: () => void reload(),

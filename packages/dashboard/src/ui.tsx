@@ -1,6 +1,7 @@
 import { type ReactNode, useCallback, useEffect, useRef, useState } from 'react';
 import { api, messageOf } from './api.js';
 import { type Live, liveText } from './live.js';
+import { latestOnly } from './reads.js';
 
 /**
  * A list the page reads from `path` (`{ data: T[] }`) when it mounts, whenever `load` is called, and
@@ -23,8 +24,9 @@ export function useList<T>(path: string, organizationId: string, version = 0) {
  * `read` run when the page mounts and again whenever `key` (what `read` depends on, e.g. the
  * organization's id) changes; the returned function runs it on demand. What it read goes to `show`,
  * a failure's message to `onError`, only for the latest run: an earlier read that answers later
- * would show what the page knew before. The returned promise settles once its run's answer is in
- * (shown, or dropped for a later run's).
+ * would show what the page knew before. The returned promise settles once the latest run's answer
+ * is shown: a run that a later one superseded waits for that one (what follows it, e.g. buttons
+ * enabled again, then sees the list as read after it).
  */
 export function useReload<T>(
   read: () => Promise<T>,
@@ -32,17 +34,9 @@ export function useReload<T>(
   onError: (message: string) => void,
   key: string,
 ): () => Promise<void> {
-  const reads = useRef(0);
+  const runs = useRef(latestOnly());
   // biome-ignore lint/correctness/useExhaustiveDependencies: `key` stands for everything `read` depends on
-  const reload = useCallback(async () => {
-    const run = ++reads.current;
-    try {
-      const value = await read();
-      if (run === reads.current) show(value);
-    } catch (err) {
-      if (run === reads.current) onError(messageOf(err));
-    }
-  }, [key]);
+  const reload = useCallback(() => runs.current(read, show, (err) => onError(messageOf(err))), [key]);
 
   useEffect(() => {
     void reload();
