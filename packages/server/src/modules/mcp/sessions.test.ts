@@ -196,7 +196,9 @@ describe('GatewaySession routing', () => {
     const withToken = new PendingReply(true, s);
     const other = new PendingReply(true, s);
     s.begin('r1', withToken, 'tok-1');
+    s.sentAs('r1', 1);
     s.begin('r2', other, 'tok-2');
+    s.sentAs('r2', 2);
     s.deliver({
       jsonrpc: '2.0',
       method: 'notifications/progress',
@@ -210,6 +212,27 @@ describe('GatewaySession routing', () => {
     expect(t.deliver({ jsonrpc: '2.0', id: 7, method: 'roots/list' })).toBe(true);
     expect(t.answers(7)).toBe(true);
     expect(t.answers(7)).toBe(false);
+  });
+
+  it('routes nothing to a request whose id is taken but that has not reached the upstream', async () => {
+    const sessions = make({});
+    const s = opened(sessions, { keyId: 'a', upstreamId: 'u' });
+    const forwarded = new PendingReply(true, s);
+    const checking = new PendingReply(true, s);
+    s.begin('sent', forwarded, 'tok-a');
+    s.sentAs('sent', 1);
+    // Taken later (the latest in flight), still at its policy check: nothing was sent for it.
+    s.begin('checking', checking, 'tok-b');
+    s.deliver({ jsonrpc: '2.0', id: 9, method: 'sampling/createMessage', params: {} });
+    s.deliver({
+      jsonrpc: '2.0',
+      method: 'notifications/progress',
+      params: { progressToken: 'tok-b', progress: 1 },
+    });
+    expect(await forwarded.outcome).toEqual({ kind: 'stream' });
+    checking.finish({ jsonrpc: '2.0', id: 'checking', result: {} });
+    // A JSON answer: nothing had been pushed to it.
+    expect(await checking.outcome).toMatchObject({ kind: 'json' });
   });
 
   it('stops counting an upstream request dropped from the backlog as waiting', () => {
@@ -231,6 +254,7 @@ describe('GatewaySession routing', () => {
     const s = opened(sessions, { keyId: 'a', upstreamId: 'u' });
     const reply = new PendingReply(true, s);
     s.begin(1, reply, 'tok');
+    s.sentAs(1, 1);
     s.deliver({
       jsonrpc: '2.0',
       method: 'notifications/progress',

@@ -126,7 +126,13 @@ export class GatewaySession implements ReplyHost {
     if (msg.method === 'notifications/progress' && isObject(msg.params)) {
       const token = msg.params.progressToken;
       for (const f of this.inflight.values())
-        if (f.progressToken !== undefined && f.progressToken === token && f.reply.push(msg)) return true;
+        if (
+          f.upstreamId !== null &&
+          f.progressToken !== undefined &&
+          f.progressToken === token &&
+          f.reply.push(msg)
+        )
+          return true;
     }
     if (isRequest && this.toInflight(msg)) return true;
     if (this.toStream(msg)) return true;
@@ -140,9 +146,17 @@ export class GatewaySession implements ReplyHost {
     return true;
   }
 
+  /**
+   * To the answer stream of the latest request that reached the upstream: one still at its policy
+   * check (its id taken, nothing sent) may never be forwarded, and must not carry the upstream's
+   * messages.
+   */
   private toInflight(msg: UpstreamMessage): boolean {
     const all = [...this.inflight.values()];
-    for (let i = all.length - 1; i >= 0; i--) if (all[i]!.reply.push(msg)) return true;
+    for (let i = all.length - 1; i >= 0; i--) {
+      const f = all[i]!;
+      if (f.upstreamId !== null && f.reply.push(msg)) return true;
+    }
     return false;
   }
 
