@@ -302,11 +302,13 @@ async function readJson(target: string, apiKey: string | undefined): Promise<unk
 const CHECKPOINT_PAGE = 100;
 
 /**
- * A checkpoint URL's document; a list page (`{data: [...]}`) is followed page by page (`before` =
- * the smallest tree size seen) to the end of the list, so every checkpoint is checked.
+ * A checkpoint URL's document. The service's list (`…/v1/receipts/checkpoints`) is followed page by
+ * page (`before` = the smallest tree size seen) to its end, so every checkpoint is checked; any other
+ * URL is read once, as it is.
  */
 async function fetchCheckpoints(target: string, apiKey: string | undefined): Promise<unknown> {
   const url = new URL(target);
+  if (!url.pathname.endsWith('/v1/receipts/checkpoints')) return readJson(target, apiKey);
   if (!url.searchParams.has('limit')) url.searchParams.set('limit', String(CHECKPOINT_PAGE));
   const limit = Number(url.searchParams.get('limit'));
   const all: unknown[] = [];
