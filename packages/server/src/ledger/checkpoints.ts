@@ -81,6 +81,8 @@ export interface CheckpointerOptions {
  */
 export class Checkpointer {
   private timer: NodeJS.Timeout | null = null;
+  /** The signing key the last complete scan for retired keys' checkpoints was made under. */
+  private scannedFor: string | null = null;
   private running: Promise<void> | null = null;
 
   constructor(private readonly opts: CheckpointerOptions) {}
@@ -130,11 +132,15 @@ export class Checkpointer {
     await this.resignRetired();
   }
 
-  /** Signs again, with the current key, every chain head whose checkpoint a retired key signed. */
+  /**
+   * Signs again, with the current key, every chain head whose checkpoint a retired key signed. Only
+   * once per signing key this process learns (at start and after each rotation it picks up): this
+   * process signs nothing with a retired key after that.
+   */
   private async resignRetired(): Promise<void> {
     const { db, signer } = this.opts;
     const active = await signer.activeKid();
-    if (active === null) return;
+    if (active === null || active === this.scannedFor) return;
     const stale = await db
       .selectFrom('chain_heads as h')
       .innerJoin('checkpoints as c', (j) =>
@@ -148,6 +154,7 @@ export class Checkpointer {
       if (!retired.has(kid)) retired.set(kid, await signer.isRetired(kid));
       if (retired.get(kid)) await this.signHead(head, kid);
     }
+    this.scannedFor = active;
   }
 
   /** Whether a stored checkpoint was signed by a key that no longer signs (it is then signed again). */
