@@ -103,8 +103,20 @@ export async function resolveJwtSecret(config: Config, store: Store): Promise<st
       linkSync(draft, file);
       return secret;
     } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
       // Another process put its own in place first: use theirs.
-      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return storedSecret(file);
+      if (code === 'EEXIST') return storedSecret(file);
+      // A file system without hard links: created in place, where a reader that comes too early
+      // finds it empty and refuses it (storedSecret) rather than sign with it.
+      if (code === 'EPERM' || code === 'ENOTSUP' || code === 'EOPNOTSUPP' || code === 'ENOSYS') {
+        try {
+          writeFileSync(file, `${secret}\n`, { mode: 0o600, flag: 'wx' });
+          return secret;
+        } catch (again) {
+          if ((again as NodeJS.ErrnoException).code === 'EEXIST') return storedSecret(file);
+          throw again;
+        }
+      }
       throw err;
     } finally {
       unlinkSync(draft);
