@@ -412,11 +412,6 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
     }
   };
 
-  /*
-   * The two choices wait while a write (or its refusal) is being read back: that read ends by
-   * setting the base and the conflict, and would undo a choice taken before it.
-   */
-
   /** Keeps the text, now based on the current version: saving replaces that version with it. */
   const keepMine = () => {
     if (!conflict) return;
@@ -469,6 +464,8 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
           <p className="meta">Version {conflict.policy.version} as it is now:</p>
           <pre data-current-version={conflict.policy.version}>{definitionText(conflict.policy)}</pre>
           <div className="actions">
+            {/* Both wait while a write (or its refusal) is read back: that read sets the base and the
+                conflict, and would undo a choice taken before it. */}
             <button type="button" onClick={keepMine} disabled={busy}>
               Keep my text, based on version {conflict.policy.version}
             </button>

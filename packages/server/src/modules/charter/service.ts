@@ -478,7 +478,9 @@ export function createCharterService(deps: CharterServiceDeps) {
             change.toolName,
             patch,
             trx,
-            current.version,
+            // Exactly the policy that was read and compared: a policy deleted and created again has
+            // a version of its own again.
+            current,
           );
           // The written row shows an (de)activation committed between the read above and the write.
           if (!written || (written.is_active === 1) !== seenActive)

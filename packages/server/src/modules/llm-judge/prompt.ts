@@ -138,8 +138,9 @@ export function duplicateMember(text: string): string | null {
 }
 
 /**
- * The value of the argument a name designates, as constraints look arguments up: a top-level key
- * first, else a dotted path into nested objects ("payee.iban"). Null when the call has no such argument.
+ * The value reported for the argument a judge names: the top-level key if the call has it, else the
+ * dotted path into nested objects ("payee.iban"). Null when the call has neither. (Constraints check
+ * both readings of a dotted name; a judge's answer names one argument, reported by this one value.)
  */
 export function argumentAt(args: Record<string, unknown>, name: string): { value: unknown } | null {
   if (Object.hasOwn(args, name)) return { value: args[name] };

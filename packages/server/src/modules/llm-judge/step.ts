@@ -64,7 +64,7 @@ export async function judgeStep(
     parameter: answer.failedArgument ?? '',
     constraint_type: 'llm',
     expected: description,
-    // Looked up as the judge's answer was checked (top-level key, else dotted path).
+    // Looked up as the judge's answer was checked (argumentAt: top-level key, else dotted path).
     actual:
       answer.failedArgument !== null
         ? (argumentAt(call.arguments, answer.failedArgument)?.value ?? null)
