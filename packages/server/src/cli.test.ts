@@ -57,10 +57,10 @@ describe('svc command', () => {
     expect(payload.exp! - payload.iat!).toBe(600);
   });
 
-  it('uses SVC_JWT_SECRET when set', async () => {
+  it('uses SVC_JWT_SECRET when set, without the store (here one that cannot be reached)', async () => {
     const secret = 'configured-secret-of-at-least-32-bytes';
     const { stdout } = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'bob'], {
-      env: env({ SVC_JWT_SECRET: secret }),
+      env: env({ SVC_JWT_SECRET: secret, SVC_DATABASE_URL: 'postgres://postgres@127.0.0.1:1/nowhere' }),
     });
     const { payload } = await jwtVerify(stdout.trim(), new TextEncoder().encode(secret));
     expect(payload.sub).toBe('bob');

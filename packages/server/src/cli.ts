@@ -156,14 +156,17 @@ async function token(args: string[]): Promise<void> {
   if (!config.jwtSecret && config.jwtJwksUrl) {
     throw new Error('SVC_JWT_JWKS_URL is set: tokens come from your identity provider, not from svc token');
   }
-  if (!config.jwtSecret) {
-    persistentStore(
-      config.databaseUrl,
-      'a token signed with a secret generated here is accepted by no server (or set SVC_JWT_SECRET)',
-    );
-  }
-  const { openStore, migrateToLatest } = await loadStorage();
   const { resolveJwtSecret, signUserToken } = await import('./lib/jwt.js');
+  // With SVC_JWT_SECRET the store is not needed: the token is signed whether it answers or not.
+  if (config.jwtSecret) {
+    console.log(await signUserToken(config.jwtSecret, sub, ttl, config));
+    return;
+  }
+  persistentStore(
+    config.databaseUrl,
+    'a token signed with a secret generated here is accepted by no server (or set SVC_JWT_SECRET)',
+  );
+  const { openStore, migrateToLatest } = await loadStorage();
   const store = openStore(config.databaseUrl);
   try {
     if (store.dialect === 'postgres') await migrateToLatest(store);
