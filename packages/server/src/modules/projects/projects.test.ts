@@ -5,7 +5,7 @@ import { useTestApp } from '../../../test/fixture.js';
 import { asUser, bearer, createTenant, expectError, keyHeader } from '../../../test/helpers.js';
 import { createApiKeyRepository } from '../api-keys/repository.js';
 import { createApiKeyService } from '../api-keys/service.js';
-import { createProjectRepository } from './repository.js';
+import { createProjectRepository, inOrganizationQueue } from './repository.js';
 import { createProjectService } from './service.js';
 
 const t = useTestApp();
@@ -465,5 +465,36 @@ describe('projects', () => {
     );
     const still = await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(a.apiKey) });
     expect(still.json().data[0].name).toBe('Main');
+  });
+});
+
+describe('writes under an organization lock, queued in the process first', () => {
+  it('runs one at a time per organization, other organizations alongside, and goes on after a failure', async () => {
+    const events: string[] = [];
+    let openFirst = () => {};
+    const firstHeld = new Promise<void>((resolve) => {
+      openFirst = resolve;
+    });
+    const first = inOrganizationQueue('org-q', async () => {
+      events.push('first start');
+      await firstHeld;
+      events.push('first end');
+      throw new Error('first failed');
+    });
+    const second = inOrganizationQueue('org-q', async () => {
+      events.push('second start');
+      return 2;
+    });
+    const other = inOrganizationQueue('org-other', async () => {
+      events.push('other org');
+      return 3;
+    });
+    expect(await other).toBe(3);
+    // The second write of org-q has not started: it waits for the first, without a connection.
+    expect(events).toEqual(['first start', 'other org']);
+    openFirst();
+    await expect(first).rejects.toThrow('first failed');
+    expect(await second).toBe(2);
+    expect(events).toEqual(['first start', 'other org', 'first end', 'second start']);
   });
 });

@@ -17,6 +17,30 @@ async function lockOrganization(organizationId: string, trx: Db): Promise<void> 
     .execute();
 }
 
+/**
+ * Per process, the organizations whose lock a write holds or waits for, each with the end of its
+ * queue: the writes of one organization wait here, in memory, and take a pooled connection only
+ * when their turn comes. Waiting on the row lock itself would hold a connection each, and a tenant
+ * sending many such writes at once could take the whole pool from every other request.
+ */
+const organizationQueues = new Map<string, Promise<void>>();
+
+/** Runs `work` after every earlier call for the organization has ended, one at a time per process. */
+export async function inOrganizationQueue<T>(organizationId: string, work: () => Promise<T>): Promise<T> {
+  const before = organizationQueues.get(organizationId) ?? Promise.resolve();
+  const run = before.then(work);
+  const end = run.then(
+    () => {},
+    () => {},
+  );
+  organizationQueues.set(organizationId, end);
+  try {
+    return await run;
+  } finally {
+    if (organizationQueues.get(organizationId) === end) organizationQueues.delete(organizationId);
+  }
+}
+
 export function createProjectRepository(db: Kysely<Database>) {
   return {
     async insert(row: ProjectRow, trx: Db = db): Promise<void> {
@@ -29,13 +53,16 @@ export function createProjectRepository(db: Kysely<Database>) {
      * takes a project's keys away (key creation, regenerate-key, delete), runs under it, one at a time
      * per organization: two concurrent first projects would otherwise both count none and both become
      * the default, and a key created while its project is deleted would escape the list of keys that
-     * stop authenticating.
+     * stop authenticating. Within one process such writes queue in memory first (inOrganizationQueue),
+     * so at most one connection per process waits on the row lock.
      */
     async withOrganizationLocked<T>(organizationId: string, work: (trx: Db) => Promise<T>): Promise<T> {
-      return db.transaction().execute(async (trx) => {
-        await lockOrganization(organizationId, trx);
-        return work(trx);
-      });
+      return inOrganizationQueue(organizationId, () =>
+        db.transaction().execute(async (trx) => {
+          await lockOrganization(organizationId, trx);
+          return work(trx);
+        }),
+      );
     },
 
     async count(organizationId: string, trx: Db = db): Promise<number> {
