@@ -193,17 +193,19 @@ export class Checkpointer {
       checkpointSigningInput({ ...unsigned, kid: k }),
     );
     const checkpoint: Checkpoint = { ...unsigned, kid, signature };
+    // What is stored of it beside its key (organization, tree size).
+    const signed = {
+      root_hash: checkpoint.root_hash,
+      last_receipt_hash: checkpoint.last_receipt_hash,
+      timestamp: checkpoint.timestamp,
+      kid,
+      signature,
+      origin: checkpoint.origin,
+    };
     if (replacing !== undefined) {
       const replaced = await this.opts.db
         .updateTable('checkpoints')
-        .set({
-          root_hash: checkpoint.root_hash,
-          last_receipt_hash: checkpoint.last_receipt_hash,
-          timestamp: checkpoint.timestamp,
-          kid: checkpoint.kid,
-          signature: checkpoint.signature,
-          origin: checkpoint.origin,
-        })
+        .set(signed)
         .where('organization_id', '=', checkpoint.organization_id)
         .where('tree_size', '=', size)
         .where('kid', '=', replacing)
@@ -214,16 +216,7 @@ export class Checkpointer {
     // RETURNING yields the row only when this insert stored it (SQLite and PostgreSQL alike).
     const stored = await this.opts.db
       .insertInto('checkpoints')
-      .values({
-        organization_id: checkpoint.organization_id,
-        tree_size: size,
-        root_hash: checkpoint.root_hash,
-        last_receipt_hash: checkpoint.last_receipt_hash,
-        timestamp: checkpoint.timestamp,
-        kid: checkpoint.kid,
-        signature: checkpoint.signature,
-        origin: checkpoint.origin,
-      })
+      .values({ organization_id: checkpoint.organization_id, tree_size: size, ...signed })
       .onConflict((oc) => oc.columns(['organization_id', 'tree_size']).doNothing())
       .returning('tree_size')
       .executeTakeFirst();
