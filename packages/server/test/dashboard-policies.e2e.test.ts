@@ -1,6 +1,7 @@
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DashboardHarness, eventually, type Organization, startDashboard } from './dashboard.js';
+import { gate } from './helpers.js';
 
 /**
  * The policy editor in a real browser against a real server process: a save over a version someone
@@ -91,10 +92,7 @@ describe('the policy editor', () => {
     // Saving again without deciding is refused again: the page still sends version 3's ETag.
     // The policy's read after the refusal is held: until it has answered, the choices wait (taken
     // before, that read would undo them).
-    let release = () => {};
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { opened: released, open: release } = gate();
     let held = false;
     await page.route('**/v1/policies/wire', async (route) => {
       if (route.request().method() !== 'GET' || held) return route.fallback();

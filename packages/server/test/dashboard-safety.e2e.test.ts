@@ -1,6 +1,7 @@
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DashboardHarness, eventually, type Organization, startDashboard } from './dashboard.js';
+import { gate } from './helpers.js';
 
 /**
  * What a person sees and clicks in the dashboard cannot be steered by what agents send, and no
@@ -475,10 +476,7 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     // The page's read of the queue is its starting point, announced as nothing: an approval opened
     // before that read answers is in it. The reads are held until the stream is live, as on a busy
     // machine, and the test waits for them before it opens one.
-    let release = () => {};
-    const held = new Promise<void>((r) => {
-      release = r;
-    });
+    const { opened: held, open: release } = gate();
     const route = /\/v1\/approvals\/pending(\?|$)/;
     await page.route(route, async (r) => {
       await held;
@@ -642,10 +640,7 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
 
     // The list read after A is rejected is answered by the service at once (B still waiting for
     // review in it), and held on its way to the page until B has been rejected and read again.
-    let release = () => {};
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { opened: released, open: release } = gate();
     let taken = false;
     let answered = false;
     const list = '**/v1/policy-drafts';
@@ -682,10 +677,7 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     const card = page.locator(`li[data-approval-id="${one.id}"]`);
     await card.waitFor({ timeout: 10_000 });
     // Every read of the queue from here on is held: the card stays on screen.
-    let release = () => {};
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { opened: released, open: release } = gate();
     let holding = false;
     let heldReads = 0;
     const queue = '**/v1/approvals/pending';
@@ -722,10 +714,7 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     await open('Policies', 'Policies');
     const deactivate = page.getByRole('button', { name: 'Deactivate switched_tool' });
     await deactivate.waitFor();
-    let release = () => {};
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { opened: released, open: release } = gate();
     let holding = false;
     let heldReads = 0;
     const list = '**/v1/policies';
@@ -766,10 +755,7 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     await page.getByRole('button', { name: 'Send' }).click();
     await eventually(() => chat.locator('li.charter').count()).toBe(1);
 
-    let release = () => {};
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { opened: released, open: release } = gate();
     let held = false;
     const turn = '**/v1/charter/turn';
     await page.route(turn, async (route) => {
@@ -814,10 +800,7 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     await page.locator(`section[data-verification-id="${second}"]`).waitFor();
 
     // Two steps back in the history, straight from the second review to the first, whose read is held.
-    let release = () => {};
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { opened: released, open: release } = gate();
     let held = false;
     const read = `**/v1/charter/verifications/${first}`;
     await page.route(read, async (route) => {
@@ -861,14 +844,8 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     // The page's first read of the projects is answered by the service at once, and held on its way
     // to the page until a project made meanwhile is listed; the organization's read, held too, is let
     // through after it: once the plan shows, the page has taken in the held answer.
-    let releaseProjects = () => {};
-    const projectsReleased = new Promise<void>((resolve) => {
-      releaseProjects = resolve;
-    });
-    let releaseOrganization = () => {};
-    const organizationReleased = new Promise<void>((resolve) => {
-      releaseOrganization = resolve;
-    });
+    const { opened: projectsReleased, open: releaseProjects } = gate();
+    const { opened: organizationReleased, open: releaseOrganization } = gate();
     let taken = false;
     let answered = false;
     let delivered = false;
@@ -928,10 +905,7 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     const name = page.getByLabel('Name', { exact: true });
     const rename = page.getByRole('button', { name: 'Rename' });
     const before = await name.inputValue();
-    let release = () => {};
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { opened: released, open: release } = gate();
     let held = false;
     const route = `**/v1/organizations/${alice.id}`;
     await page.route(route, async (r) => {

@@ -19,6 +19,15 @@ export const TEST_PG_URL = process.env.SVC_TEST_DATABASE_URL?.startsWith('postgr
 export const JWT_SECRET = 'test-secret-0123456789abcdef0123456789abcdef';
 export const ADMIN_TOKEN = 'admin-test-token';
 
+/** A promise opened by hand: a test holds something (a request, a write) on `opened` until `open()`. */
+export function gate(): { opened: Promise<void>; open: () => void } {
+  let open = () => {};
+  const opened = new Promise<void>((done) => {
+    open = done;
+  });
+  return { opened, open };
+}
+
 export interface TestDatabase {
   url: string;
   drop(): Promise<void>;

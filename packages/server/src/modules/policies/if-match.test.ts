@@ -1,7 +1,7 @@
 import type { LightMyRequestResponse } from 'fastify';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
-import { createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
+import { createTenant, expectError, gate, keyHeader, type Tenant } from '../../../test/helpers.js';
 import type { ServiceEvent } from '../../events/bus.js';
 import type { Clock } from '../../lib/clock.js';
 import type { OrgScope } from '../../lib/scope.js';
@@ -238,10 +238,7 @@ describe('the precondition holds up to the write', () => {
   ) {
     const repo = createPolicyRepository(t.store.db);
     let waiting = readers;
-    let release!: () => void;
-    const allRead = new Promise<void>((done) => {
-      release = done;
-    });
+    const { opened: allRead, open: release } = gate();
     const policies: PolicyRepository = {
       ...repo,
       async get(...args: Parameters<PolicyRepository['get']>) {
@@ -284,15 +281,6 @@ describe('the precondition holds up to the write', () => {
       () => 'done',
       (err: { code?: string }) => err.code ?? String(err),
     );
-  /** A promise settled by hand, for the order of writes. */
-  function deferred() {
-    let settle!: () => void;
-    const promise = new Promise<void>((done) => {
-      settle = done;
-    });
-    return { promise, settle };
-  }
-
   it('two updates that both checked the same version: one is written, the other is a conflict', async () => {
     const { tool, etag } = await fresh();
     const service = racingService(2);
@@ -307,36 +295,36 @@ describe('the precondition holds up to the write', () => {
 
   it('a delete that checked the version an update then replaced is a conflict; the policy stays', async () => {
     const { tool, etag } = await fresh();
-    const updated = deferred();
-    const service = racingService(2, { writesAfter: updated.promise });
+    const updated = gate();
+    const service = racingService(2, { writesAfter: updated.opened });
     const deleting = outcome(service.delete(scope(), tool, etag.slice(1, -1)));
     const updating = outcome(service.update(scope(), tool, limit(20), etag.slice(1, -1)));
     expect(await updating).toBe('done');
-    updated.settle();
+    updated.open();
     expect(await deleting).toBe('conflict');
     expect(await read(tool)).toMatchObject({ version: 2, constraints: [{ maximum: 20 }] });
   });
 
   it('a deactivation that checked the version an update then replaced is a conflict; the policy stays active', async () => {
     const { tool, etag } = await fresh();
-    const updated = deferred();
-    const service = racingService(2, { writesAfter: updated.promise });
+    const updated = gate();
+    const service = racingService(2, { writesAfter: updated.opened });
     const deactivating = outcome(service.setActive(scope(), tool, false, etag.slice(1, -1)));
     const updating = outcome(service.update(scope(), tool, limit(20), etag.slice(1, -1)));
     expect(await updating).toBe('done');
-    updated.settle();
+    updated.open();
     expect(await deactivating).toBe('conflict');
     expect(await read(tool)).toMatchObject({ version: 2, isActive: true });
   });
 
   it('an update over a policy deleted after its check answers 404 and creates nothing', async () => {
     const { tool, etag } = await fresh();
-    const deletion = deferred();
-    const service = racingService(1, { readsAfter: deletion.promise });
+    const deletion = gate();
+    const service = racingService(1, { readsAfter: deletion.opened });
     const updating = outcome(service.update(scope(), tool, limit(20), etag.slice(1, -1)));
     await service.allRead;
     expect(await outcome(service.delete(scope(), tool))).toBe('done');
-    deletion.settle();
+    deletion.open();
     expect(await updating).toBe('not_found');
     expectError(await call('GET', `/v1/policies/${tool}`), 404, 'not_found');
   });
