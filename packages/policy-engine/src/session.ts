@@ -38,13 +38,16 @@ function totalSoFar(cumulative: Record<string, number> | undefined, name: string
 
 const countable = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
 
+/** Every reading of one argument the call carries (argumentReadings); none without arguments. */
+const readingsOf = (name: string, args: Record<string, unknown>): unknown[] =>
+  args ? argumentReadings(name)(args) : [];
+
 /**
- * The value this call adds under one cumulative limit: null when the argument is absent or a reading
- * cannot be counted (evaluateSession denies such a call). A name present both as the exact key and
- * as the nested path counts the larger reading: the tool may use either.
+ * The value a call adds under one cumulative limit, from its readings of the argument: null when
+ * there are none or one cannot be counted (evaluateSession denies such a call). A name present both
+ * as the exact key and as the nested path counts the larger reading: the tool may use either.
  */
-function addedValue(name: string, args: Record<string, unknown>): number | null {
-  const readings = args ? argumentReadings(name)(args) : [];
+function addedValue(readings: readonly unknown[]): number | null {
   let value: number | null = null;
   for (const v of readings) {
     if (!countable(v)) return null;
@@ -64,7 +67,7 @@ export function sessionIncrements(
 ): SessionIncrements {
   const cumulative: Record<string, number> = {};
   for (const { argumentName } of limitsOf(sc)) {
-    const v = addedValue(argumentName, args);
+    const v = addedValue(readingsOf(argumentName, args));
     if (v !== null) cumulative[argumentName] = v;
   }
   return { calls: 1, cumulative };
@@ -99,7 +102,7 @@ export function evaluateSession(
     }
   }
   for (const { argumentName: name, maxValue } of limitsOf(sc)) {
-    const readings = args ? argumentReadings(name)(args) : [];
+    const readings = readingsOf(name, args);
     if (readings.length === 0) continue;
     let countableReadings = true;
     for (const v of readings) {
@@ -113,7 +116,7 @@ export function evaluateSession(
       }
     }
     if (!countableReadings) continue;
-    const v = addedValue(name, args) as number;
+    const v = addedValue(readings) as number;
     const before = totalSoFar(state.cumulative, name);
     if (before === null) {
       // A corrupt stored total cannot be checked against the limit: fail closed.
