@@ -2,7 +2,7 @@ import { isSet } from './definition-check.js';
 import { failure, typeFailure } from './failures.js';
 import { plural, show, showList } from './format.js';
 import { codePointLength } from './limits.js';
-import { pathReader, typeName } from './lookup.js';
+import { argumentReadings, typeName } from './lookup.js';
 import { compileRegex, type RegexMatcher } from './regex.js';
 import type { Constraint, FailedConstraint } from './types.js';
 
@@ -52,7 +52,8 @@ function push(out: FailedConstraint[] | null, f: FailedConstraint): FailedConstr
  */
 export function compileConstraint(c: Constraint): ConstraintCheck | null {
   const name = c.argumentName;
-  const readPath = name.includes('.') ? pathReader(name) : null;
+  // A dotted name may be read two ways (argumentReadings); a plain one is read directly, allocating nothing.
+  const readDotted = name.includes('.') ? argumentReadings(name) : null;
   const required = c.required === true;
   const notNull = c.notNull === true;
 
@@ -159,20 +160,8 @@ export function compileConstraint(c: Constraint): ConstraintCheck | null {
     return out;
   };
 
-  const check: ConstraintCheck = (args) => {
-    let v: unknown;
-    if (readPath === null) v = hasOwn(args, name) ? args[name] : undefined;
-    else {
-      const direct = hasOwn(args, name) ? args[name] : undefined;
-      const nested = readPath(args);
-      // Present both as the exact key and as the nested path: the tool may read either, so both must pass.
-      if (direct !== undefined && nested !== undefined && !Object.is(direct, nested)) {
-        return both(direct, nested);
-      }
-      v = direct === undefined ? nested : direct;
-    }
-    // An absent argument skips every other check; only `required` cares.
-    if (v === undefined) return required ? [missing] : null;
+  /** The checks of one value the argument has. */
+  const checkValue = (v: unknown): FailedConstraint[] | null => {
     let out: FailedConstraint[] | null = null;
     if (notNull && v === null) out = [isNull];
     if (hasNums) {
@@ -190,13 +179,20 @@ export function compileConstraint(c: Constraint): ConstraintCheck | null {
     return out;
   };
 
-  // `{[name]: value}` holds a value only as the exact key: a dotted name's path cannot resolve in it.
-  const both = (direct: unknown, nested: unknown): FailedConstraint[] | null => {
-    const first = check({ [name]: direct });
-    const second = check({ [name]: nested });
+  // One closure for both kinds of name keeps the evaluator's call site monomorphic.
+  // An absent argument skips every other check; only `required` cares.
+  return (args) => {
+    if (readDotted === null) {
+      const v = hasOwn(args, name) ? args[name] : undefined;
+      return v === undefined ? (required ? [missing] : null) : checkValue(v);
+    }
+    const readings = readDotted(args);
+    if (readings.length === 0) return required ? [missing] : null;
+    // Present both as the exact key and as the nested path: the tool may read either, so both must pass.
+    const first = checkValue(readings[0]);
+    if (readings.length === 1) return first;
+    const second = checkValue(readings[1]);
     if (first === null) return second;
     return second === null ? first : first.concat(second);
   };
-
-  return check;
 }

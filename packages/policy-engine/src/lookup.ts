@@ -5,7 +5,7 @@ const hasOwn = Object.hasOwn;
  * elements by index, `items.0.sku`). Only own properties count, so `constructor` or `__proto__` never
  * resolve to something inherited. Returns undefined when absent.
  */
-export function pathReader(name: string): (args: Record<string, unknown>) => unknown {
+function pathReader(name: string): (args: Record<string, unknown>) => unknown {
   const parts = name.split('.');
   return (args) => {
     let current: unknown = args;
