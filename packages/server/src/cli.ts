@@ -280,18 +280,18 @@ async function fetchExport(target: string, apiKey: string | undefined, after: st
   };
 }
 
+const isUrl = (target: string) => /^https?:\/\//i.test(target);
+
 function openSource(
   target: string,
   apiKey: string | undefined,
   after: string | undefined,
 ): Promise<ReceiptSource> | ReceiptSource {
-  if (/^https?:\/\//i.test(target)) return fetchExport(target, apiKey, after);
+  if (isUrl(target)) return fetchExport(target, apiKey, after);
   if (after !== undefined) throw new Error('--after applies to a URL only; a file is verified whole');
   const input = target === '-' ? process.stdin : createReadStream(target);
   return { lines: linesOf(input), expected: null, wholeChain: false };
 }
-
-const isUrl = (target: string) => /^https?:\/\//i.test(target);
 
 /** A JSON document from a file or a URL (sent with `apiKey` when one is given). */
 async function readJson(target: string, apiKey: string | undefined): Promise<unknown> {
@@ -335,7 +335,7 @@ async function readCheckpoints(target: string, apiKey: string | undefined): Prom
   try {
     doc = isUrl(target) ? await fetchCheckpoints(target, apiKey) : await readJson(target, undefined);
   } catch (err) {
-    if (/^https?:/i.test(target) || !(err instanceof SyntaxError)) throw err;
+    if (isUrl(target) || !(err instanceof SyntaxError)) throw err;
     doc = (await readFile(target, 'utf8'))
       .split('\n')
       .filter((l) => l.trim() !== '')
