@@ -32,14 +32,14 @@ export async function loadSessionState(
 }
 
 /**
- * The session after a call adds `inc`. Own totals only: a total named `constructor` must not start
- * from what a plain object inherits.
+ * The session after a call adds `inc` (or, with `sign` -1, after a counted call is given back). Own
+ * totals only: a total named `constructor` must not start from what a plain object inherits.
  */
-export function counted(before: SessionState, inc: SessionIncrements): SessionState {
+export function counted(before: SessionState, inc: SessionIncrements, sign: 1 | -1 = 1): SessionState {
   const cumulative = { ...before.cumulative };
   for (const [name, value] of Object.entries(inc.cumulative))
-    cumulative[name] = (Object.hasOwn(cumulative, name) ? cumulative[name]! : 0) + value;
-  return { calls: before.calls + inc.calls, cumulative };
+    cumulative[name] = (Object.hasOwn(cumulative, name) ? cumulative[name]! : 0) + sign * value;
+  return { calls: before.calls + sign * inc.calls, cumulative };
 }
 
 export interface Reservation {
@@ -152,15 +152,7 @@ export class MemorySessionCounters implements SessionCounters {
         if (done) return;
         done = true;
         entry.pending--;
-        entry.state = {
-          calls: entry.state.calls - inc.calls,
-          cumulative: Object.fromEntries(
-            Object.entries(entry.state.cumulative).map(([k, v]) => [
-              k,
-              v - (Object.hasOwn(inc.cumulative, k) ? inc.cumulative[k]! : 0),
-            ]),
-          ),
-        };
+        entry.state = counted(entry.state, inc, -1);
       },
       settle: () => {
         if (done) return;
