@@ -96,6 +96,12 @@ export interface Execution<T> {
   resultHash?: string;
   /** Appended to the recorded reason after `; ` (for example why the tool failed). */
   note?: string;
+  /**
+   * false: the tool was not run after all (MCP: the client cancelled the call before it was sent).
+   * The decision is recorded as taken, and what the checks held for it is given back: it counts
+   * toward no session limit and uses no approval.
+   */
+  ran?: false;
 }
 
 export interface EnforceRequest<T = never> {

@@ -162,6 +162,21 @@ describe('enforcement pipeline', () => {
     }
   });
 
+  it('gives back what the checks held when the tool was not run after all, and writes no session counters', async () => {
+    const { enforce, release, reservation, writer } = setup();
+    const done = await enforce(call({ amount: 50 }, { approval_id: 'ap-1' }), async () => ({
+      value: undefined as never,
+      note: 'not forwarded: cancelled',
+      ran: false,
+    }));
+    expect(done).toMatchObject({ decision: 'allow', ran: false });
+    expect(done.reason).toMatch(/; not forwarded: cancelled$/);
+    expect(writer.write.mock.calls[0]![0].session).toBeUndefined();
+    expect(reservation.settle).not.toHaveBeenCalled();
+    expect(reservation.release).toHaveBeenCalledTimes(1);
+    expect(release).toHaveBeenCalledTimes(1);
+  });
+
   it('drops a caller-sent context.source "client" from server decisions; opens approvals with the key', async () => {
     const { enforce, writer, open } = setup();
     const c = call({ amount: 50 }, { source: 'client' });

@@ -104,7 +104,7 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
       const latencyMs = req.elapsed ? roundMs(req.elapsed()) : (req.latencyMs ?? 0);
 
       let execution: Execution<T> | undefined;
-      const ran = verdict.decision === 'allow' && req.execute !== undefined;
+      let ran = verdict.decision === 'allow' && req.execute !== undefined;
       // Each RecordInput is written out whole rather than spread from a common part: a spread
       // followed by more properties gave V8 a new hidden class on every call.
       const recordOf = (decisionId: string, now: string, resultHash: string | undefined): RecordInput => ({
@@ -153,6 +153,11 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
         }
         if (execution.note !== undefined)
           verdict = { ...verdict, reason: `${verdict.reason}; ${execution.note}` };
+        if (execution.ran === false) {
+          // Not run after all: the record carries no session counters, and the holds are given back.
+          ran = false;
+          session = undefined;
+        }
       }
       // Ids and times in the order decisions are recorded, as for calls that run nothing.
       const decisionId = uuidv7();
@@ -179,9 +184,13 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
           projectId: scope.projectId,
         },
       });
-      const committed = await Promise.allSettled(holds.map(async (h) => h.commit(decisionId)));
-      const failed = committed.find((c) => c.status === 'rejected');
-      if (failed) throw new UnrecordedError(failed.reason, ran);
+      if (execution?.ran === false) {
+        await releaseAll(holds, false);
+      } else {
+        const committed = await Promise.allSettled(holds.map(async (h) => h.commit(decisionId)));
+        const failed = committed.find((c) => c.status === 'rejected');
+        if (failed) throw new UnrecordedError(failed.reason, ran);
+      }
       return {
         decision: verdict.decision,
         reason: verdict.reason,

@@ -51,6 +51,8 @@ function harness() {
   all.push(sessions);
   const checked: string[] = [];
   const sent: string[] = [];
+  /** What the record of each call would add to its reason (the pipeline appends the note). */
+  const notes: (string | undefined)[] = [];
   let decide!: () => void;
   const decided = new Promise<void>((resolve) => {
     decide = resolve;
@@ -60,6 +62,7 @@ function harness() {
       checked.push(req.call.toolName);
       await decided;
       const execution = await req.execute!();
+      notes.push(execution.note);
       return {
         decision: 'allow',
         reason: 'allowed',
@@ -83,27 +86,42 @@ function harness() {
     clock: { now: () => new Date() },
     log: silent,
   });
-  const created = sessions.create({ keyId: key.keyId, upstreamId: upstreamRow.id, organizationId: 'o1' });
-  if (typeof created === 'string') throw new Error(created);
-  const session: GatewaySession = created;
+  /** Notifications each session sent upstream, cancellations included. */
+  const notified: string[] = [];
   let n = 0;
-  session.upstream = {
-    request: (method: string) => {
-      sent.push(method);
-      return { id: ++n, done: Promise.resolve({ content: [] }) };
-    },
-    close: async () => {},
-  } as unknown as UpstreamSession;
-  const caller: Caller = {
+  const open = (): GatewaySession => {
+    const created = sessions.create({ keyId: key.keyId, upstreamId: upstreamRow.id, organizationId: 'o1' });
+    if (typeof created === 'string') throw new Error(created);
+    created.upstream = {
+      request: (method: string) => {
+        sent.push(method);
+        return { id: ++n, done: Promise.resolve({ content: [] }) };
+      },
+      abandon: (id: number) => notified.push(`abandon ${id}`),
+      notify: (method: string) => notified.push(method),
+      close: async () => {},
+    } as unknown as UpstreamSession;
+    return created;
+  };
+  const session = open();
+  const other = open();
+  const callerOf = (s: GatewaySession): Caller => ({
     key,
     upstream: upstreamRow,
-    connectionId: session.id,
-    sessionId: session.id,
+    connectionId: s.id,
+    sessionId: s.id,
     elapsed: () => 0,
-  };
-  const dispatch = (req: RpcRequest) =>
-    gateway.dispatch(caller, session, req, new PendingReply(false, session));
-  return { dispatch, checked, sent, decide };
+  });
+  const dispatch = (req: RpcRequest, on: GatewaySession = session) =>
+    gateway.dispatch(callerOf(on), on, req, new PendingReply(false, on));
+  /** The client's notifications/cancelled for `requestId`, on `on`. */
+  const cancel = (requestId: unknown, on: GatewaySession = session) =>
+    gateway.notify(on, {
+      jsonrpc: '2.0',
+      method: 'notifications/cancelled',
+      params: { requestId, reason: 'changed my mind' },
+    });
+  return { dispatch, cancel, checked, sent, notes, notified, decide, session, other };
 }
 
 const call = (id: number): RpcRequest => ({
@@ -127,5 +145,59 @@ describe('MCP gateway dispatch', () => {
     expect(sent).toEqual(['tools/call']);
     // Answered, the id is free again.
     expect(await dispatch(call(1))).toMatchObject({ id: 1, result: { content: [] } });
+  });
+
+  it('does not forward a tools/call the client cancels at its policy check; the decision is still answered and recorded', async () => {
+    const { dispatch, cancel, checked, sent, notes, notified, decide } = harness();
+    const pending = dispatch(call(1));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(checked).toEqual(['echo']);
+    cancel(1);
+    decide();
+    const answer = await pending;
+    expect(answer).toMatchObject({
+      id: 1,
+      error: {
+        code: -32603,
+        message:
+          'Not forwarded to upstream "u": cancelled by the client during its policy check: changed my mind',
+        data: {
+          tool: 'echo',
+          decisionId: 'd1',
+          reason: 'cancelled by the client during its policy check: changed my mind',
+        },
+      },
+    });
+    // The upstream saw nothing: no call, and no cancellation of a call it never got.
+    expect(sent).toEqual([]);
+    expect(notified).toEqual([]);
+    // The record says it was not forwarded (never that an upstream call failed).
+    expect(notes).toEqual([
+      'not forwarded: cancelled by the client during its policy check: changed my mind',
+    ]);
+    // The id is free again, and a call with it goes through.
+    expect(await dispatch(call(1))).toMatchObject({ id: 1, result: { content: [] } });
+    expect(sent).toEqual(['tools/call']);
+  });
+
+  it('ignores a cancellation of an unknown id, of another session, or after the answer', async () => {
+    const { dispatch, cancel, sent, notes, notified, decide, other } = harness();
+    const pending = dispatch(call(1));
+    await new Promise((resolve) => setImmediate(resolve));
+    // Ids nothing in this session is using (2; "1" is not 1), an id that is not an id, and the same
+    // id on another session of the same key.
+    cancel(2);
+    cancel('1');
+    cancel({ id: 1 });
+    cancel(1, other);
+    decide();
+    expect(await pending).toMatchObject({ id: 1, result: { content: [] } });
+    expect(sent).toEqual(['tools/call']);
+    // Answered: a late cancellation touches nothing, not the next request that reuses the id either.
+    cancel(1);
+    expect(await dispatch(call(1))).toMatchObject({ id: 1, result: { content: [] } });
+    expect(sent).toEqual(['tools/call', 'tools/call']);
+    expect(notes).toEqual([undefined, undefined]);
+    expect(notified).toEqual([]);
   });
 });

@@ -1,10 +1,17 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { storedReceipt } from '../../../test/ledger.js';
-import { createUpstream, gatewayClient, putPolicy, setTier } from '../../../test/mcp-helpers.js';
+import {
+  createUpstream,
+  gatewayClient,
+  putPolicy,
+  rawRpc,
+  rawSession,
+  setTier,
+} from '../../../test/mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
 import type { EnforceRequest } from '../../enforcement/model.js';
 import { hashJson } from '../../ledger/canonical.js';
@@ -312,6 +319,99 @@ describe('MCP gateway decisions', () => {
     // The session goes on.
     const ok = await client.callTool({ name: 'echo', arguments: { text: 'after' } });
     expect(ok.content).toEqual([{ type: 'text', text: 'echo: after' }]);
+  });
+
+  it('does not forward a call the client cancels at its policy check, and records the decision as not forwarded', async () => {
+    const { tenant, slug } = await setup(streamable.url);
+    await putPolicy(t, tenant.orgId, 'echo', {
+      mode: 'deterministic',
+      constraints: [],
+      sessionConstraints: { maxCalls: 2 },
+    });
+    const url = `${t.url}/v1/mcp/${slug}`;
+    const session = await rawSession(url, keyHeader(tenant.apiKey));
+    // The first check of the tenant's echo waits (as an LLM judge or a slow store would) until let go.
+    const policies = t.ctx.policies;
+    const lookup = policies.get.bind(policies);
+    let atCheck!: () => void;
+    const checking = new Promise<void>((resolve) => {
+      atCheck = resolve;
+    });
+    let letGo!: () => void;
+    const held = new Promise<void>((resolve) => {
+      letGo = resolve;
+    });
+    let first = true;
+    const spy = vi.spyOn(policies, 'get').mockImplementation(async (org, tool) => {
+      if (first && org === tenant.orgId && tool === 'echo') {
+        first = false;
+        atCheck();
+        await held;
+      }
+      return lookup(org, tool);
+    });
+    const before = streamable.calls.echo ?? 0;
+    const callOf = (id: number, text: string) => ({
+      jsonrpc: '2.0',
+      id,
+      method: 'tools/call',
+      params: { name: 'echo', arguments: { text } },
+    });
+    try {
+      const pending = rawRpc(url, callOf(7, 'never'), session);
+      await checking;
+      const cancelled = await rawRpc(
+        url,
+        {
+          jsonrpc: '2.0',
+          method: 'notifications/cancelled',
+          params: { requestId: 7, reason: 'changed my mind' },
+        },
+        session,
+      );
+      expect(cancelled.status).toBe(202);
+      letGo();
+      const answer = (await pending).json();
+      expect(answer).toMatchObject({
+        id: 7,
+        error: {
+          code: -32603,
+          message: `Not forwarded to upstream "${slug}": cancelled by the client during its policy check: changed my mind`,
+          data: { tool: 'echo', decisionId: expect.any(String), receipt: expect.any(Object) },
+        },
+      });
+      // The tool never ran.
+      expect(streamable.calls.echo ?? 0).toBe(before);
+      const row = await decisionRow(answer.error.data.decisionId);
+      expect(row.decision).toBe('allow');
+      expect(row.reason).toMatch(
+        /; not forwarded: cancelled by the client during its policy check: changed my mind$/,
+      );
+      expect(row.reason).not.toMatch(/upstream call failed/);
+      const receipt = await storedReceipt(t, answer.error.data.receipt.receipt_id);
+      expect(receipt).toMatchObject({ decision: 'allow', connection_id: session['mcp-session-id'] });
+      expect(receipt).not.toHaveProperty('result_hash');
+      // Never sent, so it counts toward no session limit (nothing is left held either): both
+      // calls maxCalls allows still run, and only the one after them is refused.
+      const counted = await t.store.db
+        .selectFrom('session_counters')
+        .select('calls')
+        .where('organization_id', '=', tenant.orgId)
+        .where('session_id', '=', session['mcp-session-id']!)
+        .executeTakeFirst();
+      expect(counted?.calls ?? 0).toBe(0);
+      for (const [i, text] of [
+        [8, 'runs'],
+        [9, 'runs too'],
+      ] as const) {
+        const ok = (await rawRpc(url, callOf(i, text), session)).json();
+        expect(ok.result.content).toEqual([{ type: 'text', text: `echo: ${text}` }]);
+      }
+      expect(streamable.calls.echo).toBe(before + 2);
+      expect((await rawRpc(url, callOf(10, 'over'), session)).json().error.code).toBe(-32001);
+    } finally {
+      spy.mockRestore();
+    }
   });
 
   it('answers -32603 within timeoutMs, while other calls and other upstreams are not held up', async () => {

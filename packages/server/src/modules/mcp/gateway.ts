@@ -29,6 +29,16 @@ import { UpstreamSession } from './upstream-session.js';
 
 export const GATEWAY_VERSION = '0.1.0';
 
+/**
+ * The client cancelled a request before it was sent upstream (a tools/call at its policy check):
+ * it is not sent, so the upstream never saw it.
+ */
+class NotForwarded extends UpstreamError {
+  constructor(why: string) {
+    super('cancelled', `cancelled by the client during its policy check: ${why}`);
+  }
+}
+
 /** validate's own tool_name schema, so both entry points refuse the same names. */
 const toolNameCheck = compileSchema(ToolName);
 const isToolName = (name: string): boolean => toolNameCheck.Check(name);
@@ -145,6 +155,8 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
       // The request is in flight in the session since dispatch took its id.
       const upstream = session.upstream;
       if (!upstream) throw new UpstreamError('unreachable', 'the session has no upstream session');
+      const cancelled = session.cancelledUnsent(req.id);
+      if (cancelled !== null) throw new NotForwarded(cancelled);
       const sent = upstream.request(req.method, params);
       session.sentAs(req.id, sent.id);
       return await sent.done;
@@ -210,7 +222,8 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
         elapsed: caller.elapsed,
         bindings: { client_id: key.keyId, connection_id: caller.connectionId, upstream_id: upstream.id },
         // Never throws: a failed call is still an allowed decision, recorded with the failure in its
-        // reason and no result_hash; it may have reached the tool, so it counts as run.
+        // reason and no result_hash; it may have reached the tool, so it counts as run (one never
+        // sent does not).
         execute: async () => {
           try {
             const result = await run();
@@ -226,7 +239,15 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
             return { value: { ok: true, result }, resultHash };
           } catch (err) {
             const error = toUpstreamError(err);
-            // The upstream's words go into the record as text every store can hold.
+            // The upstream's (or the client's) words go into the record as text every store can hold.
+            if (error instanceof NotForwarded) {
+              // Never sent: it ran nowhere, so it counts toward no session limit and uses no approval.
+              return {
+                value: { ok: false, error },
+                note: `not forwarded: ${storableText(error.message)}`,
+                ran: false as const,
+              };
+            }
             return {
               value: { ok: false, error },
               note: `upstream call failed: ${storableText(error.message)}`,
@@ -282,8 +303,19 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
       });
     }
     const answer = done.execution!.value;
-    if (!answer.ok)
-      return upstreamFailure(id, upstream.slug, answer.error, { ...data, reason: answer.error.message });
+    if (!answer.ok) {
+      const { error } = answer;
+      const decision = { ...data, reason: error.message };
+      // Not sent, so there is no upstream failure to relay: the answer says what the record says.
+      if (error instanceof NotForwarded)
+        return rpcError(
+          id,
+          RPC.internal,
+          `Not forwarded to upstream "${upstream.slug}": ${error.message}`,
+          decision,
+        );
+      return upstreamFailure(id, upstream.slug, error, decision);
+    }
     const meta = isObject(answer.result._meta) ? answer.result._meta : {};
     return rpcResult(id, { ...answer.result, _meta: { ...meta, veto_receipt: done.receipt } });
   }
@@ -382,16 +414,21 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
       }
     },
 
-    /** A client notification: forwarded to its upstream session (a cancellation names the upstream's id). */
+    /**
+     * A client notification: forwarded to its upstream session (a cancellation names the upstream's
+     * id). A cancellation of a request not sent upstream yet (a tools/call at its policy check)
+     * keeps it from being sent; one naming no request of the session in flight does nothing.
+     */
     notify(session: GatewaySession | null, msg: ClientMessage): void {
       const upstream = session?.upstream;
       if (!session || !upstream || typeof msg.method !== 'string') return;
       if (msg.method === 'notifications/cancelled') {
         const rid = msg.params?.requestId;
-        const upId = typeof rid === 'string' || typeof rid === 'number' ? session.upstreamIdOf(rid) : null;
-        if (upId === null) return;
+        if (typeof rid !== 'string' && typeof rid !== 'number') return;
         const why = typeof msg.params?.reason === 'string' ? msg.params.reason : 'no reason given';
-        upstream.abandon(upId, new UpstreamError('cancelled', `cancelled by the client: ${why}`));
+        const upId = session.upstreamIdOf(rid);
+        if (upId === null) session.cancelUnsent(rid, why);
+        else upstream.abandon(upId, new UpstreamError('cancelled', `cancelled by the client: ${why}`));
         return;
       }
       upstream.notify(msg.method, msg.params);

@@ -18,6 +18,8 @@ interface InFlight {
   reply: PendingReply;
   progressToken: unknown;
   upstreamId: number | null;
+  /** The client cancelled it before it was sent upstream (at its policy check): the reason it gave. */
+  cancelled: string | null;
 }
 
 /** Requests of the upstream awaiting the client's answer, per session. */
@@ -89,7 +91,7 @@ export class GatewaySession implements ReplyHost {
   /** Registers a client request; false if that id is already in flight (a JSON-RPC id must be unique). */
   begin(id: RpcId, reply: PendingReply, progressToken: unknown): boolean {
     if (this.inflight.has(id)) return false;
-    this.inflight.set(id, { reply, progressToken, upstreamId: null });
+    this.inflight.set(id, { reply, progressToken, upstreamId: null, cancelled: null });
     return true;
   }
 
@@ -101,6 +103,20 @@ export class GatewaySession implements ReplyHost {
   /** The upstream id of a client request in flight (for notifications/cancelled). */
   upstreamIdOf(id: RpcId): number | null {
     return this.inflight.get(id)?.upstreamId ?? null;
+  }
+
+  /**
+   * The client cancelled a request of this session that was not sent upstream yet (a tools/call at
+   * its policy check): it will not be sent. Nothing for an id not in flight or already sent.
+   */
+  cancelUnsent(id: RpcId, reason: string): void {
+    const f = this.inflight.get(id);
+    if (f && f.upstreamId === null && f.cancelled === null) f.cancelled = reason;
+  }
+
+  /** Why the client cancelled this request before it was sent upstream, or null if it did not. */
+  cancelledUnsent(id: RpcId): string | null {
+    return this.inflight.get(id)?.cancelled ?? null;
   }
 
   end(id: RpcId): void {
