@@ -498,4 +498,51 @@ describe('MCP data plane over plain HTTP', () => {
     expect(decision).toMatchObject({ decision: 'allow', toolName: 'echo' });
     expect(decision.receipt).toEqual(res.json().result._meta.veto_receipt);
   });
+
+  it("bounds the key's open decision feeds: 409 past 16 until one ends", async () => {
+    const { tenant, url } = await setup();
+    const other = await setup();
+    const feed = (headers: Record<string, string>, signal?: AbortSignal) =>
+      fetch(url, { headers, ...(signal ? { signal } : {}) });
+    const open: { res: Response; abort: AbortController }[] = [];
+    for (let i = 0; i < 16; i++) {
+      const abort = new AbortController();
+      open.push({ res: await feed(key(tenant), abort.signal), abort });
+    }
+    expect(open.map((f) => f.res.status)).toEqual(Array(16).fill(200));
+    const next = await feed(key(tenant));
+    expect(next.status).toBe(409);
+    expect(await next.json()).toEqual({
+      error: {
+        code: 'conflict',
+        message:
+          'At most 16 open decision feeds (GET without Mcp-Session-Id) per API key on this instance; close one first',
+      },
+    });
+    // The bound is the key's, whatever the upstream.
+    const second = await createUpstream(t, tenant, {
+      name: `${n}-b`,
+      slug: `proto-${n}-b`,
+      url: upstream.url,
+    });
+    const elsewhere = await fetch(`${t.url}/v1/mcp/${second.slug}`, { headers: key(tenant) });
+    expect(elsewhere.status).toBe(409);
+    // A session's own stream is not a feed, and another key has its own.
+    const session = await rawSession(url, key(tenant));
+    const sessionStream = await fetch(url, { headers: session });
+    expect(sessionStream.status).toBe(200);
+    const otherFeed = await fetch(other.url, { headers: key(other.tenant) });
+    expect(otherFeed.status).toBe(200);
+    // A client that goes away frees its slot.
+    open.shift()!.abort.abort();
+    let again = await feed(key(tenant));
+    for (const deadline = Date.now() + 5000; again.status === 409 && Date.now() < deadline; ) {
+      await again.body?.cancel();
+      await new Promise((r) => setTimeout(r, 20));
+      again = await feed(key(tenant));
+    }
+    expect(again.status).toBe(200);
+    expect((await feed(key(tenant))).status).toBe(409);
+    for (const s of [again, sessionStream, otherFeed, ...open.map((f) => f.res)]) await s.body?.cancel();
+  });
 });

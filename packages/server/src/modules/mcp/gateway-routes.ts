@@ -239,6 +239,12 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
           'conflict',
           `At most ${sessions.limits.streamsPerSession} open streams per MCP session`,
         );
+      // Counted from streams.start on, with nothing awaited in between: the bound holds under a burst.
+      if (!session && !streams.canOpenFeed(key.keyId))
+        throw new AppError(
+          'conflict',
+          `At most ${streams.limits.feedsPerKey} open decision feeds (GET without Mcp-Session-Id) per API key on this instance; close one first`,
+        );
       const raw = presentedKey(req);
       const slug = req.params.upstreamSlug;
       // Without a session the stream is a feed of every decision of this key on the upstream.

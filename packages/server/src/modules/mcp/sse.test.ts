@@ -2,7 +2,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SseClient, waitFor } from '../../../test/streams.js';
 import type { DecisionEnvelope } from './model.js';
-import { EventStreams } from './sse.js';
+import { DEFAULT_STREAM_LIMITS, EventStreams } from './sse.js';
 
 let app: FastifyInstance | null = null;
 afterEach(async () => {
@@ -10,16 +10,20 @@ afterEach(async () => {
   app = null;
 });
 
-/** An app with one GET stream route on EventStreams with test limits; `recheck` decides at each ping. */
-async function serve(recheck: () => Promise<boolean>, maxBufferedBytes = 1024 * 1024) {
-  const streams = new EventStreams({ pingMs: 20, maxBufferedBytes });
+/**
+ * An app with one GET stream route on EventStreams with test limits; `recheck` decides at each ping.
+ * `?feed=1` opens a key-wide decision feed (no session), refused with 409 past the key's bound.
+ */
+async function serve(recheck: () => Promise<boolean>, maxBufferedBytes = 1024 * 1024, feedsPerKey = 16) {
+  const streams = new EventStreams({ ...DEFAULT_STREAM_LIMITS, pingMs: 20, maxBufferedBytes, feedsPerKey });
   const handlers = new Set<(e: DecisionEnvelope) => void>();
   app = Fastify();
   app.addHook('preClose', async () => streams.endAll());
   app.get('/stream', async (req, reply) => {
-    const q = req.query as { key?: string; org?: string };
+    const q = req.query as { key?: string; org?: string; feed?: string };
+    if (q.feed && !streams.canOpenFeed(q.key ?? 'k1')) return reply.code(409).send();
     streams.start(req, reply, {
-      sessionId: 's1',
+      sessionId: q.feed ? null : 's1',
       holder: { keyId: q.key ?? 'k1', organizationId: q.org ?? 'o1' },
       key: 'g1',
       log: null,
@@ -81,6 +85,49 @@ describe('MCP event streams (GET /v1/mcp/:slug)', () => {
     expect(s.streams.size).toBe(2);
     k2.close();
     other.close();
+  });
+
+  it("counts a key's decision feeds until they end, however they end", async () => {
+    let valid = true;
+    const s = await serve(async () => valid, 1024 * 1024, 2);
+    const feed = (key: string, org = 'o1') => SseClient.open(`${s.url}?feed=1&key=${key}&org=${org}`);
+    const gone = (key: string) =>
+      waitFor(() => s.streams.feedsOf(key) === 0, `the feeds of ${key} to be freed`);
+    // Streams of a session are not feeds.
+    const sessionStream = await SseClient.open(`${s.url}?key=k1`);
+    const [a, b] = [await feed('k1'), await feed('k1')];
+    expect([a.status, b.status]).toEqual([200, 200]);
+    expect(s.streams.feedsOf('k1')).toBe(2);
+    expect(s.streams.canOpenFeed('k1')).toBe(false);
+    expect((await feed('k1')).status).toBe(409);
+    // Another key has its own.
+    expect((await feed('k2')).status).toBe(200);
+    // The client goes away.
+    a.close();
+    await waitFor(() => s.streams.canOpenFeed('k1'), 'a feed to be freed');
+    const c = await feed('k1');
+    expect(c.status).toBe(200);
+    // The key is revoked.
+    s.streams.endKeys(['k1']);
+    await gone('k1');
+    expect(s.streams.feedsOf('k2')).toBe(1);
+    await waitFor(() => b.ended && c.ended && sessionStream.ended, "the key's streams to end");
+    // Re-checks that fail (the key or the upstream no longer holds).
+    expect((await feed('k3')).status).toBe(200);
+    expect(s.streams.feedsOf('k3')).toBe(1);
+    valid = false;
+    await gone('k3');
+    await gone('k2');
+    valid = true;
+    // The organization is deleted, then the server shuts down.
+    await feed('k4', 'o9');
+    expect(s.streams.feedsOf('k4')).toBe(1);
+    s.streams.endOrganization('o9');
+    await gone('k4');
+    await feed('k5');
+    expect(s.streams.feedsOf('k5')).toBe(1);
+    s.streams.endAll();
+    await gone('k5');
   });
 
   it('keeps the stream when a re-check fails with an error (store hiccup)', async () => {

@@ -28,9 +28,18 @@ export interface StreamLimits {
   pingMs: number;
   /** Unsent bytes beyond which the client is too slow and is dropped (1 MiB, as /v1/events/stream). */
   maxBufferedBytes: number;
+  /**
+   * Key-wide decision feeds (GET streams opened without a session) open at once per API key on this
+   * instance, whatever the upstream; one more is refused until one of them ends.
+   */
+  feedsPerKey: number;
 }
 
-export const DEFAULT_STREAM_LIMITS: StreamLimits = { pingMs: 15_000, maxBufferedBytes: 1024 * 1024 };
+export const DEFAULT_STREAM_LIMITS: StreamLimits = {
+  pingMs: 15_000,
+  maxBufferedBytes: 1024 * 1024,
+  feedsPerKey: 16,
+};
 
 /**
  * GET /v1/mcp/:upstreamSlug streams and the SSE answers of POSTs, all written through the service's
@@ -42,8 +51,23 @@ export class EventStreams {
   private readonly open = new Map<SseWriter, string | null>();
   private readonly byKey = new Map<string, Set<SseWriter>>();
   private readonly byOrg = new Map<string, Set<SseWriter>>();
+  /** Key-wide decision feeds open, per API key. */
+  private readonly feeds = new Map<string, number>();
 
   constructor(readonly limits: StreamLimits = DEFAULT_STREAM_LIMITS) {}
+
+  /**
+   * Whether the key may open one more key-wide decision feed. Checked before `start`, with nothing
+   * awaited in between: the feed counts from `start` until it ends, however it ends.
+   */
+  canOpenFeed(keyId: string): boolean {
+    return (this.feeds.get(keyId) ?? 0) < this.limits.feedsPerKey;
+  }
+
+  /** Key-wide decision feeds of the key open now (tests, monitoring). */
+  feedsOf(keyId: string): number {
+    return this.feeds.get(keyId) ?? 0;
+  }
 
   /** Hijacks the reply and opens an SSE stream on it, tracked until it ends. */
   writer(req: FastifyRequest, reply: FastifyReply, sessionId: string | null): SseWriter {
@@ -76,11 +100,18 @@ export class EventStreams {
     const { keyId, organizationId } = o.holder;
     index(this.byKey, keyId).add(writer);
     index(this.byOrg, organizationId).add(writer);
+    const feed = o.sessionId === null;
+    if (feed) this.feeds.set(keyId, (this.feeds.get(keyId) ?? 0) + 1);
     writer.onEnd(() => {
       clearInterval(ping);
       unsubscribe();
       unindex(this.byKey, keyId, writer);
       unindex(this.byOrg, organizationId, writer);
+      if (feed) {
+        const left = (this.feeds.get(keyId) ?? 1) - 1;
+        if (left <= 0) this.feeds.delete(keyId);
+        else this.feeds.set(keyId, left);
+      }
     });
     // A revocation that came while the request was being checked found no stream to end: the key is
     // checked once more now that the stream can be found.
