@@ -85,7 +85,14 @@ export function blockedAddressReason(ip: string): string | null {
     (zeros(0, 5) && g[5] === 0xffff) ||
     (zeros(0, 6) && (g[6] !== 0 || g[7]! > 1)) ||
     (g[0] === 0x64 && g[1] === 0xff9b && zeros(2, 6));
-  return embedded ? ipv4Reason(((g[6]! << 16) | g[7]!) >>> 0) : null;
+  if (embedded) return ipv4Reason(((g[6]! << 16) | g[7]!) >>> 0);
+  // 6to4 (2002::/16): bits 16-47 are the IPv4 address of the site's 6to4 router, where packets for
+  // the address are sent, encapsulated in IPv4.
+  if (g[0] === 0x2002) return ipv4Reason(((g[1]! << 16) | g[2]!) >>> 0);
+  // Teredo (2001:0000::/32): the last 32 bits are the client's IPv4 address with every bit inverted;
+  // packets for the address are sent to it (bits 32-63, the Teredo server, are not).
+  if (g[0] === 0x2001 && g[1] === 0) return ipv4Reason(~((g[6]! << 16) | g[7]!) >>> 0);
+  return null;
 }
 
 export interface GuardOptions {
