@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { AppError } from '../../lib/errors.js';
 import { NoBody } from '../../lib/schemas.js';
-import { clearSessionCookie, readCookie, setSessionCookie, stateCookie } from './cookie.js';
+import { clearSessionCookie, readCookie, sessionCookie, setSessionCookie, stateCookie } from './cookie.js';
 import { OIDC_SIGN_IN_TTL_SECONDS, OIDC_STATE_COOKIE, SESSION_TTL_SECONDS } from './model.js';
 import { createOidcSignIn, SignInFailed } from './oidc.js';
 import { secret } from './service.js';
@@ -164,12 +164,20 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       config: { auth: 'jwt' },
       schema: {
         documented: { body: NoBody },
-        response: { 204: Type.Null({ description: 'The session is ended and its cookie cleared' }) },
+        response: {
+          204: Type.Null({
+            description:
+              'The session the cookie names is ended, also when a bearer token authenticated the request, and the cookie cleared. A bearer token without the cookie ends nothing (user tokens are not revoked) and gets the same answer',
+          }),
+        },
       },
     },
     async (req, reply) => {
-      const p = req.principal;
-      if (p?.kind === 'user' && p.session) await sessions.end(p.session.id);
+      // Only a user gets here: a bearer token (which takes precedence over the cookie for who the
+      // caller is) or the cookie itself, whose CSRF token authentication checked. Either way signing
+      // out must not leave the cookie's session usable, so the session the cookie names ends.
+      const cookie = sessionCookie(req);
+      if (cookie) await sessions.end(cookie);
       return reply.header('set-cookie', clearSessionCookie(req, config.baseUrl)).code(204).send(null);
     },
   );

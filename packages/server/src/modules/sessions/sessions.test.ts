@@ -173,6 +173,64 @@ describe('cookie sessions', () => {
     expectError(expired, 401, 'unauthorized');
   });
 
+  it('end at sign-out also when a bearer token comes with the cookie', async () => {
+    const tenant = await createTenant(t);
+    const { cookie } = await signIn(tenant.userId);
+    const key = sessionKey(cookie.slice(`${SESSION_COOKIE}=`.length));
+    const told: string[] = [];
+    const unwatch = t.ctx.sessions.watchEnds((k) => told.push(k));
+    try {
+      // The bearer token authenticates (no CSRF token needed), and the cookie's session ends with it.
+      const out = await t.inject({
+        method: 'POST',
+        url: '/v1/auth/logout',
+        headers: { ...bearer(tenant.token), cookie },
+      });
+      expect(out.statusCode).toBe(204);
+      expect(String(out.headers['set-cookie'])).toMatch(new RegExp(`^${SESSION_COOKIE}=; .*Max-Age=0`));
+      expect(told).toEqual([key]);
+    } finally {
+      unwatch();
+    }
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/auth/session', headers: { cookie } }),
+      401,
+      'unauthorized',
+    );
+    expectError(
+      await t.inject({ method: 'GET', url: '/v1/organizations', headers: { cookie } }),
+      401,
+      'unauthorized',
+    );
+    // The token itself is not revoked: nothing revokes a user token.
+    expect(
+      (await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(tenant.token) })).statusCode,
+    ).toBe(200);
+  });
+
+  it('answer sign-out with a bearer token alone as documented, ending nothing', async () => {
+    const tenant = await createTenant(t);
+    const { cookie } = await signIn(tenant.userId);
+    const told: string[] = [];
+    const unwatch = t.ctx.sessions.watchEnds((k) => told.push(k));
+    try {
+      const out = await t.inject({ method: 'POST', url: '/v1/auth/logout', headers: bearer(tenant.token) });
+      expect(out.statusCode).toBe(204);
+      expect(out.body).toBe('');
+      expect(String(out.headers['set-cookie'])).toMatch(new RegExp(`^${SESSION_COOKIE}=; .*Max-Age=0`));
+      expect(told).toEqual([]);
+    } finally {
+      unwatch();
+    }
+    // The same user's dashboard session, not sent with the request, and the token both still work.
+    expect((await t.inject({ method: 'GET', url: '/v1/auth/session', headers: { cookie } })).statusCode).toBe(
+      200,
+    );
+    expect(
+      (await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(tenant.token) })).statusCode,
+    ).toBe(200);
+  });
+
   it('leave bearer tokens as they were, without CSRF', async () => {
     const tenant = await createTenant(t);
     const res = await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(tenant.token) });
