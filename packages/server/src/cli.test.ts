@@ -9,7 +9,7 @@ import { jwtVerify } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_FLAGS, SVC_BIN } from '../test/bin.js';
 import { useTestApp } from '../test/fixture.js';
-import { createTenant, keyHeader, type Tenant } from '../test/helpers.js';
+import { createTenant, freshDatabase, keyHeader, type Tenant } from '../test/helpers.js';
 
 const run = promisify(execFile);
 const dir = mkdtempSync(join(tmpdir(), 'svc-cli-'));
@@ -173,6 +173,40 @@ describe('svc command', () => {
     );
     // Nothing was written: the key set (signing-keys.json beside the store) was never opened.
     expect(existsSync(join(own, 'signing-keys.json'))).toBe(false);
+  });
+
+  it('rotates a store without a signing key to one key, and a store with one to the next', async () => {
+    const db = await freshDatabase();
+    try {
+      const svc = (...args: string[]) =>
+        run('node', [...SOURCE_FLAGS, SVC_BIN, ...args], { env: env({ SVC_DATABASE_URL: db.url }) });
+      const first = await svc('keys', 'rotate');
+      const kid = /^new signing key ([A-Za-z0-9_-]{43})\n/.exec(first.stdout)?.[1];
+      expect(first.stdout).toBe(
+        `new signing key ${kid}\nthe store had no signing key: this is its first, and the only one created\n`,
+      );
+      // Exactly one key: none was generated on opening the store only to be retired at once.
+      const once = (await svc('keys', 'list')).stdout.trim().split('\n');
+      expect(once).toHaveLength(1);
+      expect(once[0]!.startsWith(`${kid}  active  generated  created `)).toBe(true);
+
+      const second = await svc('keys', 'rotate');
+      const next = /^new signing key ([A-Za-z0-9_-]{43})\n/.exec(second.stdout)?.[1];
+      expect(next).toBeDefined();
+      expect(next).not.toBe(kid);
+      expect(second.stdout).toMatch(
+        new RegExp(
+          `^new signing key ${next}\nprevious key ${kid} stays published until \\S+\nrunning instances pick the new key up within 10 seconds\n$`,
+        ),
+      );
+      const twice = (await svc('keys', 'list')).stdout.trim().split('\n');
+      expect(twice).toHaveLength(2);
+      expect(twice[0]!.startsWith(`${next}  active  generated  created `)).toBe(true);
+      expect(twice[1]!.startsWith(`${kid}  retired  generated  created `)).toBe(true);
+      expect(twice[1]).toContain(' published until ');
+    } finally {
+      await db.drop();
+    }
   });
 
   it('fails clearly on a missing --sub and on unknown commands', async () => {

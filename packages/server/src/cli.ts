@@ -40,7 +40,8 @@ Commands:
                                  exit 0 intact, 1 broken, 2 usage or I/O error
   keys list                      list the signing keys (active, retired, published until)
   keys rotate                    generate a new signing key; the previous one stays published
-                                 for SVC_SIGNING_KEY_OVERLAP (default 30d)
+                                 for SVC_SIGNING_KEY_OVERLAP (default 30d); on a store without
+                                 a key, create its first one
   help [command]                 show this help, or that command's usage (also svc <command> --help)
 
 Exit codes: 0 done, 1 failed (including an invalid configuration), 2 usage error (an unknown
@@ -214,20 +215,24 @@ async function keys(args: string[]): Promise<void> {
   const config = loadConfig();
   persistentStore(config.databaseUrl, "the signing keys kept there are not the server's");
   const { openStore, migrateToLatest } = await loadStorage();
-  const { openSigningKeys } = await import('./signing/open.js');
+  const { openSigningKeys, signingKeysOf } = await import('./signing/open.js');
   const { systemClock } = await import('./lib/clock.js');
   const store = openStore(config.databaseUrl);
   try {
     if (store.dialect === 'postgres') await migrateToLatest(store);
-    const set = await openSigningKeys(config, store, systemClock);
     if (action === 'rotate') {
-      const r = await set.rotate();
+      // Not opened first: opening a store without a key would generate one only to retire it at once.
+      const r = await signingKeysOf(config, store, systemClock).rotate();
       console.log(`new signing key ${r.kid}`);
-      if (r.previousKid)
-        console.log(`previous key ${r.previousKid} stays published until ${r.previousPublishedUntil}`);
+      if (!r.previousKid) {
+        console.log('the store had no signing key: this is its first, and the only one created');
+        return;
+      }
+      console.log(`previous key ${r.previousKid} stays published until ${r.previousPublishedUntil}`);
       console.log('running instances pick the new key up within 10 seconds');
       return;
     }
+    const set = await openSigningKeys(config, store, systemClock);
     for (const k of await set.list()) {
       const until = k.publishedUntil ? ` published until ${k.publishedUntil}` : '';
       console.log(
@@ -456,7 +461,7 @@ of them. Exit 0 intact, 1 broken, 2 usage or I/O error.`,
 
 list    list the signing keys (active, retired, published until)
 rotate  generate a new signing key; the previous one stays published for SVC_SIGNING_KEY_OVERLAP
-        (default 30d)`,
+        (default 30d); on a store without a key, create its first one`,
 };
 
 /** `--help` or `-h` among a command's arguments (before a `--`, after which all are positionals). */

@@ -78,6 +78,20 @@ describe('signing key set', () => {
     });
   });
 
+  it('rotates a store without a key, when not opened first, to exactly one key that signs', async () => {
+    const file = join(tempDir(), 'signing-keys.json');
+    const set = new SigningKeySet({
+      storage: fileKeySetStorage(file),
+      clock: movableClock(),
+      overlapSeconds: 3600,
+    });
+    const r = await set.rotate();
+    expect(r).toEqual({ kid: expect.any(String), previousKid: null, previousPublishedUntil: null });
+    expect(await set.list()).toEqual([expect.objectContaining({ kid: r.kid, status: 'active' })]);
+    expect((await set.published()).map((k) => k.kid)).toEqual([r.kid]);
+    expect((await set.sign(data)).kid).toBe(r.kid);
+  });
+
   it('two processes rotating at once: both answer, one key signs, nothing is lost', async () => {
     const file = join(tempDir(), 'signing-keys.json');
     const clock = movableClock();

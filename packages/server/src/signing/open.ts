@@ -16,13 +16,26 @@ export async function openSigningKeys(
   clock: Clock,
   log?: KeySetOptions['log'],
 ): Promise<SigningKeySet> {
-  const keys = new SigningKeySet({
+  const keys = signingKeysOf(config, store, clock, log);
+  await keys.open();
+  return keys;
+}
+
+/**
+ * The key set of this deployment, not yet read: nothing is generated until it is used. Rotating
+ * through it on a store without a key creates that store's first key, and only that one.
+ */
+export function signingKeysOf(
+  config: Pick<Config, 'signingKeyFile' | 'signingKeyOverlapSeconds'>,
+  store: Store,
+  clock: Clock,
+  log?: KeySetOptions['log'],
+): SigningKeySet {
+  return new SigningKeySet({
     storage: keySetStorageFor(store),
     clock,
     overlapSeconds: config.signingKeyOverlapSeconds,
     operatorKeyFile: config.signingKeyFile,
     ...(log ? { log } : {}),
   });
-  await keys.open();
-  return keys;
 }
