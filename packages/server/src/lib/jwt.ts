@@ -83,12 +83,24 @@ function storedSecret(file: string): string {
   return secret;
 }
 
+/** How the generated secret file is put in place: a hard link (`fs.linkSync`) unless told otherwise. */
+export interface SecretFileLinker {
+  link(existingPath: string, newPath: string): void;
+}
+
+const hardLinks: SecretFileLinker = { link: linkSync };
+
 /**
  * The HS256 secret: SVC_JWT_SECRET, else one generated on first start and kept beside the embedded
  * store (a file next to the SQLite database) or, on PostgreSQL, in the settings table so that every
- * instance on the same database shares it. There is never a guessable default.
+ * instance on the same database shares it. There is never a guessable default. `files` links the
+ * generated file into place (a hard link by default).
  */
-export async function resolveJwtSecret(config: Config, store: Store): Promise<string | null> {
+export async function resolveJwtSecret(
+  config: Config,
+  store: Store,
+  files: SecretFileLinker = hardLinks,
+): Promise<string | null> {
   if (config.jwtSecret) return config.jwtSecret;
   if (config.jwtJwksUrl) return null;
   if (store.sqlitePath) {
@@ -100,7 +112,7 @@ export async function resolveJwtSecret(config: Config, store: Store): Promise<st
     const draft = `${file}.${randomBytes(6).toString('hex')}.tmp`;
     writeFileSync(draft, `${secret}\n`, { mode: 0o600, flag: 'wx' });
     try {
-      linkSync(draft, file);
+      files.link(draft, file);
       return secret;
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
