@@ -1,8 +1,7 @@
-import { setTimeout as sleep } from 'node:timers/promises';
-import type { LightMyRequestResponse } from 'fastify';
+import { setImmediate as nextLoopTurn } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
-import { asUser, bearer, createTenant, expectError, keyHeader } from '../../../test/helpers.js';
+import { bearer, createTenant, expectError, gate, keyHeader } from '../../../test/helpers.js';
 import { createApiKeyRepository } from '../api-keys/repository.js';
 import { createApiKeyService } from '../api-keys/service.js';
 import { createProjectRepository, inOrganizationQueue } from './repository.js';
@@ -296,7 +295,24 @@ describe('projects', () => {
     const projects = createProjectRepository(t.store.db);
     const apiKeys = createApiKeyRepository(t.store.db);
     const deps = { authenticator: t.ctx.keys, clock: t.ctx.clock };
-    let late: Promise<LightMyRequestResponse> | undefined;
+    const principal = { kind: 'user' as const, userId: tenant.userId };
+    const scope = { organizationId: tenant.orgId, projectId: null, principal };
+    // The late key is created as POST /v1/api-keys creates it, through a repository that tells when
+    // the creation asks for the organization's lock: from then on it waits for the deletion to end.
+    const lockAsked = gate();
+    const keyCreation = createApiKeyService({
+      ...deps,
+      keys: apiKeys,
+      projects: {
+        exists: projects.exists,
+        withOrganizationLocked: (organizationId, work) => {
+          const turn = projects.withOrganizationLocked(organizationId, work);
+          lockAsked.open();
+          return turn;
+        },
+      },
+    });
+    let late: Promise<{ key: string } | { refused: unknown }> | undefined;
     const service = createProjectService({
       ...deps,
       projects,
@@ -307,35 +323,52 @@ describe('projects', () => {
         // Just after the project's keys are listed, a client creates one more and uses it at once.
         projectKeyIds: async (organizationId, projectId, trx) => {
           const ids = await apiKeys.projectKeyIds(organizationId, projectId, trx);
+          // This deletion holds the organization's turn: a turn asked for now (given in memory, without
+          // a store round trip, when nothing holds it) has not started by the next turn of the loop.
+          let turnGiven = false;
+          void inOrganizationQueue(organizationId, async () => {
+            turnGiven = true;
+          });
           late = (async () => {
-            const res = await t.inject({
-              method: 'POST',
-              url: '/v1/api-keys',
-              headers: asUser(tenant),
-              payload: { name: 'late', projectId },
-            });
-            if (res.statusCode === 201) {
-              await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(res.json().key) });
+            try {
+              const created = await keyCreation.create(scope, { name: 'late', projectId });
+              await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(created.key) });
+              return { key: created.key };
+            } catch (refused) {
+              return { refused };
             }
-            return res;
           })();
-          // Time for the creation to finish, unless the deletion holds it back until it is done.
-          await Promise.race([late, sleep(2000)]);
+          // The creation finishes (had it not waited for the lock), or waits for this deletion to end.
+          // The timer only bounds a failure: a creation held back by something else, which would
+          // otherwise wait for this deletion while the deletion waits for it.
+          let timer: NodeJS.Timeout | undefined;
+          const stuck = new Promise<never>((_, reject) => {
+            timer = setTimeout(
+              () => reject(new Error('the key creation neither finished nor asked for the lock')),
+              5000,
+            );
+          });
+          try {
+            await Promise.race([late, lockAsked.opened, stuck]);
+          } finally {
+            clearTimeout(timer);
+          }
+          await nextLoopTurn();
+          expect(turnGiven, "the project's keys are listed holding the organization's turn").toBe(false);
           return ids;
         },
       },
     });
-    const principal = { kind: 'user' as const, userId: tenant.userId };
-    await service.delete({ organizationId: tenant.orgId, projectId: null, principal }, tenant.projectId);
+    await service.delete(scope, tenant.projectId);
     const created = await late!;
-    if (created.statusCode === 201) {
+    if ('key' in created) {
       expectError(
-        await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(created.json().key) }),
+        await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(created.key) }),
         401,
         'invalid_api_key',
       );
     } else {
-      expectError(created, 404, 'not_found');
+      expect(created.refused).toMatchObject({ code: 'not_found', status: 404, message: 'Project not found' });
     }
     expectError(
       await t.inject({ method: 'GET', url: '/v1/projects', headers: keyHeader(tenant.apiKey) }),
