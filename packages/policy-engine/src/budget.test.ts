@@ -166,9 +166,15 @@ describe('combineConfigs and figures', () => {
       agentWindow: 'day',
       categoryWindow: 'day',
     });
-    expect(combineConfigs(null, project)).toBe(project);
     expect(combineConfigs(org, null)).toBe(org);
     expect(combineConfigs(null, null)).toBeNull();
+  });
+  it("applies nothing without the organization's configuration, whatever the project's says", () => {
+    const project = config({ approvedPayers: ['me'], defaultPayer: 'me', sessionLimitMicros: null });
+    expect(combineConfigs(null, project)).toBeNull();
+    expect(
+      decideAuthorization({ ...base, config: combineConfigs(null, project), payer: 'me' }),
+    ).toMatchObject({ decision: 'deny', reasonCode: 'economic_disabled' });
   });
   it('combines a category named like an Object.prototype member as any other', () => {
     const limited = { limitMicros: 5_000_000, approvalThresholdMicros: 1_000_000 };

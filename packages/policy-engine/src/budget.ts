@@ -100,12 +100,18 @@ const minOf = (a: number | null, b: number | null): number | null =>
  * reservation window take the smaller value, approved payers the intersection, categories the
  * union (each field the smaller). The default payer is the project's, else the organization's.
  * Windows are the organization's (both configurations count in the same windows).
+ *
+ * Without the organization's configuration nothing applies (null: spend is not authorized),
+ * whatever the project's says: a project's configuration is written with the project's own keys,
+ * so on its own it would let a key switch spending on that no person configured. It applies once
+ * the organization is configured.
  */
 export function combineConfigs(
   org: EconomicConfig | null,
   project: EconomicConfig | null,
 ): EconomicConfig | null {
-  if (!org || !project) return org ?? project;
+  if (!org) return null;
+  if (!project) return org;
   const categories: Record<string, CategoryPolicy> = { ...org.categoryPolicies };
   for (const [name, p] of Object.entries(project.categoryPolicies)) {
     const o = categoryPolicy(categories, name);

@@ -30,7 +30,8 @@ export interface ResolvedConfig {
 /**
  * A user acts on the organization's configuration; an API key on its project's. The project's can
  * only tighten the organization's (combineConfigs), so an agent holding a key cannot raise a limit
- * a person set for the organization.
+ * a person set for the organization, nor enable spending where the organization has no
+ * configuration (the project's is kept, and applies once the organization is configured).
  */
 export async function loadEffective(
   configs: EconomicConfigRepository,
@@ -39,8 +40,8 @@ export async function loadEffective(
   const org = await configs.get(scope.organizationId, null);
   const project = scope.projectId ? await configs.get(scope.organizationId, scope.projectId) : undefined;
   const effective = combineConfigs(org?.config ?? null, project?.config ?? null);
-  const authority: Authority =
-    org && project ? 'organization+project' : project ? 'project' : org ? 'organization' : 'none';
+  // Without the organization's configuration nothing applies, a project's included (combineConfigs).
+  const authority: Authority = !org ? 'none' : project ? 'organization+project' : 'organization';
   const own = scope.projectId ? project : org;
   return {
     effective,

@@ -67,6 +67,25 @@ const resolve = (tenant: Tenant, id: string, actionName: 'approve' | 'deny') =>
     payload: { action: actionName },
   });
 
+async function economicReceipts(orgId: string): Promise<Record<string, unknown>[]> {
+  await t.ctx.writer.drain();
+  const rows = await t.ctx.store.db
+    .selectFrom('receipts')
+    .select('payload')
+    .where('organization_id', '=', orgId)
+    .orderBy('sequence')
+    .execute();
+  return rows.map((r) => JSON.parse(r.payload)).filter((r) => r.source === 'economic');
+}
+
+const approvalRow = (orgId: string, id: string) =>
+  t.ctx.store.db
+    .selectFrom('approvals')
+    .selectAll()
+    .where('organization_id', '=', orgId)
+    .where('id', '=', id)
+    .executeTakeFirstOrThrow();
+
 describe('economic config', () => {
   it('stores the organization config for users and shows it with defaults', async () => {
     const tenant = await tenantWithConfig();
@@ -193,6 +212,70 @@ describe('economic config', () => {
       healthy: true,
       authority: 'none',
       pendingApprovals: [],
+    });
+  });
+
+  it("applies a project's configuration only once the organization has one", async () => {
+    const tenant = await createTenant(t);
+    await setTier(t, tenant, 'team');
+    const put = await t.inject({
+      method: 'PUT',
+      url: '/v1/economic/config',
+      headers: keyHeader(tenant.apiKey),
+      payload: { approvedPayers: ['me'], defaultPayer: 'me', sessionLimitUsd: 20 },
+    });
+    // Stored, but nothing applies: the organization has no configuration.
+    expect(put.statusCode).toBe(200);
+    expect(put.json()).toMatchObject({
+      scope: 'project',
+      config: { approvedPayers: ['me'], defaultPayer: 'me', sessionLimitUsd: 20 },
+      effective: null,
+      authority: 'none',
+    });
+    const live = await authorize(tenant, action({ estimatedSpendUsd: 1_000_000 }));
+    expect(live.json()).toMatchObject({
+      decision: 'deny',
+      reasonCode: 'economic_disabled',
+      authority: 'none',
+      payer: null,
+    });
+    const sim = await authorize(tenant, action({ mode: 'simulation', estimatedSpendUsd: 5 }));
+    expect(sim.json()).toMatchObject({
+      decision: 'deny',
+      reasonCode: 'economic_disabled',
+      authority: 'none',
+      provisional: true,
+    });
+    expect((await status(tenant, { sessionId: 's-1', agentId: 'agent-1' })).json()).toMatchObject({
+      enabled: false,
+      authority: 'none',
+    });
+    // Once a person configures the organization, the project's configuration tightens it.
+    const org = await t.inject({
+      method: 'PUT',
+      url: '/v1/economic/config',
+      headers: asUser(tenant),
+      payload: { ...NO_THRESHOLD, approvedPayers: ['corp-card', 'me'] },
+    });
+    expect(org.json()).toMatchObject({ authority: 'organization' });
+    const got = await t.inject({
+      method: 'GET',
+      url: '/v1/economic/config',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(got.json()).toMatchObject({
+      authority: 'organization+project',
+      effective: { approvedPayers: ['me'], defaultPayer: 'me', sessionLimitUsd: 20 },
+    });
+    expect((await authorize(tenant, action({ estimatedSpendUsd: 25 }))).json()).toMatchObject({
+      decision: 'deny',
+      reasonCode: 'session_budget_exceeded',
+      authority: 'organization+project',
+    });
+    expect((await authorize(tenant, action({ estimatedSpendUsd: 5 }))).json()).toMatchObject({
+      decision: 'allow',
+      payer: 'me',
+      authority: 'organization+project',
     });
   });
 
@@ -696,6 +779,121 @@ describe('approvals', () => {
     expect(again.json().approvalId).not.toBe(firstId);
   });
 
+  it('does not use an approval for another payer than the one a person approved', async () => {
+    const tenant = await tenantWithConfig();
+    const req = action({ estimatedSpendUsd: 60, maxAcceptableSpendUsd: 60 });
+    const approvalId = (await authorize(tenant, req)).json().approvalId as string;
+    const shown = await t.inject({
+      method: 'GET',
+      url: `/v1/approvals/${approvalId}`,
+      headers: asUser(tenant),
+    });
+    expect(shown.json().arguments.payer).toBe('corp-card');
+    await resolve(tenant, approvalId, 'approve');
+    // The agent's key changes which payer the action resolves to.
+    const put = await t.inject({
+      method: 'PUT',
+      url: '/v1/economic/config',
+      headers: keyHeader(tenant.apiKey),
+      payload: { approvedPayers: ['team-card'], defaultPayer: 'team-card' },
+    });
+    expect(put.statusCode).toBe(200);
+    const res = await authorize(tenant, { ...req, approvalId });
+    expect(res.json()).toMatchObject({
+      decision: 'deny',
+      reasonCode: 'approval_invalid',
+      payer: 'team-card',
+      approvalId,
+      budget: { session: { reservedUsd: 0 } },
+    });
+    expect(res.json().message).toContain(`Approval ${approvalId} was granted for a different action`);
+    expect(res.json().message).toContain('payer "corp-card", now "team-card"');
+    expect(res.json().reservationExpiresAt).toBeUndefined();
+    // The approval is not used, and the answer stands.
+    expect((await approvalRow(tenant.orgId, approvalId)).used_at).toBeNull();
+    expect((await authorize(tenant, { ...req, approvalId })).json()).toEqual(res.json());
+    expect((await authorize(tenant, req)).json()).toEqual(res.json());
+    const receipts = await economicReceipts(tenant.orgId);
+    expect(receipts.at(-1)).toMatchObject({
+      decision: 'deny',
+      action_id: req.actionId,
+      payer: 'team-card',
+      approval_id: approvalId,
+    });
+    expect(receipts.at(-1)!.reason).toMatch(/^approval_invalid: /);
+
+    // A payer the request names keeps its approval whatever the default payer becomes.
+    const named = action({ estimatedSpendUsd: 60, maxAcceptableSpendUsd: 60, payer: 'team-card' });
+    const namedId = (await authorize(tenant, named)).json().approvalId as string;
+    await resolve(tenant, namedId, 'approve');
+    await t.inject({
+      method: 'PUT',
+      url: '/v1/economic/config',
+      headers: keyHeader(tenant.apiKey),
+      payload: { approvedPayers: ['team-card', 'corp-card'], defaultPayer: 'corp-card' },
+    });
+    expect((await authorize(tenant, { ...named, approvalId: namedId })).json()).toMatchObject({
+      decision: 'allow',
+      reasonCode: 'approval_granted',
+      payer: 'team-card',
+      approvalId: namedId,
+    });
+  });
+
+  it('lets an approved approval lapse approvalWindowSeconds after it was approved', async () => {
+    const tenant = await tenantWithConfig();
+    // Usable within the window counted from its approval, not from its opening.
+    const inTime = action({ estimatedSpendUsd: 60, maxAcceptableSpendUsd: 60 });
+    const inTimeId = (await authorize(tenant, inTime)).json().approvalId as string;
+    clock.advance(500);
+    await resolve(tenant, inTimeId, 'approve');
+    clock.advance(599);
+    expect((await authorize(tenant, { ...inTime, approvalId: inTimeId })).json()).toMatchObject({
+      decision: 'allow',
+      reasonCode: 'approval_granted',
+    });
+
+    const req = action({ estimatedSpendUsd: 60, maxAcceptableSpendUsd: 60, sessionId: 's-lapse' });
+    const approvalId = (await authorize(tenant, req)).json().approvalId as string;
+    await resolve(tenant, approvalId, 'approve');
+    const approvedAt = (await approvalRow(tenant.orgId, approvalId)).resolved_at!;
+    clock.advance(30 * 86_400);
+    const again = await authorize(tenant, { ...req, approvalId });
+    expect(again.json()).toMatchObject({ decision: 'require_approval', reasonCode: 'approval_required' });
+    const newId = again.json().approvalId as string;
+    expect(newId).not.toBe(approvalId);
+    const lapsedAt = new Date(Date.parse(approvedAt) + 600_000).toISOString();
+    expect(again.json().message).toContain(
+      `Approval ${approvalId} (approved at ${approvedAt}) lapsed unused at ${lapsedAt}`,
+    );
+    expect(again.json().message).toContain('a person must approve');
+    expect((await approvalRow(tenant.orgId, approvalId)).used_at).toBeNull();
+    // The lapsed approval is no longer the action's; the new one is, once a person approves it.
+    expectError(await authorize(tenant, { ...req, approvalId }), 400, 'validation_failed');
+    expect((await authorize(tenant, req)).json()).toEqual(again.json());
+    await resolve(tenant, newId, 'approve');
+    expect((await authorize(tenant, { ...req, approvalId: newId })).json()).toMatchObject({
+      decision: 'allow',
+      reasonCode: 'approval_granted',
+      approvalId: newId,
+    });
+    const receipts = await economicReceipts(tenant.orgId);
+    expect(receipts.find((r) => String(r.reason).includes('lapsed'))).toMatchObject({
+      decision: 'require_approval',
+      approval_id: newId,
+    });
+
+    // Approved but not presented before it lapsed: decided again as well.
+    const idle = action({ estimatedSpendUsd: 60, maxAcceptableSpendUsd: 60, sessionId: 's-idle' });
+    const idleId = (await authorize(tenant, idle)).json().approvalId as string;
+    await resolve(tenant, idleId, 'approve');
+    clock.advance(600);
+    const idleAgain = await authorize(tenant, idle);
+    expect(idleAgain.json()).toMatchObject({ decision: 'require_approval' });
+    expect(idleAgain.json().approvalId).not.toBe(idleId);
+    expect(idleAgain.json().message).toContain(`Approval ${idleId} (approved at`);
+  });
+
   it('still checks the budget when the approval is presented', async () => {
     const tenant = await tenantWithConfig();
     const req = action({ estimatedSpendUsd: 60, maxAcceptableSpendUsd: 60 });
@@ -751,6 +949,23 @@ describe('receipts', () => {
       headers: keyHeader(tenant.apiKey),
     });
     expect(exported.body.trim().split('\n')).toHaveLength(2);
+  });
+});
+
+describe('receipts of approvals', () => {
+  it('names the denied approval in the answer and the receipt of the deny', async () => {
+    const tenant = await tenantWithConfig();
+    const req = action({ estimatedSpendUsd: 60, maxAcceptableSpendUsd: 60 });
+    const approvalId = (await authorize(tenant, req)).json().approvalId as string;
+    await resolve(tenant, approvalId, 'deny');
+    const denied = await authorize(tenant, { ...req, approvalId });
+    expect(denied.json()).toMatchObject({ decision: 'deny', reasonCode: 'approval_denied', approvalId });
+    const receipts = await economicReceipts(tenant.orgId);
+    expect(receipts.map((r) => [r.decision, r.approval_id])).toEqual([
+      ['require_approval', approvalId],
+      ['deny', approvalId],
+    ]);
+    expect(receipts[1]!.reason).toMatch(/^approval_denied: /);
   });
 });
 

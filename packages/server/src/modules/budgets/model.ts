@@ -8,8 +8,9 @@ import type {
 import { toUsd } from '@svc/policy-engine';
 
 /**
- * Which configuration governs an answer: only the organization's, only the project's, both combined
- * (a project can only tighten its organization), or none (economic authorization is disabled).
+ * Which configuration governs an answer: only the organization's, both combined (a project can only
+ * tighten its organization), or none (economic authorization is disabled). A project's configuration
+ * never governs alone (it applies only with the organization's), so `project` is not answered.
  */
 export type Authority = 'organization' | 'project' | 'organization+project' | 'none';
 

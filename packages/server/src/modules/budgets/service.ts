@@ -13,6 +13,7 @@ import {
 } from '@svc/policy-engine';
 import type { EventBus } from '../../events/bus.js';
 import { hashJson } from '../../ledger/canonical.js';
+import { argumentHash } from '../../ledger/receipt.js';
 import type { Clock } from '../../lib/clock.js';
 import { AppError, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
@@ -20,7 +21,7 @@ import type { OrgScope } from '../../lib/scope.js';
 import { isStoreUnavailable } from '../../storage/db.js';
 import { approvalsAllowed, pendingApprovalRow, statusAt } from '../approvals/model.js';
 import { type ApprovalRow, createApprovalRepository } from '../approvals/repository.js';
-import { type ConfigInput, loadEffective, saveConfig } from './config.js';
+import { type ConfigInput, DEFAULT_APPROVAL_WINDOW_SECONDS, loadEffective, saveConfig } from './config.js';
 import {
   type ActionRequest,
   type ActionState,
@@ -131,6 +132,43 @@ const conflict = (actionId: string, what: string, fields: string[]) =>
     'action_conflict',
     `Action "${actionId}" was already ${what} with different content (${fields.join(', ')}); use a new actionId for a different action`,
   );
+
+/** The window an approval opened by this configuration is pending for, and an approved one usable for. */
+const approvalWindowOf = (config: EconomicConfig | null) =>
+  config?.approvalWindowSeconds ?? DEFAULT_APPROVAL_WINDOW_SECONDS;
+
+/**
+ * When an approved approval of an action stops being usable: `approvalWindowSeconds` after a person
+ * approved it (its resolution). Past it the action is decided again as if it had no approval.
+ */
+function usableUntil(approval: ApprovalRow, config: EconomicConfig | null): string {
+  const approvedAt = Date.parse(approval.resolved_at ?? approval.created_at);
+  return new Date(approvedAt + approvalWindowOf(config) * 1000).toISOString();
+}
+
+/**
+ * Why an approval does not fit the action as it would be done now: the approved arguments that
+ * differ from the arguments rebuilt with what the action resolves to now (its payer), or null when
+ * they are the same action (same tool, same argument hash).
+ */
+function approvalMismatch(
+  approval: ApprovalRow,
+  toolName: string,
+  now: Record<string, unknown>,
+): string | null {
+  if (approval.tool_name === toolName && approval.argument_hash === argumentHash(now)) return null;
+  const approved = JSON.parse(approval.arguments) as Record<string, unknown>;
+  const show = (v: unknown) => JSON.stringify(v ?? null);
+  const fields = [
+    ...(approval.tool_name !== toolName
+      ? [`toolName ${show(approval.tool_name)}, now ${show(toolName)}`]
+      : []),
+    ...[...new Set([...Object.keys(approved), ...Object.keys(now)])]
+      .filter((k) => hashJson(approved[k] ?? null) !== hashJson(now[k] ?? null))
+      .map((k) => `${k} ${show(approved[k])}, now ${show(now[k])}`),
+  ];
+  return `Approval ${approval.id} was granted for a different action than the one authorized now (approved ${fields.length > 0 ? fields.join('; ') : 'other arguments'}); it is not used. Authorize the action under a new actionId to ask a person again`;
+}
 
 function keysFor(
   r: { sessionId: string; agentId: string; category: string },
@@ -282,7 +320,8 @@ export function createBudgetService(deps: BudgetServiceDeps) {
         toolName: (JSON.parse(row.request) as { toolName: string }).toolName,
         amountMicros: Number(row.amount_micros),
         payer: answer.payer,
-        approvalId: answer.approvalId ?? null,
+        // Answers stored before a denied approval was named in them still name it in their row.
+        approvalId: answer.approvalId ?? row.approval_id ?? null,
         reason: `${answer.reasonCode}: ${answer.message}`,
         timestamp: row.decided_at,
         request: JSON.parse(row.request),
@@ -303,6 +342,8 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       existing: ActionRow | undefined;
       approved: ApprovalRow | null;
       forced?: AuthorizationOutcome;
+      /** Said before the decision's message (why the action is decided again). */
+      preface?: string;
     },
   ): Promise<Fresh> {
     const { config } = ctx;
@@ -325,11 +366,12 @@ export function createBudgetService(deps: BudgetServiceDeps) {
     let approvalId: string | null = null;
     let approval: ApprovalRow | null = null;
     if (outcome.reasonCode === 'approval_granted' && ctx.approved) {
-      // Claimed in this transaction: the approval is used exactly when the reservation is made.
+      // Claimed in this transaction: the approval is used exactly when the reservation is made, and
+      // only for the action as it is done now (the payer resolved now among its arguments).
       const used = await approvals.use(
         tx.organizationId,
         ctx.approved.id,
-        { toolName: ctx.approved.tool_name, argumentHash: ctx.approved.argument_hash },
+        { toolName: input.toolName, argumentHash: argumentHash(approvalArguments(input, payer)) },
         tx.now,
       );
       if (!used)
@@ -340,10 +382,11 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       approvalId = ctx.approved.id;
     } else if (outcome.decision === 'require_approval') {
       approvalId = uuidv7();
-    } else if (outcome.reasonCode === 'approval_denied') {
+    } else if (outcome.reasonCode === 'approval_denied' || outcome.reasonCode === 'approval_invalid') {
+      // The approval that decided it: the answer and its receipt name it.
       approvalId = ctx.existing?.approval_id ?? null;
     }
-    const windowSeconds = config?.approvalWindowSeconds ?? 3600;
+    const windowSeconds = approvalWindowOf(config);
     const expiresAt =
       outcome.decision === 'allow' ? new Date(Date.parse(tx.now) + windowSeconds * 1000).toISOString() : null;
     const common = {
@@ -395,12 +438,12 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       actionId: input.actionId,
       decision: outcome.decision,
       reasonCode: outcome.reasonCode,
-      message: outcome.message,
+      message: ctx.preface ? `${ctx.preface}: ${outcome.message}` : outcome.message,
       authority: ctx.authority,
       payer,
       quotedSpendUsd: toUsd(input.quoteMicros),
       budget: budgetOf(config, after, input.budgetScopes, input.category, tx.now),
-      ...(approvalId !== null && outcome.reasonCode !== 'approval_denied' ? { approvalId } : {}),
+      ...(approvalId !== null ? { approvalId } : {}),
       ...(expiresAt ? { reservationExpiresAt: expiresAt } : {}),
     };
     const row: ActionRow = {
@@ -531,8 +574,27 @@ export function createBudgetService(deps: BudgetServiceDeps) {
           });
         }
         if (status === 'approved' && approval!.used_at === null) {
-          // Approved: the agent presents the approval to use it (once).
+          // Approved: usable once, within approvalWindowSeconds of its approval; past that it lapsed,
+          // and the action is decided again as if it had none (a new approval if one is needed).
+          const until = usableUntil(approval!, config);
+          if (Date.parse(until) <= Date.parse(tx.now)) {
+            return decide(tx, scope, input, {
+              ...base,
+              preface: `Approval ${approval!.id} (approved at ${approval!.resolved_at ?? approval!.created_at}) lapsed unused at ${until}, ${approvalWindowOf(config)} s after it was approved; the action is decided again`,
+            });
+          }
+          // The agent presents the approval to use it.
           if (input.approvalId === null) return { kind: 'replay', row: existing };
+          // It must be the action as it would be done now: what resolves from the configuration
+          // (the default payer) may have changed since the person approved it.
+          const payer = input.payer ?? config?.defaultPayer ?? null;
+          const mismatch = approvalMismatch(approval!, input.toolName, approvalArguments(input, payer));
+          if (mismatch !== null) {
+            return decide(tx, scope, input, {
+              ...base,
+              forced: { decision: 'deny', reasonCode: 'approval_invalid', message: mismatch },
+            });
+          }
           return decide(tx, scope, input, { ...base, approved: approval! });
         }
         // Expired without a decision (or used and lapsed): decided again, with a new approval if needed.
