@@ -230,6 +230,15 @@ describe('payload schema', () => {
     ['a zero version', payload({ pack_version: 0 })],
     ['a wrong version', payload({ version: 'svc.capsule/2' })],
     ['a date without a zone', payload({ issued_at: '2026-11-22T10:00:00' })],
+    // Lengths count code points, as JSON Schema does: 150 emoji are 150 characters (300 UTF-16 units).
+    ['an id of 150 emoji', payload({ entity_id: '\u{1F600}'.repeat(150) })],
+    [
+      'an id of 200 emoji',
+      payload({ agent_id: '\u{1F600}'.repeat(200), workflow_id: '\u{1F600}'.repeat(200) }),
+    ],
+    ['an id of 201 emoji', payload({ workflow_id: '\u{1F600}'.repeat(201) })],
+    ['an id of 200 lone surrogates', payload({ entity_id: '\ud800'.repeat(200) })],
+    ['an id of 201 characters', payload({ agent_id: 'a'.repeat(201) })],
   ])('the code and the JSON Schema agree on %s', (_name, value) => {
     const byCode = payloadProblems(value).length === 0;
     expect(byCode).toBe(validate(value));

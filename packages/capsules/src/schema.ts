@@ -74,6 +74,16 @@ export interface PayloadProblem {
 const str = (v: unknown): v is string => typeof v === 'string';
 
 /**
+ * Length as JSON Schema counts it (and the mint's validator): in code points, a surrogate pair being
+ * one, a lone surrogate one too. `String.length` counts UTF-16 units: 150 emoji would be 300.
+ */
+function codePoints(v: string): number {
+  let n = 0;
+  for (const _ of v) n++;
+  return n;
+}
+
+/**
  * The schema's checks, written out so the package needs no validator at run time (the test suite
  * checks both agree), plus what a schema cannot say: expires_at after issued_at, and the amount's
  * precision for its currency.
@@ -104,8 +114,8 @@ export function payloadProblems(value: unknown): PayloadProblem[] {
       else if ('pattern' in rule && !new RegExp(rule.pattern as string).test(v))
         problems.push({ param: key, message: `${key} is not well formed` });
       else if (
-        (rule.minLength !== undefined && v.length < (rule.minLength as number)) ||
-        (rule.maxLength !== undefined && v.length > (rule.maxLength as number))
+        (rule.minLength !== undefined && codePoints(v) < (rule.minLength as number)) ||
+        (rule.maxLength !== undefined && codePoints(v) > (rule.maxLength as number))
       )
         problems.push({
           param: key,

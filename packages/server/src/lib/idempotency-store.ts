@@ -21,7 +21,10 @@ type K = Kysely<{ gateway_idempotency: IdempotencyRow }>;
 export function createIdempotencyStore(base: Db) {
   const db = base.withTables<{ gateway_idempotency: IdempotencyRow }>() as unknown as K;
   return {
-    /** Takes an Idempotency-Key (answer pending); false when the organization already holds it. */
+    /**
+     * Takes an Idempotency-Key (answer pending); false when the organization already holds it. The
+     * claim is known by `now`, its `created_at` as stored: answering or freeing it names that time.
+     */
     async takeKey(org: string, key: string, requestHash: string, now: string): Promise<boolean> {
       const r = await db
         .insertInto('gateway_idempotency')
@@ -47,23 +50,51 @@ export function createIdempotencyStore(base: Db) {
         .executeTakeFirst();
     },
 
-    async completeKey(org: string, key: string, status: number, response: string): Promise<void> {
-      await db
+    /**
+     * Stores the answer of the claim taken at `claimedAt` (its `created_at` as stored): false, and
+     * nothing written, when that claim is no longer there (it was taken over, or is answered).
+     */
+    async completeKey(
+      org: string,
+      key: string,
+      claimedAt: string,
+      status: number,
+      response: string,
+    ): Promise<boolean> {
+      const r = await db
         .updateTable('gateway_idempotency')
         .set({ status_code: status, response })
         .where('organization_id', '=', org)
         .where('idempotency_key', '=', key)
+        .where('created_at', '=', claimedAt)
+        .where('status_code', 'is', null)
+        .executeTakeFirst();
+      return Number(r.numUpdatedRows) === 1;
+    },
+
+    /**
+     * Frees the key held by the unanswered claim taken at `claimedAt`: its request failed on the
+     * server's side or said "retry later", or the claim was abandoned. Another claim of the key, or
+     * one answered meanwhile, is left alone.
+     */
+    async dropClaim(org: string, key: string, claimedAt: string): Promise<void> {
+      await db
+        .deleteFrom('gateway_idempotency')
+        .where('organization_id', '=', org)
+        .where('idempotency_key', '=', key)
+        .where('created_at', '=', claimedAt)
+        .where('status_code', 'is', null)
         .execute();
     },
 
-    /** Frees a key: its request failed on the server's side, or (with `before`) it is past retention. */
-    async dropKey(org: string, key: string, before?: string): Promise<void> {
-      let q = db
+    /** Frees a key past retention: only the row taken at `createdAt`, answered or not. */
+    async dropKey(org: string, key: string, createdAt: string): Promise<void> {
+      await db
         .deleteFrom('gateway_idempotency')
         .where('organization_id', '=', org)
-        .where('idempotency_key', '=', key);
-      if (before !== undefined) q = q.where('created_at', '<', before);
-      await q.execute();
+        .where('idempotency_key', '=', key)
+        .where('created_at', '=', createdAt)
+        .execute();
     },
 
     /**

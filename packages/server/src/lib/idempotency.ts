@@ -8,8 +8,8 @@ import type { ScopeResolver } from './scope.js';
 /** How long an Idempotency-Key and its answer are kept. */
 const IDEMPOTENCY_RETENTION_MS = 24 * 3600 * 1000;
 
-/** How long an unanswered claim holds its key before it counts as abandoned. */
-const STALE_CLAIM_MS = 60_000;
+/** How long an unanswered claim holds its key before it counts as abandoned, unless the hooks say otherwise. */
+export const DEFAULT_STALE_CLAIM_MS = 60_000;
 
 /**
  * 1-255 printable ASCII characters (space included). HTTP strips white space around a header
@@ -58,6 +58,12 @@ export interface IdempotencyDeps {
    * request brings a fresh key would otherwise keep them all).
    */
   sweepEveryMs?: number;
+  /**
+   * How long an unanswered claim holds its key before another request with the key may take it over
+   * (default DEFAULT_STALE_CLAIM_MS). Longer than the longest handler of the routes: a claim taken over
+   * while its request still runs loses that request's answer, and the request runs twice.
+   */
+  staleClaimMs?: number;
 }
 
 /**
@@ -67,12 +73,16 @@ export interface IdempotencyDeps {
  * error, or an answer saying "retry later" (Retry-After), frees the key so that the request can be
  * sent again. Keys are per project for project keys, so two projects of one organization never see
  * each other's answers; user tokens and keys without a project share the organization's key space.
+ * A claim left unanswered for `staleClaimMs` (its process died) is taken over by the next request
+ * with the key. Each request answers or frees only its own claim, known by the time it was taken.
  *
  * Returns the two hooks to install on the routes that take the key: `preHandler` (after auth, rate
  * limit and body validation, so a request refused by those takes no key) and `onSend`.
  */
 export function idempotencyHooks(deps: IdempotencyDeps) {
-  const held = new WeakMap<FastifyRequest, { org: string; key: string }>();
+  const staleClaimMs = deps.staleClaimMs ?? DEFAULT_STALE_CLAIM_MS;
+  /** The claim each request holds, known by the time it was taken (its `created_at` as stored). */
+  const held = new WeakMap<FastifyRequest, { org: string; key: string; claimedAt: string }>();
   const swept = new Map<string, number>();
 
   /** Deletes the organization's expired keys of this surface, at most once per `sweepEveryMs`. */
@@ -108,19 +118,17 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     const hash = hashJson({ method: req.method, path: req.url, body: req.body ?? null });
     const now = deps.clock.now();
     sweep(req, org, now.getTime());
+    const claimedAt = now.toISOString();
     for (let attempt = 0; attempt < 2; attempt++) {
-      if (await deps.store.takeKey(org, key, hash, now.toISOString())) {
-        held.set(req, { org, key });
+      if (await deps.store.takeKey(org, key, hash, claimedAt)) {
+        held.set(req, { org, key, claimedAt });
         return undefined;
       }
       const existing = await deps.store.key(org, key);
       if (!existing) continue;
       if (Date.parse(existing.created_at) + IDEMPOTENCY_RETENTION_MS <= now.getTime()) {
-        await deps.store.dropKey(
-          org,
-          key,
-          new Date(now.getTime() - IDEMPOTENCY_RETENTION_MS + 1).toISOString(),
-        );
+        // Past retention: only the row read is deleted, never a claim taken since.
+        await deps.store.dropKey(org, key, existing.created_at);
         continue;
       }
       if (existing.request_hash !== hash) {
@@ -130,9 +138,11 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
         );
       }
       if (existing.status_code === null || existing.response === null) {
-        // A claim that never got its answer (the process died mid-request) frees the key after a minute.
-        if (Date.parse(existing.created_at) + STALE_CLAIM_MS <= now.getTime()) {
-          await deps.store.dropKey(org, key, new Date(now.getTime() - STALE_CLAIM_MS + 1).toISOString());
+        // A claim that never got its answer (the process died mid-request) frees the key after
+        // staleClaimMs. Only the claim read is deleted, and only while still unanswered: if its
+        // request answered meanwhile, the next turn replays that answer.
+        if (Date.parse(existing.created_at) + staleClaimMs <= now.getTime()) {
+          await deps.store.dropClaim(org, key, existing.created_at);
           continue;
         }
         throw deps.errors.inProgress(
@@ -157,11 +167,25 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     const retryLater = reply.getHeader('retry-after') !== undefined;
     const keep = !(reply.statusCode >= 500 || retryLater || typeof payload !== 'string');
     try {
-      if (keep) await deps.store.completeKey(owner.org, owner.key, reply.statusCode, payload as string);
-      else await deps.store.dropKey(owner.org, owner.key);
+      // Only this request's own claim is answered or freed: if it was taken over (it ran past
+      // staleClaimMs), the key belongs to the request that took it.
+      if (!keep) await deps.store.dropClaim(owner.org, owner.key, owner.claimedAt);
+      else if (
+        !(await deps.store.completeKey(
+          owner.org,
+          owner.key,
+          owner.claimedAt,
+          reply.statusCode,
+          payload as string,
+        ))
+      ) {
+        req.log.warn(
+          'the claim of this Idempotency-Key was taken over while its request ran; its answer is not kept',
+        );
+      }
     } catch (err) {
       // What was done stays done and is answered: failing the answer now would make the client send
-      // the request again. The claim, left unanswered, frees the key after STALE_CLAIM_MS.
+      // the request again. The claim, left unanswered, frees the key after staleClaimMs.
       req.log.error({ err }, 'the answer to an Idempotency-Key could not be stored');
     }
     return payload;

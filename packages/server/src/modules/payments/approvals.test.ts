@@ -381,3 +381,106 @@ describe('POST /v1/gateway/approvals/:id/resolve', () => {
     expect((await getApproval(a, ap.id)).status).toBe('pending');
   });
 });
+
+describe('the same mint sent again', () => {
+  it('names the approval it opened instead of opening another: one approval, one capsule', async () => {
+    const over = { entity_id: 'resent' };
+    const events = collectEvents(t, a.orgId);
+    const first = await requireApproval(a, over);
+    const again = await requireApproval(a, over);
+    events.stop();
+    expect(again).toEqual(first);
+    expect(events.events.filter((e) => e.type === 'approval.created')).toHaveLength(1);
+    expect((await resolveApproval(t, a, first.id, 'approve')).statusCode).toBe(200);
+    // Approved and unused: a mint without approval_ref is pointed at it.
+    const approved = errorOf(await mint(a, over), 409, 'approval_required');
+    expect(approved['approval_id']).toBe(first.id);
+    expect(approved['message']).toMatch(/is approved: mint again with approval_ref/);
+    expect((await mint(a, { ...over, approval_ref: first.id })).statusCode).toBe(201);
+    // Used: the next mint of the same payload asks for a new approval.
+    const next = await requireApproval(a, over);
+    expect(next.id).not.toBe(first.id);
+    expect(next.hash).toBe(first.hash);
+  });
+
+  it('opens one approval for concurrent mints of one payload; another requester gets its own', async () => {
+    const over = { entity_id: 'resent-parallel' };
+    const answers = await Promise.all(Array.from({ length: 6 }, () => mint(a, over)));
+    const ids = new Set(answers.map((r) => errorOf(r, 409, 'approval_required')['approval_id']));
+    expect(ids.size).toBe(1);
+    // A person minting the same payload is another requester: their approval is their own.
+    const byPerson = errorOf(
+      await t.inject({
+        method: 'POST',
+        url: '/v1/gateway/capsules',
+        headers: asUser(a),
+        payload: body(over),
+      }),
+      409,
+      'approval_required',
+    )['approval_id'];
+    expect(ids.has(byPerson as string)).toBe(false);
+    // Dual control too: the same mint names the same approval.
+    const dual = dualBody();
+    const d1 = errorOf(await mint(a, dual), 409, 'dual_control_required')['approval_id'];
+    const d2 = errorOf(await mint(a, dual), 409, 'dual_control_required')['approval_id'];
+    expect(d2).toBe(d1);
+  });
+});
+
+describe('an approved mint approval', () => {
+  it('is usable within its TTL counted from its approval, then answers approval_expired', async () => {
+    const over = { entity_id: 'use-by' };
+    const ap = await requireApproval(a, over);
+    try {
+      // Approved 50 minutes after it was opened (TTL 3600 s): usable until 60 minutes after that.
+      offset = 3000 * 1000;
+      await resolveApproval(t, a, ap.id, 'approve');
+      offset = (3000 + 3500) * 1000;
+      expect((await mint(a, { ...over, approval_ref: ap.id })).statusCode).toBe(201);
+
+      const late = await requireApproval(a, { entity_id: 'use-by-late' });
+      await resolveApproval(t, a, late.id, 'approve');
+      offset += 3600 * 1000 + 1000;
+      const refused = errorOf(
+        await mint(a, { entity_id: 'use-by-late', approval_ref: late.id }),
+        409,
+        'approval_expired',
+      );
+      expect(refused['param']).toBe('approval_ref');
+      // Nothing used it: it stays approved and unused, and a new mint asks for a new approval.
+      expect((await getApproval(a, late.id)).status).toBe('approved');
+      const fresh = await requireApproval(a, { entity_id: 'use-by-late' });
+      expect(fresh.id).not.toBe(late.id);
+
+      offset += 30 * 86_400 * 1000;
+      errorOf(await mint(a, { entity_id: 'use-by-late', approval_ref: late.id }), 409, 'approval_expired');
+    } finally {
+      offset = 0;
+    }
+  });
+});
+
+describe('the same mint on two instances', () => {
+  const one = useTestApp();
+  const two = useTestApp({}, () => ({ database: one.database }));
+
+  it('opens one approval between them', async () => {
+    const x = await createTenant(one);
+    await setTier(one, x, 'team');
+    expect(
+      (await one.inject({ method: 'PUT', url: '/v1/gateway/packs/big', headers: asUser(x), payload: PACK }))
+        .statusCode,
+    ).toBe(201);
+    const send = (app: typeof one) =>
+      app.inject({
+        method: 'POST',
+        url: '/v1/gateway/capsules',
+        headers: keyHeader(x.apiKey),
+        payload: body({ entity_id: 'two-instances' }),
+      });
+    const answers = await Promise.all([one, two, one, two, one, two].map(send));
+    const ids = new Set(answers.map((r) => errorOf(r, 409, 'approval_required')['approval_id']));
+    expect(ids.size).toBe(1);
+  });
+});

@@ -78,6 +78,9 @@ const TransitionBody = Type.Object(
   { additionalProperties: false },
 );
 
+/** The longest a provider may take to answer a payment (`timeout_ms`). */
+export const MAX_PROVIDER_TIMEOUT_MS = 120_000;
+
 const HeaderName = "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$";
 const Credentials = Type.Union([
   Type.Record(
@@ -94,7 +97,7 @@ const ProviderFields = {
   rail: Rail,
   url: Type.String({ minLength: 1, maxLength: 2048 }),
   credentials: Type.Optional(Credentials),
-  timeout_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 120_000 })),
+  timeout_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: MAX_PROVIDER_TIMEOUT_MS })),
   enabled: Type.Optional(Type.Boolean()),
 };
 const ProviderBody = Type.Object(ProviderFields, { additionalProperties: false });

@@ -1,7 +1,9 @@
 import { beneficiaryHash, CAPSULE_PAYLOAD_SCHEMA, capsuleSigningInput, compactCapsule } from '@svc/capsules';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { setTier } from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
+import type { GatewayTables } from './model.js';
 import { createGatewayRepository } from './repository.js';
 
 let a: Tenant;
@@ -626,6 +628,40 @@ describe('capsules', () => {
     });
     expectB(await consume(a, twin), 409, 'capsule_replayed');
   });
+
+  it('counts id lengths in characters, as the published schema does: what mints also consumes', async () => {
+    const packId = await pack(a, { ...PACK, conditions: [] });
+    await payee(a, PAYEE);
+    // 150 emoji: 150 characters (code points), 300 UTF-16 units.
+    const entity = '\u{1F600}'.repeat(150);
+    const workflow = '\u{1F4B8}'.repeat(200);
+    expect(
+      (await inject('POST', '/v1/gateway/workflows', key(a), { entity_id: entity, workflow_id: workflow }))
+        .statusCode,
+    ).toBe(201);
+    const moved = await inject(
+      'POST',
+      `/v1/gateway/workflows/${encodeURIComponent(entity)}/${encodeURIComponent(workflow)}/transition`,
+      asUser(a),
+      { to: 'approved' },
+    );
+    expect(moved.statusCode).toBe(200);
+    const minted = await mint(a, packId, {
+      entity_id: entity,
+      agent_id: '\u{1F916}'.repeat(200),
+      workflow_id: workflow,
+    });
+    expect(minted.statusCode).toBe(201);
+    const res = await consume(a, minted.json().capsule);
+    expect([res.statusCode, res.json().status]).toEqual([200, 'consumed']);
+    // 201 characters are refused at mint, never signed.
+    const long = expectB(
+      await mint(a, packId, { agent_id: '\u{1F916}'.repeat(201) }),
+      400,
+      'invalid_request',
+    );
+    expect(long['param']).toBe('agent_id');
+  });
 });
 
 describe('Idempotency-Key', () => {
@@ -751,5 +787,79 @@ describe('two instances on one database', () => {
       .where('kind', '=', 'commit')
       .execute();
     expect(entries).toHaveLength(1);
+  });
+});
+
+describe('a mint whose capsule would not verify', () => {
+  // An issuer longer than the payload schema allows (2048 characters): no capsule of it would verify.
+  const long = useTestApp({ baseUrl: `http://127.0.0.1:8080/${'x'.repeat(2100)}` });
+
+  it('is refused before signing, and uses no approval', async () => {
+    const x = await createTenant(long);
+    await setTier(long, x, 'team');
+    const send = (method: 'POST' | 'PUT', url: string, headers: Record<string, string>, payload: object) =>
+      long.inject({ method, url, headers, payload });
+    const packed = await send('PUT', '/v1/gateway/packs/p', asUser(x), {
+      allowed_rails: ['ach'],
+      quarantine_seconds: 0,
+      approval_threshold_usd: '100',
+    });
+    expect(packed.statusCode).toBe(201);
+    const p = (await send('POST', '/v1/gateway/payees', keyHeader(x.apiKey), { details: PAYEE })).json();
+    // An approval of this very capsule, approved by a person.
+    const args = {
+      entity_id: 'e',
+      agent_id: 'agent-1',
+      pack_id: 'p',
+      pack_version: 1,
+      policy_sha256: packed.json().sha256,
+      rail_allowlist: ['ach'],
+      beneficiary: p.beneficiary_hash,
+      payee: p.details,
+      amount_ceiling: { currency: 'USD', amount: '500.00' },
+      invoice_hash: null,
+      workflow_id: null,
+    };
+    const opened = await send('POST', '/v1/approvals', asUser(x), {
+      toolName: 'gateway.capsule',
+      arguments: args,
+    });
+    expect(opened.statusCode).toBe(201);
+    const id = opened.json().id as string;
+    expect(
+      (await send('POST', `/v1/approvals/${id}/resolve`, asUser(x), { action: 'approve' })).json().status,
+    ).toBe('approved');
+    const body = {
+      entity_id: 'e',
+      agent_id: 'agent-1',
+      pack_id: 'p',
+      rails: ['ach'],
+      beneficiary: { payee_id: p.id },
+      amount_ceiling: { currency: 'USD', amount: '500.00' },
+      ttl_seconds: 300,
+    };
+    const refused = await send('POST', '/v1/gateway/capsules', keyHeader(x.apiKey), {
+      ...body,
+      approval_ref: id,
+    });
+    expect([refused.statusCode, refused.json().error.code]).toEqual([500, 'internal_server_error']);
+    // Nothing was minted, and the approval was not used up by it.
+    const capsules = await long.store.db
+      .withTables<Pick<GatewayTables, 'gateway_capsules'>>()
+      .selectFrom('gateway_capsules')
+      .select('id')
+      .where('organization_id', '=', x.orgId)
+      .execute();
+    expect(capsules).toHaveLength(0);
+    const approval = await long.store.db
+      .selectFrom('approvals')
+      .select(['status', 'used_at'])
+      .where('id', '=', id)
+      .executeTakeFirst();
+    expect(approval).toEqual({ status: 'approved', used_at: null });
+    // Without approval_ref, no approval is opened for a capsule that cannot be minted.
+    const before = await long.store.db.selectFrom('approvals').select('id').execute();
+    expect((await send('POST', '/v1/gateway/capsules', keyHeader(x.apiKey), body)).statusCode).toBe(500);
+    expect(await long.store.db.selectFrom('approvals').select('id').execute()).toHaveLength(before.length);
   });
 });

@@ -16,11 +16,12 @@ const ERRORS_B: IdempotencyErrors = {
 /**
  * Idempotency-Key on every POST of the gateway (lib/idempotency.ts: replay, 400 on another request,
  * 409 while the first runs, 24 hours), answered in envelope B. Its keys are stored without a surface
- * prefix, as they were before another route took keys.
+ * prefix, as they were before another route took keys. `staleClaimMs` is longer than a consume can
+ * run (its provider's timeout and more), so no claim is taken over while its request still runs.
  */
 export function registerIdempotency(
   app: FastifyInstance,
-  deps: { db: Db; scope: ScopeResolver; clock: Clock },
+  deps: { db: Db; scope: ScopeResolver; clock: Clock; staleClaimMs: number },
 ): void {
   const hooks = idempotencyHooks({
     store: createIdempotencyStore(deps.db),
@@ -28,6 +29,7 @@ export function registerIdempotency(
     clock: deps.clock,
     errors: ERRORS_B,
     surface: '',
+    staleClaimMs: deps.staleClaimMs,
   });
   app.addHook('preHandler', async (req, reply) => {
     if (req.method !== 'POST') return;

@@ -3,13 +3,15 @@ import { XMLParser, XMLValidator } from 'fast-xml-parser';
 import { hashJson, sha256Tagged } from '../../ledger/canonical.js';
 import type { InvoiceTerms } from './flow-model.js';
 import { gatewayError } from './model.js';
-import { fromMicros, toMicros } from './money.js';
+import { fromMicros, GATEWAY_CURRENCIES, toMicros } from './money.js';
 
 /** UBL 2.1 invoice namespace: a document whose root is another element is not an invoice. */
 export const UBL_INVOICE_NS = 'urn:oasis:names:specification:ubl:schema:xsd:Invoice-2';
 
 const DATE = /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$/;
 const CURRENCY = /^[A-Z]{3,5}$/;
+/** Only an invoice in a currency the gateway pays can ever be bound to a capsule and paid. */
+const gatewayPays = (currency: string) => (GATEWAY_CURRENCIES as readonly string[]).includes(currency);
 
 /** Why a document could not be read as an invoice (kept on its parse_failed row). */
 export class InvoiceParseError extends Error {
@@ -41,7 +43,9 @@ export function termsOfJson(input: JsonInvoice): InvoiceTerms {
     const v = input[d];
     if (v !== undefined && !DATE.test(v)) throw bad(d, 'must be a date YYYY-MM-DD');
   }
-  if (!CURRENCY.test(input.amount.currency)) throw bad('amount.currency', 'must be 3-5 capital letters');
+  if (!gatewayPays(input.amount.currency)) {
+    throw bad('amount.currency', `must be one of ${GATEWAY_CURRENCIES.join(', ')}`);
+  }
   let payee: Record<string, string>;
   try {
     payee = normalizeBeneficiary(input.payee);
@@ -192,6 +196,11 @@ export function termsOfUbl(document: string): InvoiceTerms {
     'currencyID on PayableAmount',
   ).trim();
   if (!CURRENCY.test(currency)) throw new InvoiceParseError(`currencyID ${currency} is not a currency code`);
+  if (!gatewayPays(currency)) {
+    throw new InvoiceParseError(
+      `currencyID ${currency} is not a currency the gateway pays (${GATEWAY_CURRENCIES.join(', ')})`,
+    );
+  }
   const dates = {
     issue: text(invoice, 'IssueDate'),
     due: text(invoice, 'DueDate') ?? text(invoice, 'PaymentMeans', 'PaymentDueDate'),

@@ -3,6 +3,7 @@ import { useTestApp } from '../../../test/fixture.js';
 import { gatewayKit } from '../../../test/gateway-kit.js';
 import { createTenant, type Tenant } from '../../../test/helpers.js';
 import { BILLION_LAUGHS, ublInvoice } from '../../../test/payment-provider.js';
+import type { FlowTables } from './flow-model.js';
 
 let a: Tenant;
 let b: Tenant;
@@ -97,6 +98,61 @@ describe('invoice ingest', () => {
       expect(kept).toMatchObject({ status: 'parse_failed', invoice_hash: err['invoice_hash'], amount: null });
       expect(kept.parse_error).toBeTruthy();
     }
+  });
+
+  it('takes only invoices in a currency the gateway pays (USD, USDC)', async () => {
+    for (const currency of ['XYZ', 'EUR']) {
+      const err = k.expectB(
+        await k.inject(
+          'POST',
+          '/v1/gateway/invoices',
+          k.key(a),
+          jsonInvoice({ invoice_number: `CUR-${currency}`, amount: { currency, amount: '10.00' } }),
+        ),
+        400,
+        'invalid_request',
+      );
+      expect([err['param'], err['message']]).toEqual([
+        'amount.currency',
+        'amount.currency must be one of USD, USDC',
+      ]);
+      // A UBL document is kept as received, as parse_failed, saying why.
+      const failed = k.expectB(
+        await k.ingestXml(a, ublInvoice({ number: `CUR-${currency}`, currency })),
+        502,
+        'invoice_parse_failed',
+      );
+      const kept = k.ok(await k.inject('GET', `/v1/gateway/invoices/${failed['invoice_id']}`, k.key(a)));
+      expect(kept).toMatchObject({ status: 'parse_failed', amount: null });
+      expect(kept.parse_error).toMatch(
+        new RegExp(`currencyID ${currency} is not a currency the gateway pays`),
+      );
+    }
+    // Of the refused ones only the UBL documents were kept: the JSON ones left nothing.
+    const stored = await t.store.db
+      .withTables<Pick<FlowTables, 'gateway_invoices'>>()
+      .selectFrom('gateway_invoices')
+      .select(['format', 'status'])
+      .where('organization_id', '=', a.orgId)
+      .where('document', 'like', '%CUR-%')
+      .execute();
+    expect(stored).toEqual([
+      { format: 'ubl', status: 'parse_failed' },
+      { format: 'ubl', status: 'parse_failed' },
+    ]);
+    const usdc = k.ok(
+      await k.inject(
+        'POST',
+        '/v1/gateway/invoices',
+        k.key(a),
+        jsonInvoice({ invoice_number: 'CUR-USDC', amount: { currency: 'USDC', amount: '10.5' } }),
+      ),
+      201,
+    );
+    expect(usdc.amount).toEqual({ currency: 'USDC', amount: '10.5' });
+    expect(
+      k.ok(await k.ingestXml(a, ublInvoice({ number: 'CUR-UBL-USDC', currency: 'USDC' })), 201).status,
+    ).toBe('parsed');
   });
 
   it('refuses a billion-laughs document (no entity is expanded) and any DTD', async () => {

@@ -11,7 +11,7 @@ import { createHttpFetch } from '../mcp/http-fetch.js';
 import { createOrganizationRepository } from '../organizations/repository.js';
 import { registerEnvelopeB } from './errors.js';
 import { flowError } from './flow-model.js';
-import { flowRoutes, INVOICE_BODY_LIMIT } from './flow-routes.js';
+import { flowRoutes, INVOICE_BODY_LIMIT, MAX_PROVIDER_TIMEOUT_MS } from './flow-routes.js';
 import { registerIdempotency } from './idempotency.js';
 import { createInvoiceRepository, createInvoiceService } from './invoices.js';
 import { gatewayError, type PackContent } from './model.js';
@@ -41,6 +41,13 @@ export const GATEWAY_BODY_LIMIT = 512 * 1024;
 
 /** How long a payment in flight holds its capsule beyond its provider's timeout (then a retry may take it over). */
 const PAYMENT_LEASE_MARGIN_MS = 30_000;
+
+/**
+ * How long an unanswered Idempotency-Key claim of the gateway holds its key: longer than a consume
+ * can run (its provider's longest timeout and the payment's lease margin, plus a minute for the store
+ * and the lock), so a retry with the key never runs beside the request still holding it.
+ */
+export const GATEWAY_STALE_CLAIM_MS = MAX_PROVIDER_TIMEOUT_MS + PAYMENT_LEASE_MARGIN_MS + 60_000;
 
 /** What every gateway POST adds to the API document: the Idempotency-Key it takes (idempotency.ts) and its refusals. */
 const IDEMPOTENT: DocumentedOnly = {
@@ -139,6 +146,7 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     configs: createEconomicConfigRepository(ctx.store.db),
     writer: ctx.writer,
     approvals: ctx.approvals,
+    events: ctx.events,
     store: ctx.store.db,
     transaction: (fn) => ctx.store.db.transaction().execute(fn),
     tierOf: async (id) => (await organizations.get(id))?.tier ?? 'free',
@@ -168,7 +176,12 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     route.schema = withEnvelopeB(route.schema, route.method === 'POST' ? IDEMPOTENT : {});
   });
   registerEnvelopeB(app, ctx.config.docsUrl);
-  registerIdempotency(app, { db: ctx.store.db, scope: ctx.scope, clock: ctx.clock });
+  registerIdempotency(app, {
+    db: ctx.store.db,
+    scope: ctx.scope,
+    clock: ctx.clock,
+    staleClaimMs: GATEWAY_STALE_CLAIM_MS,
+  });
 
   await app.register(flowRoutes, {
     ctx,

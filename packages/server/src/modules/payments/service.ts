@@ -5,9 +5,11 @@ import {
   type CapsulePayload,
   capsuleSigningInput,
   compactCapsule,
+  payloadProblems,
   verifyCapsule,
 } from '@svc/capsules';
 import { windowStart } from '@svc/policy-engine';
+import type { EventBus } from '../../events/bus.js';
 import { hashJson } from '../../ledger/canonical.js';
 import { argumentHash } from '../../ledger/receipt.js';
 import type { DecisionWriter } from '../../ledger/writer.js';
@@ -21,6 +23,7 @@ import {
   type ApprovalAction,
   approvalsAllowed,
   type Escalation,
+  pendingApprovalRow,
   statusAt,
   stepsOf,
 } from '../approvals/model.js';
@@ -41,6 +44,7 @@ import {
 import { checkEntityId } from './entity-id.js';
 import { flowError, type PaymentRow, type WorkflowRow } from './flow-model.js';
 import { createInvoiceRepository, createInvoiceService } from './invoices.js';
+import { approvedUseBy, CAPSULE_APPROVAL_TOOL, pastUseBy, reusableApproval } from './mint-approvals.js';
 import {
   type CapsuleAnswer,
   type Consumption,
@@ -67,8 +71,10 @@ export interface PaymentServiceDeps {
   ledger: SpendLedger;
   configs: EconomicConfigRepository;
   writer: Pick<DecisionWriter, 'write'>;
-  /** Opens the approvals a mint above the pack's threshold needs, in the common approvals queue, and resolves them. */
-  approvals: Pick<ApprovalService, 'open' | 'resolve'>;
+  /** Resolves capsule approvals (those a mint above the pack's threshold opens in the common queue). */
+  approvals: Pick<ApprovalService, 'resolve'>;
+  /** Announces the approvals a mint opens (`approval.created`), once their insert committed. */
+  events: Pick<EventBus, 'publish'>;
   /** Runs `fn` in one transaction of the store (the approval's use and the capsule's insert). */
   transaction<T>(fn: (db: Db) => Promise<T>): Promise<T>;
   tierOf: (organizationId: string) => Promise<string>;
@@ -106,8 +112,7 @@ export interface MintInput {
   approval_ref?: string;
 }
 
-/** Tool name of the approvals a mint opens. */
-export const CAPSULE_APPROVAL_TOOL = 'gateway.capsule';
+export { CAPSULE_APPROVAL_TOOL };
 
 export interface ConsumeInput {
   capsule: string;
@@ -152,6 +157,33 @@ const capsuleAnswer = (row: CapsuleRow): CapsuleAnswer => ({
 function inQuarantine(payee: PayeeRow, pack: PackContent, now: number): boolean {
   if (payee.quarantine_lifted_at !== null) return false;
   return Date.parse(payee.created_at) + pack.quarantine_seconds * 1000 > now;
+}
+
+/** The mint body member that sets each payload member a caller chooses. */
+const MINT_MEMBER: Record<string, string> = {
+  entity_id: 'entity_id',
+  agent_id: 'agent_id',
+  pack_id: 'pack_id',
+  rail_allowlist: 'rails',
+  amount_ceiling: 'amount_ceiling',
+  'amount_ceiling.currency': 'amount_ceiling.currency',
+  'amount_ceiling.amount': 'amount_ceiling.amount',
+  expires_at: 'ttl_seconds',
+  invoice_hash: 'invoice_hash',
+  workflow_id: 'workflow_id',
+  approval_ref: 'approval_ref',
+};
+
+/**
+ * Refuses a payload that `verifyCapsule` would refuse, before it is signed: 400 invalid_request
+ * naming the body member, or, for a member the service sets (issuer, ids, hashes), an internal error.
+ */
+function checkPayload(payload: CapsulePayload): void {
+  const problem = payloadProblems(payload)[0];
+  if (problem === undefined) return;
+  const member = MINT_MEMBER[problem.param];
+  if (member !== undefined) throw gatewayError.invalidRequest(problem.message, member);
+  throw new Error(`a capsule minted now would not verify (${problem.param}: ${problem.message})`);
 }
 
 /**
@@ -284,8 +316,9 @@ export function createPaymentService(deps: PaymentServiceDeps) {
 
   /**
    * The approval a mint needs (`required` distinct approvers: 2 under dual control): without
-   * approval_ref one is opened (409 approval_required or dual_control_required); with one, it must be
-   * approved by as many people, unused and bound to this very payload. Answers the approval's id.
+   * approval_ref the requester's live approval of this very payload is named, or else one is opened
+   * (409 approval_required or dual_control_required); with one, it must be approved by as many
+   * people, within its use-by, unused and bound to this very payload. Answers the approval's id.
    */
   async function checkApproval(
     scope: Caller,
@@ -308,17 +341,43 @@ export function createPaymentService(deps: PaymentServiceDeps) {
         ? gatewayError.dualControlRequired(id, payloadHash, message)
         : gatewayError.approvalRequired(id, payloadHash, message);
     if (ref === undefined) {
-      const opened = await deps.approvals.open(scope, {
-        decisionId: null,
-        toolName: CAPSULE_APPROVAL_TOOL,
-        arguments: approvalPayload,
-        requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
-        escalation,
-        requestedBy: scope.principal.kind === 'user' ? scope.principal.userId : null,
-        requiredApprovals: required,
+      // The same mint sent again names the approval it opened: under the organization's spend-ledger
+      // lock, so concurrent mints of one payload (on any instance) open one approval between them.
+      const org = scope.organizationId;
+      const { row, opened } = await ledger.locked(org, now, async (tx) => {
+        const found = await reusableApproval(tx.db, scope, payloadHash, required, tx.now);
+        if (found) return { row: found, opened: false };
+        const fresh = pendingApprovalRow(
+          scope,
+          {
+            decisionId: null,
+            toolName: CAPSULE_APPROVAL_TOOL,
+            arguments: approvalPayload,
+            requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
+            escalation,
+            requestedBy: scope.principal.kind === 'user' ? scope.principal.userId : null,
+            requiredApprovals: required,
+          },
+          new Date(tx.now),
+        );
+        await createApprovalRepository(tx.db).insert(fresh);
+        return { row: fresh, opened: true };
       });
+      if (opened) {
+        deps.events.publish({
+          organizationId: org,
+          type: 'approval.created',
+          data: { approvalId: row.id, toolName: row.tool_name, decisionId: row.decision_id },
+        });
+      }
+      if (row.status === 'approved') {
+        throw stillNeeded(
+          row.id,
+          `approval ${row.id} of this capsule is approved: mint again with approval_ref ${row.id} (usable until ${approvedUseBy(row)})`,
+        );
+      }
       throw stillNeeded(
-        opened.id,
+        row.id,
         required > 1
           ? "the ceiling is at or above the pack's dual_control_threshold_usd: two people other than the requester must approve this capsule"
           : "the ceiling is at or above the pack's approval_threshold_usd: a person must approve this capsule",
@@ -364,6 +423,13 @@ export function createPaymentService(deps: PaymentServiceDeps) {
         `approval ${ref} was already used at ${row.used_at}`,
         'approval_ref',
       );
+    // An approval lets its capsule be minted soon after the approval, not whenever the agent returns.
+    if (pastUseBy(row, now())) {
+      throw gatewayError.approvalExpired(
+        `approval ${ref} was approved at ${row.resolved_at} and could be used until ${approvedUseBy(row)}; mint without approval_ref to ask again`,
+        'approval_ref',
+      );
+    }
     return ref;
   }
 
@@ -568,6 +634,29 @@ export function createPaymentService(deps: PaymentServiceDeps) {
         workflow_id: input.workflow_id ?? null,
       };
       const payloadHash = argumentHash(approvalPayload);
+      const ttl = Math.min(input.ttl_seconds, pack.max_ttl_seconds);
+      const capsulePayload = (issued: Date, approvalRef: string | null): CapsulePayload => ({
+        version: CAPSULE_VERSION,
+        capsule_id: uuidv7(),
+        issuer: deps.issuer,
+        organization_id: scope.organizationId,
+        entity_id: input.entity_id,
+        agent_id: input.agent_id,
+        rail_allowlist: rails,
+        beneficiary: payee.beneficiary_hash,
+        amount_ceiling: { currency: input.amount_ceiling.currency, amount: input.amount_ceiling.amount },
+        pack_id: packRow.pack_id,
+        pack_version: Number(packRow.version),
+        policy_sha256: packRow.sha256,
+        issued_at: issued.toISOString(),
+        expires_at: new Date(issued.getTime() + ttl * 1000).toISOString(),
+        nonce: randomBytes(24).toString('base64url'),
+        ...(input.invoice_hash !== undefined ? { invoice_hash: input.invoice_hash } : {}),
+        ...(input.workflow_id !== undefined ? { workflow_id: input.workflow_id } : {}),
+        ...(approvalRef !== null ? { approval_ref: approvalRef } : {}),
+      });
+      // Checked before an approval is opened or used: a capsule its verifier refuses is never minted.
+      checkPayload(capsulePayload(clock.now(), input.approval_ref ?? null));
       const approvalRef = needsApproval
         ? await checkApproval(
             scope,
@@ -587,28 +676,8 @@ export function createPaymentService(deps: PaymentServiceDeps) {
             dual ? 2 : 1,
           )
         : null;
-      const issued = clock.now();
-      const ttl = Math.min(input.ttl_seconds, pack.max_ttl_seconds);
-      const payload: CapsulePayload = {
-        version: CAPSULE_VERSION,
-        capsule_id: uuidv7(),
-        issuer: deps.issuer,
-        organization_id: scope.organizationId,
-        entity_id: input.entity_id,
-        agent_id: input.agent_id,
-        rail_allowlist: rails,
-        beneficiary: payee.beneficiary_hash,
-        amount_ceiling: { currency: input.amount_ceiling.currency, amount: input.amount_ceiling.amount },
-        pack_id: packRow.pack_id,
-        pack_version: Number(packRow.version),
-        policy_sha256: packRow.sha256,
-        issued_at: issued.toISOString(),
-        expires_at: new Date(issued.getTime() + ttl * 1000).toISOString(),
-        nonce: randomBytes(24).toString('base64url'),
-        ...(input.invoice_hash !== undefined ? { invoice_hash: input.invoice_hash } : {}),
-        ...(input.workflow_id !== undefined ? { workflow_id: input.workflow_id } : {}),
-        ...(approvalRef !== null ? { approval_ref: approvalRef } : {}),
-      };
+      const payload = capsulePayload(clock.now(), approvalRef);
+      checkPayload(payload);
       let signingInput = '';
       const signed = await deps.signing.signNaming((kid) => {
         signingInput = capsuleSigningInput(payload, kid);

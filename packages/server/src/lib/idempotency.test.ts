@@ -1,0 +1,168 @@
+import Fastify, { type FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useTestApp } from '../../test/fixture.js';
+import { createTenant, gate, type Tenant } from '../../test/helpers.js';
+import { hashJson } from '../ledger/canonical.js';
+import type { Clock } from './clock.js';
+import { DEFAULT_STALE_CLAIM_MS, type IdempotencyErrors, idempotencyHooks } from './idempotency.js';
+import { createIdempotencyStore, type IdempotencyRow, type IdempotencyStore } from './idempotency-store.js';
+import type { ScopeResolver } from './scope.js';
+
+const BASE = Date.parse('2026-11-21T12:00:00.000Z');
+let offset = 0;
+const clock: Clock = { now: () => new Date(BASE + offset) };
+
+const t = useTestApp({}, { clock });
+let a: Tenant;
+beforeAll(async () => {
+  a = await createTenant(t);
+});
+
+const refusal = (statusCode: number, code: string) => (message: string) =>
+  Object.assign(new Error(message), { statusCode, code });
+const ERRORS: IdempotencyErrors = {
+  invalidKey: refusal(400, 'invalid_key'),
+  reused: refusal(400, 'reused'),
+  inProgress: refusal(409, 'in_progress'),
+};
+
+/** What the handler does with the next request: wait for `until`, then answer `status` (and Retry-After). */
+interface Plan {
+  until?: Promise<void>;
+  status: number;
+  retryAfter?: boolean;
+  /** Resolved once the request reached the handler. */
+  reached?: () => void;
+}
+
+/** A route taking Idempotency-Keys whose handler runs the queued plans in arrival order. */
+async function appWith(store: IdempotencyStore, plans: Plan[]): Promise<FastifyInstance> {
+  const scope: ScopeResolver = async () =>
+    ({ organizationId: a.orgId, projectId: null, principal: { kind: 'user', userId: 'u-1' } }) as never;
+  const hooks = idempotencyHooks({ store, scope, clock, errors: ERRORS, surface: 'lib-test:' });
+  const app = Fastify();
+  app.post('/work', { preHandler: hooks.preHandler, onSend: hooks.onSend }, async (_req, reply) => {
+    const plan = plans.shift();
+    if (!plan) throw new Error('no plan for this request');
+    plan.reached?.();
+    await plan.until;
+    if (plan.retryAfter) reply.header('retry-after', '1');
+    return reply.code(plan.status).send({ served: plan.status, at: clock.now().toISOString() });
+  });
+  await app.ready();
+  return app;
+}
+
+const send = (app: FastifyInstance, key: string) =>
+  app.inject({ method: 'POST', url: '/work', headers: { 'idempotency-key': key }, payload: { n: 1 } });
+
+/** A request held in the handler until `release()`; `reached` resolves once it got there. */
+function held(status: number, retryAfter = false) {
+  const g = gate();
+  const r = gate();
+  const plan: Plan = { until: g.opened, status, retryAfter, reached: r.open };
+  return { plan, release: g.open, reached: r.opened };
+}
+
+describe('idempotencyHooks: a request answers and frees only its own claim', () => {
+  const apps: FastifyInstance[] = [];
+  afterAll(async () => {
+    for (const app of apps) await app.close();
+  });
+
+  it('does not store the answer of a request whose claim was taken over into the new claim', async () => {
+    const first = held(201);
+    const second = held(202);
+    const plans: Plan[] = [first.plan, second.plan];
+    const app = await appWith(createIdempotencyStore(t.store.db), plans);
+    apps.push(app);
+    try {
+      const one = send(app, 'taken-over');
+      await first.reached;
+      offset = DEFAULT_STALE_CLAIM_MS + 1000;
+      // The first claim looks abandoned: the second request takes the key over and runs.
+      const two = send(app, 'taken-over');
+      await second.reached;
+      first.release();
+      expect((await one).statusCode).toBe(201);
+      // The key is the second request's, still unanswered: the first one's answer went nowhere.
+      const meanwhile = await send(app, 'taken-over');
+      expect(meanwhile.statusCode).toBe(409);
+      second.release();
+      const done = await two;
+      expect(done.statusCode).toBe(202);
+      const replay = await send(app, 'taken-over');
+      expect([replay.statusCode, replay.headers['idempotent-replayed']]).toEqual([202, 'true']);
+      expect(replay.json()).toEqual(done.json());
+    } finally {
+      first.release();
+      second.release();
+      offset = 0;
+    }
+  });
+
+  it('does not free the new claim when the request whose claim was taken over fails', async () => {
+    for (const [name, failing] of [
+      ['5xx', held(503)],
+      ['retry-after', held(409, true)],
+    ] as const) {
+      const second = held(201);
+      const plans: Plan[] = [failing.plan, second.plan, { status: 200 }];
+      const app = await appWith(createIdempotencyStore(t.store.db), plans);
+      apps.push(app);
+      const key = `failed-${name}`;
+      try {
+        const one = send(app, key);
+        await failing.reached;
+        offset = DEFAULT_STALE_CLAIM_MS + 1000;
+        const two = send(app, key);
+        await second.reached;
+        failing.release();
+        await one;
+        // Still the second request's key: the same request waits for it instead of running a third time.
+        expect((await send(app, key)).statusCode).toBe(409);
+        expect(plans).toHaveLength(1);
+        second.release();
+        expect((await two).statusCode).toBe(201);
+        expect((await send(app, key)).headers['idempotent-replayed']).toBe('true');
+      } finally {
+        failing.release();
+        second.release();
+        offset = 0;
+      }
+    }
+  });
+
+  it('a takeover deletes only the unanswered claim it read: an answer stored meanwhile is replayed', async () => {
+    const real = createIdempotencyStore(t.store.db);
+    const key = 'lib-test:-/answered-late';
+    const hash = hashJson({ method: 'POST', path: '/work', body: { n: 1 } });
+    const claimedAt = new Date(BASE - DEFAULT_STALE_CLAIM_MS - 1000).toISOString();
+    await real.takeKey(a.orgId, key, hash, claimedAt);
+    const original = JSON.stringify({ served: 200, at: 'the original request' });
+    let reads = 0;
+    // The stale claim is read unanswered; its request answers right after that read.
+    const racing: IdempotencyStore = {
+      ...real,
+      async key(org, k) {
+        const row = await real.key(org, k);
+        if (k === key && reads++ === 0) {
+          await t.store.db
+            .withTables<{ gateway_idempotency: IdempotencyRow }>()
+            .updateTable('gateway_idempotency')
+            .set({ status_code: 200, response: original })
+            .where('organization_id', '=', org)
+            .where('idempotency_key', '=', k)
+            .execute();
+        }
+        return row;
+      },
+    };
+    const plans: Plan[] = [{ status: 201 }];
+    const app = await appWith(racing, plans);
+    apps.push(app);
+    const res = await send(app, 'answered-late');
+    expect([res.statusCode, res.headers['idempotent-replayed'], res.body]).toEqual([200, 'true', original]);
+    expect(plans).toHaveLength(1);
+  });
+});
