@@ -118,6 +118,8 @@ export function validationLimit(tier: string, custom: number | null): number {
 export interface RateLimitRule {
   bucket: string;
   limit(key: KeyPrincipal): number;
+  /** The limit per user (token or dashboard session) on routes people call too; unset: users are not counted. */
+  userLimit?: number;
   windowMs: number;
 }
 
@@ -133,6 +135,8 @@ export const RATE_LIMITS = {
   },
   /** SPEC section 8: decision logging, 120 requests per 60 seconds per API key. */
   decisions: { bucket: 'decisions', limit: () => 120, windowMs: 60_000 },
+  /** The policy assistant (/v1/charter/*): 60 requests per 60 seconds per API key, and per user. */
+  charter: { bucket: 'charter', limit: () => 60, userLimit: 60, windowMs: 60_000 },
 } satisfies Record<string, RateLimitRule>;
 
 export type RateLimitName = keyof typeof RATE_LIMITS;
@@ -166,14 +170,29 @@ export function applyRateLimit(
 /**
  * Applies the budget a route declares. Counted once the caller is known (onRequest) and before the
  * body is read, so every answer of such a route carries the X-RateLimit headers and counts: a body
- * that is not JSON, too large, of another media type or invalid (400, 413, 415) included. Routes
- * without an API key principal are not counted (auth already refused them).
+ * that is not JSON, too large, of another media type or invalid (400, 413, 415) included. A user is
+ * counted only by a budget with a `userLimit`; other principals are not counted (auth already
+ * refused them).
  */
 export function registerRateLimits(app: FastifyInstance, deps: { limiter: RateLimiter; clock: Clock }): void {
   app.addHook('preParsing', async (req, reply) => {
     const name = req.routeOptions.config.rateLimit;
-    if (!name || req.principal?.kind !== 'apiKey') return;
-    await applyRateLimit(deps.limiter, name, req.principal, reply, deps.clock.now().getTime());
+    if (!name) return;
+    const principal = req.principal;
+    if (principal?.kind === 'apiKey') {
+      await applyRateLimit(deps.limiter, name, principal, reply, deps.clock.now().getTime());
+      return;
+    }
+    const rule: RateLimitRule = RATE_LIMITS[name];
+    if (principal?.kind !== 'user' || rule.userLimit === undefined) return;
+    await enforceRateLimit(
+      deps.limiter,
+      reply,
+      `${rule.bucket}:user:${principal.userId}`,
+      rule.userLimit,
+      rule.windowMs,
+      deps.clock.now().getTime(),
+    );
   });
 }
 

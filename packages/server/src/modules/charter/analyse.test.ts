@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { analyse, describeChange, proposeDefinition } from './analyse.js';
-import type { ToolInfo } from './model.js';
+import { analyse, describeChange, EXAMPLE_MAX, proposeDefinition } from './analyse.js';
+import type { CompiledRule, ToolInfo } from './model.js';
 
 const TOOL: ToolInfo = {
   name: 'wire',
@@ -62,6 +62,54 @@ describe('analyse', () => {
       expect.objectContaining({ decision: 'require_approval', arguments: { amount: 101, currency: 'USD' } }),
     );
   });
+
+  it('builds no example value past EXAMPLE_MAX, however large a length or item bound is', () => {
+    const tool: ToolInfo = {
+      name: 'post',
+      description: null,
+      arguments: [
+        { name: 'text', type: 'string' },
+        { name: 'tags', type: 'array' },
+      ],
+    };
+    const longest = (examples: { arguments: Record<string, unknown> }[]) =>
+      Math.max(
+        0,
+        ...examples.flatMap((e) =>
+          Object.values(e.arguments).map((v) => (typeof v === 'string' || Array.isArray(v) ? v.length : 0)),
+        ),
+      );
+    const upper = analyse(
+      tool,
+      {
+        mode: 'deterministic',
+        constraints: [
+          { argumentName: 'text', maxLength: 10_000_000_000_000 },
+          { argumentName: 'tags', maxItems: 1_000_000_000_000 },
+        ],
+      },
+      [],
+    );
+    expect(upper.examples[0]).toMatchObject({ decision: 'allow' });
+    expect(longest(upper.examples)).toBeLessThanOrEqual(EXAMPLE_MAX);
+    // A bound just under the limit still shows the call just past it.
+    const near = analyse(
+      tool,
+      { mode: 'deterministic', constraints: [{ argumentName: 'text', maxLength: EXAMPLE_MAX - 1 }] },
+      [],
+    );
+    expect(near.examples).toContainEqual(
+      expect.objectContaining({ decision: 'deny', arguments: { text: 'x'.repeat(EXAMPLE_MAX), tags: [] } }),
+    );
+    // A call that would need more items than can be shown is not shown, nor called a block-all.
+    const lower = analyse(
+      tool,
+      { mode: 'deterministic', constraints: [{ argumentName: 'tags', minItems: 100_000 }] },
+      [],
+    );
+    expect(lower.examples).toEqual([]);
+    expect(lower.findings.map((f) => f.kind)).not.toContain('blocks_everything');
+  });
 });
 
 describe('proposeDefinition', () => {
@@ -87,6 +135,27 @@ describe('proposeDefinition', () => {
       sessionConstraints: { maxCalls: 3, cumulativeLimits: [{ argumentName: 'amount', maxValue: 500 }] },
       llmConfig: null,
     });
+  });
+
+  it('answers a proposal the engine cannot compile as invalid, with its problems, without analysing it', () => {
+    const rule = (constraint: CompiledRule['constraint']): CompiledRule => ({
+      toolName: 'wire',
+      text: '',
+      summary: '',
+      constraint,
+    });
+    for (const constraint of [
+      { argumentName: 'currency', enabled: true, regex: '(' },
+      { argumentName: 'currency', enabled: true, regex: 'x'.repeat(300) },
+      { argumentName: 'currency', enabled: true, maxLength: -3 },
+      { argumentName: 'currency', enabled: true, maxLength: 1.5 },
+    ]) {
+      const change = describeChange('wire', TOOL, null, [rule(constraint)]);
+      expect(change.proposed.constraints).toEqual([constraint]);
+      expect(change.quality).toMatchObject({ valid: false, score: 0 });
+      expect(change.quality.issues.join(' ')).toContain('Constraint 1 on "currency"');
+      expect(change.analysis).toEqual({ findings: [], examples: [] });
+    }
   });
 
   it('says when rules would replace an llm policy', () => {

@@ -1,5 +1,6 @@
 import {
   type Constraint,
+  checkPolicyDefinition,
   compilePolicy,
   evaluate,
   type PolicyDefinition,
@@ -17,6 +18,15 @@ import type {
 } from './model.js';
 
 const enabled = (def: PolicyDefinition) => (def.constraints ?? []).filter((c) => c.enabled !== false);
+
+/**
+ * The longest string or array an example call carries. A length or item bound can be any whole
+ * number ("at most 10000000000 characters"): a value just past it cannot be built, nor shown.
+ */
+export const EXAMPLE_MAX = 1000;
+
+/** A value an example would need but that is longer than EXAMPLE_MAX. */
+const TOO_LONG = Symbol('too long');
 
 /**
  * The policy a tool would have with the rules added: a rule on the same argument and outcome as an
@@ -119,6 +129,7 @@ function valueFor(
   if (type === 'object') return {};
   if (type === 'array') {
     const min = Math.max(0, ...cs.map((c) => c.minItems ?? 0));
+    if (min > EXAMPLE_MAX) return TOO_LONG;
     return Array.from({ length: min }, (_, i) => `item-${i + 1}`);
   }
   const candidates = [
@@ -147,9 +158,10 @@ function violations(c: Constraint, hint: unknown): { value: unknown; omit?: bool
   if (c.greaterThan !== undefined) out.push({ value: c.greaterThan });
   if (c.enum) out.push({ value: `not-${c.enum[0] ?? 'listed'}` });
   if (c.notEnum?.length) out.push({ value: c.notEnum[0] });
-  if (c.maxLength !== undefined) out.push({ value: 'x'.repeat(c.maxLength + 1) });
+  if (c.maxLength !== undefined && c.maxLength < EXAMPLE_MAX)
+    out.push({ value: 'x'.repeat(c.maxLength + 1) });
   if (c.minLength !== undefined && c.minLength > 0) out.push({ value: '' });
-  if (c.maxItems !== undefined)
+  if (c.maxItems !== undefined && c.maxItems < EXAMPLE_MAX)
     out.push({ value: Array.from({ length: c.maxItems + 1 }, (_, i) => `item-${i + 1}`) });
   if (c.minItems !== undefined && c.minItems > 0) out.push({ value: [] });
   if (c.regex !== undefined || c.notRegex !== undefined)
@@ -247,6 +259,8 @@ export function analyse(tool: ToolInfo | null, def: PolicyDefinition, rules: Com
   for (const name of argNames) {
     base[name] = valueFor(declared.get(name) ?? null, name, active, hints.get(name)?.allowed ?? []);
   }
+  // No call can be shown when one of its values would be too long to build.
+  if (Object.values(base).includes(TOO_LONG)) return { findings, examples: [] };
   const examples: ExampleCall[] = [judge(def, base)];
   const seen = new Set([JSON.stringify(base)]);
   for (const c of active) {
@@ -277,7 +291,12 @@ export function describeChange(
   rules: CompiledRule[],
 ): PolicyChange {
   const proposed = proposeDefinition(current?.definition ?? null, rules);
-  const analysis = analyse(tool, proposed, rules);
+  // A definition a PUT would refuse (a pattern RE2 does not take, a negative length...) cannot be
+  // compiled, so it is not analysed: its quality report is invalid and lists the problems.
+  const analysis: Analysis =
+    checkPolicyDefinition(proposed).length > 0
+      ? { findings: [], examples: [] }
+      : analyse(tool, proposed, rules);
   if (current?.definition.mode === 'llm') {
     analysis.findings.unshift({
       kind: 'replaces_llm_policy',

@@ -81,6 +81,40 @@ describe('Charter with a model configured', () => {
     expect(body.verification.required).toBe(true);
   });
 
+  it('reports a model rule a PUT would refuse as not understood and offers the others, never a 500', async () => {
+    const refused = [
+      rule({ text: 'currencies look like codes', kind: 'regex', values: null, pattern: '(' }),
+      rule({
+        text: 'currencies look like long codes',
+        kind: 'regex',
+        values: null,
+        pattern: 'a'.repeat(300),
+      }),
+      rule({ text: 'short currencies', kind: 'maxLength', values: null, number: -1 }),
+      rule({ text: 'shortish currencies', kind: 'maxLength', values: null, number: 1.5 }),
+    ];
+    server.script = () => ({ object: { rules: [rule({}), ...refused], notUnderstood: [] } });
+    const res = await turn({
+      message: 'Block send_payment over $900. Payments should be in American dollars.',
+      mode: 'compile',
+    });
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
+    expect(body.changes[0].proposed.constraints).toEqual(
+      expect.arrayContaining([
+        { argumentName: 'amount', enabled: true, maximum: 900 },
+        { argumentName: 'currency', enabled: true, enum: ['USD'] },
+      ]),
+    );
+    expect(body.changes[0].proposed.constraints).toHaveLength(2);
+    expect(body.notUnderstood.map((n: { text: string }) => n.text)).toEqual(refused.map((r) => r.text));
+    for (const n of body.notUnderstood)
+      expect(n.why).toMatch(/^the model's rule cannot be used: Constraint 1/);
+    expect(body.notUnderstood[0].why).toContain('regex cannot be used');
+    expect(body.notUnderstood[2].why).toContain('maxLength must be a whole number of 0 or more (got -1)');
+    expect(body.verification.required).toBe(true);
+  });
+
   it('says so when the model fails, and offers only what was read offline', async () => {
     server.script = () => ({ status: 500 });
     const res = await turn({

@@ -1,12 +1,20 @@
 import type { Constraint } from '@svc/policy-engine';
-import { describePolicy } from '@svc/policy-engine';
+import { checkPolicyDefinition, describePolicy } from '@svc/policy-engine';
 import { z } from 'zod';
 import type { Assisted } from '../llm-judge/model.js';
 import type { LivePolicy } from './chat.js';
 import type { CompiledRule, NotUnderstood, ToolInfo } from './model.js';
 
-/** A structured call to the configured model (the judge's providers), or null when none is configured. */
+/** A structured call to the configured model (the judge's providers) within one turn. */
 export type Ask = (schema: z.ZodType, system: string, prompt: string) => Promise<Assisted>;
+
+/** The configured model, asked on behalf of an organization (whose calls in flight are capped). */
+export type OrganizationAsk = (
+  organizationId: string,
+  schema: z.ZodType,
+  system: string,
+  prompt: string,
+) => Promise<Assisted>;
 
 const KINDS = [
   'maximum',
@@ -45,8 +53,34 @@ const ANSWER_SCHEMA = z.object({ answer: z.string().min(1).max(4000) });
 const toolsBlock = (tools: readonly ToolInfo[]) =>
   JSON.stringify(tools.map((t) => ({ name: t.name, description: t.description, arguments: t.arguments })));
 
-/** One model rule as a checked CompiledRule; names must be registered, values well-formed. */
+/**
+ * One model rule as a checked CompiledRule; names must be registered, values well-formed: the rule
+ * alone must be a policy a PUT would accept (an RE2 pattern of at most the engine's length, whole
+ * non-negative lengths and counts, finite numbers).
+ */
 function toRule(
+  r: z.infer<typeof RULES_SCHEMA>['rules'][number],
+  tools: readonly ToolInfo[],
+): CompiledRule | NotUnderstood {
+  const out = readRule(r, tools);
+  if ('why' in out) return out;
+  const problems = checkPolicyDefinition({
+    mode: 'deterministic',
+    constraints: out.constraint ? [out.constraint] : [],
+    sessionConstraints:
+      out.maxCalls !== undefined || out.cumulative
+        ? {
+            ...(out.maxCalls !== undefined ? { maxCalls: out.maxCalls } : {}),
+            ...(out.cumulative ? { cumulativeLimits: [out.cumulative] } : {}),
+          }
+        : null,
+  });
+  if (problems.length > 0)
+    return { text: r.text, why: `the model's rule cannot be used: ${problems.join(' ').replace(/\.$/, '')}` };
+  return out;
+}
+
+function readRule(
   r: z.infer<typeof RULES_SCHEMA>['rules'][number],
   tools: readonly ToolInfo[],
 ): CompiledRule | NotUnderstood {

@@ -428,6 +428,48 @@ describe('POST /v1/charter/turn (compile)', () => {
     expect(res.json().notUnderstood[1].why).toContain('"fee" is not an argument');
   });
 
+  it('refuses, with its problems, a proposal a PUT would refuse: never a 500, and the turn is saved', async () => {
+    const tenant = await tenantWithTool();
+    const before = await policyOf(tenant);
+    const cases: [string, string][] = [
+      ['send_payment recipient must match /(/', 'regex cannot be used'],
+      ['send_payment recipient must match `a{2,1}`', 'regex cannot be used'],
+      [`send_payment recipient must contain "${'x'.repeat(300)}"`, 'regex cannot be used'],
+      ['send_payment recipient must be at most -3 characters', 'maxLength must be a whole number'],
+    ];
+    for (const [message, problem] of cases) {
+      const res = await turn(tenant, { message, mode: 'compile' });
+      expect(res.statusCode, message).toBe(200);
+      const body = res.json();
+      expect(body).toMatchObject({ changes: [], verification: { required: false } });
+      expect(body.reply).toContain('Not offered for send_payment: the result would be an invalid policy (');
+      expect(body.reply).toContain(problem);
+      const next = await turn(tenant, {
+        message: 'What is the policy of send_payment?',
+        conversationId: body.conversationId,
+      });
+      expect(next.statusCode, message).toBe(200);
+    }
+    expect(await policyOf(tenant)).toEqual(before);
+  });
+
+  it('builds no example value longer than it can show (a bound of ten billion characters)', async () => {
+    const tenant = await tenantWithTool();
+    const res = await turn(tenant, {
+      message: 'send_payment recipient must be at most 10000000000 characters',
+      mode: 'compile',
+    });
+    expect(res.statusCode).toBe(200);
+    const [change] = res.json().changes;
+    expect(change.proposed.constraints).toContainEqual({
+      argumentName: 'recipient',
+      enabled: true,
+      maxLength: 10_000_000_000,
+    });
+    expect(change.analysis.examples.length).toBeGreaterThan(0);
+    expect(res.body.length).toBeLessThan(100_000);
+  });
+
   it('reads the names of a policy whose tool was never registered', async () => {
     const tenant = await createTenant(t);
     await t.inject({

@@ -46,7 +46,7 @@ export function charterServiceFor(ctx: AppContext): CharterService {
     baseUrl: ctx.config.baseUrl,
     judgeRoute: (p) => ctx.judge.route(p),
     ask: ctx.judge.route(null).configured
-      ? (schema, system, prompt) => ctx.judge.assist(schema, system, prompt)
+      ? (organizationId, schema, system, prompt) => ctx.judge.assist(schema, system, prompt, organizationId)
       : null,
   });
 }
@@ -75,16 +75,18 @@ export const charterRoutes: FastifyPluginAsyncTypebox<{
 }> = async (app, opts) => {
   const { ctx } = opts;
   const service = opts.service ?? charterServiceFor(ctx);
+  // Every /v1/charter route counts against one budget per API key or user.
+  const limited = { rateLimit: 'charter' } as const;
 
   app.post(
     '/v1/charter/turn',
-    { schema: { body: TurnBody, response: { 200: TurnResultSchema } } },
+    { config: limited, schema: { body: TurnBody, response: { 200: TurnResultSchema } } },
     async (req) => service.turn(await ctx.scope(req), input(req.body)),
   );
 
   app.post(
     '/v1/charter/stream',
-    { schema: { body: TurnBody, response: { 200: TurnStream } } },
+    { config: limited, schema: { body: TurnBody, response: { 200: TurnStream } } },
     async (req, reply) => {
       const scope = await ctx.scope(req);
       const turn = input(req.body);
@@ -92,7 +94,11 @@ export const charterRoutes: FastifyPluginAsyncTypebox<{
       if (turn.conversationId) await service.assertConversation(scope, turn.conversationId);
       reply.hijack();
       const res = reply.raw;
+      const rateHeaders = Object.fromEntries(
+        Object.entries(reply.getHeaders()).filter(([name]) => name.startsWith('x-ratelimit-')),
+      );
       res.writeHead(200, {
+        ...rateHeaders,
         'content-type': 'text/event-stream; charset=utf-8',
         'cache-control': 'no-cache',
         'x-accel-buffering': 'no',
@@ -120,13 +126,15 @@ export const charterRoutes: FastifyPluginAsyncTypebox<{
     },
   );
 
-  app.get('/v1/charter/verifications', { schema: { response: { 200: VerificationList } } }, async (req) => ({
-    data: await service.listPending(await ctx.scope(req)),
-  }));
+  app.get(
+    '/v1/charter/verifications',
+    { config: limited, schema: { response: { 200: VerificationList } } },
+    async (req) => ({ data: await service.listPending(await ctx.scope(req)) }),
+  );
 
   app.get(
     '/v1/charter/verifications/:id',
-    { schema: { params: VerificationParams, response: { 200: VerificationSchema } } },
+    { config: limited, schema: { params: VerificationParams, response: { 200: VerificationSchema } } },
     async (req) => service.get(await ctx.scope(req), req.params.id),
   );
 
@@ -139,11 +147,13 @@ export const charterRoutes: FastifyPluginAsyncTypebox<{
   // A person decides: a user token is required, an API key (an agent) cannot approve its own proposal.
   app.post(
     '/v1/charter/verifications/:id/approve',
-    { config: { auth: 'jwt' }, schema: decide },
+    { config: { auth: 'jwt', ...limited }, schema: decide },
     async (req) => service.approve(await ctx.scope(req), req.params.id),
   );
-  app.post('/v1/charter/verifications/:id/reject', { config: { auth: 'jwt' }, schema: decide }, async (req) =>
-    service.reject(await ctx.scope(req), req.params.id),
+  app.post(
+    '/v1/charter/verifications/:id/reject',
+    { config: { auth: 'jwt', ...limited }, schema: decide },
+    async (req) => service.reject(await ctx.scope(req), req.params.id),
   );
 
   // The review link: no credentials, only the secret it carries. A wrong secret is a missing page.

@@ -21,7 +21,7 @@ import type { PolicyRepository } from '../policies/repository.js';
 import type { ToolRepository } from '../tools/repository.js';
 import { assertNoDuplicates, type ToolService } from '../tools/service.js';
 import { describeChange } from './analyse.js';
-import { type Ask, chatWithModel, compileWithModel } from './assist.js';
+import { type Ask, chatWithModel, compileWithModel, type OrganizationAsk } from './assist.js';
 import { answerQuestion, type LivePolicy } from './chat.js';
 import { compileMessage } from './compile.js';
 import type {
@@ -54,8 +54,11 @@ export interface CharterServiceDeps {
   baseUrl: string;
   judgeRoute: Judge['route'];
   /** The configured model, for what the offline reader cannot handle; null when none is configured. */
-  ask: Ask | null;
+  ask: OrganizationAsk | null;
 }
+
+/** Seconds a turn refused because its organization's model calls are all in flight is told to wait. */
+const BUSY_RETRY_SECONDS = 5;
 
 const QUESTION =
   /\?\s*$|^\s*(?:what|which|who|why|how|is|are|does|do|would|will|can|could|should|may|list|show|describe|explain|tell me)\b/i;
@@ -217,6 +220,28 @@ export function createCharterService(deps: CharterServiceDeps) {
     };
   }
 
+  /**
+   * The model, asked for one organization. When the organization already has as many calls in flight
+   * as it may, the turn is refused (429, nothing saved) rather than answered without the model.
+   */
+  function askFor(organizationId: string): Ask | null {
+    const ask = deps.ask;
+    if (!ask) return null;
+    return async (schema, system, prompt) => {
+      const res = await ask(organizationId, schema, system, prompt);
+      if (!res.ok && res.busy) {
+        throw new AppError(
+          'rate_limit_exceeded',
+          `Charter cannot ask the model now: ${res.message}; retry shortly`,
+          {
+            'retry-after': String(BUSY_RETRY_SECONDS),
+          },
+        );
+      }
+      return res;
+    };
+  }
+
   function changesFor(rules: CompiledRule[], ground: Awaited<ReturnType<typeof grounding>>): PolicyChange[] {
     const byTool = new Map<string, CompiledRule[]>();
     for (const r of rules) byTool.set(r.toolName, [...(byTool.get(r.toolName) ?? []), r]);
@@ -237,6 +262,7 @@ export function createCharterService(deps: CharterServiceDeps) {
       progress('received', 'reading the message');
       const conversation = await conversationOf(scope, input.conversationId);
       const ground = await grounding(scope.organizationId);
+      const ask = askFor(scope.organizationId);
       const mode = input.mode === 'auto' ? (QUESTION.test(input.message) ? 'chat' : 'compile') : input.mode;
       let result: Omit<TurnResult, 'conversationId'>;
       let lastTool = conversation.last_tool;
@@ -252,8 +278,8 @@ export function createCharterService(deps: CharterServiceDeps) {
         let reply = answer.reply;
         if (!answer.answered) {
           progress('model', 'asking the configured model');
-          const modelAnswer = deps.ask
-            ? await chatWithModel(deps.ask, input.message, ground.tools, ground.policies)
+          const modelAnswer = ask
+            ? await chatWithModel(ask, input.message, ground.tools, ground.policies)
             : null;
           reply =
             modelAnswer ??
@@ -271,9 +297,9 @@ export function createCharterService(deps: CharterServiceDeps) {
       } else {
         progress('compiling', 'reading the rules in the message');
         const compiled = compileMessage(input.message, ground.tools, lastTool);
-        if (compiled.notUnderstood.length > 0 && deps.ask && ground.tools.length > 0) {
+        if (compiled.notUnderstood.length > 0 && ask && ground.tools.length > 0) {
           progress('model', `asking the configured model about ${compiled.notUnderstood.length} part(s)`);
-          const assisted = await compileWithModel(deps.ask, compiled.notUnderstood, ground.tools);
+          const assisted = await compileWithModel(ask, compiled.notUnderstood, ground.tools);
           compiled.rules.push(...assisted.rules);
           compiled.notUnderstood = assisted.notUnderstood;
         }

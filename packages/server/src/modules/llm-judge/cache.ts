@@ -7,10 +7,11 @@ interface Entry {
 }
 
 /**
- * Verdicts by (organization, tool, policy version and hash, provider, model, canonical arguments),
- * bounded in age and count (least recently used goes first). Only believable answers are kept:
- * a failure is judged again next time. A policy update changes its version and hash, so entries
- * of the old policy are never hit again; forget() drops them at once.
+ * Verdicts by (organization, tool, policy version and hash, provider, model, SHA-256 of the canonical
+ * arguments), bounded in age and count (least recently used goes first). The key holds a hash of the
+ * arguments, never the arguments: an entry does not grow with the call it judged. Only believable
+ * answers are kept: a failure is judged again next time. A policy update changes its version and
+ * hash, so entries of the old policy are never hit again; forget() drops them at once.
  */
 export class VerdictCache {
   private readonly entries = new Map<string, Entry>();

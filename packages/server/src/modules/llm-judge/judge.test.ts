@@ -1,8 +1,11 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { z } from 'zod';
+import { gate } from '../../../test/helpers.js';
 import { type FakeModelServer, fakeLlmEnv, startFakeModelServer } from '../../../test/llm-providers.js';
 import { sha256Tagged } from '../../ledger/canonical.js';
+import { VerdictCache } from './cache.js';
 import { loadLlmSettings } from './config.js';
-import { createJudge } from './judge.js';
+import { ASSIST_PER_ORGANIZATION, assistConcurrency, createJudge } from './judge.js';
 import { type JudgeRequest, PROVIDERS, type ProviderName } from './model.js';
 import { duplicateMember } from './prompt.js';
 import { jsonValueSpan } from './providers/raw.js';
@@ -400,6 +403,70 @@ describe('routing', () => {
     expect(verdicts.every((v) => v.ok)).toBe(true);
     expect(peak).toBe(2);
     expect(server.seen).toHaveLength(6);
+  });
+
+  it('keys a verdict by the hash of the arguments, not by the arguments: same hits and misses', async () => {
+    server.script = () => ({
+      object: { decision: 'allow', reason: 'fine', failedArgument: null, matchedException: null },
+    });
+    const set = vi.spyOn(VerdictCache.prototype, 'set');
+    try {
+      const judge = judgeWith();
+      const blob = 'x'.repeat(512 * 1024);
+      expect(await judge.judge(request('openai', { blob, n: 1 }))).toMatchObject({ ok: true, cached: false });
+      expect(set).toHaveBeenCalledTimes(1);
+      const key = set.mock.calls[0]![0];
+      expect(key.length).toBeLessThan(300);
+      expect(key).not.toContain('xxxxxxxx');
+      // The same call (another key order) hits; another one misses, as before.
+      expect(await judge.judge(request('openai', { n: 1, blob }))).toMatchObject({ cached: true });
+      expect(await judge.judge(request('openai', { blob, n: 2 }))).toMatchObject({ cached: false });
+      expect(await judge.judge(request('openai', { blob: `${blob}y`, n: 1 }))).toMatchObject({
+        cached: false,
+      });
+      expect(await judge.judge(request('openai', { blob, n: 1 }, 2))).toMatchObject({ cached: false });
+      expect(server.seen).toHaveLength(4);
+      // forget() still finds the verdicts of one tool's policy.
+      judge.forget('org-1', 'send_email');
+      expect(await judge.judge(request('openai', { blob, n: 1 }))).toMatchObject({ cached: false });
+    } finally {
+      set.mockRestore();
+    }
+  });
+
+  it("gives the policy assistant's calls slots of their own: a judgement never waits behind them", async () => {
+    const held = gate();
+    server.script = async (req) => {
+      if (req.system.startsWith('You judge whether')) {
+        return { object: { decision: 'allow', reason: 'ok', failedArgument: null, matchedException: null } };
+      }
+      await held.opened;
+      return { object: { answer: 'later' } };
+    };
+    const judge = judgeWith({ SVC_LLM_MAX_CONCURRENCY: '1', SVC_LLM_TIMEOUT_MS: '5000' });
+    expect(assistConcurrency(1)).toBe(1);
+    expect(assistConcurrency(8)).toBe(2);
+    const schema = z.object({ answer: z.string() });
+    // Organizations a and b each fill their share; a third call of a is refused at once, unasked.
+    let settled = 0;
+    const calls = ['org-a', 'org-a', 'org-b', 'org-b'].map((org) =>
+      judge.assist(schema, 'Q', 'q', org).finally(() => settled++),
+    );
+    expect(ASSIST_PER_ORGANIZATION).toBe(2);
+    expect(await judge.assist(schema, 'Q', 'q', 'org-a')).toMatchObject({ ok: false, busy: true });
+    await vi.waitFor(() => expect(server.seen).toHaveLength(1), { timeout: 10_000 });
+    // The assistant's only slot is taken and three calls wait for it: a judgement is answered while
+    // they still wait, not after the first of them ended.
+    expect(await judge.judge(request('openai', { to: 'a@example.com' }))).toMatchObject({
+      ok: true,
+      cached: false,
+    });
+    expect(settled).toBe(0);
+    held.open();
+    const answers = await Promise.all(calls);
+    expect(answers.every((a) => a.ok)).toBe(true);
+    // Calls that ended free their organization's share.
+    expect(await judge.assist(schema, 'Q', 'q', 'org-a')).toMatchObject({ ok: true });
   });
 
   it('rejects bad operator settings at start', () => {

@@ -1,6 +1,6 @@
 import { APICallError } from 'ai';
 import type { ZodType } from 'zod';
-import { canonicalJson, sha256Tagged } from '../../ledger/canonical.js';
+import { hashJson, sha256Tagged } from '../../ledger/canonical.js';
 import { VerdictCache } from './cache.js';
 import { ConcurrencyLimiter, QueueFullError } from './limiter.js';
 import type {
@@ -30,6 +30,18 @@ const ADAPTERS: Record<ProviderName, (s: ProviderSettings) => ProviderAdapter> =
 
 /** Waiting calls allowed per provider, per slot: beyond that a call is refused at once, not queued. */
 const QUEUE_PER_SLOT = 16;
+
+/**
+ * The policy assistant's calls have slots of their own per provider, beside the judge's: a quarter
+ * of SVC_LLM_MAX_CONCURRENCY, at least one, with QUEUE_PER_SLOT waiting per slot. A judgement never
+ * waits behind one of them.
+ */
+export function assistConcurrency(maxConcurrency: number): number {
+  return Math.max(1, Math.floor(maxConcurrency / 4));
+}
+
+/** The policy assistant's calls one organization may have waiting or running at once, per instance. */
+export const ASSIST_PER_ORGANIZATION = 2;
 
 export interface JudgeDeps {
   settings: LlmSettings;
@@ -74,11 +86,17 @@ function classify(
  */
 export function createJudge({ settings, now = Date.now }: JudgeDeps): Judge & {
   forget: VerdictCache['forget'];
-  /** A structured call on the default provider for the policy assistant, under the same limits. */
-  assist: (schema: ZodType, system: string, prompt: string) => Promise<Assisted>;
+  /**
+   * A structured call on the default provider for the policy assistant, on behalf of an
+   * organization: on slots of its own, never the judge's, and at most ASSIST_PER_ORGANIZATION at once
+   * per organization (beyond that it is refused with `busy`, the model not asked).
+   */
+  assist: (schema: ZodType, system: string, prompt: string, organizationId: string) => Promise<Assisted>;
 } {
   const adapters = new Map<ProviderName, ProviderAdapter>();
   const limiters = new Map<ProviderName, ConcurrencyLimiter>();
+  const assistLimiters = new Map<ProviderName, ConcurrencyLimiter>();
+  const assistSlots = assistConcurrency(settings.maxConcurrency);
   for (const [name, s] of Object.entries(settings.providers) as [ProviderName, ProviderSettings | null][]) {
     if (!s) continue;
     adapters.set(name, ADAPTERS[name](s));
@@ -86,7 +104,10 @@ export function createJudge({ settings, now = Date.now }: JudgeDeps): Judge & {
       name,
       new ConcurrencyLimiter(settings.maxConcurrency, settings.maxConcurrency * QUEUE_PER_SLOT),
     );
+    assistLimiters.set(name, new ConcurrencyLimiter(assistSlots, assistSlots * QUEUE_PER_SLOT));
   }
+  /** The policy assistant's calls waiting or running, per organization. */
+  const assisting = new Map<string, number>();
   const cache = new VerdictCache(settings.cacheTtlMs, settings.cacheSize, now);
   const inFlight = new Map<string, Promise<Verdict>>();
 
@@ -140,21 +161,36 @@ export function createJudge({ settings, now = Date.now }: JudgeDeps): Judge & {
     route,
     forget: (organizationId, toolName) => cache.forget(organizationId, toolName),
 
-    /** A structured call on the default provider for the policy assistant, under the same limits. */
-    async assist(schema, system, prompt) {
+    async assist(schema, system, prompt, organizationId) {
       const r = route(null);
       if (!r.configured || !r.provider) return { ok: false, message: 'no model provider is configured' };
+      const held = assisting.get(organizationId) ?? 0;
+      if (held >= ASSIST_PER_ORGANIZATION) {
+        return {
+          ok: false,
+          busy: true,
+          message: `this organization already has ${held} policy assistant requests waiting for the model (at most ${ASSIST_PER_ORGANIZATION} at once)`,
+        };
+      }
+      assisting.set(organizationId, held + 1);
       const adapter = adapters.get(r.provider)!;
       const signal = AbortSignal.timeout(settings.timeoutMs);
       try {
-        const { object } = await limiters
+        const { object } = await assistLimiters
           .get(adapter.provider)!
           .run(signal, () => adapter.generate({ system, prompt, signal, schema }));
         const parsed = schema.safeParse(object);
         if (!parsed.success) return { ok: false, message: 'the answer does not match the schema' };
         return { ok: true, object: parsed.data, provider: adapter.provider, model: adapter.model };
       } catch (err) {
+        if (err instanceof QueueFullError) {
+          return { ok: false, message: 'too many policy assistant requests are waiting for this provider' };
+        }
         return { ok: false, message: classify(err, signal, settings.timeoutMs).message };
+      } finally {
+        const left = (assisting.get(organizationId) ?? 1) - 1;
+        if (left > 0) assisting.set(organizationId, left);
+        else assisting.delete(organizationId);
       }
     },
 
@@ -167,6 +203,8 @@ export function createJudge({ settings, now = Date.now }: JudgeDeps): Judge & {
         return failure('not_configured', why, null);
       }
       const adapter = adapters.get(r.provider)!;
+      // The arguments enter the key as the SHA-256 of their canonical JSON: the same calls hit, and
+      // an entry stays small however large the arguments (up to the body limit) are.
       const key = [
         req.organizationId,
         req.toolName,
@@ -174,7 +212,7 @@ export function createJudge({ settings, now = Date.now }: JudgeDeps): Judge & {
         req.policyHash,
         adapter.provider,
         adapter.model,
-        canonicalJson(req.arguments),
+        hashJson(req.arguments),
       ].join('\u0000');
       const hit = cache.get(key);
       if (hit) return { ok: true, answer: hit.answer, binding: hit.binding, cached: true };

@@ -99,10 +99,13 @@ export interface ProviderAdapter {
   }): Promise<ProviderAnswer>;
 }
 
-/** The result of a structured call for the policy assistant. */
+/**
+ * The result of a structured call for the policy assistant. `busy`: the model was not asked, the
+ * organization already has as many calls in flight as it may.
+ */
 export type Assisted =
   | { ok: true; object: unknown; provider: ProviderName; model: string }
-  | { ok: false; message: string };
+  | { ok: false; message: string; busy?: true };
 
 /** Judges calls under llm-mode policies. */
 export interface Judge {
