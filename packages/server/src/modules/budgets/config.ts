@@ -35,7 +35,7 @@ export interface ResolvedConfig {
  */
 export async function loadEffective(
   configs: EconomicConfigRepository,
-  scope: Caller,
+  scope: Pick<OrgScope, 'organizationId' | 'projectId'>,
 ): Promise<ResolvedConfig> {
   const org = await configs.get(scope.organizationId, null);
   const project = scope.projectId ? await configs.get(scope.organizationId, scope.projectId) : undefined;

@@ -1,5 +1,5 @@
 import type { BudgetScope, EconomicConfig, ScopeUsage } from '@svc/policy-engine';
-import { type Insertable, type Selectable, sql } from 'kysely';
+import { type Insertable, type Selectable, sql, type Updateable } from 'kysely';
 import { chainedReceiptFor } from '../../ledger/chained.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { Db, Store } from '../../storage/db.js';
@@ -192,6 +192,20 @@ export class LedgerTx {
       .set(rest)
       .where('organization_id', '=', this.organizationId)
       .where('action_id', '=', row.action_id)
+      .execute();
+  }
+
+  /**
+   * Sets only the given columns of an action. Unlike `putAction` it leaves the receipt columns alone,
+   * which other processes write outside the ledger lock (a row read before their write must not put
+   * back what it read).
+   */
+  async updateAction(actionId: string, set: Updateable<SpendActionsTable>): Promise<void> {
+    await this.db
+      .updateTable('spend_actions')
+      .set(set)
+      .where('organization_id', '=', this.organizationId)
+      .where('action_id', '=', actionId)
       .execute();
   }
 
@@ -490,6 +504,51 @@ export function createSpendLedger(store: Store) {
     /** The receipt already chained for a ledger entry, if any (a writer may have died before storing its id). */
     receiptFor: (organizationId: string, entryId: string) =>
       chainedReceiptFor(store.db, organizationId, entryId),
+
+    /**
+     * Actions of any organization owing a receipt the sweep may write: an authorization or a commit
+     * without its receipt whose claim is absent or older than `staleBefore` (a fresh claim belongs to
+     * its writer). Oldest decisions first, at most `limit`.
+     */
+    async owingReceipts(staleBefore: string, limit: number): Promise<ActionRow[]> {
+      return store.db
+        .selectFrom('spend_actions')
+        .selectAll()
+        .where((eb) =>
+          eb.or([
+            eb.and([
+              eb('authorize_receipt_id', 'is', null),
+              eb.or([
+                eb('authorize_receipt_claimed_at', 'is', null),
+                eb('authorize_receipt_claimed_at', '<', staleBefore),
+              ]),
+            ]),
+            eb.and([
+              eb('commit_id', 'is not', null),
+              eb('commit_receipt_id', 'is', null),
+              eb.or([
+                eb('commit_receipt_claimed_at', 'is', null),
+                eb('commit_receipt_claimed_at', '<', staleBefore),
+              ]),
+            ]),
+          ]),
+        )
+        .orderBy('decided_at')
+        .orderBy('organization_id')
+        .orderBy('action_id')
+        .limit(limit)
+        .execute();
+    },
+
+    /** One ledger entry of an organization by its id. */
+    async entry(organizationId: string, id: string): Promise<EntryRow | undefined> {
+      return store.db
+        .selectFrom('spend_ledger')
+        .selectAll()
+        .where('organization_id', '=', organizationId)
+        .where('id', '=', id)
+        .executeTakeFirst();
+    },
 
     async entries(organizationId: string): Promise<EntryRow[]> {
       return store.db

@@ -15,7 +15,10 @@ import {
   StatusBody,
   StatusSchema,
 } from './schemas.js';
-import { createBudgetService } from './service.js';
+import { createBudgetService, receiptSweep } from './service.js';
+
+/** How often each process chains the receipts actions still owe (also once at startup). */
+const RECEIPT_REPAIR_INTERVAL_MS = 60_000;
 
 /** The economic API (SPEC §4 Economic): spend authorization on the organization's spend ledger. */
 export const budgetRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
@@ -29,6 +32,15 @@ export const budgetRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
     log: ctx.log,
     tierOf: async (id) => (await organizations.get(id))?.tier ?? 'free',
   });
+  // Authorizations and commits whose receipt write failed, or whose process died before it, get it
+  // at startup and then within a minute, whether or not the client sends the request again.
+  const sweep = receiptSweep({
+    repair: (stop) => service.repairReceipts({ stop }),
+    intervalMs: RECEIPT_REPAIR_INTERVAL_MS,
+    log: ctx.log,
+  });
+  app.addHook('onReady', () => sweep.start());
+  app.addHook('onClose', () => sweep.close());
 
   app.get('/v1/economic/config', { schema: { response: { 200: ConfigSchema } } }, async (req) =>
     service.config(await ctx.scope(req)),

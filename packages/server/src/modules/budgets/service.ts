@@ -36,7 +36,7 @@ import {
   type StatusAnswer,
   toScopeBudget,
 } from './model.js';
-import type { SpendReceipts } from './receipts.js';
+import type { SpendReceipt, SpendReceipts } from './receipts.js';
 import type {
   ActionRow,
   EconomicConfigRepository,
@@ -83,6 +83,10 @@ const RECEIPT_CLAIM_MS = 60_000;
 /** How long a request sent again waits for the receipt another request is writing. */
 const RECEIPT_WAIT_MS = 10_000;
 const RECEIPT_POLL_MS = 20;
+/** How often one authorize goes back for the earlier authorization's owed receipt before it gives up. */
+const EARLIER_RECEIPT_ATTEMPTS = 3;
+/** Actions the receipt sweep reads per pass (each owes one or two receipts). */
+const REPAIR_PAGE = 100;
 
 /** The stored form of a request: what idempotency compares, and what receipts hash. */
 function requestRecord(r: ActionRequest): Record<string, unknown> {
@@ -225,6 +229,22 @@ interface Replay {
   kind: 'replay';
   row: ActionRow;
 }
+/** The action would be decided again, but its current authorization still owes its receipt. */
+interface Owed {
+  kind: 'owed';
+  row: ActionRow;
+}
+
+/** What decides whether a slot's receipt is owed and whose it is to write. */
+function slotOf(row: ActionRow, slot: ReceiptSlot) {
+  return slot === 'authorize'
+    ? {
+        entryId: row.authorization_id,
+        receiptId: row.authorize_receipt_id,
+        claimedAt: row.authorize_receipt_claimed_at,
+      }
+    : { entryId: row.commit_id, receiptId: row.commit_receipt_id, claimedAt: row.commit_receipt_claimed_at };
+}
 
 /**
  * The economic API: authorizations decided one at a time per organization on its spend ledger,
@@ -236,6 +256,34 @@ export function createBudgetService(deps: BudgetServiceDeps) {
 
   async function tierOf(scope: Caller): Promise<string> {
     return scope.principal.kind === 'apiKey' ? scope.principal.tier : deps.tierOf(scope.organizationId);
+  }
+
+  /**
+   * Writes the receipt of a slot this process claimed at `at` and stores its id. A claim taken over
+   * from a writer that died first looks for the receipt that writer may have chained. On failure the
+   * claim is given back, unless a receipt may exist: one chained but not stored, or a write whose
+   * outcome the store did not tell (it may have committed), keeps the claim, and whoever takes it
+   * over once it is stale finds that receipt.
+   */
+  async function writeClaimed(
+    org: string,
+    actionId: string,
+    slot: ReceiptSlot,
+    entryId: string,
+    at: string,
+    takeover: boolean,
+    write: () => Promise<string>,
+  ): Promise<void> {
+    let chained: string | undefined;
+    try {
+      if (takeover) chained = await ledger.receiptFor(org, entryId);
+      chained ??= await write();
+      await ledger.setReceipt(org, actionId, slot, entryId, at, chained);
+    } catch (err) {
+      if (chained === undefined && !isStoreUnavailable(err))
+        await ledger.releaseReceipt(org, actionId, slot, entryId, at).catch(() => {});
+      throw err;
+    }
   }
 
   /**
@@ -274,17 +322,10 @@ export function createBudgetService(deps: BudgetServiceDeps) {
         throw unavailable('its receipt could not be written');
       }
       if (claimed) {
-        let chained: string | undefined;
         try {
-          if (takeover) chained = await ledger.receiptFor(org, entryId);
-          chained ??= await write();
-          await ledger.setReceipt(org, actionId, slot, entryId, at, chained);
+          await writeClaimed(org, actionId, slot, entryId, at, takeover, write);
           return;
         } catch (err) {
-          // A receipt chained but not stored keeps the claim, and so does a write whose outcome the
-          // store did not tell (it may have committed): whoever takes the claim over finds the receipt.
-          if (chained === undefined && !isStoreUnavailable(err))
-            await ledger.releaseReceipt(org, actionId, slot, entryId, at).catch(() => {});
           log.error({ err, actionId }, `spend ${what} receipt could not be written`);
           throw unavailable('its receipt could not be written');
         }
@@ -306,28 +347,141 @@ export function createBudgetService(deps: BudgetServiceDeps) {
     }
   }
 
-  /** Chains the authorization's receipt if it is not yet (a replay completes an earlier failure). */
-  async function authorizationReceipt(scope: Caller, row: ActionRow, config: EconomicConfig | null) {
-    if (row.authorize_receipt_id !== null) return;
+  /** The receipt of the authorization an action row holds: its entry, answer, amount and request. */
+  function authorizationReceiptOf(row: ActionRow, config: EconomicConfig | null): SpendReceipt {
     const answer = JSON.parse(row.answer) as AuthorizationAnswer;
-    await chainOnce(scope.organizationId, row.action_id, 'authorize', row.authorization_id, () =>
-      receipts.write({
-        organizationId: scope.organizationId,
-        projectId: row.project_id,
-        entryId: row.authorization_id,
-        decision: answer.decision,
-        actionId: row.action_id,
-        toolName: (JSON.parse(row.request) as { toolName: string }).toolName,
-        amountMicros: Number(row.amount_micros),
-        payer: answer.payer,
-        // Answers stored before a denied approval was named in them still name it in their row.
-        approvalId: answer.approvalId ?? row.approval_id ?? null,
-        reason: `${answer.reasonCode}: ${answer.message}`,
-        timestamp: row.decided_at,
-        request: JSON.parse(row.request),
-        config,
-      }),
+    return {
+      organizationId: row.organization_id,
+      projectId: row.project_id,
+      entryId: row.authorization_id,
+      decision: answer.decision,
+      actionId: row.action_id,
+      toolName: (JSON.parse(row.request) as { toolName: string }).toolName,
+      amountMicros: Number(row.amount_micros),
+      payer: answer.payer,
+      // Answers stored before a denied approval was named in them still name it in their row.
+      approvalId: answer.approvalId ?? row.approval_id ?? null,
+      reason: `${answer.reasonCode}: ${answer.message}`,
+      timestamp: row.decided_at,
+      request: JSON.parse(row.request),
+      config,
+    };
+  }
+
+  /** The receipt of a committed action's commit, as the commit request `input` made it. */
+  function commitReceiptOf(row: ActionRow, input: CommitInput, config: EconomicConfig | null): SpendReceipt {
+    const answer = JSON.parse(row.commit_answer!) as CommitAnswer;
+    return {
+      organizationId: row.organization_id,
+      projectId: row.project_id,
+      entryId: row.commit_id!,
+      decision: 'economic_committed',
+      actionId: row.action_id,
+      toolName: input.toolName,
+      amountMicros: input.actualMicros,
+      payer: answer.payer,
+      approvalId: answer.approvalId,
+      reason: `economic_committed: ${answer.message}`,
+      timestamp: answer.budget.asOf,
+      request: commitRecord(input),
+      config,
+    };
+  }
+
+  /**
+   * The commit request of a committed action, rebuilt from what it stored: every field is the
+   * authorization's but the actual amount (its ledger entry's), and `payer` and `approvalId`, which
+   * the request may have left out or named (then as the authorization's). The one whose hash is the
+   * stored commit hash is the request; undefined if none is.
+   */
+  async function storedCommit(row: ActionRow): Promise<CommitInput | undefined> {
+    const entry = await ledger.entry(row.organization_id, row.commit_id!);
+    if (!entry) return undefined;
+    const req = JSON.parse(row.request) as Record<string, string>;
+    const answer = JSON.parse(row.answer) as AuthorizationAnswer;
+    for (const payer of [null, answer.payer]) {
+      for (const approvalId of [null, row.approval_id]) {
+        const input: CommitInput = {
+          actionId: row.action_id,
+          sessionId: row.session_id,
+          agentId: row.agent_id,
+          toolName: req.toolName!,
+          category: row.category,
+          payer,
+          quoteMicros: Number(row.amount_micros),
+          actualMicros: Number(entry.amount_micros),
+          approvalId,
+        };
+        if (hashJson(commitRecord(input)) === row.commit_hash) return input;
+      }
+    }
+    return undefined;
+  }
+
+  /** Chains the authorization's receipt if it is not yet (a replay completes an earlier failure). */
+  async function authorizationReceipt(row: ActionRow, config: EconomicConfig | null) {
+    if (row.authorize_receipt_id !== null) return;
+    await chainOnce(row.organization_id, row.action_id, 'authorize', row.authorization_id, () =>
+      receipts.write(authorizationReceiptOf(row, config)),
     );
+  }
+
+  /**
+   * The owed receipt of an action's current authorization, chained before the action is decided
+   * again (which replaces the row's authorization). It cannot be chained under the ledger lock: on
+   * SQLite that transaction holds the database's write lock, which the decision log's writer needs.
+   */
+  async function earlierAuthorizationReceipt(row: ActionRow, config: EconomicConfig | null, attempt: number) {
+    const refused = () =>
+      new AppError(
+        'service_unavailable',
+        `Action "${row.action_id}" is decided again only once the receipt of its earlier authorization is written, and it could not be written yet; send the same request again`,
+      );
+    if (attempt >= EARLIER_RECEIPT_ATTEMPTS) throw refused();
+    try {
+      await authorizationReceipt(row, config);
+    } catch (err) {
+      if (err instanceof AppError && err.code === 'service_unavailable') throw refused();
+      throw err;
+    }
+  }
+
+  /**
+   * Writes one owed receipt of a slot the sweep found, with the claim protocol of requests: a slot
+   * without a claim is claimed, a stale claim is taken over (looking first for the receipt its writer
+   * may have chained), a fresh one is left to its writer. True when this call stored the receipt.
+   */
+  async function repairSlot(
+    row: ActionRow,
+    slot: ReceiptSlot,
+    configOf: (row: ActionRow) => Promise<EconomicConfig | null>,
+  ): Promise<boolean> {
+    const org = row.organization_id;
+    const { entryId, receiptId, claimedAt } = slotOf(row, slot);
+    if (entryId === null || receiptId !== null) return false;
+    const staleBefore = new Date(clock.now().getTime() - RECEIPT_CLAIM_MS).toISOString();
+    // A fresh claim belongs to its writer; a stale one is taken over.
+    if (claimedAt !== null && claimedAt >= staleBefore) return false;
+    const takeover = claimedAt !== null;
+    let receipt: SpendReceipt;
+    if (slot === 'authorize') {
+      receipt = authorizationReceiptOf(row, await configOf(row));
+    } else {
+      const input = await storedCommit(row);
+      if (!input) {
+        log.error(
+          { actionId: row.action_id, organizationId: org },
+          'spend commit receipt owed, but its request could not be rebuilt from the stored commit',
+        );
+        return false;
+      }
+      receipt = commitReceiptOf(row, input, await configOf(row));
+    }
+    const at = now();
+    if (!(await ledger.claimReceipt(org, row.action_id, slot, entryId, at, takeover ? staleBefore : null)))
+      return false;
+    await writeClaimed(org, row.action_id, slot, entryId, at, takeover, () => receipts.write(receipt));
+    return true;
   }
 
   /** Decides afresh under the ledger lock and appends the authorization (and its reservation). */
@@ -529,9 +683,14 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       if (input.mode === 'simulation') return simulate(scope, input, config, authority);
       const approvalsAvailable = approvalsAllowed(await tierOf(scope));
       const hash = hashJson(requestRecord(input));
-      const result = await ledger.locked(scope.organizationId, now, async (tx): Promise<Fresh | Replay> => {
+      const step = async (tx: LedgerTx): Promise<Fresh | Replay | Owed> => {
         const existing = ownAction(scope, await tx.action(input.actionId));
         const base = { config, authority, approvalsAvailable, existing, approved: null };
+        // Deciding again replaces the row's authorization: not before that one's receipt is chained.
+        const again = (ctx: Parameters<typeof decide>[3]): Promise<Fresh> | Owed =>
+          existing && existing.authorize_receipt_id === null
+            ? { kind: 'owed', row: existing }
+            : decide(tx, scope, input, ctx);
         if (!existing) {
           if (input.approvalId !== null) {
             throw new AppError(
@@ -556,15 +715,13 @@ export function createBudgetService(deps: BudgetServiceDeps) {
         }
         if (existing.state !== 'pending_approval') {
           // An answer stands until its reservation lapsed; then the action is decided again.
-          return existing.state === 'expired'
-            ? decide(tx, scope, input, base)
-            : { kind: 'replay', row: existing };
+          return existing.state === 'expired' ? again(base) : { kind: 'replay', row: existing };
         }
         const approval = await createApprovalRepository(tx.db).get(tx.organizationId, existing.approval_id!);
         const status = approval ? statusAt(approval, tx.now) : 'expired';
         if (status === 'pending') return { kind: 'replay', row: existing };
         if (status === 'denied') {
-          return decide(tx, scope, input, {
+          return again({
             ...base,
             forced: {
               decision: 'deny',
@@ -578,7 +735,7 @@ export function createBudgetService(deps: BudgetServiceDeps) {
           // and the action is decided again as if it had none (a new approval if one is needed).
           const until = usableUntil(approval!, config);
           if (Date.parse(until) <= Date.parse(tx.now)) {
-            return decide(tx, scope, input, {
+            return again({
               ...base,
               preface: `Approval ${approval!.id} (approved at ${approval!.resolved_at ?? approval!.created_at}) lapsed unused at ${until}, ${approvalWindowOf(config)} s after it was approved; the action is decided again`,
             });
@@ -590,18 +747,23 @@ export function createBudgetService(deps: BudgetServiceDeps) {
           const payer = input.payer ?? config?.defaultPayer ?? null;
           const mismatch = approvalMismatch(approval!, input.toolName, approvalArguments(input, payer));
           if (mismatch !== null) {
-            return decide(tx, scope, input, {
+            return again({
               ...base,
               forced: { decision: 'deny', reasonCode: 'approval_invalid', message: mismatch },
             });
           }
-          return decide(tx, scope, input, { ...base, approved: approval! });
+          return again({ ...base, approved: approval! });
         }
         // Expired without a decision (or used and lapsed): decided again, with a new approval if needed.
-        return decide(tx, scope, input, base);
-      });
+        return again(base);
+      };
+      let result = await ledger.locked(scope.organizationId, now, step);
+      for (let attempt = 1; result.kind === 'owed'; attempt++) {
+        await earlierAuthorizationReceipt(result.row, config, attempt);
+        result = await ledger.locked(scope.organizationId, now, step);
+      }
       if (result.kind === 'replay') {
-        await authorizationReceipt(scope, result.row, config);
+        await authorizationReceipt(result.row, config);
         return JSON.parse(result.row.answer) as AuthorizationAnswer;
       }
       const { answer, approval, row } = result;
@@ -628,7 +790,7 @@ export function createBudgetService(deps: BudgetServiceDeps) {
           },
         });
       }
-      await authorizationReceipt(scope, row, config);
+      await authorizationReceipt(row, config);
       return answer;
     },
 
@@ -719,15 +881,14 @@ export function createBudgetService(deps: BudgetServiceDeps) {
             tx.now,
           ),
         };
-        const row: ActionRow = {
-          ...a,
+        const settled = {
           state: 'committed',
           commit_id: entries[0]!.id,
           commit_hash: hash,
           commit_answer: JSON.stringify(commitAnswer),
         };
-        await tx.putAction(row, true);
-        return { fresh: true, row };
+        await tx.updateAction(a.action_id, settled);
+        return { fresh: true, row: { ...a, ...settled } };
       });
       const { row } = result;
       const answer = JSON.parse(row.commit_answer!) as CommitAnswer;
@@ -752,24 +913,52 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       }
       if (row.commit_receipt_id === null) {
         await chainOnce(scope.organizationId, row.action_id, 'commit', row.commit_id!, () =>
-          receipts.write({
-            organizationId: scope.organizationId,
-            projectId: row.project_id,
-            entryId: row.commit_id!,
-            decision: 'economic_committed',
-            actionId: row.action_id,
-            toolName: input.toolName,
-            amountMicros: input.actualMicros,
-            payer: answer.payer,
-            approvalId: answer.approvalId,
-            reason: `economic_committed: ${answer.message}`,
-            timestamp: answer.budget.asOf,
-            request: commitRecord(input),
-            config,
-          }),
+          receipts.write(commitReceiptOf(row, input, config)),
         );
       }
       return answer;
+    },
+
+    /**
+     * Chains the receipts actions owe (an authorization or commit whose receipt write failed and was
+     * not sent again, or whose process died between the ledger's commit and the receipt), oldest
+     * first, one page per pass; runs at startup and then periodically. Several processes may sweep at
+     * once: each slot is claimed as requests claim it, so it gets one receipt. The configuration bound
+     * is the one in effect for the action's project now, as for a request sent again. Never throws
+     * for one action (it is logged and retried by a later pass); `stop` ends the pass early. Answers
+     * how many receipts it stored.
+     */
+    async repairReceipts(options: { limit?: number; stop?: () => boolean } = {}): Promise<number> {
+      const staleBefore = new Date(clock.now().getTime() - RECEIPT_CLAIM_MS).toISOString();
+      const rows = await ledger.owingReceipts(staleBefore, options.limit ?? REPAIR_PAGE);
+      const effective = new Map<string, Promise<EconomicConfig | null>>();
+      const configOf = (row: ActionRow) => {
+        const key = JSON.stringify([row.organization_id, row.project_id]);
+        let config = effective.get(key);
+        if (!config) {
+          config = loadEffective(configs, {
+            organizationId: row.organization_id,
+            projectId: row.project_id,
+          }).then((r) => r.effective);
+          effective.set(key, config);
+        }
+        return config;
+      };
+      let repaired = 0;
+      for (const row of rows) {
+        for (const slot of ['authorize', 'commit'] as const) {
+          if (options.stop?.()) return repaired;
+          try {
+            if (await repairSlot(row, slot, configOf)) repaired++;
+          } catch (err) {
+            log.error(
+              { err, actionId: row.action_id, organizationId: row.organization_id },
+              `spend ${slot === 'authorize' ? 'authorization' : 'commit'} receipt repair failed; it will be retried`,
+            );
+          }
+        }
+      }
+      return repaired;
     },
 
     async status(
@@ -800,3 +989,45 @@ export function createBudgetService(deps: BudgetServiceDeps) {
 }
 
 export type BudgetService = ReturnType<typeof createBudgetService>;
+
+/**
+ * Runs the receipt sweep of a process: a pass when started (awaited), then one every `intervalMs`
+ * unless the previous one still runs. `close` stops the timer, ends the running pass after the
+ * receipt it is writing, and waits for it, so nothing is written once it resolved. A failed pass is
+ * logged; the next one tries again.
+ */
+export function receiptSweep(opts: {
+  repair: (stop: () => boolean) => Promise<unknown>;
+  intervalMs: number;
+  log: { error(obj: object, msg: string): void };
+}) {
+  let timer: NodeJS.Timeout | undefined;
+  let closed = false;
+  let running: Promise<void> | undefined;
+  const pass = (): Promise<void> | undefined => {
+    if (closed || running) return running;
+    running = opts
+      .repair(() => closed)
+      .then(
+        () => {},
+        (err) => opts.log.error({ err }, 'spend receipt repair sweep failed'),
+      )
+      .finally(() => {
+        running = undefined;
+      });
+    return running;
+  };
+  return {
+    async start(): Promise<void> {
+      await pass();
+      if (closed) return;
+      timer = setInterval(() => void pass(), opts.intervalMs);
+      timer.unref();
+    },
+    async close(): Promise<void> {
+      closed = true;
+      clearInterval(timer);
+      await running;
+    },
+  };
+}
