@@ -122,3 +122,83 @@ describe('an upstream session over Streamable HTTP', () => {
     expect(await openAtMost(idle)).toBeLessThanOrEqual(idle);
   });
 });
+
+describe('the order of a session’s messages', () => {
+  it('sends a request only after the notifications queued before it were taken', async () => {
+    let heldNotification: ServerResponse | null = null;
+    let release: () => void = () => {};
+    /** Whether each tools/call arrived while the notification before it was still being taken. */
+    const arrivedEarly: boolean[] = [];
+    const ordered = await startHostileUpstream((msg, res) => {
+      arrivedEarly.push(heldNotification !== null);
+      release();
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ jsonrpc: '2.0', id: msg.id, result: { content: [] } }));
+    });
+    // The hostile upstream answers notifications itself: hold them here, in front of it.
+    const { createServer, request } = await import('node:http');
+    const target = new URL(ordered.url);
+    const front = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const body = Buffer.concat(chunks);
+        const text = body.toString('utf8');
+        const forward = () => {
+          const out = request(
+            {
+              host: target.hostname,
+              port: target.port,
+              path: target.pathname,
+              method: req.method,
+              headers: req.headers,
+            },
+            (answer) => {
+              res.writeHead(answer.statusCode ?? 502, answer.headers);
+              answer.pipe(res);
+            },
+          );
+          out.end(body);
+        };
+        if (text.includes('"notifications/progress"')) {
+          // Let go when a request overtakes it, or after 300 ms.
+          heldNotification = res;
+          const timer = setTimeout(() => release(), 300);
+          release = () => {
+            clearTimeout(timer);
+            release = () => {};
+            heldNotification = null;
+            forward();
+          };
+        } else forward();
+      });
+    });
+    await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', () => resolve()));
+    const port = (front.address() as { port: number }).port;
+    const { session: s } = await UpstreamSession.open(
+      {
+        id: 'u2',
+        transport: 'mcp-streamable-http',
+        url: `http://127.0.0.1:${port}/mcp`,
+        headers: {},
+        timeoutMs: 5000,
+      },
+      { allowPrivate: true, fetch: http.fetch, request: http.request, standaloneStream: false },
+      DEFAULT_UPSTREAM_LIMITS,
+      { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'test', version: '1' } },
+      { message: () => true, closed: () => {} },
+    );
+    try {
+      s.notify('notifications/progress', { progressToken: 't', progress: 1 });
+      expect(await s.request('tools/call', { name: 'after', arguments: {} }).done).toEqual({ content: [] });
+      expect(arrivedEarly).toEqual([false]);
+      expect(ordered.notifications.map((n) => n.method)).toEqual(['notifications/progress']);
+    } finally {
+      await s.close();
+      front.closeAllConnections();
+      await new Promise<void>((resolve) => front.close(() => resolve()));
+      await ordered.close();
+    }
+  });
+});

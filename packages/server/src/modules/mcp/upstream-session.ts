@@ -102,6 +102,11 @@ export class UpstreamSession {
   /** Notifications and answers to send, in order; `posting` while one is on its way. */
   private outbox: JSONRPCMessage[] = [];
   private posting = false;
+  /** Messages queued on the outbox so far, and those the upstream took (or refused) so far. */
+  private queued = 0;
+  private delivered = 0;
+  /** Requests held until the messages queued before them were sent (`mark`: `queued` when made). */
+  private held: { mark: number; send: () => void }[] = [];
   /** Answers to the upstream's requests queued or being sent. */
   private unsentAnswers = 0;
 
@@ -177,15 +182,24 @@ export class UpstreamSession {
       }, timeoutMs);
       this.pending.set(id, { resolve, reject, timer });
       const message = { jsonrpc: '2.0' as const, id, method, ...(params ? { params } : {}) };
-      this.transport.send(message).catch((err) => {
-        const e = toUpstreamError(err);
-        this.settle(id)?.reject(e);
-        // The POST itself failed (refused, 404 for an expired session…): the session is gone; the
-        // client learns it (404) at its next request and initializes again, as MCP prescribes. An
-        // answer stream that ended early, or an answer that cannot be used, loses only this request.
-        if (method !== 'initialize' && !(err instanceof AnswerStreamEnded || err instanceof AnswerRefused))
-          this.fail(`the upstream session failed: ${e.message}`);
-      });
+      const send = () => {
+        // Timed out or cancelled while it waited: nothing to send.
+        if (!this.pending.has(id)) return;
+        this.transport.send(message).catch((err) => {
+          const e = toUpstreamError(err);
+          this.settle(id)?.reject(e);
+          // The POST itself failed (refused, 404 for an expired session…): the session is gone; the
+          // client learns it (404) at its next request and initializes again, as MCP prescribes. An
+          // answer stream that ended early, or an answer that cannot be used, loses only this request.
+          if (method !== 'initialize' && !(err instanceof AnswerStreamEnded || err instanceof AnswerRefused))
+            this.fail(`the upstream session failed: ${e.message}`);
+        });
+      };
+      // The session's messages reach the upstream in the order the client sent them: a request
+      // waits for the notifications and answers queued before it (notifications/initialized, after
+      // which an upstream may first offer some tools, is the one that matters most).
+      if (this.delivered < this.queued) this.held.push({ mark: this.queued, send });
+      else send();
     });
     if (this.observe) {
       const started = performance.now();
@@ -242,6 +256,7 @@ export class UpstreamSession {
     }
     if (answer) this.unsentAnswers++;
     this.outbox.push(message);
+    this.queued++;
     if (!this.posting) void this.drain();
   }
 
@@ -264,9 +279,17 @@ export class UpstreamSession {
           this.fail(`the upstream took no message within ${this.target.timeoutMs} ms`);
       } finally {
         if (!('method' in message)) this.unsentAnswers--;
+        this.delivered++;
+        this.sendHeld();
       }
     }
     this.posting = false;
+  }
+
+  /** Sends the requests whose earlier messages have all been sent. */
+  private sendHeld(): void {
+    while (this.held.length > 0 && this.held[0]!.mark <= this.delivered && !this.ended)
+      this.held.shift()!.send();
   }
 
   private settle(id: number): Pending | undefined {
@@ -336,6 +359,7 @@ export class UpstreamSession {
     if (this.ended) return;
     this.ended = reason;
     this.outbox = [];
+    this.held = [];
     for (const id of [...this.pending.keys()])
       this.settle(id)?.reject(new UpstreamError('unreachable', reason));
     this.events.closed(reason);
@@ -347,6 +371,7 @@ export class UpstreamSession {
     if (!this.ended) {
       this.ended = 'the session ended';
       this.outbox = [];
+      this.held = [];
       for (const id of [...this.pending.keys()])
         this.settle(id)?.reject(new UpstreamError('unreachable', 'the session ended'));
     }
