@@ -175,6 +175,15 @@ describe('enforcement pipeline', () => {
     expect(reservation.settle).not.toHaveBeenCalled();
     expect(reservation.release).toHaveBeenCalledTimes(1);
     expect(release).toHaveBeenCalledTimes(1);
+    // Without a note too: the record prepared while the tool was expected to run is not used.
+    const quiet = setup();
+    const unnoted = await quiet.enforce(call({ amount: 5 }), async () => ({
+      value: undefined as never,
+      ran: false,
+    }));
+    expect(unnoted).toMatchObject({ decision: 'allow', ran: false });
+    expect(quiet.writer.write.mock.calls[0]![0].session).toBeUndefined();
+    expect(quiet.reservation.release).toHaveBeenCalledTimes(1);
   });
 
   it('drops a caller-sent context.source "client" from server decisions; opens approvals with the key', async () => {

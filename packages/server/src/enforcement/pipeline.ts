@@ -161,7 +161,7 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
       }
       // Ids and times in the order decisions are recorded, as for calls that run nothing.
       const decisionId = uuidv7();
-      if (prepared && execution?.note === undefined)
+      if (prepared && execution?.note === undefined && execution?.ran !== false)
         item = withOutcome(prepared, decisionId, clock.now().toISOString(), execution?.resultHash);
 
       let receipt: Receipt;
