@@ -148,7 +148,10 @@ describe('scorePolicy', () => {
       mode: 'deterministic',
       constraints: [
         { argumentName: 's', notRegex: '(?:.*x.*){1000}[^x]' },
-        { argumentName: 'email', regex: '^[^@]{1,64}@[^@]{1,255}$' },
+        {
+          argumentName: 'email',
+          regex: '(?i)^[a-z0-9._%+-]{1,64}@(?:[a-z0-9-]{1,63}\\.){1,8}[a-z]{2,63}$',
+        },
         { argumentName: 'id', regex: '^acct_[a-z0-9]{8}$' },
       ],
     });

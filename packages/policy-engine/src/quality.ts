@@ -1,6 +1,7 @@
 import { CONSTRAINT_FIELDS, checkPolicyDefinition, isSet } from './definition-check.js';
 import { show } from './format.js';
-import { compileRegex } from './regex.js';
+import { MAX_REGEX_LENGTH } from './limits.js';
+import { regexCost } from './regex.js';
 import type { ArgType, Constraint, PolicyDefinition, ToolArgument } from './types.js';
 
 export interface QualityReport {
@@ -205,10 +206,16 @@ function checkConstraintShape(c: Constraint, index: number, out: Collector): voi
     );
   }
   for (const field of ['regex', 'notRegex'] as const) {
-    const compiled = isSet(c[field]) ? compileRegex(c[field]) : null;
-    if (compiled?.ok && compiled.matcher.maxInput < MIB) {
+    const cost = isSet(c[field]) ? regexCost(c[field]) : null;
+    if (cost && cost.maxInput < MIB) {
+      // More instructions than a pattern has characters: counted repetition. Otherwise a short
+      // program whose search automaton is too large to build ahead (`a.{20}$`).
+      const why =
+        cost.programSize > MAX_REGEX_LENGTH
+          ? 'compiles to a large program'
+          : 'needs a large search automaton';
       out.add(
-        `${label}: the ${field} pattern compiles to a large program, so strings longer than ${compiled.matcher.maxInput} characters (UTF-16 code units) are denied without being checked.`,
+        `${label}: the ${field} pattern ${why}, so strings longer than ${cost.maxInput} characters (UTF-16 code units) are denied without being checked.`,
         PENALTY.notice,
       );
     }
