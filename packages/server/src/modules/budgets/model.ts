@@ -10,9 +10,9 @@ import { toUsd } from '@svc/policy-engine';
 /**
  * Which configuration governs an answer: only the organization's, both combined (a project can only
  * tighten its organization), or none (economic authorization is disabled). A project's configuration
- * never governs alone (it applies only with the organization's), so `project` is not answered.
+ * never governs alone: it applies only with the organization's.
  */
-export type Authority = 'organization' | 'project' | 'organization+project' | 'none';
+export type Authority = 'organization' | 'organization+project' | 'none';
 
 /** An authorize request after validation, amounts in micros. What idempotency compares. */
 export interface ActionRequest {

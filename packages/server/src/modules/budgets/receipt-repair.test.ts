@@ -314,6 +314,61 @@ describe('the economic receipt sweep', () => {
     await expectChainVerifies(tenant.orgId, 2);
   });
 
+  it('moves past actions whose receipt it cannot make, and tries them again a while later', async () => {
+    const { tenant, scope } = await organization();
+    const fail = { on: false };
+    const svc = service(flaky(fail));
+    const setCommitHash = (actionId: string, hash: string) =>
+      t.store.db
+        .updateTable('spend_actions')
+        .set({ commit_hash: hash })
+        .where('organization_id', '=', tenant.orgId)
+        .where('action_id', '=', actionId)
+        .execute();
+    const hashes = new Map<string, string>();
+    for (const id of ['broken-1', 'broken-2']) {
+      await svc.authorize(scope, input(id));
+      fail.on = true;
+      await svc.commit(scope, commitOf(id)).catch(() => {});
+      fail.on = false;
+      // Its commit request cannot be rebuilt from what the commit stored.
+      hashes.set(id, (await actionRow(tenant.orgId, id)).commit_hash!);
+      await setCommitHash(id, 'not-the-request');
+      clock.advance(1);
+    }
+    fail.on = true;
+    await svc.authorize(scope, input('behind')).catch(() => {});
+    const logged: string[] = [];
+    const sweeper = service(flaky({ on: false }), createSpendLedger(t.store), {
+      error: (_o, msg) => logged.push(msg),
+    });
+    const cannot = 'spend commit receipt owed, but its request could not be rebuilt from the stored commit';
+    const behind = async () => (await actionRow(tenant.orgId, 'behind')).authorize_receipt_id;
+
+    // One action per pass: each broken one is tried once, then the page reaches the newer action.
+    await sweeper.repairReceipts({ limit: 1 });
+    await sweeper.repairReceipts({ limit: 1 });
+    expect(logged).toEqual([cannot, cannot]);
+    expect(await behind()).toBeNull();
+    expect(await sweeper.repairReceipts({ limit: 1 })).toBe(1);
+    expect(await behind()).not.toBeNull();
+    expect(await sweeper.repairReceipts({ limit: 1 })).toBe(0);
+    expect(logged).toHaveLength(2);
+
+    // Ten minutes later they are tried again (and chained, once they can be).
+    for (const [id, hash] of hashes) await setCommitHash(id, hash);
+    clock.advance(10 * 60);
+    expect(await sweeper.repairReceipts({ limit: 1 })).toBe(1);
+    expect(await sweeper.repairReceipts({ limit: 1 })).toBe(1);
+    expect(logged).toHaveLength(2);
+    for (const id of hashes.keys()) {
+      const row = await actionRow(tenant.orgId, id);
+      expect(await receiptsFor(tenant.orgId, row.commit_id!)).toHaveLength(1);
+      expect(row.commit_receipt_id).not.toBeNull();
+    }
+    await expectChainVerifies(tenant.orgId, 5);
+  });
+
   it.skipIf(!TEST_PG_URL)(
     "keeps an authorization's receipt stored while its commit runs (another process stores it meanwhile)",
     async () => {
@@ -400,6 +455,33 @@ describe('an action decided again', () => {
     await expectChainVerifies(tenant.orgId, 3);
   });
 
+  it("tries the earlier authorization's owed receipt at most three times before refusing", async () => {
+    const { tenant, scope } = await organization({ ...CONFIG, approvalWindowSeconds: 60 });
+    await service(flaky({ on: true }))
+      .authorize(scope, input('owed'))
+      .catch(() => {});
+    clock.advance(61);
+    // Each try finds the slot taken and then its entry replaced, so it writes nothing and returns;
+    // the action still owes the receipt when it is read again.
+    let tries = 0;
+    const ledger = createSpendLedger(t.store);
+    const elsewhere: SpendLedger = {
+      ...ledger,
+      claimReceipt: async () => {
+        tries++;
+        return false;
+      },
+      receiptState: async () => ({ entryId: 'another-entry', receiptId: null, claimedAt: null }),
+    };
+    const refused = await service(flaky({ on: false }), elsewhere)
+      .authorize(scope, input('owed'))
+      .catch((e) => e);
+    expect(refused.code).toBe('service_unavailable');
+    expect(refused.message).toContain('earlier authorization');
+    expect(tries).toBe(3);
+    expect(await authorizationEntries(tenant.orgId, 'owed')).toHaveLength(1);
+  });
+
   it('chains the owed receipt of a require_approval before a denied approval decides it again', async () => {
     const { tenant, scope } = await organization({ ...CONFIG, perActionApprovalThresholdUsd: 1 });
     const fail = { on: true };
@@ -452,6 +534,15 @@ describe('the sweep of a process', () => {
 
     await t.close();
     t = await createTestApp({}, { database: db, clock });
+    // The server answers while its first pass runs: wait (bounded) until that pass stored both.
+    await expect
+      .poll(
+        async () =>
+          (await actionRow(tenant.orgId, 'crashed')).authorize_receipt_id !== null &&
+          (await actionRow(tenant.orgId, 'settled')).commit_receipt_id !== null,
+        { timeout: 10_000, interval: 20 },
+      )
+      .toBe(true);
     const crashed = await actionRow(tenant.orgId, 'crashed');
     const settled = await actionRow(tenant.orgId, 'settled');
     const slots: [string, string | null][] = [
@@ -483,9 +574,9 @@ describe('the sweep of a process', () => {
         return 0;
       },
     });
-    await sweep.start();
+    sweep.start();
     expect(passes).toBe(1);
-    expect(errors).toEqual(['spend receipt repair sweep failed']);
+    await expect.poll(() => errors).toEqual(['spend receipt repair sweep failed']);
     await expect.poll(() => passes).toBe(3);
     let closed = false;
     const closing = sweep.close().then(() => {
@@ -500,5 +591,35 @@ describe('the sweep of a process', () => {
     expect(stopSeen).toBe(true);
     await new Promise((resolve) => setTimeout(resolve, 30));
     expect(passes).toBe(3);
+  });
+
+  it('does not wait for its first pass to start, and starts none once closed', async () => {
+    const block = gate();
+    let passes = 0;
+    let stopSeen = false;
+    const sweep = receiptSweep({
+      intervalMs: 60_000,
+      log: silent,
+      repair: async (stop) => {
+        passes++;
+        await block.opened;
+        stopSeen = stop();
+        return 0;
+      },
+    });
+    // Returns while the first pass is held.
+    expect(sweep.start()).toBeUndefined();
+    expect(passes).toBe(1);
+    let closed = false;
+    const closing = sweep.close().then(() => {
+      closed = true;
+    });
+    await Promise.resolve();
+    expect(closed).toBe(false);
+    block.open();
+    await closing;
+    expect(stopSeen).toBe(true);
+    sweep.start();
+    expect(passes).toBe(1);
   });
 });

@@ -33,13 +33,14 @@ export const budgetRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
     tierOf: async (id) => (await organizations.get(id))?.tier ?? 'free',
   });
   // Authorizations and commits whose receipt write failed, or whose process died before it, get it
-  // at startup and then within a minute, whether or not the client sends the request again.
+  // from a pass started with the server (which does not wait for it to listen) and then within a
+  // minute, whether or not the client sends the request again.
   const sweep = receiptSweep({
     repair: (stop) => service.repairReceipts({ stop }),
     intervalMs: RECEIPT_REPAIR_INTERVAL_MS,
     log: ctx.log,
   });
-  app.addHook('onReady', () => sweep.start());
+  app.addHook('onReady', async () => sweep.start());
   app.addHook('onClose', () => sweep.close());
 
   app.get('/v1/economic/config', { schema: { response: { 200: ConfigSchema } } }, async (req) =>

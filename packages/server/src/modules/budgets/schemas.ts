@@ -90,7 +90,7 @@ const BudgetSchema = Type.Object({
   category: Type.Optional(ScopeBudgetSchema),
 });
 
-const AuthoritySchema = OneOf(['organization', 'project', 'organization+project', 'none']);
+const AuthoritySchema = OneOf(['organization', 'organization+project', 'none']);
 
 export const AuthorizationSchema = Type.Object({
   actionId: Type.String(),

@@ -83,10 +83,18 @@ const RECEIPT_CLAIM_MS = 60_000;
 /** How long a request sent again waits for the receipt another request is writing. */
 const RECEIPT_WAIT_MS = 10_000;
 const RECEIPT_POLL_MS = 20;
-/** How often one authorize goes back for the earlier authorization's owed receipt before it gives up. */
+/**
+ * How many times one authorize tries to chain the earlier authorization's owed receipt (each try
+ * followed by a new look at the action) before it refuses.
+ */
 const EARLIER_RECEIPT_ATTEMPTS = 3;
 /** Actions the receipt sweep reads per pass (each owes one or two receipts). */
 const REPAIR_PAGE = 100;
+/**
+ * How long the sweep of a process leaves an action whose owed receipt it failed to chain before it
+ * tries it again: actions that keep failing do not hold the oldest-first page, newer ones get theirs.
+ */
+const REPAIR_RETRY_MS = 10 * 60_000;
 
 /** The stored form of a request: what idempotency compares, and what receipts hash. */
 function requestRecord(r: ActionRequest): Record<string, unknown> {
@@ -437,7 +445,8 @@ export function createBudgetService(deps: BudgetServiceDeps) {
         'service_unavailable',
         `Action "${row.action_id}" is decided again only once the receipt of its earlier authorization is written, and it could not be written yet; send the same request again`,
       );
-    if (attempt >= EARLIER_RECEIPT_ATTEMPTS) throw refused();
+    // Attempts 1 to EARLIER_RECEIPT_ATTEMPTS write; one more finds it still owed and refuses.
+    if (attempt > EARLIER_RECEIPT_ATTEMPTS) throw refused();
     try {
       await authorizationReceipt(row, config);
     } catch (err) {
@@ -449,19 +458,21 @@ export function createBudgetService(deps: BudgetServiceDeps) {
   /**
    * Writes one owed receipt of a slot the sweep found, with the claim protocol of requests: a slot
    * without a claim is claimed, a stale claim is taken over (looking first for the receipt its writer
-   * may have chained), a fresh one is left to its writer. True when this call stored the receipt.
+   * may have chained), a fresh one is left to its writer. Answers `stored` when this call stored the
+   * receipt, `failed` when the receipt cannot be made (logged), `left` otherwise; throws when the
+   * write fails.
    */
   async function repairSlot(
     row: ActionRow,
     slot: ReceiptSlot,
     configOf: (row: ActionRow) => Promise<EconomicConfig | null>,
-  ): Promise<boolean> {
+  ): Promise<'stored' | 'left' | 'failed'> {
     const org = row.organization_id;
     const { entryId, receiptId, claimedAt } = slotOf(row, slot);
-    if (entryId === null || receiptId !== null) return false;
+    if (entryId === null || receiptId !== null) return 'left';
     const staleBefore = new Date(clock.now().getTime() - RECEIPT_CLAIM_MS).toISOString();
     // A fresh claim belongs to its writer; a stale one is taken over.
-    if (claimedAt !== null && claimedAt >= staleBefore) return false;
+    if (claimedAt !== null && claimedAt >= staleBefore) return 'left';
     const takeover = claimedAt !== null;
     let receipt: SpendReceipt;
     if (slot === 'authorize') {
@@ -473,16 +484,20 @@ export function createBudgetService(deps: BudgetServiceDeps) {
           { actionId: row.action_id, organizationId: org },
           'spend commit receipt owed, but its request could not be rebuilt from the stored commit',
         );
-        return false;
+        return 'failed';
       }
       receipt = commitReceiptOf(row, input, await configOf(row));
     }
     const at = now();
     if (!(await ledger.claimReceipt(org, row.action_id, slot, entryId, at, takeover ? staleBefore : null)))
-      return false;
+      return 'left';
     await writeClaimed(org, row.action_id, slot, entryId, at, takeover, () => receipts.write(receipt));
-    return true;
+    return 'stored';
   }
+
+  /** Actions (organization and id) whose owed receipt the sweep failed to chain, and until when it leaves them. */
+  const repairFailedUntil = new Map<string, number>();
+  const actionKey = (row: ActionRow) => JSON.stringify([row.organization_id, row.action_id]);
 
   /** Decides afresh under the ledger lock and appends the authorization (and its reservation). */
   async function decide(
@@ -925,12 +940,19 @@ export function createBudgetService(deps: BudgetServiceDeps) {
      * first, one page per pass; runs at startup and then periodically. Several processes may sweep at
      * once: each slot is claimed as requests claim it, so it gets one receipt. The configuration bound
      * is the one in effect for the action's project now, as for a request sent again. Never throws
-     * for one action (it is logged and retried by a later pass); `stop` ends the pass early. Answers
-     * how many receipts it stored.
+     * for one action (it is logged and retried by a later pass); `stop` ends the pass early. An
+     * action that failed is left out of this service's passes for REPAIR_RETRY_MS, so the page
+     * reaches newer actions. Answers how many receipts it stored.
      */
     async repairReceipts(options: { limit?: number; stop?: () => boolean } = {}): Promise<number> {
-      const staleBefore = new Date(clock.now().getTime() - RECEIPT_CLAIM_MS).toISOString();
-      const rows = await ledger.owingReceipts(staleBefore, options.limit ?? REPAIR_PAGE);
+      const nowMs = clock.now().getTime();
+      const staleBefore = new Date(nowMs - RECEIPT_CLAIM_MS).toISOString();
+      for (const [key, until] of repairFailedUntil) if (until <= nowMs) repairFailedUntil.delete(key);
+      const limit = options.limit ?? REPAIR_PAGE;
+      // Read past the actions left after a failure: they are not counted in the page.
+      const rows = (await ledger.owingReceipts(staleBefore, limit + repairFailedUntil.size))
+        .filter((row) => !repairFailedUntil.has(actionKey(row)))
+        .slice(0, limit);
       const effective = new Map<string, Promise<EconomicConfig | null>>();
       const configOf = (row: ActionRow) => {
         const key = JSON.stringify([row.organization_id, row.project_id]);
@@ -946,17 +968,22 @@ export function createBudgetService(deps: BudgetServiceDeps) {
       };
       let repaired = 0;
       for (const row of rows) {
+        let failed = false;
         for (const slot of ['authorize', 'commit'] as const) {
           if (options.stop?.()) return repaired;
           try {
-            if (await repairSlot(row, slot, configOf)) repaired++;
+            const done = await repairSlot(row, slot, configOf);
+            if (done === 'stored') repaired++;
+            if (done === 'failed') failed = true;
           } catch (err) {
+            failed = true;
             log.error(
               { err, actionId: row.action_id, organizationId: row.organization_id },
               `spend ${slot === 'authorize' ? 'authorization' : 'commit'} receipt repair failed; it will be retried`,
             );
           }
         }
+        if (failed) repairFailedUntil.set(actionKey(row), nowMs + REPAIR_RETRY_MS);
       }
       return repaired;
     },
@@ -991,10 +1018,10 @@ export function createBudgetService(deps: BudgetServiceDeps) {
 export type BudgetService = ReturnType<typeof createBudgetService>;
 
 /**
- * Runs the receipt sweep of a process: a pass when started (awaited), then one every `intervalMs`
- * unless the previous one still runs. `close` stops the timer, ends the running pass after the
- * receipt it is writing, and waits for it, so nothing is written once it resolved. A failed pass is
- * logged; the next one tries again.
+ * Runs the receipt sweep of a process: a pass when started (`start` does not wait for it), then one
+ * every `intervalMs` unless the previous one still runs. `close` stops the timer, ends the running
+ * pass after the receipt it is writing, and waits for it, so nothing is written once it resolved,
+ * and no pass starts after it. A failed pass is logged; the next one tries again.
  */
 export function receiptSweep(opts: {
   repair: (stop: () => boolean) => Promise<unknown>;
@@ -1004,10 +1031,10 @@ export function receiptSweep(opts: {
   let timer: NodeJS.Timeout | undefined;
   let closed = false;
   let running: Promise<void> | undefined;
-  const pass = (): Promise<void> | undefined => {
-    if (closed || running) return running;
-    running = opts
-      .repair(() => closed)
+  const pass = (): void => {
+    if (closed || running) return;
+    // Called at once; a repair that throws before its first await is logged like one that rejects.
+    running = (async () => opts.repair(() => closed))()
       .then(
         () => {},
         (err) => opts.log.error({ err }, 'spend receipt repair sweep failed'),
@@ -1015,13 +1042,12 @@ export function receiptSweep(opts: {
       .finally(() => {
         running = undefined;
       });
-    return running;
   };
   return {
-    async start(): Promise<void> {
-      await pass();
-      if (closed) return;
-      timer = setInterval(() => void pass(), opts.intervalMs);
+    start(): void {
+      if (closed || timer) return;
+      pass();
+      timer = setInterval(pass, opts.intervalMs);
       timer.unref();
     },
     async close(): Promise<void> {
