@@ -75,8 +75,22 @@ describe("Charter's model calls and the judge", () => {
     const assistantCalls = () => server.seen.filter((s) => !isJudgement(s.system)).length;
     const before = assistantCalls();
 
-    const flood = Array.from({ length: 6 }, (_, i) => turn(a, `why is the sky blue ${i}?`));
-    await vi.waitFor(() => expect(assistantCalls()).toBe(before + 1), { timeout: 10_000 });
+    let settled = 0;
+    const flood = Array.from({ length: 6 }, (_, i) =>
+      turn(a, `why is the sky blue ${i}?`).then((r) => {
+        settled++;
+        return r;
+      }),
+    );
+    // Two turns are held (one at the model, one waiting for the assistant's only slot) and cannot
+    // answer before the gate opens: so once four answered, every turn has asked for its model call.
+    await vi.waitFor(
+      () => {
+        expect(settled).toBe(4);
+        expect(assistantCalls()).toBe(before + 1);
+      },
+      { timeout: 10_000 },
+    );
     const validate = await t.inject({
       method: 'POST',
       url: '/v1/tools/validate',
