@@ -15,7 +15,11 @@ export const charterRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext; charter
 
   app.post(
     '/v1/mcp/charter',
-    { config: { auth: 'apiKey' }, schema: { summary: 'Charter as an MCP server', documented: CharterPost } },
+    {
+      // Charter's turns through MCP count against the budget of /v1/charter/* (per API key).
+      config: { auth: 'apiKey', rateLimit: 'charter' },
+      schema: { summary: 'Charter as an MCP server', documented: CharterPost },
+    },
     async (req, reply) => {
       const incoming = classify(req.body);
       if (incoming.kind === 'invalid') {

@@ -3,8 +3,9 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
-import { asUser, createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
+import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { rawRpc } from '../../../test/mcp-helpers.js';
+import type { Clock } from '../../lib/clock.js';
 
 const clients: Client[] = [];
 
@@ -227,5 +228,48 @@ describe('POST /v1/mcp/charter', () => {
       { authorization: `Bearer ${tenant.token}` },
     );
     expect(user.status).toBe(403);
+  });
+});
+
+describe('rate limit of POST /v1/mcp/charter', () => {
+  // A fixed clock keeps the per-minute window from rolling over during the test.
+  const clock: Clock = { now: () => new Date('2026-11-21T12:00:30.000Z') };
+  const limited = useTestApp({}, { clock });
+
+  it("counts against the key's budget of /v1/charter/*: 60 requests a minute, the 61st answers 429", async () => {
+    const tenant = await createTenant(limited);
+    const list = () =>
+      limited.inject({
+        method: 'POST',
+        url: '/v1/mcp/charter',
+        headers: { ...keyHeader(tenant.apiKey), accept: 'application/json' },
+        payload: { jsonrpc: '2.0', id: 1, method: 'tools/list' },
+      });
+    let last = await list();
+    for (let i = 1; i < 60; i++) last = await list();
+    expect(last.statusCode).toBe(200);
+    expect(last.json().result.tools).toHaveLength(5);
+    expect(last.headers['x-ratelimit-limit']).toBe('60');
+    expect(last.headers['x-ratelimit-remaining']).toBe('0');
+    const over = await list();
+    expectError(over, 429, 'rate_limit_exceeded');
+    expect(over.headers['retry-after']).toBe('30');
+    // The same budget as /v1/charter/*.
+    const rest = await limited.inject({
+      method: 'GET',
+      url: '/v1/charter/verifications',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expectError(rest, 429, 'rate_limit_exceeded');
+    // Another key has a budget of its own.
+    const other = await createTenant(limited);
+    const fresh = await limited.inject({
+      method: 'POST',
+      url: '/v1/mcp/charter',
+      headers: { ...keyHeader(other.apiKey), accept: 'application/json' },
+      payload: { jsonrpc: '2.0', id: 1, method: 'tools/list' },
+    });
+    expect(fresh.statusCode).toBe(200);
+    expect(fresh.headers['x-ratelimit-remaining']).toBe('59');
   });
 });
