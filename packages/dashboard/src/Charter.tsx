@@ -7,6 +7,7 @@ import {
   messageOf,
   type Organization,
   type PolicyChange,
+  request,
   type Verification,
 } from './api.js';
 import type { PageProps } from './pages.js';
@@ -196,30 +197,61 @@ function TurnDetails({ turn }: { turn: CharterTurn }) {
   );
 }
 
+/** Seconds until a refused request may be sent again, from Retry-After (seconds or a date); null if none. */
+function retryAfterSeconds(value: string | null): number | null {
+  if (!value?.trim()) return null;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds)) return Math.max(0, Math.ceil(seconds));
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, Math.ceil((at - Date.now()) / 1000));
+}
+
+/** One organization's answer for a verification: it, none there, or refused for too many requests. */
+type Lookup = { v: Verification } | null | { retryAfter: number | null };
+
+/** Reads a verification in one organization; 404 and 400 (not a verification id) mean none there. */
+async function lookUp(id: string, organizationId: string): Promise<Lookup> {
+  const res = await request(`/v1/charter/verifications/${encodeURIComponent(id)}`, {
+    headers: { accept: 'application/json', 'x-organization-id': organizationId },
+  });
+  if (res.status === 429) return { retryAfter: retryAfterSeconds(res.headers.get('retry-after')) };
+  if (res.status === 404 || res.status === 400) return null;
+  const data = await res.json().catch(() => null);
+  if (res.ok) return { v: data as Verification };
+  const error = (data as { error?: { code?: string; message?: string } } | null)?.error;
+  throw new ApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`);
+}
+
 /**
  * One proposed change beside what is live, with approve and reject. The link names no organization:
- * it is looked up in the chosen one first, then in the person's other organizations.
+ * it is looked up in the chosen one first, then in the person's other organizations. An organization
+ * that refuses the read for too many requests does not stop the others being read; if the change is
+ * in none of those, the page says when to try again.
  */
 function Review({ id, organizationId, userId }: { id: string; organizationId: string; userId: string }) {
   const [found, setFound] = useState<{ v: Verification; org: Organization | null; orgId: string } | null>(
     null,
   );
   const [missing, setMissing] = useState(false);
+  /** Set when the change was in none of the organizations read, and some refused for too many requests. */
+  const [limited, setLimited] = useState<{ retryAfter: number | null } | null>(null);
+  const [attempt, setAttempt] = useState(0);
   const [busy, setBusy] = useState(false);
   const [message, setMessage] = useState<string | null>(null);
 
   useEffect(() => {
     let stop = false;
+    // Looked up again (after too many requests): loading until it is read.
+    if (attempt > 0) setLimited(null);
     (async () => {
+      /** The Retry-After of each organization that refused the read for too many requests. */
+      const refusals: (number | null)[] = [];
+      /** The verification if this organization has it; a refusal is noted and read as none. */
       const read = async (orgId: string) => {
-        try {
-          return await api<Verification>(`/v1/charter/verifications/${encodeURIComponent(id)}`, {
-            organizationId: orgId,
-          });
-        } catch (err) {
-          if (err instanceof ApiError && (err.status === 404 || err.status === 400)) return null;
-          throw err;
-        }
+        const answer = await lookUp(id, orgId);
+        if (answer && 'v' in answer) return answer.v;
+        if (answer) refusals.push(answer.retryAfter);
+        return null;
       };
       const here = await read(organizationId);
       if (here) {
@@ -235,12 +267,19 @@ function Review({ id, organizationId, userId }: { id: string; organizationId: st
           return;
         }
       }
-      if (!stop) setMissing(true);
+      if (stop) return;
+      if (refusals.length === 0) {
+        setMissing(true);
+        return;
+      }
+      // Until every organization that refused may be asked again.
+      const known = refusals.filter((s) => s !== null);
+      setLimited({ retryAfter: known.length > 0 ? Math.max(...known) : null });
     })().catch((err: Error) => !stop && setMessage(err.message));
     return () => {
       stop = true;
     };
-  }, [id, organizationId]);
+  }, [id, organizationId, attempt]);
 
   async function decide(action: 'approve' | 'reject') {
     if (!found) return;
@@ -273,6 +312,21 @@ function Review({ id, organizationId, userId }: { id: string; organizationId: st
         <h1 id="review-title">Change not found</h1>
         <p>None of your organizations has this proposed change.</p>
         <Link to="/charter">Back to Charter</Link>
+      </section>
+    );
+  if (limited)
+    return (
+      <section aria-labelledby="review-title">
+        <h1 id="review-title">Too many requests</h1>
+        <p role="alert" className="error" data-retry-after={limited.retryAfter ?? undefined}>
+          {`Too many requests to Charter in the last minute: the change could not be looked up in every one of your organizations. Try again in ${limited.retryAfter === null ? 'a minute' : `${limited.retryAfter} s`}.`}
+        </p>
+        <p>
+          <button type="button" onClick={() => setAttempt((n) => n + 1)}>
+            Try again
+          </button>{' '}
+          <Link to="/charter">Back to Charter</Link>
+        </p>
       </section>
     );
   if (!found)

@@ -934,6 +934,58 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     ).toBe(before);
   }, 120_000);
 
+  it('finds a review in another organization when one answers 429, and says when to try again when it cannot look', async () => {
+    const other = await h.organization('alice', 'alice-safety-other');
+    await h.call('/v1/tools/register', {
+      method: 'POST',
+      headers: { 'x-service-api-key': other.apiKey },
+      body: { tools: [{ name: 'send_payment', parameters: [{ name: 'amount', type: 'number' }] }] },
+    });
+    const turn = await h.call('/v1/charter/turn', {
+      method: 'POST',
+      headers: other.userAuth,
+      body: { message: 'Block send_payment over $3,000', mode: 'compile', surface: 'dashboard' },
+    });
+    const id = turn.verification.id as string;
+    const read = `**/v1/charter/verifications/${id}`;
+    const tooMany = {
+      status: 429,
+      headers: { 'content-type': 'application/json', 'retry-after': '17' },
+      body: JSON.stringify({
+        error: { code: 'rate_limit_exceeded', message: 'Rate limit of 60 requests per window exceeded' },
+      }),
+    };
+    // The chosen organization refuses the read; the other one still answers.
+    const refusedFor: string[] = [];
+    await page.route(read, async (route) => {
+      const org = await route.request().headerValue('x-organization-id');
+      if (org === other.id) return route.fallback();
+      refusedFor.push(org ?? '');
+      await route.fulfill(tooMany);
+    });
+    try {
+      await page.goto(`${h.base}/charter/reviews/${id}`);
+      await page.locator(`section[data-verification-id="${id}"]`).waitFor();
+      expect(refusedFor).toEqual([alice.id]);
+      expect(await page.locator('.dual').textContent()).toContain('Org alice-safety-other');
+    } finally {
+      await page.unroute(read);
+    }
+
+    // Every organization refuses: the page says so, with the wait, not "Change not found".
+    await page.route(read, (route) => route.fulfill(tooMany));
+    try {
+      await page.goto(`${h.base}/charter/reviews/${id}`);
+      await page.getByRole('heading', { name: 'Too many requests' }).waitFor();
+      expect(await page.getByRole('alert').textContent()).toMatch(/Try again in 17 s\.$/);
+      expect(await page.getByRole('heading', { name: 'Change not found' }).count()).toBe(0);
+    } finally {
+      await page.unroute(read);
+    }
+    await page.getByRole('button', { name: 'Try again' }).click();
+    await page.locator(`section[data-verification-id="${id}"]`).waitFor();
+  }, 120_000);
+
   it('returns to the sign-in page, saying why, when the session ends in another tab', async () => {
     await open('Approvals', 'Pending approvals');
     const other = await h.context.newPage();
