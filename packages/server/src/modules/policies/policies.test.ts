@@ -251,6 +251,29 @@ describe('GET /v1/policies and /v1/policies/:toolName', () => {
     expectError(res, 404, 'not_found');
     expect(res.json().error.message).toContain('"missing_tool"');
   });
+
+  it('marks the 404 of a tool without a policy (x-policy: none), which no other 404 carries', async () => {
+    const tenant = await createTenant(t);
+    await create(tenant, { toolName: 'pay', constraints: [amountCap] });
+    const missing = await get(tenant, 'missing_tool');
+    expectError(missing, 404, 'not_found');
+    expect(missing.headers['x-policy']).toBe('none');
+    expect((await get(tenant, 'missing_tool', asUser(tenant))).headers['x-policy']).toBe('none');
+    expect((await get(tenant, 'pay')).headers['x-policy']).toBeUndefined();
+    // Unknown routes (a base URL with an extra /v1) answer not_found too, but never with the marker.
+    for (const url of ['/v1/v1/policies/pay', '/v1/v1/policies/missing_tool', '/api/v1/policies/pay']) {
+      const res = await t.inject({ method: 'GET', url, headers: h(tenant) });
+      expectError(res, 404, 'not_found');
+      expect(res.headers['x-policy'], url).toBeUndefined();
+    }
+    // Nor do the policy's other 404s (its versions, a write to a missing policy).
+    const version = await t.inject({ method: 'GET', url: '/v1/policies/pay/versions/9', headers: h(tenant) });
+    expectError(version, 404, 'not_found');
+    expect(version.headers['x-policy']).toBeUndefined();
+    const put = await update(tenant, 'missing_tool', { constraints: [] });
+    expectError(put, 404, 'not_found');
+    expect(put.headers['x-policy']).toBeUndefined();
+  });
 });
 
 describe('PUT /v1/policies/:toolName', () => {

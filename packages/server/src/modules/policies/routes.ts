@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { invalid } from '../../lib/errors.js';
+import { AppError, invalid } from '../../lib/errors.js';
 import { ifMatchOf } from '../../lib/if-match.js';
 import { NoBody, Success } from '../../lib/schemas.js';
 import { intParam } from '../decisions/query.js';
@@ -45,6 +45,15 @@ const withEtag = (schema: object) => ({ ...schema, headers: { ETag: ETAG } });
 
 const etagHeader = (etag: string) => `"${etag}"`;
 
+/**
+ * Marks the 404 of a tool without a policy. Clients that allow such a tool's calls unchecked (the
+ * SDK) read "no policy" only with it: every other 404 (an unknown route, as under a base URL with
+ * a path of its own, or a proxy's page) carries the same `not_found` code but never this header.
+ */
+const NO_POLICY = { 'x-policy': 'none' };
+
+const isNotFound = (err: unknown): err is AppError => err instanceof AppError && err.code === 'not_found';
+
 export const policyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
   const service = createPolicyService({
     db: ctx.store.db,
@@ -77,7 +86,10 @@ export const policyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
       },
     },
     async (req, reply) => {
-      const { etag, ...policy } = await service.get(await ctx.scope(req), req.params.toolName);
+      const scope = await ctx.scope(req);
+      const { etag, ...policy } = await service.get(scope, req.params.toolName).catch((err: unknown) => {
+        throw isNotFound(err) ? new AppError('not_found', err.message, NO_POLICY) : err;
+      });
       reply.header('etag', etagHeader(etag));
       return policy;
     },
