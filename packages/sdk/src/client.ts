@@ -7,7 +7,16 @@ import {
   ServiceUnavailableError,
   SvcError,
 } from './errors.js';
-import { apiError, createHttp, type Http, isRetryable, retryDelay, sleep, unref } from './http.js';
+import {
+  apiError,
+  createHttp,
+  type Http,
+  isRetryable,
+  notTheService,
+  retryDelay,
+  sleep,
+  unref,
+} from './http.js';
 import { AS_IS, localInput, type Projected, plainInput, validToolName } from './input.js';
 import { ALLOW, DENY, DecisionLog } from './log.js';
 import type {
@@ -21,7 +30,7 @@ import type {
   ValidationResult,
   WrapOptions,
 } from './model.js';
-import { type CachedPolicy, PolicyCache } from './policies.js';
+import { type CachedPolicy, MAX_CACHED_POLICIES, PolicyCache } from './policies.js';
 import { EventStream } from './stream.js';
 
 // The server's reasons, word for word, so a local answer reads exactly as the server's would.
@@ -92,7 +101,12 @@ export function createClient(options: ClientOptions): Client {
   const maxRetries = options.maxRetries ?? 2;
   const maxRetryDelayMs = options.maxRetryDelayMs ?? 5000;
   const approvalDefaults = options.approvals ?? {};
-  const cache = new PolicyCache(http, options.maxStalenessMs ?? 30_000);
+  const cache = new PolicyCache(
+    http,
+    options.maxStalenessMs ?? 30_000,
+    undefined,
+    options.maxCachedPolicies ?? MAX_CACHED_POLICIES,
+  );
   const log = new DecisionLog(http, {
     batchSize: options.log?.batchSize ?? 500,
     flushIntervalMs: options.log?.flushIntervalMs ?? 1000,
@@ -109,6 +123,28 @@ export function createClient(options: ClientOptions): Client {
   let closed = false;
   let closing: Promise<void> | null = null;
   const closeTimeoutMs = options.closeTimeoutMs ?? 30_000;
+
+  /**
+   * Calls still being decided that may yet answer locally (a policy to fetch, the service to ask, room
+   * in the log to wait for): close() waits for them before the log is sealed, so that what they
+   * answer is recorded. The hot path answers before validate returns, and is never among them.
+   */
+  let calls = 0;
+  let callsDone: (() => void)[] = [];
+  const decided = () => {
+    if (--calls > 0) return;
+    const done = callsDone;
+    callsDone = [];
+    for (const wake of done) wake();
+  };
+  function tracked(p: Promise<ValidationResult>): Promise<ValidationResult> {
+    calls++;
+    p.then(decided, decided);
+    return p;
+  }
+  /** Settles (never rejects) once no call is being decided. */
+  const noCalls = () =>
+    calls === 0 ? Promise.resolve() : new Promise<void>((resolve) => callsDone.push(resolve));
 
   const refresh = (tool: string) => {
     cache.load(tool).catch(onError);
@@ -177,6 +213,12 @@ export function createClient(options: ClientOptions): Client {
     started: number,
     policy?: CachedPolicy,
   ) {
+    // close() no longer waits for this call: an answer given now would never be recorded.
+    if (log.sealed) {
+      throw new SvcError(
+        `the client was closed while the call to "${tool}" was being decided: its decision could not be recorded, so it is not answered`,
+      );
+    }
     log.add(
       tool,
       projected === null ? args : projected.argsText,
@@ -283,6 +325,8 @@ export function createClient(options: ClientOptions): Client {
             source: 'server',
           };
         }
+        // No route of the service answers this with a 404: the base URL or a proxy is wrong.
+        if (res.status === 404) throw notTheService('POST', http.url('/v1/tools/validate'), res);
         const err = apiError(res);
         if (!isRetryable(res.status)) throw err;
         lastError = err;
@@ -395,21 +439,24 @@ export function createClient(options: ClientOptions): Client {
     let policy: CachedPolicy | undefined;
     if (localValidation) {
       used(started);
-      // The service refused the log (a key without a project): no local decision could ever be
-      // recorded, so every call goes to the service, which decides and records it.
-      if (log.refusal !== null) return serverOrFallback(tool, args, ctx, started);
+      // The service refused the log (a key without a project, or a log URL no route answers): no
+      // local decision could ever be recorded, so every call goes to the service, which decides and
+      // records it.
+      if (log.refusal !== null) return tracked(serverOrFallback(tool, args, ctx, started));
       policy = cache.fresh(tool, started);
       // The hot path: a fresh policy and plain JSON data the service accepts, decided as they are.
       if (policy !== undefined && policy.kind !== 'server' && isPlainObject(args) && plainInput(args, ctx)) {
         const local = decideLocally(policy, tool, args)!;
         // An escalation, or an approval to present: only the service may answer.
-        if (needsServer(local, ctx)) return serverOrFallback(tool, args, ctx, started, local, policy);
-        if (log.full) return logIsFull(tool, args, ctx, started, local, policy);
+        if (needsServer(local, ctx)) {
+          return tracked(serverOrFallback(tool, args, ctx, started, local, policy));
+        }
+        if (log.full) return tracked(logIsFull(tool, args, ctx, started, local, policy));
         logLocal(tool, args, ctx, null, local, started, policy);
         return local;
       }
     }
-    return slowPath(tool, args, ctx, started, policy);
+    return tracked(slowPath(tool, args, ctx, started, policy));
   }
 
   async function waitForApproval(approvalId: string, opts: ApprovalWaitOptions = {}): Promise<Approval> {
@@ -494,7 +541,9 @@ export function createClient(options: ClientOptions): Client {
         closed = true;
         clearTimeout(idleTimer);
         await stream?.stop();
-        await log.close(closeTimeoutMs);
+        // Calls still being decided are waited for (within the timeout), so what they answer locally
+        // is recorded; one still undecided then throws rather than answer unrecorded.
+        await log.close(closeTimeoutMs, noCalls());
       })();
       return closing;
     },

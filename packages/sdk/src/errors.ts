@@ -71,7 +71,8 @@ export class LogFullError extends SvcError {
 
 /**
  * Local decisions could not be handed to the server in time, or the service refuses them all (a key
- * without a project: 400 `missing_project`); `pending` holds them. From close() (`kept: false`) the
+ * without a project: 400 `missing_project`; a 404: POST /v1/decisions is not at the client's
+ * baseUrl); `pending` holds them. From close() (`kept: false`) the
  * client has given them up: they are yours to keep or send. From the flush when the process is
  * about to exit (`kept: true`, reported to onError) the log still holds them and sends them should
  * the process go on: sending them yourself as well could record them twice; decisions the service

@@ -118,3 +118,19 @@ export function apiError(res: HttpResponse): ApiError {
     typeof err?.message === 'string' ? err.message : String(res.body ?? ''),
   );
 }
+
+/**
+ * A 404 that no route of the service would answer (POST /v1/tools/validate, POST /v1/decisions,
+ * a policy read without the "no policy" marker): the request reached something else than the
+ * service's API. The error names the URL called.
+ */
+export function notTheService(method: string, url: string, res: HttpResponse): ApiError {
+  const err = apiError(res);
+  const said = err.message.slice(`${err.status} ${err.code}: `.length);
+  const answer = said.length > 200 ? `${said.slice(0, 200)}…` : said;
+  return new ApiError(
+    res.status,
+    err.code,
+    `${method} ${url} is not a route of the service${answer ? ` (the answer: ${answer})` : ''}: baseUrl must be the service's root URL (such as https://svc.example.com, without /v1), reached without a proxy that changes paths`,
+  );
+}

@@ -1,7 +1,16 @@
 import { type CompiledPolicy, evaluate, MAX_BODY_BYTES, utf8Length } from '@svc/policy-engine';
 import { ApiError, FlushError, LogRejectedError } from './errors.js';
 import { atExit } from './exit.js';
-import { apiError, type Http, isRetryable, retryAfter, retryDelay, sleep, unref } from './http.js';
+import {
+  apiError,
+  type Http,
+  isRetryable,
+  notTheService,
+  retryAfter,
+  retryDelay,
+  sleep,
+  unref,
+} from './http.js';
 
 /** The server's batch bound (POST /v1/decisions) and a body size (UTF-8 bytes) under its limit. */
 export const MAX_BATCH = 500;
@@ -28,7 +37,10 @@ export const DENY = 1;
  * in parallel ring arrays: the tool, the arguments and context as the JSON text taken when the
  * decision was made, the decision, the reason, the latency); the request bodies are written only
  * when a batch is sent. Batches go in order, one request at a time (each one request against the
- * rate limit), retried with backoff (honouring Retry-After) until the server has recorded them. A
+ * rate limit), retried with backoff (honouring Retry-After) until the server has recorded them.
+ * A batch goes once `flushIntervalMs` has passed since the first decision waiting was added (or since
+ * the last request ended, when decisions were left), or at once when a full batch waits (batchSize,
+ * or maxBuffered if smaller) and while flush(), close() or the flush at exit wait for it. A
  * batch carries one Idempotency-Key, the same on every attempt, so a retry after a lost answer is
  * answered from the first attempt instead of recording the batch again.
  *
@@ -40,8 +52,9 @@ export const DENY = 1;
  * A batch the server refuses is split only to find the decision at fault: the one its error names
  * (`body/<index>/...`), else by halving (413, or another 400). A
  * refusal of the request itself (400 `missing_project`: the API key has no project, so no client
- * decision of it can ever be recorded) is `refusal`: nothing more is sent, the decisions are kept
- * (close() hands them back) and the client decides every call on the service from then on.
+ * decision of it can ever be recorded; a 404: the URL is not the service's route) is `refusal`:
+ * nothing more is sent, the decisions are kept (close() hands them back) and the client decides
+ * every call on the service from then on.
  */
 export class DecisionLog {
   /**
@@ -56,13 +69,22 @@ export class DecisionLog {
   private timer: ReturnType<typeof setTimeout> | undefined;
   /** Callers of room(), woken whenever records leave the buffer. */
   private roomWaiters: (() => void)[] = [];
+  /** Callers of flush(), woken whenever records leave the buffer or a request ends. */
+  private flushWaiters: (() => void)[] = [];
   /** Aborts the backoff sleep when close() runs out of time. */
   private readonly giveUp = new AbortController();
   /**
-   * The service refused the log as a whole (400 missing_project): no decision it holds can be
-   * recorded. The client no longer decides locally once this is set.
+   * The service refused the log as a whole (400 missing_project, or 404: POST /v1/decisions is not
+   * at this URL): no decision it holds can be recorded. The client no longer decides locally once
+   * this is set.
    */
   refusal: ApiError | null = null;
+  /**
+   * close() runs or ran: once the calls it waits for are done, nothing more may be added (a decision
+   * added then could be left unsent with close() already settled). The client answers such a call
+   * with an error rather than unrecorded.
+   */
+  sealed = false;
   /**
    * While close() or the flush at exit runs: when it must be done by (performance.now()), so that
    * no backoff sleep passes it; `hurried` counts their starts, each of which restarts the backoff.
@@ -83,6 +105,8 @@ export class DecisionLog {
   /** Decisions ever added. */
   private added = 0;
   private readonly batchSize: number;
+  /** Decisions waiting that are sent at once rather than at the flush timer: a full batch. */
+  private readonly sendAt: number;
   readonly maxBuffered: number;
 
   constructor(
@@ -91,6 +115,7 @@ export class DecisionLog {
   ) {
     this.batchSize = Math.max(1, Math.min(MAX_BATCH, options.batchSize));
     this.maxBuffered = Math.max(1, Math.floor(options.maxBuffered));
+    this.sendAt = Math.min(this.batchSize, this.maxBuffered);
   }
 
   /** True once `maxBuffered` decisions wait to be recorded. */
@@ -165,13 +190,20 @@ export class DecisionLog {
     }
     this.size++;
     this.added++;
-    if (this.size >= this.batchSize) this.kick();
-    else if (this.timer === undefined) {
-      this.timer = setTimeout(() => this.kick(), this.options.flushIntervalMs);
-      // Node: a pending flush must not keep the process alive by itself; close(), or the flush
-      // when the process is about to exit (flushAtExit), sends what is left.
-      unref(this.timer);
-    }
+    if (this.size >= this.sendAt) this.kick();
+    // While a request runs, its end decides when the next one goes (see kick).
+    else if (this.timer === undefined && this.sending === null) this.arm();
+  }
+
+  /** The next request goes in flushIntervalMs. */
+  private arm(): void {
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.kick();
+    }, this.options.flushIntervalMs);
+    // Node: a pending flush must not keep the process alive by itself; close(), or the flush
+    // when the process is about to exit (flushAtExit), sends what is left.
+    unref(this.timer);
   }
 
   private newChunk(): Chunk {
@@ -256,6 +288,13 @@ export class DecisionLog {
       this.leaveExit = null;
     }
     if (n > 0 && !this.full) this.wake();
+    if (n > 0) this.progressed();
+  }
+
+  private progressed(): void {
+    const waiters = this.flushWaiters;
+    this.flushWaiters = [];
+    for (const w of waiters) w();
   }
 
   private wake(): void {
@@ -264,16 +303,25 @@ export class DecisionLog {
     for (const w of waiters) w();
   }
 
+  /**
+   * Sends now, unless a request runs already. When it ends with decisions left, the next goes at
+   * once only for a full batch; else at the flush timer (flush(), close() and the flush at exit
+   * kick again themselves), so that a steady trickle makes one request per flushIntervalMs, not one
+   * per round trip.
+   */
   private kick(): void {
-    if (this.giveUp.signal.aborted || this.refusal !== null) return;
+    if (this.sending !== null || this.giveUp.signal.aborted || this.refusal !== null) return;
     clearTimeout(this.timer);
     this.timer = undefined;
-    this.sending ??= this.drain()
+    this.sending = this.drain()
       // drain reports its errors; nothing it throws may become an unhandled rejection.
       .catch((err: unknown) => this.report(err))
       .finally(() => {
         this.sending = null;
-        if (this.size > 0 && !this.giveUp.signal.aborted) this.kick();
+        this.progressed();
+        if (this.size === 0 || this.giveUp.signal.aborted || this.refusal !== null) return;
+        if (this.size >= this.sendAt) this.kick();
+        else if (this.timer === undefined) this.arm();
       });
   }
 
@@ -292,13 +340,23 @@ export class DecisionLog {
   }
 
   /**
-   * Resolves once every decision queued before the call is recorded (or refused as invalid).
-   * Rejects with the service's ApiError once it refused the log as a whole (`refusal`) while
-   * decisions wait: those can never be recorded (close() hands them back).
+   * Resolves once every decision queued before the call is recorded (or refused as invalid); those
+   * added meanwhile are not waited for. Rejects with the service's ApiError once it refused the log
+   * as a whole (`refusal`) while some of them wait: those can never be recorded (close() hands them
+   * back).
    */
   async flush(): Promise<void> {
-    await this.settle();
-    if (this.refusal !== null && this.size > 0) throw this.refusal;
+    // Records leave the buffer oldest first: the first `added` ever added are done once this many
+    // have left it.
+    const upTo = this.added;
+    while (this.added - this.size < upTo && this.refusal === null && !this.giveUp.signal.aborted) {
+      this.kick();
+      if (this.sending === null) break;
+      // Woken by each batch recorded, not by the end of the sending under way: under a steady flow
+      // of full batches that may not end.
+      await new Promise<void>((resolve) => this.flushWaiters.push(resolve));
+    }
+    if (this.refusal !== null && this.added - this.size < upTo) throw this.refusal;
   }
 
   /** Sends until nothing waits, the log is given up, or the service refused it. */
@@ -328,17 +386,28 @@ export class DecisionLog {
     if (this.deadline === deadline) this.deadline = null;
   }
 
-  /** Flushes within `timeoutMs`, else throws FlushError carrying the decisions not recorded. */
-  async close(timeoutMs: number): Promise<void> {
+  /**
+   * Flushes within `timeoutMs`, else throws FlushError carrying the decisions not recorded.
+   * `calls` settles once the calls still being decided are done: what they add meanwhile is sent
+   * too; from then on (or the deadline) the log is `sealed`.
+   */
+  async close(timeoutMs: number, calls?: Promise<unknown>): Promise<void> {
     const deadline = this.hurry(timeoutMs);
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const timedOut = new Promise<'timeout'>((resolve) => {
-      timer = setTimeout(() => resolve('timeout'), timeoutMs);
+    const timedOut = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs);
     });
-    const outcome = await Promise.race([this.settle().then(() => 'done' as const), timedOut]);
+    const flushed = async () => {
+      await Promise.all([this.settle(), calls]);
+      this.sealed = true;
+      await this.settle();
+    };
+    await Promise.race([flushed(), timedOut]);
+    this.sealed = true;
     clearTimeout(timer);
     this.unhurry(deadline);
-    if (outcome === 'done' && this.size === 0) return;
+    // Every decision added is recorded (a call still undecided at the deadline adds none now).
+    if (this.size === 0) return;
     this.giveUp.abort();
     // Nothing more will be sent: nothing is left to do at exit either.
     this.leaveExit?.();
@@ -348,7 +417,7 @@ export class DecisionLog {
     const pending = this.pendingBodies();
     throw new FlushError(
       this.refusal !== null
-        ? `${pending.length} local decision(s) cannot be recorded: the service refuses this API key's decisions (${this.refusal.message})`
+        ? `${pending.length} local decision(s) cannot be recorded: ${refused(this.refusal)}`
         : `${pending.length} local decision(s) could not be recorded within ${timeoutMs} ms`,
       pending,
     );
@@ -423,16 +492,19 @@ export class DecisionLog {
     this.shift(this.size);
     this.report(
       new FlushError(
-        `${pending.length} local decision(s) cannot be recorded: the service refuses this API key's decisions (${this.refusal?.message})`,
+        `${pending.length} local decision(s) cannot be recorded: ${refused(this.refusal!)}`,
         pending,
       ),
     );
   }
 
+  /** Sends one batch, and more at once while full batches wait. */
   private async drain(): Promise<void> {
-    while (this.size > 0 && !this.giveUp.signal.aborted) {
+    let sent = false;
+    while (this.size > 0 && !this.giveUp.signal.aborted && (!sent || this.size >= this.sendAt)) {
       const bodies = this.nextBatch();
       if (bodies.length === 0) continue; // the oldest records could not be serialized, and are gone
+      sent = true;
       const handled = await this.send(bodies);
       this.shift(handled);
       if (handled < bodies.length) return;
@@ -486,6 +558,12 @@ export class DecisionLog {
           return bodies.length;
         }
         headers = res.headers;
+        // No route of the service answers this: the base URL or a proxy sends the log elsewhere,
+        // where nothing can ever be recorded.
+        if (res.status === 404) {
+          this.refuse(notTheService('POST', this.http.url('/v1/decisions'), res));
+          return 0;
+        }
         const err = apiError(res);
         if (res.status === 413) return this.split(bodies, err);
         if (res.status === 400) {
@@ -580,6 +658,12 @@ export class DecisionLog {
 
 /** POST /v1/decisions refuses a key without a project, whatever the body (400). */
 const MISSING_PROJECT = 'missing_project';
+
+/** Why no decision of the log can be recorded, for FlushError. */
+const refused = (err: ApiError): string =>
+  err.code === MISSING_PROJECT
+    ? `the service refuses this API key's decisions (${err.message})`
+    : err.message;
 /** A decision of the batch is invalid; the message names it first: `body/<index>/<field> ...`. */
 const INVALID_ITEM = 'validation_failed';
 

@@ -33,7 +33,10 @@ export interface ApprovalWaitOptions {
 
 export interface ClientOptions {
   apiKey: string;
-  /** e.g. `https://svc.example.com` (no `/v1`). */
+  /**
+   * e.g. `https://svc.example.com` (no `/v1`). A 404 that no route of the service answers (from a
+   * wrong path here, or a proxy) throws ApiError naming the URL; it never counts as "no policy".
+   */
   baseUrl: string;
   /** Decide locally from cached deterministic policies (default true). */
   localValidation?: boolean;
@@ -52,6 +55,11 @@ export interface ClientOptions {
    * Default 30000 ms.
    */
   maxStalenessMs?: number;
+  /**
+   * Tools whose policy is cached at most (default 10000). Past it, the tool read least recently is
+   * dropped from the cache, and its policy fetched again at its next call.
+   */
+  maxCachedPolicies?: number;
   /** Default `deny`: fail closed. */
   onUnavailable?: UnavailableBehaviour;
   /** Per HTTP request; default 10000 ms. */
@@ -64,7 +72,10 @@ export interface ClientOptions {
   log?: {
     /** Decisions per request (1-500, default 500). */
     batchSize?: number;
-    /** Longest a decision waits before its batch is sent (default 1000 ms). */
+    /**
+     * How often a batch short of batchSize is sent (default 1000 ms): a decision waits about this
+     * long (plus the request under way, if any) before it is sent; a full batch goes at once.
+     */
     flushIntervalMs?: number;
     /**
      * Local decisions held at most while they wait to be recorded (default 100,000). The service
@@ -149,14 +160,18 @@ export interface Client {
   ): (...params: A) => Promise<R>;
   waitForApproval(approvalId: string, options?: ApprovalWaitOptions): Promise<Approval>;
   /**
-   * Sends every local decision logged so far; resolves when the server has recorded them. Rejects
-   * with the service's ApiError (400 `missing_project`) once it refused the log as a whole: those
-   * decisions can never be recorded with this key (close() hands them back in FlushError).
+   * Sends every local decision logged so far; resolves when the server has recorded them (decisions
+   * taken after the call are not waited for). Rejects with the service's ApiError (400
+   * `missing_project`, or a 404 when POST /v1/decisions is not at `baseUrl`) once the log was
+   * refused as a whole: those decisions can never be recorded (close() hands them back in
+   * FlushError).
    */
   flush(): Promise<void>;
   /**
-   * Stops the event stream and flushes the log; no local decision is dropped. Every call answers
-   * the same promise: a second close() resolves (or throws FlushError) when the first does.
+   * Stops the event stream and flushes the log; no local decision is dropped. Calls still being
+   * decided are waited for (within closeTimeoutMs) and their local decisions flushed too; one still
+   * undecided then throws SvcError rather than answer unrecorded. Every call answers the same
+   * promise: a second close() resolves (or throws FlushError) when the first does.
    */
   close(): Promise<void>;
 }

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { createClient } from './client.js';
 import type { Http } from './http.js';
 import { PolicyCache } from './policies.js';
 
@@ -87,5 +88,115 @@ describe('a policy holding fields this engine does not know', () => {
         sessionConstraints: { cumulativeLimits: [], windowMs: null },
       }),
     ).toMatchObject({ kind: 'local' });
+  });
+});
+
+/** A service whose policy reads answer in the order the test releases them. */
+function heldService() {
+  const pending: ((version: number) => void)[] = [];
+  const http = {
+    request: (_method: string, _path: string) =>
+      new Promise((resolve) => {
+        pending.push((version) =>
+          resolve({ status: 200, headers: new Headers(), body: { ...POLICY, version } }),
+        );
+      }),
+    url: (path: string) => `http://svc.test${path}`,
+  } as unknown as Http;
+  return { http, pending };
+}
+
+describe('the cache’s bound', () => {
+  it('caches at most maxEntries tools, dropping one not read since the others were', async () => {
+    const http = {
+      request: async () => ({ status: 200, headers: new Headers(), body: POLICY }),
+    } as unknown as Http;
+    const cache = new PolicyCache(http, 30_000, undefined, 3);
+    for (const tool of ['a', 'b', 'c']) await cache.load(tool);
+    expect(cache.fresh('a')).toBeDefined();
+    await cache.load('d');
+    expect(cache.size).toBe(3);
+    expect(cache.fresh('b')).toBeUndefined();
+    for (const tool of ['a', 'c', 'd']) expect(cache.fresh(tool), tool).toBeDefined();
+    for (let i = 0; i < 1000; i++) await cache.load(`tool_${i}`);
+    expect(cache.size).toBe(3);
+  });
+
+  it('keeps nothing for tools it does not cache: policy events for any number of tools leave no trace', async () => {
+    const http = {
+      request: async () => ({ status: 200, headers: new Headers(), body: POLICY }),
+    } as unknown as Http;
+    const cache = new PolicyCache(http, 30_000);
+    cache.connected();
+    await cache.load('pay');
+    for (let i = 0; i < 10_000; i++) cache.changed(`tool_${i}`);
+    const held = Object.values(cache)
+      .filter((v): v is Map<unknown, unknown> => v instanceof Map)
+      .reduce((n, m) => n + m.size, 0);
+    expect(held).toBe(1); // pay's entry
+    expect(cache.fresh('pay')).toMatchObject({ kind: 'local' });
+  });
+
+  it('never caches, nor lets a later call join, a fetch that a policy event made stale', async () => {
+    const { http, pending } = heldService();
+    const cache = new PolicyCache(http, 30_000);
+    const first = cache.load('pay');
+    // The policy changes while the first read is on its way: its answer may be the old policy.
+    expect(cache.changed('pay')).toBe(false);
+    const second = cache.load('pay');
+    expect(pending).toHaveLength(2);
+    // The stale read answers last: it is its caller's answer, but never the cache's.
+    pending[1]!(2);
+    expect(await second).toMatchObject({ version: 2 });
+    pending[0]!(1);
+    expect(await first).toMatchObject({ version: 1 });
+    expect(cache.fresh('pay')).toMatchObject({ version: 2 });
+    // The stale read ending did not forget the read under way: a third call joins it.
+    cache.changed('pay');
+    const third = cache.load('pay');
+    const fourth = cache.load('pay');
+    expect(pending).toHaveLength(3);
+    pending[2]!(3);
+    expect(await third).toBe(await fourth);
+    expect(cache.fresh('pay')).toMatchObject({ version: 3 });
+  });
+
+  it('a stale read evicted meanwhile is still not cached', async () => {
+    const { http, pending } = heldService();
+    const cache = new PolicyCache(http, 30_000, undefined, 1);
+    const stale = cache.load('pay');
+    cache.changed('pay');
+    const other = cache.load('other');
+    pending[1]!(1);
+    await other;
+    pending[0]!(1);
+    await stale;
+    expect(cache.fresh('pay')).toBeUndefined();
+    expect(cache.fresh('other')).toBeDefined();
+  });
+});
+
+describe('createClient({ maxCachedPolicies })', () => {
+  it('bounds the client’s cache', async () => {
+    const reads: string[] = [];
+    const client = createClient({
+      apiKey: 'svc_x',
+      baseUrl: 'http://svc.test',
+      live: false,
+      maxCachedPolicies: 2,
+      fetch: async (input, init) => {
+        const url = new URL(String(input));
+        if (init?.method === 'GET' && url.pathname.startsWith('/v1/policies/')) {
+          reads.push(url.pathname.slice('/v1/policies/'.length));
+          return new Response(JSON.stringify(POLICY), { headers: { 'content-type': 'application/json' } });
+        }
+        return new Response(JSON.stringify({ success: true }), { status: 201 });
+      },
+    });
+    for (const tool of ['a', 'b', 'c', 'a']) {
+      expect(await client.validate(tool, {})).toMatchObject({ decision: 'allow', source: 'local' });
+    }
+    expect(reads).toEqual(['a', 'b', 'c', 'a']);
+    await client.close();
   });
 });

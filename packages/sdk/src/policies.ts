@@ -5,7 +5,7 @@ import {
   type PolicyDefinition,
 } from '@svc/policy-engine';
 import { ApiError } from './errors.js';
-import { apiError, type Http } from './http.js';
+import { apiError, type Http, type HttpResponse, notTheService } from './http.js';
 
 /**
  * What the client knows of one tool's policy. `server` marks a policy only the server can decide
@@ -27,7 +27,26 @@ interface Entry {
   verifiedAt: number;
   /** The stream connection it was fetched under (live updates reach it), or -1. */
   epoch: number;
+  /** Read since eviction last passed it (the second chance of the CLOCK eviction). */
+  used: boolean;
 }
+
+/** One fetch of a tool's policy; `stale` once a policy event for the tool arrived while it ran. */
+interface Fetch {
+  promise: Promise<CachedPolicy | null>;
+  stale: boolean;
+}
+
+/** Tools whose policy is cached at most, by default (ClientOptions.maxCachedPolicies). */
+export const MAX_CACHED_POLICIES = 10_000;
+
+/**
+ * The response header by which the service's policy route tells "this tool has no policy" (404
+ * `not_found`) apart from every other 404: an unknown route of the service (a base URL with a path
+ * of its own, `https://host/v1`), a proxy's page. Only that answer allows the tool's calls unchecked.
+ */
+export const NO_POLICY_HEADER = 'x-policy';
+export const NO_POLICY_VALUE = 'none';
 
 interface PolicyBody {
   mode: PolicyDefinition['mode'];
@@ -57,9 +76,13 @@ function policyBody(body: unknown): PolicyBody {
   return b as PolicyBody;
 }
 
-/** A 404 of the API itself (its error envelope, code not_found), not of a proxy or a wrong base URL. */
-const policyNotFound = (body: unknown): boolean =>
-  (body as { error?: { code?: unknown } } | null)?.error?.code === 'not_found';
+/**
+ * The policy route's own "no policy" 404: the API's envelope (code not_found) and the route's marker
+ * header. Any other 404 comes from something else than the policy route (see NO_POLICY_HEADER).
+ */
+const policyNotFound = (res: HttpResponse): boolean =>
+  res.headers.get(NO_POLICY_HEADER) === NO_POLICY_VALUE &&
+  (res.body as { error?: { code?: unknown } } | null)?.error?.code === 'not_found';
 
 const KNOWN_CONSTRAINT_FIELDS: ReadonlySet<string> = new Set(CONSTRAINT_FIELDS);
 const KNOWN_SESSION_FIELDS: ReadonlySet<string> = new Set(['maxCalls', 'cumulativeLimits']);
@@ -109,29 +132,43 @@ function toCached(body: PolicyBody): CachedPolicy {
  * delivered (an event, or the server's heartbeat): a change would have come before that byte. A
  * stream that goes silent without closing (a half-open connection) therefore stops vouching for it
  * after `maxStalenessMs`, long before the stream is declared dead.
+ *
+ * At most `maxEntries` tools are cached: past that, one that was not read for longest (roughly: a
+ * CLOCK, which costs the hot path one field write) is dropped, and fetched again when next called.
+ * Nothing is kept per tool beyond its entry and a fetch under way.
  */
 export class PolicyCache {
+  /** In the order they were stored (or given a second chance), the oldest first. */
   private readonly entries = new Map<string, Entry>();
-  private readonly inflight = new Map<string, Promise<CachedPolicy | null>>();
-  /** Bumped per tool by every policy event, so a fetch that raced an event is not cached. */
-  private readonly generations = new Map<string, number>();
+  /** The fetch under way per tool; a policy event marks it stale, so its answer is not cached. */
+  private readonly inflight = new Map<string, Fetch>();
   /** Current stream connection, and whether it is up. */
   epoch = 0;
   live = false;
   /** When the current stream last delivered a byte. */
   private heardAt = 0;
+  private readonly maxEntries: number;
 
   constructor(
     private readonly http: Http,
     private readonly maxStalenessMs: number,
     /** A monotonic clock in ms (the client's latency clock, so the hot path reads one clock once). */
     private readonly now: () => number = () => performance.now(),
-  ) {}
+    maxEntries = MAX_CACHED_POLICIES,
+  ) {
+    this.maxEntries = Math.max(1, Math.floor(maxEntries));
+  }
+
+  /** How many tools are cached. */
+  get size(): number {
+    return this.entries.size;
+  }
 
   /** The cached policy if it is fresh at `now`, else undefined. The hot path: no allocation. */
   fresh(toolName: string, now = this.now()): CachedPolicy | undefined {
     const e = this.entries.get(toolName);
     if (e === undefined) return undefined;
+    e.used = true;
     const current =
       this.live && e.epoch === this.epoch && this.heardAt > e.verifiedAt ? this.heardAt : e.verifiedAt;
     return now - current <= this.maxStalenessMs ? e.policy : undefined;
@@ -142,38 +179,62 @@ export class PolicyCache {
     this.heardAt = this.now();
   }
 
-  /** Fetches the tool's policy (one request per tool at a time); null when it could not be fetched. */
+  /**
+   * Fetches the tool's policy (one request per tool at a time); null when it could not be fetched.
+   * A fetch a policy event made stale is not joined: its answer may predate the change.
+   */
   load(toolName: string): Promise<CachedPolicy | null> {
-    let p = this.inflight.get(toolName);
-    if (p === undefined) {
-      p = this.fetch(toolName).finally(() => this.inflight.delete(toolName));
-      this.inflight.set(toolName, p);
-    }
-    return p;
+    const running = this.inflight.get(toolName);
+    if (running !== undefined && !running.stale) return running.promise;
+    const f: Fetch = { promise: undefined as unknown as Promise<CachedPolicy | null>, stale: false };
+    this.inflight.set(toolName, f);
+    f.promise = this.fetch(toolName, f).finally(() => {
+      if (this.inflight.get(toolName) === f) this.inflight.delete(toolName);
+    });
+    return f.promise;
   }
 
-  private async fetch(toolName: string): Promise<CachedPolicy | null> {
+  private async fetch(toolName: string, f: Fetch): Promise<CachedPolicy | null> {
     // "." and ".." cannot be a path segment: URLs resolve them away, to another route. The server
     // decides such a tool's calls by name (validate carries it in the body).
     if (toolName === '.' || toolName === '..') return { kind: 'server', version: 0 };
-    const generation = this.generations.get(toolName) ?? 0;
     const epoch = this.live ? this.epoch : -1;
     const verifiedAt = this.now();
-    const res = await this.http.request('GET', `/v1/policies/${encodeURIComponent(toolName)}`);
+    const path = `/v1/policies/${encodeURIComponent(toolName)}`;
+    const res = await this.http.request('GET', path);
     let policy: CachedPolicy;
     if (res.status === 200) policy = toCached(policyBody(res.body));
-    else if (res.status === 404 && policyNotFound(res.body)) policy = { kind: 'none' };
+    else if (res.status === 404 && policyNotFound(res)) policy = { kind: 'none' };
+    // Not the policy route's answer (a wrong base URL, a proxy): never read as "no policy".
+    else if (res.status === 404) throw notTheService('GET', this.http.url(path), res);
     else throw apiError(res);
     // An event for this tool arrived meanwhile: this answer may predate it, so it is used once, not kept.
-    if ((this.generations.get(toolName) ?? 0) === generation) {
-      this.entries.set(toolName, { policy, verifiedAt, epoch: this.live ? epoch : -1 });
-    }
+    if (!f.stale) this.store(toolName, { policy, verifiedAt, epoch: this.live ? epoch : -1, used: false });
     return policy;
+  }
+
+  /** Caches `entry` as the newest, dropping the least recently read tool past `maxEntries`. */
+  private store(toolName: string, entry: Entry): void {
+    this.entries.delete(toolName);
+    this.entries.set(toolName, entry);
+    if (this.entries.size <= this.maxEntries) return;
+    // CLOCK: from the oldest, a tool read since it was last passed goes to the back, unmarked (so
+    // does the one just stored); the first other one not read is dropped. Each entry is passed at
+    // most twice, so this ends.
+    for (const [tool, e] of this.entries) {
+      if (this.entries.size <= this.maxEntries) break;
+      this.entries.delete(tool);
+      if (e.used || tool === toolName) {
+        e.used = false;
+        this.entries.set(tool, e);
+      }
+    }
   }
 
   /** A policy event: forget the tool's entry; known tools are fetched again in the background. */
   changed(toolName: string): boolean {
-    this.generations.set(toolName, (this.generations.get(toolName) ?? 0) + 1);
+    const f = this.inflight.get(toolName);
+    if (f !== undefined) f.stale = true;
     return this.entries.delete(toolName);
   }
 

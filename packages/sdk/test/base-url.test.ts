@@ -1,0 +1,119 @@
+import { ApiError, createClient, FlushError } from '@svc/sdk';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TestApp } from '../../server/test/helpers.js';
+import { createTenant, putPolicy, startServer } from './live.js';
+
+let t: TestApp;
+let baseUrl: string;
+beforeAll(async () => {
+  ({ t, baseUrl } = await startServer());
+});
+afterAll(async () => t.close());
+
+const PAY = { mode: 'deterministic', constraints: [{ argumentName: 'amount', maximum: 100 }] };
+
+describe('a base URL that is not the service root', () => {
+  it('never allows: with an extra /v1 every call throws an ApiError naming the URL, whatever the key', async () => {
+    const tenant = await createTenant(t);
+    await putPolicy(t, tenant, 'pay', PAY);
+    for (const apiKey of [tenant.apiKey, `svc_${'x'.repeat(43)}`]) {
+      const client = createClient({ apiKey, baseUrl: `${baseUrl}/v1`, live: false, closeTimeoutMs: 200 });
+      // The service's 404 for an unknown route is `not_found` too: it is not "this tool has no policy".
+      for (const tool of ['pay', 'unknown_tool']) {
+        const r = await client.validate(tool, { amount: 1_000_000 }).catch((e: unknown) => e);
+        expect(r, tool).toBeInstanceOf(ApiError);
+        expect((r as ApiError).status).toBe(404);
+        expect((r as ApiError).message).toContain(`${baseUrl}/v1/v1/`);
+        expect((r as ApiError).message).toContain('baseUrl');
+      }
+      let ran = false;
+      await client
+        .wrap('pay', async (_args: { amount: number }) => {
+          ran = true;
+        })({ amount: 1_000_000 })
+        .catch(() => {});
+      expect(ran).toBe(false);
+      // Nothing was answered locally, so nothing waits to be recorded.
+      await client.close();
+    }
+  });
+
+  it('reads a 404 as "no policy" only with the policy route’s marker; any other goes to the service', async () => {
+    const tenant = await createTenant(t);
+    await putPolicy(t, tenant, 'pay', PAY);
+    // A proxy in front of the service answers policy reads with a 404 in the API's own envelope.
+    const client = createClient({
+      apiKey: tenant.apiKey,
+      baseUrl,
+      live: false,
+      fetch: async (input, init) => {
+        if (String(input).includes('/v1/policies/')) {
+          return new Response(JSON.stringify({ error: { code: 'not_found', message: 'nope' } }), {
+            status: 404,
+            headers: { 'content-type': 'application/json' },
+          });
+        }
+        return fetch(input, init);
+      },
+    });
+    expect(await client.validate('pay', { amount: 1_000_000 })).toMatchObject({
+      decision: 'deny',
+      source: 'server',
+    });
+    expect(await client.validate('unknown_tool', {})).toMatchObject({ decision: 'allow', source: 'server' });
+    await client.close();
+
+    // The service's own answer for a tool without a policy carries it: allowed here, as before.
+    const direct = createClient({ apiKey: tenant.apiKey, baseUrl, live: false });
+    expect(await direct.validate('unknown_tool', {})).toMatchObject({ decision: 'allow', source: 'local' });
+    expect(await direct.validate('pay', { amount: 1_000_000 })).toMatchObject({
+      decision: 'deny',
+      source: 'local',
+    });
+    await direct.close();
+  });
+
+  it('a decision log sent to a path the service does not have is reported once and not retried', async () => {
+    const tenant = await createTenant(t);
+    await putPolicy(t, tenant, 'pay', PAY);
+    const errors: Error[] = [];
+    let posts = 0;
+    // A proxy that routes everything but the decision log to the service.
+    const client = createClient({
+      apiKey: tenant.apiKey,
+      baseUrl,
+      live: false,
+      log: { flushIntervalMs: 10 },
+      closeTimeoutMs: 10_000,
+      onError: (e) => errors.push(e),
+      fetch: async (input, init) => {
+        const url = String(input);
+        if (url.endsWith('/v1/decisions') && init?.method === 'POST') {
+          posts++;
+          return fetch(url.replace('/v1/decisions', '/v1/v1/decisions'), init);
+        }
+        return fetch(input, init);
+      },
+    });
+    expect(await client.validate('pay', { amount: 1 })).toMatchObject({ decision: 'allow', source: 'local' });
+    const flushed = Promise.race([client.flush(), new Promise((r) => setTimeout(r, 3000, 'still waiting'))]);
+    await expect(flushed).rejects.toMatchObject({ status: 404 });
+    await new Promise((r) => setTimeout(r, 700));
+    expect(posts).toBe(1);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(ApiError);
+    expect(errors[0]!.message).toContain(`POST ${baseUrl}/v1/decisions`);
+    // No local answer could be recorded: calls are decided (and recorded) by the service.
+    expect(await client.validate('pay', { amount: 2 })).toMatchObject({
+      decision: 'allow',
+      source: 'server',
+    });
+    // close() hands the decision back at once rather than trying for closeTimeoutMs.
+    const started = performance.now();
+    const closing = await client.close().catch((e: unknown) => e);
+    expect(performance.now() - started).toBeLessThan(2000);
+    expect(closing).toBeInstanceOf(FlushError);
+    expect((closing as FlushError).pending).toHaveLength(1);
+    expect((closing as FlushError).message).toContain('/v1/decisions');
+  });
+});
