@@ -2,7 +2,7 @@ import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
-import { asUser, createTenant, keyHeader, type Tenant } from '../../../test/helpers.js';
+import { asUser, createTenant, gate, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { storedReceipt } from '../../../test/ledger.js';
 import {
   createUpstream,
@@ -333,14 +333,8 @@ describe('MCP gateway decisions', () => {
     // The first check of the tenant's echo waits (as an LLM judge or a slow store would) until let go.
     const policies = t.ctx.policies;
     const lookup = policies.get.bind(policies);
-    let atCheck!: () => void;
-    const checking = new Promise<void>((resolve) => {
-      atCheck = resolve;
-    });
-    let letGo!: () => void;
-    const held = new Promise<void>((resolve) => {
-      letGo = resolve;
-    });
+    const { opened: checking, open: atCheck } = gate();
+    const { opened: held, open: letGo } = gate();
     let first = true;
     const spy = vi.spyOn(policies, 'get').mockImplementation(async (org, tool) => {
       if (first && org === tenant.orgId && tool === 'echo') {

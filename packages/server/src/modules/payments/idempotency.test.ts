@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { gatewayKit } from '../../../test/gateway-kit.js';
-import { asUser, createTenant, type Tenant } from '../../../test/helpers.js';
+import { asUser, createTenant, gate, type Tenant } from '../../../test/helpers.js';
 import { TestPaymentProvider } from '../../../test/payment-provider.js';
 import { hashJson } from '../../ledger/canonical.js';
 import { createIdempotencyStore } from '../../lib/idempotency-store.js';
@@ -65,14 +65,8 @@ describe('Idempotency-Key on the gateway', () => {
       rail: 'card',
       beneficiary: PAYEE,
     };
-    let release!: () => void;
-    const held = new Promise<void>((r) => {
-      release = r;
-    });
-    let reached!: () => void;
-    const arrived = new Promise<void>((r) => {
-      reached = r;
-    });
+    const { opened: held, open: release } = gate();
+    const { opened: arrived, open: reached } = gate();
     provider.beforeAnswer = async () => {
       reached();
       await held;
