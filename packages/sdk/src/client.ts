@@ -30,7 +30,7 @@ import type {
   ValidationResult,
   WrapOptions,
 } from './model.js';
-import { type CachedPolicy, MAX_CACHED_POLICIES, PolicyCache } from './policies.js';
+import { type CachedPolicy, MAX_CACHED_POLICIES, MAX_POLICY_AGE_MS, PolicyCache } from './policies.js';
 import { EventStream } from './stream.js';
 
 // The server's reasons, word for word, so a local answer reads exactly as the server's would.
@@ -101,11 +101,21 @@ export function createClient(options: ClientOptions): Client {
   const maxRetries = options.maxRetries ?? 2;
   const maxRetryDelayMs = options.maxRetryDelayMs ?? 5000;
   const approvalDefaults = options.approvals ?? {};
+  const maxStalenessMs = options.maxStalenessMs ?? 30_000;
+  // Unset (undefined or null, as for every option), it is never shorter than maxStalenessMs.
+  const maxPolicyAge = options.maxPolicyAgeMs ?? null;
+  if (maxPolicyAge !== null && (typeof maxPolicyAge !== 'number' || !(maxPolicyAge >= maxStalenessMs))) {
+    throw new SvcError(
+      `maxPolicyAgeMs must be a number of ms no less than maxStalenessMs (${String(maxStalenessMs)}), not ${String(maxPolicyAge)}`,
+    );
+  }
+  const maxPolicyAgeMs = maxPolicyAge ?? Math.max(MAX_POLICY_AGE_MS, maxStalenessMs);
   const cache = new PolicyCache(
     http,
-    options.maxStalenessMs ?? 30_000,
+    maxStalenessMs,
     undefined,
     options.maxCachedPolicies ?? MAX_CACHED_POLICIES,
+    maxPolicyAgeMs,
   );
   const log = new DecisionLog(http, {
     batchSize: options.log?.batchSize ?? 500,

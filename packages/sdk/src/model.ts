@@ -56,6 +56,15 @@ export interface ClientOptions {
    */
   maxStalenessMs?: number;
   /**
+   * A cached policy is used for at most this long after it was fetched, then fetched again before
+   * the call is decided, whatever the event stream delivered: the stream only vouches for the events
+   * the service delivered to it, and one lost on the service's side (a failed publish between its
+   * instances, a reconnection gap there) would otherwise leave the old policy in use for as long as
+   * the stream stays up. A number no less than `maxStalenessMs` (else createClient throws SvcError).
+   * Default 300000 ms (5 minutes), or `maxStalenessMs` when that is longer.
+   */
+  maxPolicyAgeMs?: number;
+  /**
    * Tools whose policy is cached at most (default 10000). Past it, the tool read least recently is
    * dropped from the cache, and its policy fetched again at its next call.
    */

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createClient } from './client.js';
+import { SvcError } from './errors.js';
 import type { Http } from './http.js';
 import { PolicyCache } from './policies.js';
 
@@ -56,6 +57,58 @@ describe('PolicyCache freshness', () => {
     expect(cache.fresh('pay')).toBeUndefined();
     cache.disconnected();
     expect(cache.fresh('pay', clock.now - 1)).toMatchObject({ kind: 'local' });
+  });
+});
+
+describe('PolicyCache maxPolicyAgeMs', () => {
+  /** A cache on a clock the test moves, over a service answering `version` of POLICY; counts reads. */
+  function agedCache(maxStalenessMs: number, maxPolicyAgeMs: number) {
+    const clock = { now: 1_000_000 };
+    const service = { version: 1, reads: 0 };
+    const http = {
+      request: async () => {
+        service.reads++;
+        return { status: 200, headers: new Headers(), body: { ...POLICY, version: service.version } };
+      },
+    } as unknown as Http;
+    const cache = new PolicyCache(http, maxStalenessMs, () => clock.now, undefined, maxPolicyAgeMs);
+    return { cache, clock, service };
+  }
+
+  it('uses a policy the heartbeating stream vouches for until maxPolicyAgeMs after its fetch, then not', async () => {
+    const { cache, clock, service } = agedCache(1000, 10_000);
+    cache.connected();
+    await cache.load('pay');
+    const fetchedAt = clock.now;
+    // Changed on the service; the event never reaches this stream, which goes on heartbeating.
+    service.version = 2;
+    while (clock.now - fetchedAt < 10_000) {
+      clock.now = Math.min(clock.now + 400, fetchedAt + 10_000);
+      cache.heard();
+      expect(cache.fresh('pay')).toMatchObject({ version: 1 });
+    }
+    expect(service.reads).toBe(1);
+    clock.now += 1;
+    cache.heard();
+    expect(cache.fresh('pay')).toBeUndefined();
+    expect(await cache.load('pay')).toMatchObject({ version: 2 });
+    expect(cache.fresh('pay')).toMatchObject({ version: 2 });
+    expect(service.reads).toBe(2);
+  });
+
+  it('counts from the fetch, not from the last byte a dropped stream vouched for', async () => {
+    const { cache, clock } = agedCache(5000, 6000);
+    cache.connected();
+    await cache.load('pay');
+    clock.now += 5000;
+    cache.heard();
+    clock.now += 100;
+    cache.disconnected();
+    // The stream's last byte keeps it current until 10000 after the fetch; its age ends it at 6000.
+    clock.now += 900;
+    expect(cache.fresh('pay')).toMatchObject({ kind: 'local' });
+    clock.now += 1;
+    expect(cache.fresh('pay')).toBeUndefined();
   });
 });
 
@@ -198,5 +251,36 @@ describe('createClient({ maxCachedPolicies })', () => {
     }
     expect(reads).toEqual(['a', 'b', 'c', 'a']);
     await client.close();
+  });
+});
+
+describe('createClient({ maxPolicyAgeMs })', () => {
+  const create = (options: { maxPolicyAgeMs?: unknown; maxStalenessMs?: number }) =>
+    createClient({
+      apiKey: 'svc_x',
+      baseUrl: 'http://svc.test',
+      live: false,
+      ...(options as { maxPolicyAgeMs?: number; maxStalenessMs?: number }),
+    });
+
+  it('refuses a value that is not a number of ms no less than maxStalenessMs', async () => {
+    for (const options of [
+      { maxPolicyAgeMs: 999, maxStalenessMs: 1000 },
+      { maxPolicyAgeMs: 29_999 }, // below the default maxStalenessMs
+      { maxPolicyAgeMs: -1 },
+      { maxPolicyAgeMs: Number.NaN },
+      { maxPolicyAgeMs: '600000' },
+    ]) {
+      expect(() => create(options), JSON.stringify(options)).toThrow(SvcError);
+      expect(() => create(options)).toThrow(/maxPolicyAgeMs/);
+    }
+    // Equal to maxStalenessMs is allowed; unset, it does not refuse a maxStalenessMs over 5 minutes.
+    for (const options of [
+      { maxPolicyAgeMs: 1000, maxStalenessMs: 1000 },
+      { maxStalenessMs: 600_000 },
+      { maxPolicyAgeMs: null, maxStalenessMs: 600_000 },
+    ]) {
+      await create(options).close();
+    }
   });
 });

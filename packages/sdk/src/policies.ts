@@ -25,6 +25,11 @@ interface Entry {
    * up to the last byte that stream delivered before it dropped.
    */
   verifiedAt: number;
+  /**
+   * Past this (fetch time plus `maxPolicyAgeMs`) the policy is fetched again, whatever the stream
+   * vouched for: an event the service failed to deliver would otherwise leave it in use for ever.
+   */
+  expiresAt: number;
   /** The stream connection it was fetched under (live updates reach it), or -1. */
   epoch: number;
   /** Read since eviction last passed it (the second chance of the CLOCK eviction). */
@@ -39,6 +44,12 @@ interface Fetch {
 
 /** Tools whose policy is cached at most, by default (ClientOptions.maxCachedPolicies). */
 export const MAX_CACHED_POLICIES = 10_000;
+
+/**
+ * How long a fetched policy is used at most, by default (ClientOptions.maxPolicyAgeMs), when
+ * `maxStalenessMs` is not longer.
+ */
+export const MAX_POLICY_AGE_MS = 300_000;
 
 /**
  * The response header by which the service's policy route tells "this tool has no policy" (404
@@ -133,6 +144,11 @@ function toCached(body: PolicyBody): CachedPolicy {
  * stream that goes silent without closing (a half-open connection) therefore stops vouching for it
  * after `maxStalenessMs`, long before the stream is declared dead.
  *
+ * The stream vouches only for the events the service delivered to it: one it failed to deliver (a
+ * publish lost between its instances) leaves a live, heartbeating stream vouching for a changed
+ * policy. So whatever the stream says, a policy is used at most `maxPolicyAgeMs` after it was
+ * fetched, then fetched again.
+ *
  * At most `maxEntries` tools are cached: past that, one that was not read for longest (roughly: a
  * CLOCK, which costs the hot path one field write) is dropped, and fetched again when next called.
  * Nothing is kept per tool beyond its entry and a fetch under way.
@@ -155,6 +171,8 @@ export class PolicyCache {
     /** A monotonic clock in ms (the client's latency clock, so the hot path reads one clock once). */
     private readonly now: () => number = () => performance.now(),
     maxEntries = MAX_CACHED_POLICIES,
+    /** At least `maxStalenessMs` (ClientOptions.maxPolicyAgeMs). */
+    private readonly maxPolicyAgeMs = Math.max(MAX_POLICY_AGE_MS, maxStalenessMs),
   ) {
     this.maxEntries = Math.max(1, Math.floor(maxEntries));
   }
@@ -171,7 +189,7 @@ export class PolicyCache {
     e.used = true;
     const current =
       this.live && e.epoch === this.epoch && this.heardAt > e.verifiedAt ? this.heardAt : e.verifiedAt;
-    return now - current <= this.maxStalenessMs ? e.policy : undefined;
+    return now - current <= this.maxStalenessMs && now <= e.expiresAt ? e.policy : undefined;
   }
 
   /** The stream delivered bytes just now. */
@@ -209,7 +227,15 @@ export class PolicyCache {
     else if (res.status === 404) throw notTheService('GET', this.http.url(path), res);
     else throw apiError(res);
     // An event for this tool arrived meanwhile: this answer may predate it, so it is used once, not kept.
-    if (!f.stale) this.store(toolName, { policy, verifiedAt, epoch: this.live ? epoch : -1, used: false });
+    if (!f.stale) {
+      this.store(toolName, {
+        policy,
+        verifiedAt,
+        expiresAt: verifiedAt + this.maxPolicyAgeMs,
+        epoch: this.live ? epoch : -1,
+        used: false,
+      });
+    }
     return policy;
   }
 

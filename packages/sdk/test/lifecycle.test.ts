@@ -98,6 +98,100 @@ describe('the event stream going silent (half-open)', () => {
   });
 });
 
+describe('a policy event the service failed to deliver', () => {
+  /**
+   * A fetch whose event stream loses every policy event (as from an instance of the service that
+   * missed it) while it keeps heartbeating, every 50 ms; it notes when each policy was read.
+   */
+  function losingPolicyEvents() {
+    const seen = { policyReads: [] as number[], dropped: 0 };
+    const encoder = new TextEncoder();
+    const losingFetch: typeof fetch = async (input, init) => {
+      const url = String(input);
+      if (url.includes('/v1/policies/')) seen.policyReads.push(performance.now());
+      const res = await fetch(input, init);
+      if (!url.includes('/v1/events/stream') || !res.body) return res;
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let heartbeat: ReturnType<typeof setInterval> | undefined;
+      let partial = '';
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          heartbeat = setInterval(() => {
+            try {
+              controller.enqueue(encoder.encode(':ping\n\n'));
+            } catch {
+              clearInterval(heartbeat);
+            }
+          }, 50);
+        },
+        async pull(controller) {
+          for (;;) {
+            const { value, done } = await reader.read().catch((err) => {
+              clearInterval(heartbeat);
+              throw err;
+            });
+            if (done) {
+              clearInterval(heartbeat);
+              return controller.close();
+            }
+            // Whole frames only, so a heartbeat never lands inside one.
+            const frames = (partial + value).split('\n\n');
+            partial = frames.pop()!;
+            const kept = frames.filter((frame) => !/^event: ?policy\./m.test(frame));
+            seen.dropped += frames.length - kept.length;
+            if (kept.length > 0) {
+              return controller.enqueue(encoder.encode(kept.map((f) => `${f}\n\n`).join('')));
+            }
+          }
+        },
+        cancel(reason) {
+          clearInterval(heartbeat);
+          return reader.cancel(reason);
+        },
+      });
+      return new Response(body, { status: res.status, headers: res.headers });
+    };
+    return { fetch: losingFetch, seen };
+  }
+
+  it('uses the cached policy until maxPolicyAgeMs after its fetch, then fetches it again', async () => {
+    const tenant = await tenantWithPolicy();
+    const { fetch: f, seen } = losingPolicyEvents();
+    const maxPolicyAgeMs = 1500;
+    const client = track(
+      await connectedClient(t.url, tenant, { fetch: f, maxStalenessMs: 1000, maxPolicyAgeMs }),
+    );
+    expect(await client.validate('pay', { amount: 30 })).toMatchObject({
+      decision: 'allow',
+      source: 'local',
+    });
+    expect(seen.policyReads).toHaveLength(1);
+    const fetchedAt = seen.policyReads[0]!;
+    await putPolicy(t, tenant, 'pay', {
+      mode: 'deterministic',
+      constraints: [{ argumentName: 'amount', maximum: 10 }],
+    });
+    // Before the bound: the cached policy, and no read, while the stream vouches for it.
+    while (performance.now() - fetchedAt < maxPolicyAgeMs - 200) {
+      expect(await client.validate('pay', { amount: 30 })).toMatchObject({
+        decision: 'allow',
+        source: 'local',
+      });
+      await sleep(20);
+    }
+    expect(seen.dropped).toBeGreaterThan(0); // the service did send the event
+    expect(seen.policyReads).toHaveLength(1);
+    while (performance.now() - fetchedAt <= maxPolicyAgeMs) await sleep(5);
+    // The first calls past it fetch the policy again (once for both) and are decided on the new one.
+    const after = await Promise.all([
+      client.validate('pay', { amount: 30 }),
+      client.validate('pay', { amount: 30 }),
+    ]);
+    for (const r of after) expect(r).toMatchObject({ decision: 'deny', source: 'local' });
+    expect(seen.policyReads).toHaveLength(2);
+  });
+});
+
 describe('user callbacks that throw', () => {
   const throwing = () => {
     throw new Error('callback bug');
