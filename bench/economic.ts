@@ -5,7 +5,8 @@
  */
 import { rmSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { api, fmt, provisionKey } from './lib.js';
+import { signUserToken } from '../packages/server/src/lib/jwt.js';
+import { api, fmt, provisionKey, SECRET } from './lib.js';
 import {
   type PairBenchOptions,
   type PairLoopResult,
@@ -26,17 +27,27 @@ export async function runEconomicBench(opts: PairBenchOptions): Promise<Economic
   const { svc, dir, base } = await startSqliteService(opts.port);
   try {
     const key = await provisionKey(base);
-    // A project configuration: every pair is checked against session, agent and category budgets.
+    const token = await signUserToken(SECRET, 'bench-user', 3600, { jwtIssuer: null, jwtAudience: null });
+    const orgs = await api(base, '/v1/organizations', { headers: { authorization: `Bearer ${token}` } });
+    const org = (orgs.data ?? orgs)[0]._id as string;
+    // The organization's configuration (a project's only tightens it), and the project's: every pair
+    // is checked against session, agent and category budgets under both combined.
+    const config = {
+      approvedPayers: ['corp'],
+      defaultPayer: 'corp',
+      sessionLimitUsd: 1_000_000,
+      agentLimitUsd: 100_000_000,
+      categoryPolicies: { supplies: { limitUsd: 100_000_000 } },
+    };
+    await api(base, '/v1/economic/config', {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${token}`, 'x-organization-id': org },
+      body: config,
+    });
     await api(base, '/v1/economic/config', {
       method: 'PUT',
       headers: { 'x-service-api-key': key },
-      body: {
-        approvedPayers: ['corp'],
-        defaultPayer: 'corp',
-        sessionLimitUsd: 1_000_000,
-        agentLimitUsd: 100_000_000,
-        categoryPolicies: { supplies: { limitUsd: 100_000_000 } },
-      },
+      body: config,
     });
     let seq = 0;
     let expectedMicros = 0;
