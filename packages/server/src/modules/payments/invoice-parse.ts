@@ -1,4 +1,4 @@
-import { type BeneficiaryDetails, normalizeBeneficiary } from '@svc/capsules';
+import { type BeneficiaryDetails, normalizeBeneficiary, precisionProblem } from '@svc/capsules';
 import { XMLParser, XMLValidator } from 'fast-xml-parser';
 import { hashJson, sha256Tagged } from '../../ledger/canonical.js';
 import type { InvoiceTerms } from './flow-model.js';
@@ -57,11 +57,24 @@ export function termsOfJson(input: JsonInvoice): InvoiceTerms {
     issue_date: input.issue_date ?? null,
     due_date: input.due_date ?? null,
     payee,
-    amount: {
-      currency: input.amount.currency,
-      amount: canonicalAmount(input.amount.amount, 'amount.amount'),
-    },
+    amount: payableAmount(input.amount.currency, input.amount.amount, 'amount.amount', bad),
   };
+}
+
+/**
+ * The amount in its canonical form, refused when the currency has fewer decimal places than its
+ * value needs (a USD invoice of 12.345 could never be paid by a capsule): 12.500 USD is 12.5.
+ */
+function payableAmount(
+  currency: string,
+  amount: string,
+  param: string,
+  refuse: (param: string, message: string) => Error,
+): { currency: string; amount: string } {
+  const canonical = { currency, amount: canonicalAmount(amount, param) };
+  const problem = precisionProblem(canonical);
+  if (problem) throw refuse(param, `${amount}: ${problem}`);
+  return canonical;
 }
 
 /** "100.00" and "100" are one amount: the canonical form has no trailing zeros. */
@@ -217,7 +230,12 @@ export function termsOfUbl(document: string): InvoiceTerms {
       ...(branch ? { routing_number: branch } : {}),
       ...(country ? { country } : {}),
     });
-    canonical = canonicalAmount(amount, 'PayableAmount');
+    canonical = payableAmount(
+      currency,
+      amount,
+      'PayableAmount',
+      (param, message) => new Error(`${param} ${message}`),
+    ).amount;
   } catch (err) {
     throw new InvoiceParseError((err as Error).message);
   }

@@ -155,6 +155,51 @@ describe('invoice ingest', () => {
     ).toBe('parsed');
   });
 
+  it('takes only amounts the currency can be paid in: USD to the cent, USDC to six decimals', async () => {
+    const err = k.expectB(
+      await k.inject(
+        'POST',
+        '/v1/gateway/invoices',
+        k.key(a),
+        jsonInvoice({ invoice_number: 'PREC-1', amount: { currency: 'USD', amount: '12.345' } }),
+      ),
+      400,
+      'invalid_request',
+    );
+    expect([err['param'], err['message']]).toEqual([
+      'amount.amount',
+      'amount.amount 12.345: USD amounts have at most 2 decimal places',
+    ]);
+    const failed = k.expectB(
+      await k.ingestXml(a, ublInvoice({ number: 'PREC-2', amount: '12.345' })),
+      502,
+      'invoice_parse_failed',
+    );
+    const kept = k.ok(await k.inject('GET', `/v1/gateway/invoices/${failed['invoice_id']}`, k.key(a)));
+    expect(kept.parse_error).toMatch(/PayableAmount 12\.345: USD amounts have at most 2 decimal places/);
+    // Zeros past the cent change nothing; USDC takes six decimals.
+    const zeros = k.ok(
+      await k.inject(
+        'POST',
+        '/v1/gateway/invoices',
+        k.key(a),
+        jsonInvoice({ invoice_number: 'PREC-3', amount: { currency: 'USD', amount: '12.500' } }),
+      ),
+      201,
+    );
+    expect(zeros.amount).toEqual({ currency: 'USD', amount: '12.5' });
+    const usdc = k.ok(
+      await k.inject(
+        'POST',
+        '/v1/gateway/invoices',
+        k.key(a),
+        jsonInvoice({ invoice_number: 'PREC-4', amount: { currency: 'USDC', amount: '12.345678' } }),
+      ),
+      201,
+    );
+    expect(usdc.amount).toEqual({ currency: 'USDC', amount: '12.345678' });
+  });
+
   it('refuses a billion-laughs document (no entity is expanded) and any DTD', async () => {
     const err = k.expectB(await k.ingestXml(a, BILLION_LAUGHS), 502, 'invoice_parse_failed');
     expect(String(err['message'])).toMatch(/document type declarations/);
