@@ -3,15 +3,13 @@ import { XMLParser, XMLValidator } from 'fast-xml-parser';
 import { hashJson, sha256Tagged } from '../../ledger/canonical.js';
 import type { InvoiceTerms } from './flow-model.js';
 import { gatewayError } from './model.js';
-import { fromMicros, GATEWAY_CURRENCIES, toMicros } from './money.js';
+import { fromMicros, GATEWAY_CURRENCIES, gatewayPays, toMicros } from './money.js';
 
 /** UBL 2.1 invoice namespace: a document whose root is another element is not an invoice. */
 export const UBL_INVOICE_NS = 'urn:oasis:names:specification:ubl:schema:xsd:Invoice-2';
 
 const DATE = /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$/;
 const CURRENCY = /^[A-Z]{3,5}$/;
-/** Only an invoice in a currency the gateway pays can ever be bound to a capsule and paid. */
-const gatewayPays = (currency: string) => (GATEWAY_CURRENCIES as readonly string[]).includes(currency);
 
 /** Why a document could not be read as an invoice (kept on its parse_failed row). */
 export class InvoiceParseError extends Error {

@@ -7,6 +7,10 @@ export type Invalid = (message: string, param: string) => GatewayError;
 /** Currencies the gateway accepts; both count 1:1 in USD on the spend ledger (USDC is a USD stablecoin). */
 export const GATEWAY_CURRENCIES = ['USD', 'USDC'] as const;
 
+/** Whether the gateway pays in this currency: only such an amount can ever be bound to a capsule. */
+export const gatewayPays = (currency: string): boolean =>
+  (GATEWAY_CURRENCIES as readonly string[]).includes(currency);
+
 const DECIMAL = /^(0|[1-9]\d{0,14})(\.\d{1,6})?$/;
 /** Largest amount accepted, as the economic API does (1,000,000,000 USD). */
 const MAX_MICROS = 1_000_000_000_000_000n;
@@ -36,7 +40,7 @@ export function moneyMicros(
   invalid: Invalid = gatewayError.invalidRequest,
 ): number {
   const at = (member: string) => (param ? `${param}.${member}` : member);
-  if (!(GATEWAY_CURRENCIES as readonly string[]).includes(money.currency)) {
+  if (!gatewayPays(money.currency)) {
     throw invalid(`${at('currency')} must be one of ${GATEWAY_CURRENCIES.join(', ')}`, at('currency'));
   }
   // Too many decimals is its own catalog code, checked before the general form.
