@@ -119,6 +119,11 @@ export interface EnforceRequest<T = never> {
   execute?: () => Promise<Execution<T>>;
   /** Extra receipt bindings (MCP: client_id, connection_id, upstream_id). */
   bindings?: { client_id?: string; connection_id?: string; upstream_id?: string };
+  /**
+   * The id to record the decision under, derived by a caller that must find it again (the decision
+   * log's Idempotency-Key); a new UUIDv7 otherwise.
+   */
+  decisionId?: string;
 }
 
 /** One decision an SDK took locally, for recordReported. */
@@ -126,6 +131,11 @@ export interface ReportedCall {
   call: ToolCall;
   reported: NonNullable<EnforceRequest['reported']>;
   latencyMs: number;
+  /**
+   * The id to record the decision under, derived by a caller that must find it again (the decision
+   * log's Idempotency-Key); a new UUIDv7 otherwise.
+   */
+  decisionId?: string;
 }
 
 export interface Enforced<T = never> {

@@ -160,7 +160,7 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
         }
       }
       // Ids and times in the order decisions are recorded, as for calls that run nothing.
-      const decisionId = uuidv7();
+      const decisionId = req.decisionId ?? uuidv7();
       if (prepared && execution?.note === undefined && execution?.ran !== false)
         item = withOutcome(prepared, decisionId, clock.now().toISOString(), execution?.resultHash);
 
@@ -220,7 +220,7 @@ export function createEnforcement({ policies, steps, writer, events, clock }: En
       const recorded = reports.map((r) => ({
         call: r.call,
         latencyMs: r.latencyMs,
-        decisionId: uuidv7(),
+        decisionId: r.decisionId ?? uuidv7(),
         verdict: reportedVerdict(r.reported),
       }));
       // Built before anything is queued: arguments that cannot be canonicalized throw here.

@@ -74,14 +74,17 @@ describe('idempotencyHooks: a request answers and frees only its own claim', () 
     const first = held(201);
     const second = held(202);
     const plans: Plan[] = [first.plan, second.plan];
-    const app = await appWith(createIdempotencyStore(t.store.db), plans);
-    apps.push(app);
+    const store = createIdempotencyStore(t.store.db);
+    // Two instances sharing the store: one cannot tell a stalled request of the other from a dead one.
+    const app = await appWith(store, plans);
+    const other = await appWith(store, plans);
+    apps.push(app, other);
     try {
       const one = send(app, 'taken-over');
       await first.reached;
       offset = DEFAULT_STALE_CLAIM_MS + 1000;
-      // The first claim looks abandoned: the second request takes the key over and runs.
-      const two = send(app, 'taken-over');
+      // The first claim looks abandoned to the other instance: the second request takes the key over and runs.
+      const two = send(other, 'taken-over');
       await second.reached;
       first.release();
       expect((await one).statusCode).toBe(201);
@@ -108,14 +111,16 @@ describe('idempotencyHooks: a request answers and frees only its own claim', () 
     ] as const) {
       const second = held(201);
       const plans: Plan[] = [failing.plan, second.plan, { status: 200 }];
-      const app = await appWith(createIdempotencyStore(t.store.db), plans);
-      apps.push(app);
+      const store = createIdempotencyStore(t.store.db);
+      const app = await appWith(store, plans);
+      const other = await appWith(store, plans);
+      apps.push(app, other);
       const key = `failed-${name}`;
       try {
         const one = send(app, key);
         await failing.reached;
         offset = DEFAULT_STALE_CLAIM_MS + 1000;
-        const two = send(app, key);
+        const two = send(other, key);
         await second.reached;
         failing.release();
         await one;
@@ -130,6 +135,28 @@ describe('idempotencyHooks: a request answers and frees only its own claim', () 
         second.release();
         offset = 0;
       }
+    }
+  });
+
+  it('never takes over a claim whose request still runs in the same process', async () => {
+    const first = held(201);
+    const plans: Plan[] = [first.plan];
+    const app = await appWith(createIdempotencyStore(t.store.db), plans);
+    apps.push(app);
+    try {
+      const one = send(app, 'still-running');
+      await first.reached;
+      offset = 10 * DEFAULT_STALE_CLAIM_MS;
+      expect((await send(app, 'still-running')).statusCode).toBe(409);
+      first.release();
+      const done = await one;
+      expect(done.statusCode).toBe(201);
+      const replay = await send(app, 'still-running');
+      expect([replay.statusCode, replay.body]).toEqual([201, done.body]);
+      expect(plans).toHaveLength(0);
+    } finally {
+      first.release();
+      offset = 0;
     }
   });
 

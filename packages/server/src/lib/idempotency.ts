@@ -64,6 +64,19 @@ export interface IdempotencyDeps {
    * while its request still runs loses that request's answer, and the request runs twice.
    */
   staleClaimMs?: number;
+  /**
+   * Called before a stale claim is taken over: whether its request did its work after all (its
+   * process died, or its answer could not be stored, after the work was committed). The answer that
+   * request would have sent is stored on the claim and replayed; null takes the claim over.
+   */
+  recover?: (req: FastifyRequest, claim: Claim) => Promise<{ status: number; response: string } | null>;
+}
+
+/** A request's hold on a key: the organization, the key as stored, and its `created_at` as stored. */
+export interface Claim {
+  org: string;
+  key: string;
+  claimedAt: string;
 }
 
 /**
@@ -82,7 +95,10 @@ export interface IdempotencyDeps {
 export function idempotencyHooks(deps: IdempotencyDeps) {
   const staleClaimMs = deps.staleClaimMs ?? DEFAULT_STALE_CLAIM_MS;
   /** The claim each request holds, known by the time it was taken (its `created_at` as stored). */
-  const held = new WeakMap<FastifyRequest, { org: string; key: string; claimedAt: string }>();
+  const held = new WeakMap<FastifyRequest, Claim>();
+  /** Claims whose request still runs in this process: never stale, however long it takes. */
+  const running = new Set<string>();
+  const runningId = (c: Claim) => `${c.org}\n${c.key}\n${c.claimedAt}`;
   const swept = new Map<string, number>();
 
   /** Deletes the organization's expired keys of this surface, at most once per `sweepEveryMs`. */
@@ -121,7 +137,9 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     const claimedAt = now.toISOString();
     for (let attempt = 0; attempt < 2; attempt++) {
       if (await deps.store.takeKey(org, key, hash, claimedAt)) {
-        held.set(req, { org, key, claimedAt });
+        const claim = { org, key, claimedAt };
+        held.set(req, claim);
+        running.add(runningId(claim));
         return undefined;
       }
       const existing = await deps.store.key(org, key);
@@ -139,10 +157,17 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
       }
       if (existing.status_code === null || existing.response === null) {
         // A claim that never got its answer (the process died mid-request) frees the key after
-        // staleClaimMs. Only the claim read is deleted, and only while still unanswered: if its
-        // request answered meanwhile, the next turn replays that answer.
-        if (Date.parse(existing.created_at) + staleClaimMs <= now.getTime()) {
-          await deps.store.dropClaim(org, key, existing.created_at);
+        // staleClaimMs, unless its request still runs in this process. If that request did its work
+        // before it died, its answer is stored and replayed; otherwise only the claim read is deleted,
+        // and only while still unanswered: if its request answered meanwhile, the next turn replays it.
+        const stale = { org, key, claimedAt: existing.created_at };
+        if (
+          Date.parse(existing.created_at) + staleClaimMs <= now.getTime() &&
+          !running.has(runningId(stale))
+        ) {
+          const done = deps.recover ? await deps.recover(req, stale) : null;
+          if (done) await deps.store.completeKey(org, key, stale.claimedAt, done.status, done.response);
+          else await deps.store.dropClaim(org, key, stale.claimedAt);
           continue;
         }
         throw deps.errors.inProgress(
@@ -163,6 +188,7 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     const owner = held.get(req);
     if (!owner) return payload;
     held.delete(req);
+    running.delete(runningId(owner));
     // An answer that says "retry later" (Retry-After: a rate-limited or in-flight payment) is not kept either.
     const retryLater = reply.getHeader('retry-after') !== undefined;
     const keep = !(reply.statusCode >= 500 || retryLater || typeof payload !== 'string');
@@ -191,5 +217,8 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     return payload;
   }
 
-  return { preHandler, onSend };
+  /** The claim the request holds, if it took a key (the route may derive what it records from it). */
+  const claimOf = (req: FastifyRequest): Claim | undefined => held.get(req);
+
+  return { preHandler, onSend, claimOf };
 }

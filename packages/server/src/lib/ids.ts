@@ -1,4 +1,4 @@
-import { randomFillSync } from 'node:crypto';
+import { hash, randomFillSync } from 'node:crypto';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -53,4 +53,25 @@ export function uuidv7(now: number = Date.now()): string {
 
 export function isUuid(value: string): boolean {
   return UUID_RE.test(value);
+}
+
+/**
+ * A UUID version 7 derived, not drawn: the Unix milliseconds `ms`, `index` (0-4095) in rand_a and,
+ * in rand_b, 62 bits of SHA-256 over `seed` and `index`. The same three arguments always give the
+ * same id, so a request sent again can find what its first attempt recorded; ids of one seed sort
+ * by index. `seed` must be unique to what the ids name (an organization's Idempotency-Key claim).
+ */
+export function derivedUuidv7(ms: number, seed: string, index: number): string {
+  const b = hash('sha256', `${seed}\n${index}`, 'buffer');
+  b[0] = Math.floor(ms / 2 ** 40) & 0xff;
+  b[1] = Math.floor(ms / 2 ** 32) & 0xff;
+  b[2] = (ms >>> 24) & 0xff;
+  b[3] = (ms >>> 16) & 0xff;
+  b[4] = (ms >>> 8) & 0xff;
+  b[5] = ms & 0xff;
+  b[6] = 0x70 | ((index >>> 8) & 0x0f);
+  b[7] = index & 0xff;
+  b[8] = 0x80 | (b[8]! & 0x3f);
+  const h = b.toString('hex', 0, 16);
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }

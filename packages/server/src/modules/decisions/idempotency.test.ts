@@ -285,6 +285,59 @@ describe('POST /v1/decisions with an Idempotency-Key', () => {
     expect(await recorded(a.orgId)).toBe(1);
   });
 
+  it('replays, after a minute, a batch recorded by a request whose answer was never stored', async () => {
+    const a = await createTenant(t);
+    for (const [name, payload] of [
+      ['died-after-commit', batch(1, 2)],
+      ['died-after-commit-one', one(3)],
+    ] as const) {
+      const first = await log(withKey(a.apiKey, name), payload);
+      expect(first.statusCode).toBe(201);
+      // What a process that died between the commit and storing its answer leaves: the claim, unanswered.
+      await t.store.db
+        .withTables<{ gateway_idempotency: IdempotencyRow }>()
+        .updateTable('gateway_idempotency')
+        .set({ status_code: null, response: null })
+        .where('organization_id', '=', a.orgId)
+        .where('idempotency_key', '=', `decisions:${a.projectId}/${name}`)
+        .execute();
+      expectError(await log(withKey(a.apiKey, name), payload), 409, 'idempotency_request_in_progress');
+      offset = 61_000;
+      try {
+        const again = await log(withKey(a.apiKey, name), payload);
+        expect([again.statusCode, again.headers['idempotent-replayed']]).toEqual([201, 'true']);
+        expect(again.json()).toEqual(first.json());
+        const later = await log(withKey(a.apiKey, name), payload);
+        expect(later.headers['idempotent-replayed']).toBe('true');
+      } finally {
+        offset = 0;
+      }
+    }
+    expect(await recorded(a.orgId)).toBe(3);
+    expect(await listedTotal(a)).toBe(3);
+  });
+
+  it('never takes over the claim of a request still running in this process, however long it runs', async () => {
+    const a = await createTenant(t);
+    const headers = withKey(a.apiKey, 'stuck');
+    const held = holdNextBatch();
+    let first: Promise<Awaited<ReturnType<typeof log>>>;
+    try {
+      first = log(headers, batch(1, 2));
+      await held.writing;
+      offset = 61_000;
+      expectError(await log(headers, batch(1, 2)), 409, 'idempotency_request_in_progress');
+    } finally {
+      offset = 0;
+      held.release();
+      held.restore();
+    }
+    const done = await first;
+    expect(done.statusCode).toBe(201);
+    expect((await log(headers, batch(1, 2))).json()).toEqual(done.json());
+    expect(await recorded(a.orgId)).toBe(2);
+  });
+
   it('keeps a key 24 hours, then deletes the organization’s expired decision-log keys', async () => {
     const a = await createTenant(t);
     const old = await log(withKey(a.apiKey, 'day-old'), batch(1));

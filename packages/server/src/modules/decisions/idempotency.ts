@@ -1,7 +1,14 @@
 import type { AppContext } from '../../context.js';
 import { AppError, invalid } from '../../lib/errors.js';
-import { type IdempotencyErrors, idempotencyHooks, idempotencyKeyHeader } from '../../lib/idempotency.js';
+import {
+  type Claim,
+  type IdempotencyErrors,
+  idempotencyHooks,
+  idempotencyKeyHeader,
+} from '../../lib/idempotency.js';
 import { createIdempotencyStore } from '../../lib/idempotency-store.js';
+import { derivedUuidv7 } from '../../lib/ids.js';
+import type { DecisionRepository } from './repository.js';
 
 /** The decision log's keys are stored as `decisions:<project id>/<key>`, apart from the gateway's. */
 const SURFACE = 'decisions:';
@@ -39,10 +46,29 @@ export const IDEMPOTENCY_ERRORS = [
 ] as const;
 
 /**
+ * The ids of the decisions a request records under an Idempotency-Key claim, in body order: derived
+ * from the claim (organization, key and the time it was taken), so they are the same for whoever
+ * reads the claim, and no other claim (nor a later one of the same key) gives them.
+ */
+export function claimedDecisionIds(claim: Claim, count: number): string[] {
+  const ms = Date.parse(claim.claimedAt);
+  const seed = `${claim.org}\n${claim.key}\n${claim.claimedAt}`;
+  return Array.from({ length: count }, (_, i) => derivedUuidv7(ms, seed, i));
+}
+
+/**
  * Idempotency-Key on POST /v1/decisions (lib/idempotency.ts), answered in envelope A: the hooks to
  * install on the route. They run after the route's preValidation and body validation.
+ *
+ * A claim left unanswered past the stale age is first looked up: its decisions, recorded in one
+ * transaction under ids derived from the claim, are either all in the log or none are. If they are
+ * (the process died after the commit, or the answer could not be stored), the 201 that request would
+ * have sent is stored and replayed, and nothing is recorded again; if not, the claim is taken over.
  */
-export function decisionLogIdempotency(ctx: Pick<AppContext, 'store' | 'scope' | 'clock'>) {
+export function decisionLogIdempotency(
+  ctx: Pick<AppContext, 'store' | 'scope' | 'clock'>,
+  decisions: Pick<DecisionRepository, 'get'>,
+) {
   return idempotencyHooks({
     store: createIdempotencyStore(ctx.store.db),
     scope: ctx.scope,
@@ -50,5 +76,12 @@ export function decisionLogIdempotency(ctx: Pick<AppContext, 'store' | 'scope' |
     errors: ERRORS_A,
     surface: SURFACE,
     sweepEveryMs: SWEEP_EVERY_MS,
+    recover: async (req, claim) => {
+      const batch = Array.isArray(req.body);
+      const ids = claimedDecisionIds(claim, batch ? (req.body as unknown[]).length : 1);
+      if (!(await decisions.get(claim.org, ids[0]!))) return null;
+      const response = batch ? { success: true, ids } : { success: true, id: ids[0] };
+      return { status: 201, response: JSON.stringify(response) };
+    },
   });
 }

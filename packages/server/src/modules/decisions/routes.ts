@@ -9,7 +9,12 @@ import { recordError } from '../../lib/json.js';
 import { compileSchema } from '../../lib/schemas.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { createReceiptRepository } from '../receipts/repository.js';
-import { decisionLogIdempotency, IDEMPOTENCY_ERRORS, IdempotencyKeyHeader } from './idempotency.js';
+import {
+  claimedDecisionIds,
+  decisionLogIdempotency,
+  IDEMPOTENCY_ERRORS,
+  IdempotencyKeyHeader,
+} from './idempotency.js';
 import { intParam, parseListQuery } from './query.js';
 import { createDecisionRepository } from './repository.js';
 import {
@@ -64,13 +69,14 @@ function assertLogRequest(body: unknown): void {
 }
 
 export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
+  const decisions = createDecisionRepository(ctx.store.db);
   const service = createDecisionService({
-    decisions: createDecisionRepository(ctx.store.db),
+    decisions,
     receipts: createReceiptRepository(ctx.store.db),
     enforcement: ctx.enforcement,
     clock: ctx.clock,
   });
-  const idempotent = decisionLogIdempotency(ctx);
+  const idempotent = decisionLogIdempotency(ctx, decisions);
 
   app.get(
     '/v1/decisions',
@@ -148,13 +154,18 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
       const key = req.principal as KeyPrincipal;
       const batch = Array.isArray(req.body);
       const bodies = Array.isArray(req.body) ? req.body : [req.body];
-      const inputs = bodies.map((body) => ({
+      // Under an Idempotency-Key the ids derive from its claim, so that a request sent again after
+      // this one's process died can tell whether the batch was recorded (./idempotency.ts).
+      const claim = idempotent.claimOf(req);
+      const decisionIds = claim ? claimedDecisionIds(claim, bodies.length) : undefined;
+      const inputs = bodies.map((body, i) => ({
         toolName: body.tool_name,
         arguments: body.arguments,
         context: body.context ?? {},
         decision: body.decision,
         reason: body.reason,
         latencyMs: roundMs(body.latency_ms),
+        decisionId: decisionIds?.[i],
       }));
       let ids: string[];
       try {

@@ -48,6 +48,8 @@ export interface ClientDecision {
   decision: 'allow' | 'deny';
   reason: string | undefined;
   latencyMs: number;
+  /** The id to record it under (derived from the request's Idempotency-Key claim); a new one otherwise. */
+  decisionId?: string;
 }
 
 export interface DecisionServiceDeps {
@@ -157,6 +159,7 @@ export function createDecisionService({ decisions, receipts, enforcement, clock 
           reason: input.reason ?? defaultReason(input.decision),
         },
         latencyMs: input.latencyMs,
+        decisionId: input.decisionId,
       });
       return { id: done.decisionId };
     },
@@ -169,6 +172,7 @@ export function createDecisionService({ decisions, receipts, enforcement, clock 
           call: { toolName: input.toolName, arguments: input.arguments, context: input.context },
           reported: { decision: input.decision, reason: input.reason ?? defaultReason(input.decision) },
           latencyMs: input.latencyMs,
+          decisionId: input.decisionId,
         })),
       );
     },
