@@ -314,6 +314,37 @@ describe('the economic receipt sweep', () => {
     await expectChainVerifies(tenant.orgId, 2);
   });
 
+  it('takes owed authorizations and commits in one order of decisions, an action owing both once', async () => {
+    const { tenant, scope } = await organization();
+    const fail = { on: false };
+    const svc = service(flaky(fail));
+    await svc.authorize(scope, input('commit-owed'));
+    fail.on = true;
+    await svc.commit(scope, commitOf('commit-owed')).catch(() => {});
+    clock.advance(1);
+    await svc.authorize(scope, input('both-owed')).catch(() => {});
+    await svc.commit(scope, commitOf('both-owed')).catch(() => {});
+    clock.advance(1);
+    await svc.authorize(scope, input('authorization-owed')).catch(() => {});
+    fail.on = false;
+    const owes = async (id: string) => {
+      const row = await actionRow(tenant.orgId, id);
+      return [row.authorize_receipt_id === null, row.commit_id !== null && row.commit_receipt_id === null];
+    };
+    expect(await owes('commit-owed')).toEqual([false, true]);
+    expect(await owes('both-owed')).toEqual([true, true]);
+    // One action per place in the page: the older commit first, then both slots of the next action.
+    await svc.repairReceipts({ limit: 1 });
+    expect(await owes('commit-owed')).toEqual([false, false]);
+    expect(await owes('both-owed')).toEqual([true, true]);
+    await svc.repairReceipts({ limit: 1 });
+    expect(await owes('both-owed')).toEqual([false, false]);
+    expect(await owes('authorization-owed')).toEqual([true, false]);
+    await svc.repairReceipts({ limit: 1 });
+    expect(await owes('authorization-owed')).toEqual([false, false]);
+    await expectChainVerifies(tenant.orgId, 5);
+  });
+
   it('moves past actions whose receipt it cannot make, and tries them again a while later', async () => {
     const { tenant, scope } = await organization();
     const fail = { on: false };

@@ -511,33 +511,52 @@ export function createSpendLedger(store: Store) {
      * its writer). Oldest decisions first, at most `limit`.
      */
     async owingReceipts(staleBefore: string, limit: number): Promise<ActionRow[]> {
-      return store.db
-        .selectFrom('spend_actions')
-        .selectAll()
-        .where((eb) =>
-          eb.or([
-            eb.and([
-              eb('authorize_receipt_id', 'is', null),
-              eb.or([
-                eb('authorize_receipt_claimed_at', 'is', null),
-                eb('authorize_receipt_claimed_at', '<', staleBefore),
-              ]),
+      // One read per slot, each served by its partial index (migration 0025), merged in order.
+      const [authorizations, commits] = await Promise.all([
+        store.db
+          .selectFrom('spend_actions')
+          .selectAll()
+          .where('authorize_receipt_id', 'is', null)
+          .where((eb) =>
+            eb.or([
+              eb('authorize_receipt_claimed_at', 'is', null),
+              eb('authorize_receipt_claimed_at', '<', staleBefore),
             ]),
-            eb.and([
-              eb('commit_id', 'is not', null),
-              eb('commit_receipt_id', 'is', null),
-              eb.or([
-                eb('commit_receipt_claimed_at', 'is', null),
-                eb('commit_receipt_claimed_at', '<', staleBefore),
-              ]),
+          )
+          .orderBy('decided_at')
+          .orderBy('organization_id')
+          .orderBy('action_id')
+          .limit(limit)
+          .execute(),
+        store.db
+          .selectFrom('spend_actions')
+          .selectAll()
+          .where('commit_id', 'is not', null)
+          .where('commit_receipt_id', 'is', null)
+          .where((eb) =>
+            eb.or([
+              eb('commit_receipt_claimed_at', 'is', null),
+              eb('commit_receipt_claimed_at', '<', staleBefore),
             ]),
-          ]),
-        )
-        .orderBy('decided_at')
-        .orderBy('organization_id')
-        .orderBy('action_id')
-        .limit(limit)
-        .execute();
+          )
+          .orderBy('decided_at')
+          .orderBy('organization_id')
+          .orderBy('action_id')
+          .limit(limit)
+          .execute(),
+      ]);
+      const byAction = new Map<string, ActionRow>();
+      for (const row of [...authorizations, ...commits]) {
+        byAction.set(JSON.stringify([row.organization_id, row.action_id]), row);
+      }
+      const order = (r: ActionRow) => [r.decided_at, r.organization_id, r.action_id];
+      return [...byAction.values()]
+        .sort((x, y) => {
+          const [a, b] = [order(x), order(y)];
+          for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i]! < b[i]! ? -1 : 1;
+          return 0;
+        })
+        .slice(0, limit);
     },
 
     /** One ledger entry of an organization by its id. */

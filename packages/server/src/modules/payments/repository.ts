@@ -1,4 +1,4 @@
-import type { Kysely } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { chainedReceiptFor } from '../../ledger/chained.js';
 import type { Db } from '../../storage/db.js';
 import type { CapsuleStatus, GatewayTables } from './model.js';
@@ -188,14 +188,17 @@ export function createGatewayRepository(base: Db) {
 
     /** Consumed capsules still owing their receipt, oldest first, across organizations (the repair sweep's read). */
     async owingReceipts(limit: number): Promise<CapsuleRow[]> {
-      return db
-        .selectFrom('gateway_capsules')
-        .selectAll()
-        .where('receipt_id', 'is', null)
-        .where('status', '=', 'consumed')
-        .orderBy('updated_at')
-        .limit(limit)
-        .execute();
+      return (
+        db
+          .selectFrom('gateway_capsules')
+          .selectAll()
+          .where('receipt_id', 'is', null)
+          // A literal, as in the partial index serving this read (migration 0025).
+          .where('status', '=', sql.lit('consumed'))
+          .orderBy('updated_at')
+          .limit(limit)
+          .execute()
+      );
     },
 
     async nonceClaim(org: string, entityId: string, nonce: string) {
