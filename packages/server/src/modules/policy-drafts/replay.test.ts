@@ -94,6 +94,56 @@ describe('POST /v1/policy-drafts/:id/replay', () => {
     expect((await validate(tenant, 'pay', { amount: 500 })).json().decision).toBe('allow');
   });
 
+  it("replays an inactive policy's own constraints too, since approving activates it", async () => {
+    const tenant = await createTenant(t);
+    const create = await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(tenant.apiKey),
+      payload: { toolName: 'pay', constraints: [{ argumentName: 'amount', maximum: 10 }] },
+    });
+    expect(create.statusCode).toBe(201);
+    const off = await t.inject({
+      method: 'POST',
+      url: '/v1/policies/pay/deactivate',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(off.statusCode).toBe(200);
+    // Inactive: every call passes unchecked.
+    for (const amount of [5, 50, 500]) {
+      expect((await validate(tenant, 'pay', { amount })).json().decision).toBe('allow');
+    }
+    const id = await draft(tenant, [rule('cap', 'allow', ['pay'], 'amount', 'less_than_or_equal', 100)]);
+
+    const replayed = (await replay(tenant, id)).json().data;
+    const changed = replayed.changed as { arguments: { amount: number }; after: { decision: string } }[];
+    expect(changed.map((c) => [c.arguments.amount, c.after.decision])).toEqual([
+      [500, 'deny'],
+      [50, 'deny'],
+    ]);
+
+    // What approving then does: the policy is active again, with its cap of 10 and the draft's.
+    const submit = await t.inject({
+      method: 'POST',
+      url: `/v1/policy-drafts/${id}/submit`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(submit.statusCode).toBe(200);
+    const approve = await t.inject({
+      method: 'POST',
+      url: `/v1/policy-drafts/${id}/approve`,
+      headers: asUser(tenant),
+    });
+    expect(approve.statusCode).toBe(200);
+    for (const [amount, decision] of [
+      [5, 'allow'],
+      [50, 'deny'],
+      [500, 'deny'],
+    ] as const) {
+      expect((await validate(tenant, 'pay', { amount })).json().decision).toBe(decision);
+    }
+  });
+
   it('reports the rules it cannot replay, as approving would', async () => {
     const tenant = await createTenant(t);
     const id = await draft(tenant, [rule('odd', 'require_approval', ['pay'], 'amount', 'greater_than', 5)]);

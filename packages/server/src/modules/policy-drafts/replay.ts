@@ -9,6 +9,7 @@ import {
 } from '@svc/policy-engine';
 import type { Kysely } from 'kysely';
 import type { Database } from '../../storage/schema.js';
+import { definitionOf } from '../policies/cache.js';
 import type { PolicyRepository } from '../policies/repository.js';
 import type { SkippedDraftRule } from './apply.js';
 
@@ -59,8 +60,9 @@ function contextOf(json: string): Record<string, unknown> {
  *
  * Approving appends the draft's constraints to each tool's policy (applyDraftRules) and never
  * weakens it, so a decision after approval is the stricter of what was recorded and what the draft's
- * own constraints answer for the same arguments (deny over require_approval over allow). Tools with
- * an llm-mode policy are left out, as approving leaves them unchanged. Nothing is written.
+ * own constraints answer for the same arguments (deny over require_approval over allow). Approving
+ * also makes an inactive policy active, so its own constraints are replayed with the draft's. Tools
+ * with an llm-mode policy are left out, as approving leaves them unchanged. Nothing is written.
  */
 export async function replayDraft(
   db: Kysely<Database>,
@@ -87,7 +89,10 @@ export async function replayDraft(
       }
       continue;
     }
-    checks.set(toolName, compilePolicy({ mode: 'deterministic', constraints }));
+    // Approving makes the policy active: an inactive policy's own constraints then apply again too,
+    // and calls it let through unchecked may be refused by them.
+    const revived = current && current.is_active !== 1 ? (definitionOf(current).constraints ?? []) : [];
+    checks.set(toolName, compilePolicy({ mode: 'deterministic', constraints: [...revived, ...constraints] }));
   }
   const tools = [...checks.keys()];
   if (tools.length === 0) return { draftId: draft.id, tools, examined: 0, changed: [], skipped };
