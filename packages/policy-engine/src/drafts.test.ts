@@ -153,6 +153,27 @@ describe('compileDraftRules', () => {
     ]);
   });
 
+  it('combines long value lists as sets: the intersection in the first list\'s order, less the blocked ones', () => {
+    const n = 20_000;
+    const all = Array.from({ length: n }, (_, i) => `v${i}`);
+    const evens = all.filter((_, i) => i % 2 === 0).reverse();
+    const tens = all.filter((_, i) => i % 10 === 0);
+    const { policies, skipped } = compileDraftRules([
+      rule('all', 'allow', 'arguments.cur', 'in', all),
+      rule('evens', 'allow', 'arguments.cur', 'in', evens),
+      rule('tens', 'block', 'arguments.cur', 'in', tens),
+      rule('tens-again', 'block', 'arguments.cur', 'in', tens),
+    ]);
+    expect(skipped).toEqual([]);
+    const allowed = policies[0]!.constraints[0]!.enum!;
+    expect(allowed).toEqual(all.filter((_, i) => i % 2 === 0 && i % 10 !== 0));
+    const blockedOnly = compileDraftRules([
+      rule('tens', 'block', 'arguments.cur', 'in', tens),
+      rule('evens', 'block', 'arguments.cur', 'in', evens),
+    ]).policies[0]!.constraints[0]!;
+    expect(blockedOnly.notEnum).toEqual([...new Set([...tens, ...evens])]);
+  });
+
   it('measures a literal turned pattern in characters (code points), as the regex limit counts', () => {
     // 200 emoji are 400 UTF-16 units but 200 characters: within the 256 of a pattern.
     const { policies, skipped } = compileDraftRules([

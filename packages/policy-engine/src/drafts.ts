@@ -247,7 +247,8 @@ class ArgumentAccumulator {
   upper: Bound | null = null;
   counts: Partial<Record<'minLength' | 'maxLength' | 'minItems' | 'maxItems', number>> = {};
   enumValues: string[] | null = null;
-  notEnum: string[] = [];
+  /** Insertion-ordered; sets, not arrays, so that lists of many values combine in linear time. */
+  notEnum = new Set<string>();
   regexes: string[] = [];
   notRegexes: string[] = [];
 
@@ -265,9 +266,10 @@ class ArgumentAccumulator {
     }
     if (f.enum) {
       const prev = this.enumValues;
-      this.enumValues = prev === null ? unique(f.enum) : prev.filter((v) => f.enum?.includes(v));
+      const next = new Set(f.enum);
+      this.enumValues = prev === null ? [...next] : prev.filter((v) => next.has(v));
     }
-    if (f.notEnum) this.notEnum = unique([...this.notEnum, ...f.notEnum]);
+    if (f.notEnum) for (const v of f.notEnum) this.notEnum.add(v);
     if (f.regex !== undefined && !this.regexes.includes(f.regex)) this.regexes.push(f.regex);
     if (f.notRegex !== undefined && !this.notRegexes.includes(f.notRegex)) this.notRegexes.push(f.notRegex);
   }
@@ -279,8 +281,8 @@ class ArgumentAccumulator {
     if (this.upper) c[this.upper.exclusive ? 'lessThan' : 'maximum'] = this.upper.value;
     Object.assign(c, this.counts);
     // enum E with notEnum N permits exactly E minus N; folding keeps the pair from reading as a contradiction.
-    if (this.enumValues !== null) c.enum = this.enumValues.filter((v) => !this.notEnum.includes(v));
-    else if (this.notEnum.length > 0) c.notEnum = this.notEnum;
+    if (this.enumValues !== null) c.enum = this.enumValues.filter((v) => !this.notEnum.has(v));
+    else if (this.notEnum.size > 0) c.notEnum = [...this.notEnum];
     if (this.regexes[0] !== undefined) c.regex = this.regexes[0];
     if (this.notRegexes[0] !== undefined) c.notRegex = this.notRegexes[0];
     const out = [c];
