@@ -242,6 +242,12 @@ function ReplayResult({ replay }: { replay: DraftReplay }) {
           ? 'No recorded decision for the tools of this draft.'
           : `Of the last ${replay.examined} decisions for ${revealString(replay.tools.join(', '))}, ${replay.changed.length} would have ended differently.`}
       </p>
+      {replay.truncated && (
+        <p className="warn" data-replay-truncated>
+          The replay stopped after {replay.examined} decisions: their arguments reached 16 MiB. Older
+          decisions were not replayed.
+        </p>
+      )}
       {replay.skipped.length > 0 && (
         <ul className="meta">
           {replay.skipped.map((s) => (

@@ -88,6 +88,8 @@ export interface DraftReplay {
   draftId: string;
   tools: string[];
   examined: number;
+  /** Stopped before the limit asked for: the decisions read held 16 MiB of arguments. */
+  truncated: boolean;
   changed: {
     decisionId: string;
     toolName: string;

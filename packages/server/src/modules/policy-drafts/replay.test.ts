@@ -38,6 +38,22 @@ const validate = (tenant: Tenant, tool: string, args: Record<string, unknown>, c
     payload: { tool_name: tool, arguments: args, context: { session_id: 's-1', ...ctx } },
   });
 
+/** A decision the SDK took and logged (allow, under no policy). */
+const logCall = (tenant: Tenant, args: Record<string, unknown>) =>
+  t.inject({
+    method: 'POST',
+    url: '/v1/decisions',
+    headers: keyHeader(tenant.apiKey),
+    payload: {
+      tool_name: 'pay',
+      arguments: args,
+      decision: 'allow',
+      mode: 'deterministic',
+      latency_ms: 0.1,
+      source: 'client',
+    },
+  });
+
 const replay = (tenant: Tenant, id: string, payload: Record<string, unknown> = {}) =>
   t.inject({ method: 'POST', url: `/v1/policy-drafts/${id}/replay`, headers: asUser(tenant), payload });
 
@@ -142,6 +158,43 @@ describe('POST /v1/policy-drafts/:id/replay', () => {
     ] as const) {
       expect((await validate(tenant, 'pay', { amount })).json().decision).toBe(decision);
     }
+  });
+
+  it('reads every page of decisions, newest first, up to the limit', async () => {
+    const tenant = await createTenant(t);
+    // Logged one per request so that each has its own time: 25 calls, every odd amount above the cap.
+    for (let amount = 0; amount < 25; amount++) {
+      const res = await logCall(tenant, { amount: amount % 2 === 1 ? 500 + amount : amount });
+      expect(res.statusCode).toBe(201);
+    }
+    const id = await draft(tenant, [
+      rule('cap', 'allow', ['pay'], 'arguments.amount', 'less_than_or_equal', 100),
+    ]);
+    const all = (await replay(tenant, id, { limit: 1000 })).json().data;
+    expect([all.examined, all.truncated, all.changed.length]).toEqual([25, false, 12]);
+    expect(all.changed.map((c: { arguments: { amount: number } }) => c.arguments.amount)).toEqual(
+      Array.from({ length: 12 }, (_, i) => 523 - 2 * i),
+    );
+    const some = (await replay(tenant, id, { limit: 13 })).json().data;
+    expect([some.examined, some.truncated, some.changed.length]).toEqual([13, false, 6]);
+    expect(some.changed).toEqual(all.changed.slice(0, 6));
+  });
+
+  it('stops once the arguments read reach 16 MiB, and says so', async () => {
+    const tenant = await createTenant(t);
+    // The oldest call is over the cap; seventeen calls of about 1 MiB each come after it.
+    expect((await logCall(tenant, { amount: 5000, memo: '' })).statusCode).toBe(201);
+    const memo = 'x'.repeat(1_000_000);
+    for (let i = 0; i < 17; i++) expect((await logCall(tenant, { amount: i, memo })).statusCode).toBe(201);
+    const id = await draft(tenant, [
+      rule('cap', 'allow', ['pay'], 'arguments.amount', 'less_than_or_equal', 100),
+    ]);
+    const res = (await replay(tenant, id, { limit: 1000 })).json().data;
+    // 16 MiB is 16.8 million characters: the seventeenth call crosses it and is still replayed.
+    expect([res.examined, res.truncated, res.changed]).toEqual([17, true, []]);
+    // Within the limit it reads everything: nothing is left out, so nothing is truncated.
+    const few = (await replay(tenant, id, { limit: 3 })).json().data;
+    expect([few.examined, few.truncated]).toEqual([3, false]);
   });
 
   it('reports the rules it cannot replay, as approving would', async () => {

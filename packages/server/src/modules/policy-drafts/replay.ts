@@ -16,6 +16,15 @@ import type { SkippedDraftRule } from './apply.js';
 export const DEFAULT_REPLAY_LIMIT = 100;
 export const MAX_REPLAY_LIMIT = 1000;
 
+/**
+ * A replay reads decisions a few at a time and stops once the arguments and contexts it has read
+ * reach this many characters (each decision may hold about 1 MiB of arguments: 1,000 of them would
+ * be a gigabyte in one answer). The decision that crosses it is still replayed.
+ */
+export const REPLAY_READ_BUDGET = 16 * 1024 * 1024;
+/** Decisions read per query. */
+const REPLAY_PAGE = 8;
+
 /** One recorded decision whose outcome the draft would have changed. */
 export interface ChangedDecision {
   decisionId: string;
@@ -34,6 +43,11 @@ export interface ReplayResult {
   tools: string[];
   /** How many recorded decisions were replayed (at most the limit asked for). */
   examined: number;
+  /**
+   * True when the replay stopped before the limit because the decisions read held REPLAY_READ_BUDGET
+   * characters of arguments and context: older decisions were not replayed.
+   */
+  truncated: boolean;
   changed: ChangedDecision[];
   /** Rules (or tools) the replay left out, as approving would. */
   skipped: SkippedDraftRule[];
@@ -95,40 +109,90 @@ export async function replayDraft(
     checks.set(toolName, compilePolicy({ mode: 'deterministic', constraints: [...revived, ...constraints] }));
   }
   const tools = [...checks.keys()];
-  if (tools.length === 0) return { draftId: draft.id, tools, examined: 0, changed: [], skipped };
+  if (tools.length === 0)
+    return { draftId: draft.id, tools, examined: 0, truncated: false, changed: [], skipped };
 
-  const rows = await db
-    .selectFrom('decisions')
-    .select(['id', 'tool_name', 'arguments', 'context', 'decision', 'reason', 'created_at'])
-    .where('organization_id', '=', organizationId)
-    .where('tool_name', 'in', tools)
-    .orderBy('created_at', 'desc')
-    .orderBy('id', 'desc')
-    .limit(limit)
-    .execute();
+  // The organization's decisions for these tools, newest first, from after `from` on.
+  const newest = (from: { createdAt: string; id: string } | null) =>
+    db
+      .selectFrom('decisions')
+      .where('organization_id', '=', organizationId)
+      .where('tool_name', 'in', tools)
+      .$if(from !== null, (q) =>
+        q.where((eb) =>
+          eb.or([
+            eb('created_at', '<', from!.createdAt),
+            eb.and([eb('created_at', '=', from!.createdAt), eb('id', '<', from!.id)]),
+          ]),
+        ),
+      )
+      .orderBy('created_at', 'desc')
+      .orderBy('id', 'desc');
 
   const changed: ChangedDecision[] = [];
-  for (const row of rows) {
-    if (!isDecision(row.decision)) continue;
-    const args = JSON.parse(row.arguments) as Record<string, unknown>;
-    const ctx = contextOf(row.context);
-    const verdict = evaluate(checks.get(row.tool_name)!, args);
-    if (RANK[verdict.decision] <= RANK[row.decision]) continue;
-    const after = verdict.decision;
-    changed.push({
-      decisionId: row.id,
-      toolName: row.tool_name,
-      arguments: args,
-      createdAt: row.created_at,
-      ...(typeof ctx.agent_id === 'string' ? { agentId: ctx.agent_id } : {}),
-      ...(typeof ctx.session_id === 'string' ? { sessionId: ctx.session_id } : {}),
-      before: { decision: row.decision, reason: row.reason },
-      after: {
-        decision: after,
-        reason: verdict.reason ?? '',
-        failedConstraints: [...verdict.failedConstraints],
-      },
-    });
+  let examined = 0;
+  let read = 0;
+  let last: { createdAt: string; id: string } | null = null;
+  let more = true;
+  while (more && examined < limit) {
+    if (read >= REPLAY_READ_BUDGET) {
+      // Stopped on a page boundary: whether an older decision is left decides `truncated`.
+      more = (await newest(last).select('id').limit(1).execute()).length > 0;
+      break;
+    }
+    const size = Math.min(REPLAY_PAGE, limit - examined);
+    const rows = await newest(last)
+      .select(['id', 'tool_name', 'arguments', 'context', 'decision', 'reason', 'created_at'])
+      .limit(size)
+      .execute();
+    more = rows.length === size;
+    for (const row of rows) {
+      if (read >= REPLAY_READ_BUDGET) {
+        more = true;
+        break;
+      }
+      read += row.arguments.length + row.context.length;
+      examined++;
+      last = { createdAt: row.created_at, id: row.id };
+      const change = replayOne(row, checks);
+      if (change) changed.push(change);
+    }
   }
-  return { draftId: draft.id, tools, examined: rows.length, changed, skipped };
+  const truncated = more && examined < limit && read >= REPLAY_READ_BUDGET;
+  return { draftId: draft.id, tools, examined, truncated, changed, skipped };
+}
+
+/** What the draft makes of one recorded decision: its change, or null when the outcome stays. */
+function replayOne(
+  row: {
+    id: string;
+    tool_name: string;
+    arguments: string;
+    context: string;
+    decision: string;
+    reason: string;
+    created_at: string;
+  },
+  checks: Map<string, CompiledPolicy>,
+): ChangedDecision | null {
+  if (!isDecision(row.decision)) return null;
+  const args = JSON.parse(row.arguments) as Record<string, unknown>;
+  const ctx = contextOf(row.context);
+  const verdict = evaluate(checks.get(row.tool_name)!, args);
+  if (RANK[verdict.decision] <= RANK[row.decision]) return null;
+  const after = verdict.decision;
+  return {
+    decisionId: row.id,
+    toolName: row.tool_name,
+    arguments: args,
+    createdAt: row.created_at,
+    ...(typeof ctx.agent_id === 'string' ? { agentId: ctx.agent_id } : {}),
+    ...(typeof ctx.session_id === 'string' ? { sessionId: ctx.session_id } : {}),
+    before: { decision: row.decision, reason: row.reason },
+    after: {
+      decision: after,
+      reason: verdict.reason ?? '',
+      failedConstraints: [...verdict.failedConstraints],
+    },
+  };
 }

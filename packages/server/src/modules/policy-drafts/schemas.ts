@@ -115,6 +115,7 @@ export const ReplaySchema = Type.Object({
     draftId: Type.String(),
     tools: Type.Array(Type.String()),
     examined: Type.Integer(),
+    truncated: Type.Boolean(),
     changed: Type.Array(
       Type.Object({
         decisionId: Type.String(),
