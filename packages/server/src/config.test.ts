@@ -4,6 +4,7 @@ import { JWT_SECRET } from '../test/helpers.js';
 import {
   LOG_LEVELS,
   loadConfig,
+  MAX_BASE_URL_CHARS,
   MAX_CHECKPOINT_INTERVAL_SECONDS,
   MAX_SIGNING_KEY_OVERLAP_SECONDS,
   MAX_TIMER_MS,
@@ -140,6 +141,67 @@ describe('loadConfig: values checked at start', () => {
     // The default base URL is a URL too, also on an IPv6 host.
     expect(loadConfig({ HOST: '::', PORT: '8080' }).baseUrl).toBe('http://[::]:8080');
     expect(() => new URL(loadConfig({ HOST: '::1' }).baseUrl)).not.toThrow();
+  });
+
+  it('refuses an SVC_BASE_URL too long to be a capsule issuer (2048 characters)', () => {
+    const at = (n: number) => `https://svc.example.com/${'x'.repeat(n - 'https://svc.example.com/'.length)}`;
+    expect(loadConfig({ SVC_BASE_URL: at(MAX_BASE_URL_CHARS) }).baseUrl).toHaveLength(MAX_BASE_URL_CHARS);
+    // A trailing slash is not part of it.
+    expect(loadConfig({ SVC_BASE_URL: `${at(MAX_BASE_URL_CHARS)}/` }).baseUrl).toBe(at(MAX_BASE_URL_CHARS));
+    expect(refusal({ SVC_BASE_URL: at(MAX_BASE_URL_CHARS + 1) })).toBe(
+      'SVC_BASE_URL must be at most 2048 characters (capsules name it as their issuer), got 2049',
+    );
+    expect(refusal({ SVC_BASE_URL: `http://127.0.0.1:8080/${'x'.repeat(2100)}` })).toMatch(
+      /^SVC_BASE_URL must be at most 2048 characters/,
+    );
+  });
+
+  it('refuses an SVC_BASE_URL or SVC_DOCS_URL not written as a URL parser reads it', () => {
+    // Each is read as another address than the text links and redirect URIs are built from.
+    for (const [v, normal] of [
+      ['https:svc.example.com', 'https://svc.example.com'],
+      ['https://svc.example.com:443', 'https://svc.example.com'],
+      ['http://svc.example.com:80/api', 'http://svc.example.com/api'],
+      ['https://SVC.example.com', 'https://svc.example.com'],
+      ['HTTPS://svc.example.com', 'https://svc.example.com'],
+      ['https://svc.example.com/a/../b', 'https://svc.example.com/b'],
+      ['https://svc.example.com\\api', 'https://svc.example.com/api'],
+      ['https://svc.example.com/a b', 'https://svc.example.com/a%20b'],
+      ['https://svc.example.com/a\tb', 'https://svc.example.com/ab'],
+      ['https://exämple.com', 'https://xn--exmple-cua.com'],
+    ] as const) {
+      expect(refusal({ SVC_BASE_URL: v }), v).toBe(
+        `SVC_BASE_URL must be written in its normal form "${normal}", got "${v}"`,
+      );
+      expect(refusal({ SVC_DOCS_URL: v }), v).toMatch(/^SVC_DOCS_URL must be written in its normal form/);
+      expect(refusal({ SVC_BASE_URL: normal }), normal).toBeNull();
+    }
+    for (const v of ['http://[::1]:8080', 'https://svc.example.com/api', 'http://127.0.0.1:8080/%7Efoo']) {
+      expect(loadConfig({ SVC_BASE_URL: v }).baseUrl).toBe(v);
+    }
+  });
+
+  it('refuses identity provider URLs that no request could be sent to or matched with', () => {
+    // fetch refuses a URL holding credentials: every token (or sign-in) would fail later.
+    expect(refusal({ SVC_JWT_JWKS_URL: 'https://user:pass@idp.example.com/jwks' })).toBe(
+      'SVC_JWT_JWKS_URL must not hold a user name or password, got "https://user:pass@idp.example.com/jwks"',
+    );
+    const oidc = (issuer: string) => refusal({ SVC_OIDC_ISSUER: issuer, SVC_OIDC_CLIENT_ID: 'x' });
+    expect(oidc('https://user@idp.example.com')).toBe(
+      'SVC_OIDC_ISSUER must not hold a user name or password, got "https://user@idp.example.com"',
+    );
+    // An issuer has no query or fragment (OpenID Connect Discovery §3): the provider's never equals it.
+    for (const issuer of [
+      'https://idp.example.com/?tenant=a',
+      'https://idp.example.com#x',
+      'https://idp.example.com?',
+    ]) {
+      expect(oidc(issuer), issuer).toBe(`SVC_OIDC_ISSUER must not have a query or fragment, got "${issuer}"`);
+    }
+    expect(oidc('https://idp.example.com/realms/a')).toBeNull();
+    expect(loadConfig({ SVC_JWT_JWKS_URL: 'https://idp.example.com/jwks?tenant=a' }).jwtJwksUrl).toBe(
+      'https://idp.example.com/jwks?tenant=a',
+    );
   });
 
   it('takes SVC_JWT_JWKS_URL over https, or http on this machine, as SVC_OIDC_ISSUER', () => {

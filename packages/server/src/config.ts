@@ -70,6 +70,10 @@ function providerUrl(name: string, value: string): URL {
   if (url.protocol !== 'https:' && !(url.protocol === 'http:' && LOOPBACK.test(url.hostname))) {
     throw new Error(`${name} must use https (http only for a provider on localhost), got "${value}"`);
   }
+  // fetch refuses every request to such a URL: no token or sign-in could ever be checked.
+  if (url.username !== '' || url.password !== '') {
+    throw new Error(`${name} must not hold a user name or password, got "${value}"`);
+  }
   return url;
 }
 
@@ -84,7 +88,11 @@ export function loadOidcSettings(env: Record<string, string | undefined>): OidcS
     return null;
   }
   if (clientId === null) throw new Error('SVC_OIDC_ISSUER is set: SVC_OIDC_CLIENT_ID is required too');
-  providerUrl('SVC_OIDC_ISSUER', issuer);
+  const issuerUrl = providerUrl('SVC_OIDC_ISSUER', issuer);
+  // OpenID Connect Discovery 1.0 §3: an issuer has no query or fragment; the provider's never matches one.
+  if (issuerUrl.search !== '' || issuerUrl.hash !== '' || issuer.includes('?') || issuer.includes('#')) {
+    throw new Error(`SVC_OIDC_ISSUER must not have a query or fragment, got "${issuer}"`);
+  }
   const scopes = nonEmpty(env.SVC_OIDC_SCOPES) ?? 'openid profile email';
   if (!scopes.split(/\s+/).includes('openid')) {
     throw new Error(`SVC_OIDC_SCOPES must include openid, got "${scopes}"`);
@@ -211,7 +219,31 @@ function httpUrl(name: string, value: string): string {
   if (url.username !== '' || url.password !== '') {
     throw new Error(`${name} must not hold a user name or password, got "${value}"`);
   }
-  return value.replace(/\/+$/, '');
+  // Links, the OpenID redirect URI and capsule issuers are built from the value as written, while
+  // browsers, identity providers and URL parsers read its normal form: `https:svc.example.com` or a
+  // default port would make links that lead elsewhere and redirect URIs that never match.
+  const written = value.replace(/\/+$/, '');
+  const normal = url.href.replace(/\/+$/, '');
+  if (written !== normal) {
+    throw new Error(`${name} must be written in its normal form "${normal}", got "${value}"`);
+  }
+  return written;
+}
+
+/**
+ * SVC_BASE_URL at most 2048 characters: capsules name it as their issuer, which the capsule schema
+ * caps at that length (a longer one would make every capsule mint fail).
+ */
+export const MAX_BASE_URL_CHARS = 2048;
+
+function baseUrl(value: string): string {
+  const url = httpUrl('SVC_BASE_URL', value);
+  if (url.length > MAX_BASE_URL_CHARS) {
+    throw new Error(
+      `SVC_BASE_URL must be at most ${MAX_BASE_URL_CHARS} characters (capsules name it as their issuer), got ${url.length}`,
+    );
+  }
+  return url;
 }
 
 /** SVC_JWT_JWKS_URL: as SVC_OIDC_ISSUER, https unless the provider runs on this machine. */
@@ -265,8 +297,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const host = nonEmpty(env.HOST) ?? '127.0.0.1';
   const p = port(env.PORT);
   const explicitBase = nonEmpty(env.SVC_BASE_URL);
-  const baseUrl = explicitBase
-    ? httpUrl('SVC_BASE_URL', explicitBase)
+  const base = explicitBase
+    ? baseUrl(explicitBase)
     : `http://${host.includes(':') && !host.startsWith('[') ? `[${host}]` : host}:${p}`;
   const docsUrl = nonEmpty(env.SVC_DOCS_URL);
   return {
@@ -279,8 +311,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     jwtIssuer: nonEmpty(env.SVC_JWT_ISSUER),
     jwtAudience: nonEmpty(env.SVC_JWT_AUDIENCE),
     adminToken: nonEmpty(env.SVC_ADMIN_TOKEN),
-    baseUrl,
-    docsUrl: docsUrl ? httpUrl('SVC_DOCS_URL', docsUrl) : `${baseUrl}/docs`,
+    baseUrl: base,
+    docsUrl: docsUrl ? httpUrl('SVC_DOCS_URL', docsUrl) : `${base}/docs`,
     logLevel: logLevel(env.SVC_LOG_LEVEL),
     redisUrl: nonEmpty(env.SVC_REDIS_URL),
     redisPrefix: nonEmpty(env.SVC_REDIS_PREFIX) ?? 'svc:',
