@@ -531,3 +531,43 @@ describe('writes under an organization lock, queued in the process first', () =>
     expect(events).toEqual(['first start', 'other org', 'first end', 'second start']);
   });
 });
+
+describe('an organization deleted while one of its writes waits', () => {
+  it('answers 404 to project creation, key creation and key regeneration, not a crash', async () => {
+    const tenants = [await createTenant(t), await createTenant(t), await createTenant(t)];
+    const original = t.ctx.scope;
+    // The caller's membership is checked, then the organization is deleted before the write runs.
+    t.ctx.scope = async (req, explicit) => {
+      const scope = await original(req, explicit);
+      await t.store.db.deleteFrom('organizations').where('id', '=', scope.organizationId).execute();
+      return scope;
+    };
+    try {
+      for (const [i, [url, payload]] of (
+        [
+          ['/v1/projects', () => ({ name: 'Late' })],
+          ['/v1/api-keys', (projectId: string) => ({ name: 'late', projectId })],
+          ['/v1/projects/:id/regenerate-key', () => ({})],
+        ] as const
+      ).entries()) {
+        const tenant = tenants[i]!;
+        const res = await t.inject({
+          method: 'POST',
+          url: url.replace(':id', tenant.projectId),
+          headers: { ...bearer(tenant.token), 'x-organization-id': tenant.orgId },
+          payload: payload(tenant.projectId),
+        });
+        expectError(res, 404, 'not_found');
+        expect(res.json().error.message, url).toBe('Organization not found');
+        const left = await t.store.db
+          .selectFrom('projects')
+          .select('id')
+          .where('organization_id', '=', tenant.orgId)
+          .execute();
+        expect(left, url).toEqual([]);
+      }
+    } finally {
+      t.ctx.scope = original;
+    }
+  });
+});

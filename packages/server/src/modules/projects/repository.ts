@@ -1,4 +1,5 @@
 import type { Kysely, Selectable } from 'kysely';
+import { notFound } from '../../lib/errors.js';
 import type { Db } from '../../storage/db.js';
 import type { Database, ProjectsTable } from '../../storage/schema.js';
 
@@ -9,12 +10,13 @@ export type ProjectRow = Selectable<ProjectsTable>;
  * `SELECT … FOR UPDATE`, which SQLite does not parse (it runs one write transaction at a time anyway);
  * on PostgreSQL it takes a lock that rows referencing the organization do not wait for.
  */
-async function lockOrganization(organizationId: string, trx: Db): Promise<void> {
-  await trx
+async function lockOrganization(organizationId: string, trx: Db): Promise<boolean> {
+  const res = await trx
     .updateTable('organizations')
     .set((eb) => ({ updated_at: eb.ref('updated_at') }))
     .where('id', '=', organizationId)
-    .execute();
+    .executeTakeFirst();
+  return Number(res.numUpdatedRows) > 0;
 }
 
 /**
@@ -54,12 +56,13 @@ export function createProjectRepository(db: Kysely<Database>) {
      * per organization: two concurrent first projects would otherwise both count none and both become
      * the default, and a key created while its project is deleted would escape the list of keys that
      * stop authenticating. Within one process such writes queue in memory first (inOrganizationQueue),
-     * so at most one connection per process waits on the row lock.
+     * so at most one connection per process waits on the row lock. An organization deleted since the
+     * caller's access was checked answers 404 (its rows could not be written any more).
      */
     async withOrganizationLocked<T>(organizationId: string, work: (trx: Db) => Promise<T>): Promise<T> {
       return inOrganizationQueue(organizationId, () =>
         db.transaction().execute(async (trx) => {
-          await lockOrganization(organizationId, trx);
+          if (!(await lockOrganization(organizationId, trx))) throw notFound('Organization');
           return work(trx);
         }),
       );
