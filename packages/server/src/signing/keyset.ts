@@ -103,7 +103,9 @@ function publicFromRecord(r: SigningKeyRecord): KeyObject {
  */
 export class SigningKeySet {
   private loaded: Loaded | null = null;
-  private loading: Promise<Loaded> | null = null;
+  private loading: Promise<{ loaded: Loaded; generation: number }> | null = null;
+  /** Bumped by each rotation this process makes: a read begun before it may hold the set it replaced. */
+  private generation = 0;
 
   constructor(private readonly opts: KeySetOptions) {}
 
@@ -117,11 +119,20 @@ export class SigningKeySet {
   }
 
   private async reload(): Promise<Loaded> {
-    this.loading ??= this.load().finally(() => {
-      this.loading = null;
-    });
-    this.loaded = await this.loading;
-    return this.loaded;
+    if (!this.loading) {
+      const generation = this.generation;
+      this.loading = this.load()
+        .then((loaded) => ({ loaded, generation }))
+        .finally(() => {
+          this.loading = null;
+        });
+    }
+    const { loaded, generation } = await this.loading;
+    // A rotation made here since that read began installed a newer set: keep it, or the retired key
+    // (its private half still in the older copy) would sign again until the next read.
+    if (generation !== this.generation && this.loaded) return this.loaded;
+    this.loaded = loaded;
+    return loaded;
   }
 
   private async load(): Promise<Loaded> {
@@ -311,6 +322,7 @@ export class SigningKeySet {
       const previous = doc.keys.find((k) => k.retiredAt === null) ?? null;
       const next = await this.withNewKey(doc);
       if (await this.opts.storage.swap(stored, next)) {
+        this.generation++;
         this.loaded = this.index(next, null);
         const retired = previous ? next.keys.find((k) => k.kid === previous.kid)! : null;
         return {
