@@ -77,7 +77,8 @@ export function createHttp(opts: HttpOptions) {
       extraHeaders?: Record<string, string>,
     ): Promise<HttpResponse> {
       const timeout = AbortSignal.timeout(opts.timeoutMs);
-      const res = await fetchFn(`${base}${path}`, {
+      const url = `${base}${path}`;
+      const res = await fetchFn(url, {
         method,
         headers: {
           ...extraHeaders,
@@ -87,7 +88,13 @@ export function createHttp(opts: HttpOptions) {
         },
         ...(body !== undefined ? { body } : {}),
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+        // Followed, a redirect would take the API key to wherever it points.
+        redirect: 'manual',
       });
+      if (res.type === 'opaqueredirect' || (res.status >= 300 && res.status < 400)) {
+        await res.body?.cancel();
+        return { status: res.status, headers: res.headers, body: redirected(method, url, res) };
+      }
       const text = await res.text();
       let parsed: unknown = null;
       if (text !== '') {
@@ -108,6 +115,22 @@ export function createHttp(opts: HttpOptions) {
 }
 
 export type Http = ReturnType<typeof createHttp>;
+
+/**
+ * The error envelope standing for a redirect, which is never followed: code `redirected`, and a
+ * message naming where it pointed (a browser's fetch hides that, and answers status 0).
+ */
+function redirected(method: string, url: string, res: Response) {
+  const to = res.headers.get('location');
+  return {
+    error: {
+      code: 'redirected',
+      message:
+        `${method} ${url} answered a redirect${to ? ` to ${to}` : ''}, which is not followed (the API key ` +
+        'would be sent there too): set baseUrl to the address the service answers at',
+    },
+  };
+}
 
 /** The error envelope of a non-2xx answer as an ApiError. */
 export function apiError(res: HttpResponse): ApiError {

@@ -99,6 +99,8 @@ export class EventStream {
       const res = await this.http.fetch(this.http.url(`/v1/events/stream?types=${TYPES}`), {
         headers: { 'x-service-api-key': this.http.apiKey, accept: 'text/event-stream' },
         signal: attempt.signal,
+        // As for every request: a redirect is not followed with the API key.
+        redirect: 'manual',
       });
       if (res.status !== 200 || !res.body) {
         await res.body?.cancel();

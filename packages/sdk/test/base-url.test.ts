@@ -1,3 +1,5 @@
+import { createServer, type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { ApiError, createClient, FlushError } from '@svc/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestApp } from '../../server/test/helpers.js';
@@ -115,5 +117,58 @@ describe('a base URL that is not the service root', () => {
     expect(closing).toBeInstanceOf(FlushError);
     expect((closing as FlushError).pending).toHaveLength(1);
     expect((closing as FlushError).message).toContain('/v1/decisions');
+  });
+});
+
+/** A plain HTTP server answering every request with `answer`; it keeps the headers it was sent. */
+async function listen(answer: (res: import('node:http').ServerResponse) => void) {
+  const seen: IncomingHttpHeaders[] = [];
+  const server = createServer((req, res) => {
+    seen.push(req.headers);
+    req.resume();
+    answer(res);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return { url, seen, close: () => new Promise<void>((r) => server.close(() => r())) };
+}
+
+describe('a base URL that answers with a redirect', () => {
+  it('is never followed: the API key stays with baseUrl, every call throws, nothing is allowed', async () => {
+    const tenant = await createTenant(t);
+    await putPolicy(t, tenant, 'pay', PAY);
+    const elsewhere = await listen((res) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}'),
+    );
+    const redirecting = await listen((res) =>
+      res.writeHead(307, { location: `${elsewhere.url}/v1/x` }).end(),
+    );
+    try {
+      const errors: Error[] = [];
+      const client = createClient({
+        apiKey: tenant.apiKey,
+        baseUrl: redirecting.url,
+        live: false,
+        closeTimeoutMs: 200,
+        onError: (e) => errors.push(e),
+      });
+      const r = await client.validate('pay', { amount: 1 }).catch((e: unknown) => e);
+      expect(r).toBeInstanceOf(ApiError);
+      expect((r as ApiError).code).toBe('redirected');
+      expect((r as ApiError).message).toContain(`redirect to ${elsewhere.url}/v1/x`);
+      let ran = false;
+      await client
+        .wrap('pay', async (_args: { amount: number }) => {
+          ran = true;
+        })({ amount: 1 })
+        .catch(() => {});
+      expect(ran).toBe(false);
+      await client.close().catch(() => {});
+      expect(redirecting.seen.length).toBeGreaterThan(0);
+      expect(redirecting.seen.every((h) => h['x-service-api-key'] === tenant.apiKey)).toBe(true);
+      expect(elsewhere.seen).toEqual([]);
+    } finally {
+      await Promise.all([elsewhere.close(), redirecting.close()]);
+    }
   });
 });

@@ -413,6 +413,7 @@ describe('svc receipts verify', () => {
         const key = req.headers['x-service-api-key'];
         seen.push({ path: req.url!, key: typeof key === 'string' ? key : null });
         if (req.url === '/keys.json') res.setHeader('content-type', 'application/json').end(keySet);
+        else if (req.url === '/moved') res.writeHead(307, { location: '/v1/receipts/export' }).end();
         else if (req.url!.startsWith('/v1/receipts/checkpoints'))
           res.setHeader('content-type', 'application/json').end(all);
         else if (req.url === '/v1/receipts/export')
@@ -440,6 +441,14 @@ describe('svc receipts verify', () => {
       expect(r.code).toBe(0);
       expect(r.stdout).toContain('OK: 13 checkpoint(s) verified');
       expect(seen.filter((s) => s.path === '/keys.json')).toEqual([{ path: '/keys.json', key: null }]);
+    });
+
+    it('does not follow a redirect with the API key: it names the redirect and stops', async () => {
+      const before = seen.length;
+      const r = await outcome([`${otherUrl}/moved`, '--api-key', tenant.apiKey]);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toContain('HTTP 307, a redirect to /v1/receipts/export');
+      expect(seen.slice(before).map((s) => s.path)).toEqual(['/moved']);
     });
 
     it('reports an export shorter than a checkpoint signed before it as broken', async () => {

@@ -258,10 +258,27 @@ interface ReceiptSource {
   wholeChain: boolean;
 }
 
+/**
+ * GET with the API key, if one is given. With a key, redirects are not followed (fetch would send the
+ * key on to wherever they point): a redirect is an error naming its target.
+ */
+async function getWithKey(url: string | URL, apiKey: string | undefined): Promise<Response> {
+  if (!apiKey) return fetch(url);
+  const res = await fetch(url, { headers: { 'x-service-api-key': apiKey }, redirect: 'manual' });
+  if (res.status >= 300 && res.status < 400) {
+    await res.body?.cancel();
+    const to = res.headers.get('location');
+    throw new Error(
+      `${url} answered HTTP ${res.status}, a redirect${to ? ` to ${to}` : ''}; redirects are not followed with an API key (it would be sent there too): give the address the service answers at`,
+    );
+  }
+  return res;
+}
+
 async function fetchExport(target: string, apiKey: string | undefined, after: string | undefined) {
   const url = new URL(target);
   if (after !== undefined) url.searchParams.set('after', after);
-  const res = await fetch(url, { headers: apiKey ? { 'x-service-api-key': apiKey } : {} });
+  const res = await getWithKey(url, apiKey);
   if (!res.ok || !res.body) {
     const text = await res.text().catch(() => '');
     let why = text.slice(0, 300);
@@ -301,7 +318,7 @@ function openSource(
 /** A JSON document from a file or a URL (sent with `apiKey` when one is given). */
 async function readJson(target: string, apiKey: string | undefined): Promise<unknown> {
   if (!isUrl(target)) return JSON.parse(await readFile(target, 'utf8'));
-  const res = await fetch(target, { headers: apiKey ? { 'x-service-api-key': apiKey } : {} });
+  const res = await getWithKey(target, apiKey);
   if (!res.ok) throw new Error(`${target} answered HTTP ${res.status}`);
   return res.json();
 }
