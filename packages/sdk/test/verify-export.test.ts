@@ -79,6 +79,10 @@ describe('verifyCheckpointConsistency (RFC 9162 2.1.4)', () => {
     expect(await verifyCheckpointConsistency(first, second, proof.proof, keys.keys)).toEqual({ ok: true });
     // A checkpoint is consistent with itself, with an empty proof.
     expect(await verifyCheckpointConsistency(second, second, [], keys)).toEqual({ ok: true });
+    expect(await verifyCheckpointConsistency(second, second, proof.proof, keys)).toMatchObject({
+      ok: false,
+      code: 'proof_mismatch',
+    });
   });
 
   it.each([

@@ -135,6 +135,14 @@ describe('checkpoints and inclusion (docs/receipts.md)', () => {
       ok: false,
       code: 'root_mismatch',
     });
+    // Another schema is named as such (its hash rules are not these), whatever its hash.
+    const future = { ...last, schema: 'svc.receipt/2' };
+    future.receipt_hash = await receiptHash(future);
+    expect(await verifyReceiptInclusion(future, lastProof, checkpoint, keys)).toMatchObject({
+      ok: false,
+      code: 'malformed_receipt',
+      reason: 'schema is "svc.receipt/2", not svc.receipt/1',
+    });
     const proof = await get(`/v1/receipts/proofs/inclusion?sequence=2&tree_size=${checkpoint.tree_size}`);
     const other = JSON.parse(lines[3]!);
     expect(await verifyReceiptInclusion(other, { ...proof, sequence: 3 }, checkpoint, keys)).toMatchObject({

@@ -1,5 +1,5 @@
 import { type KeySet, signingKey, verifyEd25519 } from '@svc/capsules';
-import { receiptHash, receiptLeafData } from './chain.js';
+import { RECEIPT_SCHEMA, receiptHash, receiptLeafData } from './chain.js';
 import { canonicalJson, isTaggedHash, tag, untag } from './hash.js';
 import { leafHash, verifyConsistency, verifyInclusion } from './merkle.js';
 import type { Checkpoint, CheckResult, ConsistencyProof, FailureCode, InclusionProof } from './model.js';
@@ -82,6 +82,10 @@ export async function verifyReceiptInclusion(
   const signature = await verifyCheckpointSignature(checkpoint, keys);
   if (!signature.ok) return fail(signature.code, `checkpoint: ${signature.reason}`);
   if (receipt === null || typeof receipt !== 'object') return fail('malformed_receipt', 'not a receipt');
+  // Hashed by the rules of this schema only: another one is reported as such, not as a hash mismatch.
+  if (receipt.schema !== RECEIPT_SCHEMA) {
+    return fail('malformed_receipt', `schema is ${JSON.stringify(receipt.schema)}, not ${RECEIPT_SCHEMA}`);
+  }
   if (receipt.organization_id !== checkpoint.organization_id) {
     return fail('organization_mismatch', 'the receipt and the checkpoint are of different organizations');
   }
@@ -174,9 +178,13 @@ export async function verifyCheckpointConsistency(
     }
   }
   if (older.tree_size === newer.tree_size) {
-    return older.root_hash === newer.root_hash && older.last_receipt_hash === newer.last_receipt_hash
+    if (older.root_hash !== newer.root_hash || older.last_receipt_hash !== newer.last_receipt_hash) {
+      return fail('fork', `two different trees were signed at size ${older.tree_size}`);
+    }
+    // RFC 9162 2.1.4.2: between trees of one size the proof is empty.
+    return hashes.length === 0
       ? { ok: true }
-      : fail('fork', `two different trees were signed at size ${older.tree_size}`);
+      : fail('proof_mismatch', `a proof between two trees of size ${older.tree_size} is empty`);
   }
   const consistent = await verifyConsistency(
     older.tree_size,
