@@ -8,7 +8,10 @@ import type { DecisionFilter } from './repository.js';
 
 const INT_RE = /^\d{1,16}$/;
 
-/** A decimal integer in [min, max]; `fallback` when absent. */
+/**
+ * A decimal integer in [min, max]; `fallback` when absent. `name` is a query parameter's, or a path
+ * such as `params/treeSize` for a parameter found elsewhere.
+ */
 export function intParam(
   name: string,
   raw: string | undefined,
@@ -34,7 +37,7 @@ export function intParam(
   const n = INT_RE.test(raw) ? Number(raw) : Number.NaN;
   if (!Number.isSafeInteger(n) || n < min || n > max) {
     const range = max >= Number.MAX_SAFE_INTEGER - 1 ? `>= ${min}` : `from ${min} to ${max}`;
-    throw invalid(`querystring/${name} must be an integer ${range}`);
+    throw invalid(`${name.includes('/') ? name : `querystring/${name}`} must be an integer ${range}`);
   }
   return n;
 }

@@ -116,7 +116,7 @@ export const policyRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
       },
     },
     async (req) => {
-      const version = intParam('version', req.params.version, 1, 2 ** 31 - 1)!;
+      const version = intParam('params/version', req.params.version, 1, 2 ** 31 - 1)!;
       return service.version(await ctx.scope(req), req.params.toolName, version, req.query.policy_hash);
     },
   );

@@ -87,6 +87,9 @@ describe('signed checkpoints', () => {
     expect((await get(a, '/v1/receipts/checkpoints?before=16')).json().data).toEqual([first]);
     expectError(await get(a, '/v1/receipts/checkpoints/12'), 404, 'not_found');
     expectError(await get(a, '/v1/receipts/checkpoints/abc'), 400, 'validation_failed');
+    expect((await get(a, '/v1/receipts/checkpoints/0')).json().error.message).toBe(
+      'params/treeSize must be an integer >= 1',
+    );
   });
 
   it('inclusion proofs of every receipt verify against the checkpoint root', async () => {

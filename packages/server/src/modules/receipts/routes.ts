@@ -99,7 +99,7 @@ export const receiptRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
     { schema: { params: TreeSizeParams, response: { 200: CheckpointSchema } } },
     async (req) => {
       const scope = await ctx.scope(req);
-      const size = intParam('treeSize', req.params.treeSize, 1, Number.MAX_SAFE_INTEGER);
+      const size = intParam('params/treeSize', req.params.treeSize, 1, Number.MAX_SAFE_INTEGER);
       const found = await checkpoints.at(scope.organizationId, size!);
       if (!found) throw notFound(`Checkpoint of tree size ${size}`);
       return found;
