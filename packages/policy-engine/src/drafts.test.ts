@@ -153,7 +153,7 @@ describe('compileDraftRules', () => {
     ]);
   });
 
-  it('combines long value lists as sets: the intersection in the first list\'s order, less the blocked ones', () => {
+  it("combines long value lists as sets: the intersection in the first list's order, less the blocked ones", () => {
     const n = 20_000;
     const all = Array.from({ length: n }, (_, i) => `v${i}`);
     const evens = all.filter((_, i) => i % 2 === 0).reverse();
