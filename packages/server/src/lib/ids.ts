@@ -36,18 +36,24 @@ export function uuidv7(now: number = Date.now()): string {
       counter = 0;
     }
   }
-  const b = random16();
-  const ms = lastMs;
+  return formatV7(random16(), lastMs, counter);
+}
+
+/**
+ * Lays out a UUID version 7 over 16 bytes: `ms` in the first 48 bits, the version, `randA` (12 bits)
+ * and the variant; the other bits of `b` stay as they are.
+ */
+function formatV7(b: Buffer, ms: number, randA: number): string {
   b[0] = Math.floor(ms / 2 ** 40) & 0xff;
   b[1] = Math.floor(ms / 2 ** 32) & 0xff;
   b[2] = (ms >>> 24) & 0xff;
   b[3] = (ms >>> 16) & 0xff;
   b[4] = (ms >>> 8) & 0xff;
   b[5] = ms & 0xff;
-  b[6] = 0x70 | ((counter >>> 8) & 0x0f);
-  b[7] = counter & 0xff;
+  b[6] = 0x70 | ((randA >>> 8) & 0x0f);
+  b[7] = randA & 0xff;
   b[8] = 0x80 | (b[8]! & 0x3f);
-  const h = b.toString('hex');
+  const h = b.toString('hex', 0, 16);
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
@@ -62,16 +68,5 @@ export function isUuid(value: string): boolean {
  * by index. `seed` must be unique to what the ids name (an organization's Idempotency-Key claim).
  */
 export function derivedUuidv7(ms: number, seed: string, index: number): string {
-  const b = hash('sha256', `${seed}\n${index}`, 'buffer');
-  b[0] = Math.floor(ms / 2 ** 40) & 0xff;
-  b[1] = Math.floor(ms / 2 ** 32) & 0xff;
-  b[2] = (ms >>> 24) & 0xff;
-  b[3] = (ms >>> 16) & 0xff;
-  b[4] = (ms >>> 8) & 0xff;
-  b[5] = ms & 0xff;
-  b[6] = 0x70 | ((index >>> 8) & 0x0f);
-  b[7] = index & 0xff;
-  b[8] = 0x80 | (b[8]! & 0x3f);
-  const h = b.toString('hex', 0, 16);
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  return formatV7(hash('sha256', `${seed}\n${index}`, 'buffer'), ms, index);
 }
