@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { setTier } from '../../test/approvals.js';
 import { useTestApp } from '../../test/fixture.js';
 import { createTenant, keyHeader, type Tenant } from '../../test/helpers.js';
 
@@ -117,5 +118,71 @@ describe('context.session_id under session limits', () => {
         },
       ]);
     }
+  });
+});
+
+describe('a session id too long to be counted', () => {
+  // A counter is stored under its session id: PostgreSQL cannot index one of several KiB, so such a
+  // call would never be recorded (503 on every retry) where SQLite counted it.
+  it('is denied as a `length` failure on both stores, and counts nothing', async () => {
+    const tenant = await createTenant(t);
+    const policy = { toolName: 'fetch', sessionConstraints: { maxCalls: 5 } };
+    expect((await send(tenant, 'POST', '/v1/policies', policy)).statusCode).toBe(201);
+    const validate = (session_id: string) =>
+      send(tenant, 'POST', '/v1/tools/validate', {
+        tool_name: 'fetch',
+        arguments: {},
+        context: { session_id },
+      });
+    // Random-looking, so that no store could compress it under an index's row limit.
+    let long = '';
+    for (let i = 0; long.length < 6000; i++) long += ((i * 2654435761) >>> 0).toString(36);
+    const res = await validate(long);
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toMatchObject({ decision: 'deny' });
+    expect(res.json().failed_constraints).toEqual([
+      {
+        parameter: 'context.session_id',
+        constraint_type: 'length',
+        expected: { maxLength: 200 },
+        actual: long.length,
+        message: `this policy has session limits; context.session_id must be at most 200 characters long (got ${long.length})`,
+      },
+    ]);
+    const counters = await t.store.db
+      .selectFrom('session_counters')
+      .select('session_id')
+      .where('organization_id', '=', tenant.orgId)
+      .execute();
+    expect(counters).toEqual([]);
+
+    // 200 characters (code points: 200 emoji are 400 UTF-16 units) are a session like any other.
+    for (const id of ['s'.repeat(200), '😀'.repeat(200)]) {
+      expect((await validate(id)).json()).toMatchObject({ decision: 'allow' });
+    }
+    const over = await validate('😀'.repeat(201));
+    expect(over.json().failed_constraints[0]).toMatchObject({ constraint_type: 'length', actual: 201 });
+  });
+
+  it('is refused before a person is asked', async () => {
+    const tenant = await createTenant(t);
+    await setTier(t, tenant, 'team');
+    const policy = {
+      toolName: 'pay',
+      constraints: [{ argumentName: 'amount', maximum: 10, action: 'require_approval' }],
+      sessionConstraints: { maxCalls: 5 },
+    };
+    expect((await send(tenant, 'POST', '/v1/policies', policy)).statusCode).toBe(201);
+    const res = await send(tenant, 'POST', '/v1/tools/validate', {
+      tool_name: 'pay',
+      arguments: { amount: 50 },
+      context: { session_id: 'x'.repeat(201) },
+    });
+    expect(res.json()).toMatchObject({ decision: 'deny' });
+    expect(res.json()).not.toHaveProperty('approval_id');
+    expect(res.json().failed_constraints.map((f: { constraint_type: string }) => f.constraint_type)).toEqual([
+      'range',
+      'length',
+    ]);
   });
 });

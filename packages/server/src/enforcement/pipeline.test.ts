@@ -229,3 +229,88 @@ describe('enforcement pipeline', () => {
     expect(logged.decision!.policy_version).toBe(2);
   });
 });
+
+describe('an llm policy whose session refuses the call', () => {
+  it('still binds the judgement that was made in the decision it records', async () => {
+    const llmPolicy = loadPolicy({
+      ...policyRow,
+      mode: 'llm',
+      constraints: '[]',
+      session_constraints: JSON.stringify({ maxCalls: 1 }),
+      llm_config: JSON.stringify({ description: 'Wires only to known payees.' }),
+    });
+    const binding = {
+      provider: 'anthropic' as const,
+      model: 'claude-test',
+      promptHash: `sha256:${'1'.repeat(64)}`,
+      answerHash: `sha256:${'2'.repeat(64)}`,
+    };
+    const writes: WriteItem[] = [];
+    const pipeline = createEnforcement({
+      policies: { get: async () => llmPolicy },
+      steps: enforcementSteps({
+        approvals: { use: async () => expect.unreachable(), open: async () => expect.unreachable() } as never,
+        sessions: {
+          reserve: async () =>
+            ({
+              failures: [
+                {
+                  parameter: '',
+                  constraint_type: 'max_calls',
+                  expected: { maxCalls: 1 },
+                  actual: 2,
+                  message: 'session call limit reached',
+                },
+              ],
+              after: null,
+              release: () => {},
+              settle: () => {},
+            }) as Reservation,
+          check: async () => [],
+        },
+        judge: {
+          judge: async () => ({
+            ok: true,
+            cached: false,
+            binding,
+            answer: {
+              decision: 'allow',
+              reason: 'known payee',
+              failedArgument: null,
+              matchedException: null,
+            },
+          }),
+        },
+      }),
+      writer: {
+        write: async (item: WriteItem) => {
+          writes.push(item);
+          return {
+            ...item.receipt,
+            schema: 'svc.receipt/1',
+            receipt_id: 'r',
+            sequence: 0,
+            previous_receipt_hash: 'p',
+            merkle_root: 'm',
+            receipt_hash: 'h',
+          };
+        },
+        writeAll: async () => [],
+      },
+      events: new LocalEventBus(),
+      clock: { now: () => new Date('2026-01-01T00:00:00.000Z') },
+    });
+    const done = await pipeline.enforce({ scope, call: call({ to: 'bob' }), source: 'server', latencyMs: 1 });
+    expect(done).toMatchObject({ decision: 'deny', mode: 'llm' });
+    expect(done.failedConstraints.map((f) => f.constraint_type)).toEqual(['max_calls']);
+    expect(writes).toHaveLength(1);
+    expect(writes[0]!.receipt).toMatchObject({
+      decision: 'deny',
+      mode: 'llm',
+      judge_provider: 'anthropic',
+      judge_model: 'claude-test',
+      judge_prompt_hash: binding.promptHash,
+      judge_answer_hash: binding.answerHash,
+    });
+  });
+});

@@ -1,4 +1,4 @@
-import { type FailedConstraint, mergeEvaluation } from '@svc/policy-engine';
+import { codePointLength, type FailedConstraint, mergeEvaluation } from '@svc/policy-engine';
 import type { Hold, Step, StepResult, Verdict } from '../model.js';
 import type { Reservation, SessionCounters } from '../session-counters.js';
 import { verdictOf } from './constraints.js';
@@ -27,6 +27,27 @@ function noSession(id: unknown): FailedConstraint {
   };
 }
 
+/**
+ * The longest session id a counter is kept under, in characters, as for every other id. The counter
+ * is stored under it in an index, and PostgreSQL cannot index a key of several KiB: such a call could
+ * never be recorded there (SQLite would count it), so it is refused alike on every store.
+ */
+const MAX_SESSION_ID_LENGTH = 200;
+
+function sessionIdTooLong(id: string): FailedConstraint | null {
+  // A string of at most that many UTF-16 units has at most that many code points: no scan.
+  if (id.length <= MAX_SESSION_ID_LENGTH) return null;
+  const n = codePointLength(id);
+  if (n <= MAX_SESSION_ID_LENGTH) return null;
+  return {
+    parameter: 'context.session_id',
+    constraint_type: 'length',
+    expected: { maxLength: MAX_SESSION_ID_LENGTH },
+    actual: n,
+    message: `this policy has session limits; context.session_id must be at most ${MAX_SESSION_ID_LENGTH} characters long (got ${n})`,
+  };
+}
+
 function holdOf(reservation: Reservation): Hold {
   return {
     commit: () => reservation.settle(),
@@ -49,12 +70,18 @@ export function sessionLimitsStep(sessions: SessionCounters): Step {
       const sc = policy?.definition.sessionConstraints;
       const limited = !!sc && (sc.maxCalls !== undefined || (sc.cumulativeLimits?.length ?? 0) > 0);
       if (verdict.decision === 'deny' || !limited || !policy) return { verdict };
+      // An llm policy's judgement was made: the refused call's receipt still binds it.
       const refuse = (failures: FailedConstraint[]): StepResult => ({
-        verdict: verdictOf(mergeEvaluation(verdict.evaluation, failures), policy),
+        verdict: {
+          ...verdictOf(mergeEvaluation(verdict.evaluation, failures), policy),
+          judge: verdict.judge ?? null,
+        },
       });
       if (verdict.decision === 'require_approval') {
         // The session is named when the approved call is made; asked for without one, it is checked then.
         if (!sessionId) return { verdict };
+        const tooLong = sessionIdTooLong(sessionId);
+        if (tooLong) return refuse([tooLong]);
         const failures = await sessions.check(
           scope.organizationId,
           sessionId,
@@ -65,6 +92,8 @@ export function sessionLimitsStep(sessions: SessionCounters): Step {
         return failures.length > 0 ? refuse(failures) : { verdict };
       }
       if (!sessionId) return refuse([noSession(call.context.session_id)]);
+      const tooLong = sessionIdTooLong(sessionId);
+      if (tooLong) return refuse([tooLong]);
       const reservation = await sessions.reserve(
         scope.organizationId,
         sessionId,
