@@ -88,16 +88,22 @@ export class MemorySessionCounters implements SessionCounters {
   private readonly entries = new Map<string, Entry>();
   private readonly loading = new Map<string, Promise<Entry>>();
 
-  constructor(private readonly store: Store) {}
+  constructor(
+    private readonly store: Store,
+    private readonly maxEntries = MAX_ENTRIES,
+  ) {}
 
-  private async entry(org: string, session: string, tool: string): Promise<Entry> {
-    const key = `${org}\u0000${session}\u0000${tool}`;
-    const hit = this.entries.get(key);
-    if (hit) return hit;
+  /** The stored usage of a session and tool not in memory. */
+  protected loadState(org: string, session: string, tool: string): Promise<SessionState> {
+    return loadSessionState(this.store, org, session, tool);
+  }
+
+  /** Loads the entry of a session and tool not in memory, once however many calls wait for it. */
+  private load(key: string, org: string, session: string, tool: string): Promise<Entry> {
     let load = this.loading.get(key);
     if (!load) {
       load = (async () => {
-        const entry: Entry = { state: await loadSessionState(this.store, org, session, tool), pending: 0 };
+        const entry: Entry = { state: await this.loadState(org, session, tool), pending: 0 };
         this.evictIfFull();
         this.entries.set(key, entry);
         return entry;
@@ -108,7 +114,7 @@ export class MemorySessionCounters implements SessionCounters {
   }
 
   private evictIfFull(): void {
-    if (this.entries.size < MAX_ENTRIES) return;
+    if (this.entries.size < this.maxEntries) return;
     for (const [key, e] of this.entries) {
       if (e.pending === 0) {
         this.entries.delete(key);
@@ -124,7 +130,9 @@ export class MemorySessionCounters implements SessionCounters {
     constraints: SessionConstraints,
     args: Record<string, unknown>,
   ): Promise<FailedConstraint[]> {
-    return evaluateSession(constraints, (await this.entry(org, session, tool)).state, args);
+    const key = keyOf(org, session, tool);
+    const entry = this.entries.get(key) ?? (await this.load(key, org, session, tool));
+    return evaluateSession(constraints, entry.state, args);
   }
 
   /** Checks the call against the session constraints and, if it passes, counts it. */
@@ -135,7 +143,15 @@ export class MemorySessionCounters implements SessionCounters {
     constraints: SessionConstraints,
     args: Record<string, unknown>,
   ): Promise<Reservation> {
-    const entry = await this.entry(org, session, tool);
+    const key = keyOf(org, session, tool);
+    // In memory, the entry is taken without awaiting; loaded, it is used only if a load that
+    // finished meanwhile did not evict it (a count on an entry no longer kept would be lost to the
+    // next call, which loads the session again).
+    let entry = this.entries.get(key);
+    while (entry === undefined) {
+      const loaded = await this.load(key, org, session, tool);
+      if (this.entries.get(key) === loaded) entry = loaded;
+    }
     // From here to the increment nothing awaits: check-and-count is atomic within the process.
     const failures = evaluateSession(constraints, entry.state, args);
     if (failures.length > 0) return { failures, after: null, release: noop, settle: noop };
@@ -144,6 +160,7 @@ export class MemorySessionCounters implements SessionCounters {
     const after = counted(before, inc);
     entry.state = after;
     entry.pending++;
+    const counting = entry;
     let done = false;
     return {
       failures,
@@ -151,14 +168,16 @@ export class MemorySessionCounters implements SessionCounters {
       release: () => {
         if (done) return;
         done = true;
-        entry.pending--;
-        entry.state = counted(entry.state, inc, -1);
+        counting.pending--;
+        counting.state = counted(counting.state, inc, -1);
       },
       settle: () => {
         if (done) return;
         done = true;
-        entry.pending--;
+        counting.pending--;
       },
     };
   }
 }
+
+const keyOf = (org: string, session: string, tool: string) => `${org}\u0000${session}\u0000${tool}`;
