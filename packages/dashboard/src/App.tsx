@@ -65,6 +65,7 @@ function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () 
   const [organizations, setOrganizations] = useState<Organization[] | null>(null);
   const [current, setCurrent] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const [signOutError, setSignOutError] = useState<string | null>(null);
   const page = pageOf(usePath());
   const Current = page.component;
 
@@ -89,11 +90,16 @@ function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () 
   );
 
   const leave = async () => {
+    setSignOutError(null);
     try {
       await signOut();
     } catch (err) {
-      // Already signed out or expired: the page shows the sign-in either way.
-      if (!(err instanceof ApiError)) throw err;
+      // Not signed out (service unreachable or refusing): the session still works, in this browser
+      // and for anyone at it, so the page must not look signed out. A 401 means it had already ended.
+      if (!(err instanceof ApiError && err.status === 401)) {
+        setSignOutError(`You are still signed in: the sign-out failed. ${messageOf(err)}`);
+        return;
+      }
     }
     onSignedOut();
   };
@@ -128,6 +134,11 @@ function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () 
       </header>
       <main>
         {error && <p role="alert">{error}</p>}
+        {signOutError && (
+          <p role="alert" className="error" data-sign-out-failed>
+            {signOutError}
+          </p>
+        )}
         {organizations?.length === 0 && (
           <p>You belong to no organization yet. Create one with POST /v1/organizations, then reload.</p>
         )}

@@ -5,7 +5,7 @@ import { useLiveEvents } from './live.js';
 import { batchOutcome, inBatches, queueChange, selectLabel, timeLeft } from './queue.js';
 import { inspect, jsonPieces, revealString } from './reveal.js';
 import { JsonBlock, Shown, Warnings } from './Shown.js';
-import { ErrorLine, LiveStatus, TableHead, useReload } from './ui.js';
+import { ErrorLine, isFirstClick, LiveStatus, TableHead, useReload } from './ui.js';
 
 type Action = 'approve' | 'deny';
 
@@ -283,7 +283,7 @@ function ApprovalCard({
         <button
           type="button"
           disabled={busy || left.expired || a.approvers?.some((g) => g.resolvedBy === userId)}
-          onClick={() => onResolve('approve')}
+          onClick={(e) => isFirstClick(e) && onResolve('approve')}
           aria-label={`Approve ${tool} ${a.id}`}
         >
           Approve
@@ -292,7 +292,7 @@ function ApprovalCard({
           type="button"
           className="deny"
           disabled={busy || left.expired}
-          onClick={() => onResolve('deny')}
+          onClick={(e) => isFirstClick(e) && onResolve('deny')}
           aria-label={`Deny ${tool} ${a.id}`}
         >
           Deny

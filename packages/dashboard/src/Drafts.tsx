@@ -3,7 +3,7 @@ import { ApiError, api, type DraftReplay, type DraftRule, messageOf, type Policy
 import type { PageProps } from './pages.js';
 import { inspect, revealString } from './reveal.js';
 import { CompactJson, Shown, Warnings } from './Shown.js';
-import { ErrorLine, TableHead, useReload } from './ui.js';
+import { ErrorLine, isFirstClick, TableHead, useReload } from './ui.js';
 
 const STATUS_LABEL: Record<PolicyDraft['status'], string> = {
   draft: 'Being written',
@@ -175,7 +175,9 @@ function DraftCard({
                   <Shown text={r.id} />
                   {r.enabled === false ? ' (disabled)' : ''}
                 </td>
-                <td>{r.action}</td>
+                <td className="wrap">
+                  <Shown text={r.action} />
+                </td>
                 <td className="tool">
                   <span className="name">
                     <Shown text={r.tools.join(', ')} />
@@ -207,10 +209,15 @@ function DraftCard({
         </button>
         {d.status === 'pending_review' && (
           <>
-            <button type="button" disabled={busy} onClick={() => decide('approve')}>
+            <button type="button" disabled={busy} onClick={(e) => isFirstClick(e) && decide('approve')}>
               Approve draft
             </button>
-            <button type="button" className="deny" disabled={busy} onClick={() => decide('reject')}>
+            <button
+              type="button"
+              className="deny"
+              disabled={busy}
+              onClick={(e) => isFirstClick(e) && decide('reject')}
+            >
               Reject draft
             </button>
           </>

@@ -10,7 +10,9 @@ import {
 import { type FormEvent, useCallback, useEffect, useId, useState } from 'react';
 import { ApiError, api, messageOf, request } from './api.js';
 import type { PageProps } from './pages.js';
+import { revealString } from './reveal.js';
 import { Link, navigate, usePath } from './router.js';
+import { Shown } from './Shown.js';
 import { ACTIONS_COLUMN, ConfirmButton, ErrorLine, Field, TableHead, useBusy, useList } from './ui.js';
 
 interface Policy {
@@ -165,7 +167,9 @@ function PolicyList({ organizationId }: { organizationId: string }) {
               {policies.map((p) => (
                 <tr key={p.toolName} data-policy={p.toolName}>
                   <td className="tool">
-                    <Link to={pathOf(p.toolName)}>{p.toolName}</Link>
+                    <Link to={pathOf(p.toolName)}>
+                      <Shown text={p.toolName} />
+                    </Link>
                   </td>
                   <td>{p.mode}</td>
                   <td>{p.version}</td>
@@ -176,7 +180,7 @@ function PolicyList({ organizationId }: { organizationId: string }) {
                     <button
                       type="button"
                       className="secondary"
-                      aria-label={`${p.isActive ? 'Deactivate' : 'Activate'} ${p.toolName}`}
+                      aria-label={`${p.isActive ? 'Deactivate' : 'Activate'} ${revealString(p.toolName)}`}
                       disabled={busy}
                       onClick={() => void toggle(p)}
                     >
@@ -438,7 +442,15 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
         <Link to={BASE}>← All policies</Link>
       </p>
       <div className="heading">
-        <h1>{toolName ? `Policy for ${toolName}` : 'New policy'}</h1>
+        <h1>
+          {toolName ? (
+            <>
+              Policy for <Shown text={toolName} />
+            </>
+          ) : (
+            'New policy'
+          )}
+        </h1>
         {policy && (
           <span className="meta">
             version {policy.version} · {policy.isActive ? 'active' : 'inactive'}
@@ -448,7 +460,9 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
       <ErrorLine error={error} alert />
       {toolName && missing && !policy && (
         <p>
-          <Link to={newPathFor(toolName)}>Create a policy for {toolName}</Link>
+          <Link to={newPathFor(toolName)}>
+            Create a policy for <Shown text={toolName} />
+          </Link>
         </p>
       )}
       {toolName && !policy && !error && <p aria-busy="true">Loading…</p>}

@@ -1,7 +1,7 @@
 import { type FormEvent, type ReactNode, useEffect, useId, useRef, useState } from 'react';
 import { api, messageOf, type Organization, query } from './api.js';
 import type { PageProps } from './pages.js';
-import { keyPrefixShown } from './reveal.js';
+import { keyPrefixShown, revealString } from './reveal.js';
 import { Shown } from './Shown.js';
 import {
   ACTIONS_COLUMN,
@@ -392,7 +392,7 @@ function KeysSection({
                         onConfirm={() => void revoke(k.id)}
                         busy={busy}
                         label="Revoke"
-                        ariaLabel={`Revoke ${k.name}`}
+                        ariaLabel={`Revoke ${revealString(k.name)}`}
                         confirmLabel="Confirm revoke"
                         pairClassName="actions"
                       />
@@ -493,18 +493,28 @@ function UpstreamsSection({ organizationId, projects }: { organizationId: string
             <li key={u.id} className="card" data-upstream={u.slug}>
               <div className="card-head">
                 <span>
-                  <strong>{u.name}</strong> <code>{u.slug}</code>
+                  <strong>
+                    <Shown text={u.name} />
+                  </strong>{' '}
+                  <code>
+                    <Shown text={u.slug} />
+                  </code>
                 </span>
                 <span className="meta">
                   {u.transport} · {u.enabled ? 'enabled' : 'disabled'} · timeout {u.timeoutMs} ms
                 </span>
               </div>
               <p className="meta">
-                {u.url}
+                <Shown text={u.url} />
                 {u.projectId
                   ? ` · project ${projects.find((p) => p._id === u.projectId)?.name ?? u.projectId}`
                   : ''}
-                {Object.keys(u.headers).length > 0 ? ` · headers: ${Object.keys(u.headers).join(', ')}` : ''}
+                {Object.keys(u.headers).length > 0 && (
+                  <>
+                    {' · headers: '}
+                    <Shown text={Object.keys(u.headers).join(', ')} />
+                  </>
+                )}
               </p>
               <div className="actions">
                 <ConfirmButton
@@ -514,7 +524,7 @@ function UpstreamsSection({ organizationId, projects }: { organizationId: string
                   onConfirm={() => void remove(u.id)}
                   busy={busy}
                   label="Delete"
-                  ariaLabel={`Delete upstream ${u.slug}`}
+                  ariaLabel={`Delete upstream ${revealString(u.slug)}`}
                   confirmLabel="Confirm delete"
                 />
               </div>

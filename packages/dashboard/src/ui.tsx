@@ -66,6 +66,14 @@ export function useBusy(setError: (error: string | null) => void) {
   return { busy, run };
 }
 
+/**
+ * Whether a click is the first of a run (a double click's second click is not), or comes from the
+ * keyboard. A card's own Approve or Deny acts on the first click only: once the card is resolved the
+ * next card moves into its place, and the second click of a double click would land on that card's
+ * button, resolving a call the person never read.
+ */
+export const isFirstClick = (e: { detail: number }): boolean => e.detail <= 1;
+
 /** An error line; `alert` announces it as it appears. Nothing when there is no error. */
 export function ErrorLine({ error, alert = false }: { error: string | null | undefined; alert?: boolean }) {
   if (!error) return null;
