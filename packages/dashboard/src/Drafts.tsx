@@ -109,13 +109,17 @@ function DraftCard({
     run(async () => {
       if (count === null)
         throw new Error(`Recent decisions to replay: a whole number from 1 to ${REPLAY_MAX}.`);
-      const revision = d.revision;
       const { data } = await api<{ data: DraftReplay }>(`/v1/policy-drafts/${d.id}/replay`, {
         method: 'POST',
         body: { limit: count },
         organizationId,
       });
-      setReplay({ revision, data });
+      setReplay({ revision: data.revision, data });
+      if (data.revision !== d.revision) {
+        // Edited since this card was read: show the rules that were replayed beside their results.
+        await onChanged();
+        setMessage('The draft was edited since this page read it: these are its rules now, as replayed.');
+      }
     });
 
   const decide = (action: 'approve' | 'reject') =>

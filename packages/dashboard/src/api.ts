@@ -86,6 +86,8 @@ export interface FailedConstraint {
 
 export interface DraftReplay {
   draftId: string;
+  /** The revision of the draft that was replayed. */
+  revision: string;
   tools: string[];
   examined: number;
   /** Stopped before the limit asked for: the decisions read held 16 MiB of arguments. */

@@ -106,6 +106,44 @@ describe('the dashboard acts on what was clicked and read, and shows agent-chose
     );
   }, 120_000);
 
+  it('shows a replay beside the rules it replayed, also when an agent edited them after the page read them', async () => {
+    const rules = (value: number) => [
+      {
+        id: 'cap',
+        action: 'allow',
+        tools: ['pay'],
+        conditions: [{ field: 'arguments.amount', operator: 'less_than_or_equal', value }],
+        severity: 'high',
+      },
+    ];
+    const created = await h.call('/v1/policy-drafts', {
+      method: 'POST',
+      headers: key(),
+      body: {
+        name: 'Edited meanwhile',
+        projectId: alice.projectId,
+        createdByAgentId: 'policy-bot',
+        rules: rules(100),
+      },
+    });
+    const id = created.data.id as string;
+    await h.call(`/v1/policy-drafts/${id}/submit`, { method: 'POST', headers: key() });
+    await open('Drafts', 'Policy drafts');
+    const card = page.locator(`li[data-draft-id="${id}"]`);
+    await eventually(() => card.locator('tbody tr').first().textContent()).toMatch(/less than or equal 100$/);
+    // The agent rewrites the limit while the page shows the old one.
+    await h.call(`/v1/policy-drafts/${id}`, { method: 'PATCH', headers: key(), body: { status: 'draft' } });
+    await h.call(`/v1/policy-drafts/${id}`, { method: 'PATCH', headers: key(), body: { rules: rules(7) } });
+    await h.call(`/v1/policy-drafts/${id}/submit`, { method: 'POST', headers: key() });
+    await card.getByRole('button', { name: 'Replay against decisions' }).click();
+    await card.locator('[data-replay]').waitFor();
+    expect(await card.locator('.rules tbody tr, tbody tr').first().textContent()).toMatch(
+      /less than or equal 7$/,
+    );
+    expect(await card.getByRole('status').first().textContent()).toMatch(/edited since this page read it/);
+    expect(await card.locator('[data-replay-stale]').count()).toBe(0);
+  }, 120_000);
+
   it('escapes invisible characters in policy tool names, draft rule actions and upstream names', async () => {
     const tool = 'refund\u202Eyap';
     await h.call('/v1/policies', {

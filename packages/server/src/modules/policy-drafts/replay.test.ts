@@ -85,6 +85,9 @@ describe('POST /v1/policy-drafts/:id/replay', () => {
     expect(res.statusCode).toBe(200);
     const body = res.json().data;
     expect(body).toMatchObject({ draftId: id, tools: ['pay'], examined: 4, skipped: [] });
+    // It names the revision it replayed, as the draft reads.
+    const read = await t.inject({ method: 'GET', url: `/v1/policy-drafts/${id}`, headers: asUser(tenant) });
+    expect(body.revision).toBe(read.json().data.revision);
     // Newest first. 5 stays allowed; 5000 was already denied by the live policy.
     const changed = body.changed as {
       arguments: { amount: number };

@@ -96,16 +96,16 @@ export const policyDraftRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> =
     async (req) => {
       const scope = await ctx.scope(req);
       const draft = await service.get(scope, req.params.id);
-      return {
-        data: await replayDraft(
-          ctx.store.db,
-          policies,
-          scope.organizationId,
-          // Stored rules passed the schema on write; the compiler screens each one again.
-          { id: draft.id, rules: draft.rules as DraftRule[] },
-          req.body?.limit ?? DEFAULT_REPLAY_LIMIT,
-        ),
-      };
+      const replayed = await replayDraft(
+        ctx.store.db,
+        policies,
+        scope.organizationId,
+        // Stored rules passed the schema on write; the compiler screens each one again.
+        { id: draft.id, rules: draft.rules as DraftRule[] },
+        req.body?.limit ?? DEFAULT_REPLAY_LIMIT,
+      );
+      // The revision replayed: a reader holding another one knows these results are not of its rules.
+      return { data: { ...replayed, revision: draft.revision } };
     },
   );
 

@@ -113,6 +113,7 @@ const Failed = Type.Object({
 export const ReplaySchema = Type.Object({
   data: Type.Object({
     draftId: Type.String(),
+    revision: Type.String({ description: 'The revision of the draft that was replayed' }),
     tools: Type.Array(Type.String()),
     examined: Type.Integer(),
     truncated: Type.Boolean(),
