@@ -2,6 +2,7 @@ import type { ServerResponse } from 'node:http';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../context.js';
+import { AppError } from '../lib/errors.js';
 import type { JwtVerifier } from '../lib/jwt.js';
 import { type Recheck, streamAccess } from './access.js';
 import type { Frames, StreamClient, StreamHolder } from './hub.js';
@@ -200,6 +201,10 @@ export class SseClient implements StreamClient {
     this.writer.heartbeat(this.recheck);
   }
 
+  checkCredentials(): void {
+    this.writer.recheck(this.recheck);
+  }
+
   close(): void {
     this.writer.close();
   }
@@ -219,6 +224,16 @@ export const sseRoutes: FastifyPluginAsyncTypebox<{
       exposeHeadRoute: false,
       // Reviewer keys (a chat bot relaying people's clicks) watch for what they are asked to decide.
       config: { auth: 'any', queryApiKey: true, plainUnauthorized: true, scopes: STREAM_SCOPES },
+      // Runs after authentication. A WebSocket handshake here would be taken by the websocket
+      // plugin, which accepts it only to close it and logs the URL, an `apiKey` in it included.
+      onRequest: async (req) => {
+        if (req.ws) {
+          throw new AppError(
+            'validation_failed',
+            'GET /v1/events/stream is a Server-Sent Events stream and does not upgrade; WebSockets connect to /ws',
+          );
+        }
+      },
       schema: {
         querystring: StreamQuery,
         response: {
