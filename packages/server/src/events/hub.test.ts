@@ -16,6 +16,7 @@ function client(types: string[] | null = null, fail = false) {
       got.push(frames.sse);
     },
     heartbeat() {},
+    checkCredentials() {},
     close(reason: string) {
       c.closed = reason;
     },

@@ -40,6 +40,8 @@ export interface StreamClient {
   send(frames: Frames): void;
   /** Keep-alive and credential re-check, once per heartbeat interval of its transport. */
   heartbeat(): void;
+  /** Re-checks the credentials now, outside the heartbeat; the connection ends if they no longer hold. */
+  checkCredentials(): void;
   /** Ends the connection (server shutdown, credentials no longer valid). */
   close(reason: string): void;
 }
@@ -163,6 +165,20 @@ export class EventHub {
         // Already gone.
       }
       this.remove(client);
+    }
+  }
+
+  /**
+   * Every connection re-checks its credentials now: revocations and sign-outs that could not be told
+   * (they came while this instance's Redis subscriber was away) end their connections at once.
+   */
+  checkCredentials(): void {
+    for (const client of this.clients()) {
+      try {
+        client.checkCredentials();
+      } catch {
+        // Already gone.
+      }
     }
   }
 

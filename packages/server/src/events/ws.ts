@@ -50,7 +50,12 @@ export class WsClient implements StreamClient {
     }
     this.alive = false;
     if (this.socket.readyState === WebSocket.OPEN) this.socket.ping();
-    if (this.checking) return;
+    this.checkCredentials();
+  }
+
+  /** Re-validates the token and re-reads the memberships (one check at a time). */
+  checkCredentials(): void {
+    if (this.checking || this.gone) return;
     this.checking = true;
     this.refresh()
       .then((orgs) => {

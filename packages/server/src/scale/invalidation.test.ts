@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { dropRedisKeys, redisPrefix, TEST_REDIS_URL, waitFor } from '../../test/streams.js';
@@ -34,10 +35,15 @@ describe('InvalidationBroadcaster', () => {
   const prefix = redisPrefix();
   const closers: Array<() => Promise<unknown>> = [];
   const warnings: string[] = [];
-  const log = { warn: (_: object, msg: string) => warnings.push(msg), error() {}, info() {} };
+  const errors: string[] = [];
+  const log = {
+    warn: (_: object, msg: string) => warnings.push(msg),
+    error: (_: object, msg: string) => errors.push(msg),
+    info() {},
+  };
 
-  const instance = async (ackTimeoutMs = 2000, check?: SubscriberCheck) => {
-    const link = await RedisLink.connect(TEST_REDIS_URL, prefix, log, { check });
+  const instance = async (ackTimeoutMs = 2000, check?: SubscriberCheck, url = TEST_REDIS_URL) => {
+    const link = await RedisLink.connect(url, prefix, log, { check });
     closers.push(() => link.close());
     const f = fakeTargets();
     const b = await InvalidationBroadcaster.create(link, f.asTargets, log, ackTimeoutMs);
@@ -139,6 +145,42 @@ describe('InvalidationBroadcaster', () => {
       'redis subscriber connection did not answer a ping within 50 ms; reconnecting',
     );
     // Subscribed again: a broadcast from elsewhere still arrives.
+    const b = await instance();
+    b.targets.policies.onInvalidate!('o', 't');
+    await b.b.settled();
+    expect(a.calls).toContain('policy o t false');
+  });
+
+  it('subscribes again once it can when subscribing failed on a connection that stayed up', async () => {
+    // A Redis user whose channel permissions are taken away: Redis then closes its subscriber, the
+    // new connection is up, and SUBSCRIBE is refused on it until the permissions come back.
+    const admin = new Redis(TEST_REDIS_URL);
+    const user = `svc-test-${randomBytes(6).toString('hex')}`;
+    await admin.acl('SETUSER', user, 'on', '>secret', '~*', '&*', '+@all');
+    const url = new URL(TEST_REDIS_URL);
+    url.username = user;
+    url.password = 'secret';
+    const a = await instance(2000, { everyMs: 100, timeoutMs: 1000 }, url.toString()).catch(async (err) => {
+      await admin.acl('DELUSER', user);
+      await admin.quit();
+      throw err;
+    });
+    // After the instance's own close.
+    closers.push(async () => {
+      await admin.acl('DELUSER', user);
+      await admin.quit();
+    });
+    await admin.acl('SETUSER', user, 'resetchannels');
+    await waitFor(() => a.calls.includes('keys paused'), 'caches paused when the subscriber is closed');
+    await waitFor(
+      () => errors.filter((e) => e.startsWith('redis resubscribe failed')).length >= 2,
+      'subscribing to be refused, and tried again',
+    );
+    expect(a.link.commands.status).toBe('ready');
+    await admin.acl('SETUSER', user, 'allchannels');
+    await waitFor(() => a.calls.includes('keys resumed'), 'subscribed again on the same connection');
+    expect(a.calls).toEqual(['policies paused', 'keys paused', 'policies resumed', 'keys resumed']);
+    // Subscribed again: a broadcast from elsewhere arrives.
     const b = await instance();
     b.targets.policies.onInvalidate!('o', 't');
     await b.b.settled();

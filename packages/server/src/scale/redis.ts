@@ -91,6 +91,8 @@ export class RedisLink {
   private readonly reconnectHandlers: Array<() => void> = [];
   private readonly disconnectHandlers: Array<() => void> = [];
   private dropped = false;
+  /** A resubscription is under way (on 'ready', or retried by the check). */
+  private resubscribing = false;
   private closing = false;
   private readonly checker: NodeJS.Timeout;
 
@@ -128,7 +130,13 @@ export class RedisLink {
 
   /** Pings the subscriber; no pong in time: the connection is taken as lost and made again. */
   private async checkSubscriber(timeoutMs: number): Promise<void> {
-    if (this.closing || this.dropped) return;
+    if (this.closing) return;
+    if (this.dropped) {
+      // Resubscribing failed on a connection that stayed up (an error answer, a timeout): no new
+      // connection, so no 'ready', will come to try again, and messages would be missed for good.
+      if (this.subscriber.status === 'ready') await this.resubscribe();
+      return;
+    }
     const answered = await settlesWithin(this.subscriber.ping(), timeoutMs).catch(() => false);
     if (answered || this.closing || this.dropped) return;
     this.lost(`redis subscriber connection did not answer a ping within ${timeoutMs} ms; reconnecting`);
@@ -256,14 +264,17 @@ export class RedisLink {
   }
 
   private async resubscribe(): Promise<void> {
-    if (!this.dropped || this.closing) return;
+    if (!this.dropped || this.closing || this.resubscribing) return;
+    this.resubscribing = true;
     try {
       if (this.handlers.size > 0) await this.subscriber.subscribe(...this.handlers.keys());
       this.dropped = false;
       this.log.info({}, 'redis subscriber reconnected');
       for (const h of this.reconnectHandlers) h();
     } catch (err) {
-      this.log.error({ err }, 'redis resubscribe failed; retrying on the next reconnect');
+      this.log.error({ err }, 'redis resubscribe failed; retrying at the next check');
+    } finally {
+      this.resubscribing = false;
     }
   }
 

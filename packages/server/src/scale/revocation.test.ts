@@ -1,6 +1,7 @@
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
-import { bearer, createTenant, keyHeader } from '../../test/helpers.js';
+import { bearer, createTenant, keyHeader, type TestApp } from '../../test/helpers.js';
 import { createUpstream, rawRpc, rawSession, readEvents } from '../../test/mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../test/mcp-upstream.js';
 import { mintKey, revoke, signIn, signOut } from '../../test/revocations.js';
@@ -115,5 +116,54 @@ describe('revocations reach every instance', () => {
     // The person's token still opens streams of the organization that is left.
     const left = await sse(`?organizationId=${second.orgId}`, bearer(second.token));
     left.close();
+  });
+
+  /** Cuts the instance's Redis subscriber connection; it connects and subscribes again by itself. */
+  const cutSubscriber = async (t: TestApp) => {
+    const admin = new Redis(TEST_REDIS_URL);
+    try {
+      const list = (await admin.client('LIST')) as string;
+      const name = `name=svc-sub-${t.ctx.redis!.instanceId}`;
+      const line = list.split('\n').find((l) => l.includes(name))!;
+      await admin.client('KILL', 'ID', /id=(\d+)/.exec(line)![1]!);
+    } finally {
+      await admin.quit();
+    }
+  };
+
+  it('what was revoked while B could not hear it ends on B once B is subscribed again', async () => {
+    const user = `scale-gap-${Date.now()}`;
+    const tenant = await createTenant(a, user);
+    const left = await createTenant(a, user);
+    const minted = await mintKey(a, tenant);
+    const revoked = await sse('', keyHeader(minted.key));
+    const kept = await sse('', keyHeader(tenant.apiKey));
+    const ws = await WsClient.open(`${b.url.replace(/^http/, 'ws')}/ws?token=${tenant.token}`);
+    // Changed in the store only, as when the messages were published while B's subscriber was away:
+    // the key is revoked and the person has left an organization.
+    await a.store.db.updateTable('api_keys').set({ is_revoked: 1 }).where('id', '=', minted.id).execute();
+    await a.store.db
+      .deleteFrom('memberships')
+      .where('user_id', '=', user)
+      .where('organization_id', '=', left.orgId)
+      .execute();
+    await cutSubscriber(b);
+    await waitFor(() => revoked.ended, 'the stream of the revoked key to end', AT_ONCE_MS);
+    let round = 0;
+    await waitFor(
+      async () => {
+        round++;
+        b.ctx.events.publish({ organizationId: left.orgId, type: 'left.org', data: { round } });
+        b.ctx.events.publish({ organizationId: tenant.orgId, type: 'kept.org', data: { round } });
+        await ws.waitForFrame((f) => f.type === 'kept.org' && f.data.round === round, 'kept');
+        return !ws.frames.some((f) => f.type === 'left.org' && f.data.round === round);
+      },
+      'the organization left to be dropped on B',
+      AT_ONCE_MS,
+    );
+    expect(kept.ended).toBe(false);
+    expect(ws.closed).toBe(false);
+    kept.close();
+    ws.close();
   });
 });
