@@ -25,6 +25,8 @@ export interface HostileUpstream {
   answers: Received[];
   /** Notifications it received. */
   notifications: Received[];
+  /** Requests it received (initialize included), in order. */
+  requests: Received[];
   close(): Promise<void>;
 }
 
@@ -82,15 +84,17 @@ function counting(server: Server) {
 }
 
 /**
- * Streamable HTTP, issuing no session id: initialize is answered, notifications and responses get
- * 202, GET 405, DELETE 200; every other request goes to `answer`, which writes the response
- * (or not).
+ * Streamable HTTP, issuing no session id: initialize is answered (once `beforeInitialize` has
+ * resolved), notifications and responses get 202, GET 405, DELETE 200; every other request goes to
+ * `answer`, which writes the response (or not).
  */
 export async function startHostileUpstream(
   answer: (msg: Received, res: ServerResponse) => void,
+  beforeInitialize?: () => Promise<void>,
 ): Promise<HostileUpstream> {
   const answers: Received[] = [];
   const notifications: Received[] = [];
+  const requests: Received[] = [];
   const server = createServer(async (req, res) => {
     if (req.method !== 'POST') {
       res.writeHead(req.method === 'DELETE' ? 200 : 405).end();
@@ -103,7 +107,9 @@ export async function startHostileUpstream(
       res.writeHead(202).end();
       return;
     }
+    requests.push(msg);
     if (msg.method === 'initialize') {
+      await beforeInitialize?.();
       res
         .writeHead(200, { 'content-type': 'application/json' })
         .end(JSON.stringify({ jsonrpc: '2.0', id: msg.id, result: INITIALIZE_RESULT }));
@@ -111,7 +117,7 @@ export async function startHostileUpstream(
     }
     answer(msg, res);
   });
-  return listen(server, { ...counting(server), answers, notifications }, '/mcp');
+  return listen(server, { ...counting(server), answers, notifications, requests }, '/mcp');
 }
 
 /**
@@ -124,6 +130,7 @@ export async function startHostileSseUpstream(
 ): Promise<HostileUpstream> {
   const answers: Received[] = [];
   const notifications: Received[] = [];
+  const requests: Received[] = [];
   const streams = new Map<string, ServerResponse>();
   const server = createServer(async (req, res) => {
     const url = new URL(req.url ?? '/', 'http://x');
@@ -145,11 +152,13 @@ export async function startHostileSseUpstream(
     if (!msg) return;
     if (typeof msg.method !== 'string') answers.push(msg);
     else if (msg.id === undefined) notifications.push(msg);
-    else if (msg.method === 'initialize')
+    else requests.push(msg);
+    if (typeof msg.method !== 'string' || msg.id === undefined) return;
+    if (msg.method === 'initialize')
       stream.write(sseEvent({ jsonrpc: '2.0', id: msg.id, result: INITIALIZE_RESULT }));
     else answer(msg, (m) => stream.write(typeof m === 'string' ? m : sseEvent(m)));
   });
-  return listen(server, { ...counting(server), answers, notifications }, '/sse');
+  return listen(server, { ...counting(server), answers, notifications, requests }, '/sse');
 }
 
 /** The messages of an SSE body (the `data` of each event), parsed. */

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { createTenant, expectError, keyHeader } from '../../../test/helpers.js';
+import { startHostileUpstream } from '../../../test/hostile-upstream.js';
 import { createUpstream, rawRpc, rawSession, readEvents } from '../../../test/mcp-helpers.js';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
 import { mintKey, REVOCATIONS, type Revocation, revoke } from '../../../test/revocations.js';
@@ -53,6 +54,14 @@ async function openSession(url: string, headers: Record<string, string>) {
   );
   return { session, upstreamId };
 }
+
+/** The decisions recorded in the tenant's organization. */
+const recorded = (tenant: Awaited<ReturnType<typeof createTenant>>) =>
+  t.store.db
+    .selectFrom('decisions')
+    .select(['tool_name', 'decision', 'reason'])
+    .where('organization_id', '=', tenant.orgId)
+    .execute();
 
 let n = 0;
 async function setup() {
@@ -108,6 +117,27 @@ describe.each(Object.keys(REVOCATIONS) as Revocation[])('MCP gateway: %s', (how)
     const ok = await rawRpc(bystander.url, call(9, 'echo', { text: 'still here' }), kept);
     expect(ok.json().result.content[0].text).toBe('echo: still here');
     expect(upstream.deleted).not.toContain(keptUpstream);
+  });
+});
+
+describe.each(Object.keys(REVOCATIONS) as Revocation[])('MCP gateway without a session: %s', (how) => {
+  it('fails a session-less call in flight at once and ends its upstream session', async () => {
+    const { tenant, url } = await setup();
+    const minted = await mintKey(t, tenant);
+    const before = upstream.calls.slow ?? 0;
+    const sessionsBefore = upstreamSessions();
+    const inFlight = rawRpc(url, call(7, 'slow', { ms: 30_000 }), keyHeader(minted.key));
+    await waitFor(() => (upstream.calls.slow ?? 0) > before, 'the call to reach the upstream');
+    const opened = [...upstreamSessions()].find((id) => !sessionsBefore.has(id))!;
+
+    await revoke(t, how, tenant, minted.id);
+    // Failed by the revocation, not by the upstream answering 30 s later.
+    const answer = await Promise.race([
+      inFlight,
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('still in flight')), AT_ONCE_MS)),
+    ]);
+    expect(answer.json()).toMatchObject({ id: 7, error: { code: -32603 } });
+    await waitFor(() => upstream.deleted.includes(opened), 'the upstream session to end', AT_ONCE_MS);
   });
 });
 
@@ -169,6 +199,24 @@ describe('MCP gateway: a key revoked after its request was authenticated', () =>
       restore();
     }
     expect(upstreamSessions()).toEqual(before);
+  });
+
+  it('forwards no session-less call: it answers 401, records nothing and opens no upstream session', async () => {
+    const { tenant, url } = await setup();
+    const minted = await mintKey(t, tenant);
+    const before = upstream.calls.echo ?? 0;
+    const sessionsBefore = upstreamSessions();
+    const restore = revokeRightAfterAuthentication(tenant, minted);
+    try {
+      const res = await rawRpc(url, call(3, 'echo', { text: 'late' }), keyHeader(minted.key));
+      expect(res.status).toBe(401);
+      expect(res.json().error.code).toBe('invalid_api_key');
+    } finally {
+      restore();
+    }
+    expect(upstream.calls.echo ?? 0).toBe(before);
+    expect(upstreamSessions()).toEqual(sessionsBefore);
+    expect(await recorded(tenant)).toEqual([]);
   });
 
   it('ends a GET stream opened meanwhile at once', async () => {
@@ -234,5 +282,52 @@ describe('MCP gateway: a key whose check fails (the store) after initialize open
     const ok = await rawRpc(url, call(1, 'echo', { text: 'kept' }), kept);
     expect(ok.json().result.content[0].text).toBe('echo: kept');
     expect(upstream.deleted).not.toContain(keptUpstream);
+  });
+});
+
+describe('MCP gateway: a key revoked while a session-less call opens its upstream session', () => {
+  it('does not send the call, and records it as not forwarded', async () => {
+    let initializing!: () => void;
+    const reached = new Promise<void>((resolve) => {
+      initializing = resolve;
+    });
+    let answerInitialize!: () => void;
+    const held = new Promise<void>((resolve) => {
+      answerInitialize = resolve;
+    });
+    // It never answers a request but initialize (none should reach it); initialize waits for the test.
+    const gated = await startHostileUpstream(
+      () => {},
+      async () => {
+        initializing();
+        await held;
+      },
+    );
+    try {
+      const tenant = await createTenant(t);
+      const slug = `rev-${++n}`;
+      await createUpstream(t, tenant, { name: slug, slug, url: gated.url, timeoutMs: 60_000 });
+      const minted = await mintKey(t, tenant);
+      const answer = rawRpc(`${t.url}/v1/mcp/${slug}`, call(5, 'echo', { text: 'x' }), keyHeader(minted.key));
+      await reached;
+      await revoke(t, 'revoking the key', tenant, minted.id);
+      answerInitialize();
+      const res = await answer;
+      expect(res.json()).toMatchObject({
+        id: 5,
+        error: { code: -32603, message: `Not forwarded to upstream "${slug}": the API key was revoked` },
+      });
+      expect(await recorded(tenant)).toEqual([
+        {
+          tool_name: 'echo',
+          decision: 'allow',
+          reason: expect.stringContaining('not forwarded: the API key was revoked'),
+        },
+      ]);
+      expect(gated.requests.filter((m) => m.method !== 'initialize')).toEqual([]);
+    } finally {
+      answerInitialize();
+      await gated.close();
+    }
   });
 });

@@ -96,6 +96,13 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
     return session.log.append(session.log.stream('p'), JSON.stringify(answer));
   }
 
+  /** Whether the key the request was authenticated with is still valid (not revoked since). */
+  async function stillValid(req: FastifyRequest, key: KeyPrincipal): Promise<boolean> {
+    const raw = presentedKey(req);
+    const now = raw ? await ctx.keys.authenticate(raw) : null;
+    return now !== null && now.keyId === key.keyId;
+  }
+
   const rateLimit = async (key: KeyPrincipal, reply: FastifyReply) =>
     // The same budget as POST /v1/tools/validate: one budget of checked calls per key, whichever path.
     applyRateLimit(ctx.rateLimiter, 'validate', key, reply, ctx.clock.now().getTime());
@@ -178,12 +185,30 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
         return reply.code(202).send();
       }
       const request = incoming.message;
-      if (request.method === 'tools/call') await rateLimit(key, reply);
+      // A session-less request runs in an upstream session of its own, which a revocation of the key
+      // must end as it ends the key's sessions: it is tracked from here on, and the key is checked
+      // once more now that a revocation can find it (one that came after the authentication found
+      // nothing to end).
+      const stateless = session ? null : sessions.beginStateless(key);
+      try {
+        if (stateless && !(await stillValid(req, key)))
+          throw new AppError('invalid_api_key', 'Invalid or revoked API key');
+        if (request.method === 'tools/call') await rateLimit(key, reply);
+      } catch (err) {
+        stateless?.release();
+        throw err;
+      }
       const connectionId = session?.id ?? randomUUID();
       const pending = new PendingReply(session !== null && acceptsSse(req.headers.accept), session);
       void gateway
-        .dispatch({ ...caller, connectionId, sessionId: session?.id ?? null }, session, request, pending)
-        .then((answer) => pending.finish(answer));
+        .dispatch(
+          { ...caller, connectionId, sessionId: session?.id ?? null, stateless },
+          session,
+          request,
+          pending,
+        )
+        .then((answer) => pending.finish(answer))
+        .finally(() => stateless?.release());
       const outcome = await pending.outcome;
       if (outcome.kind === 'json')
         return sendRpc(reply, outcome.response, wantsSse(req.headers.accept), 200, () =>

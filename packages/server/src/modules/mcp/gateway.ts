@@ -23,21 +23,25 @@ import type { FeedEvent, UpstreamLimits } from './model.js';
 import type { PendingReply } from './reply.js';
 import type { UpstreamRow } from './repository.js';
 import { toTarget } from './service.js';
-import type { GatewaySession, McpSessions } from './sessions.js';
+import type { GatewaySession, McpSessions, StatelessRequest } from './sessions.js';
 import { GATEWAY_CLIENT_INFO, type OpenOptions, toUpstreamError, UpstreamError } from './upstream-client.js';
 import { UpstreamSession } from './upstream-session.js';
 
 export const GATEWAY_VERSION = '0.1.0';
 
 /**
- * The client cancelled a request before it was sent upstream (a tools/call at its policy check):
- * it is not sent, so the upstream never saw it.
+ * A request ended before it was sent upstream: the client cancelled it (a tools/call at its policy
+ * check), or its API key was revoked (a session-less request). It is not sent, so the upstream
+ * never saw it.
  */
 class NotForwarded extends UpstreamError {
-  constructor(why: string) {
-    super('cancelled', `cancelled by the client during its policy check: ${why}`);
+  constructor(message: string, kind: 'cancelled' | 'refused' = 'cancelled') {
+    super(kind, message);
   }
 }
+
+const cancelledAtCheck = (why: string) =>
+  new NotForwarded(`cancelled by the client during its policy check: ${why}`);
 
 /** validate's own tool_name schema, so both entry points refuse the same names. */
 const toolNameCheck = compileSchema(ToolName);
@@ -56,6 +60,8 @@ export interface Caller {
   sessionId: string | null;
   /** Milliseconds since the request arrived (reply.elapsedTime). */
   elapsed: () => number;
+  /** A session-less request: ended (not sent, or failed if sent) when its key is revoked meanwhile. */
+  stateless?: StatelessRequest | null;
 }
 
 export interface GatewayDeps {
@@ -156,7 +162,7 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
       const upstream = session.upstream;
       if (!upstream) throw new UpstreamError('unreachable', 'the session has no upstream session');
       const cancelled = session.cancelledUnsent(req.id);
-      if (cancelled !== null) throw new NotForwarded(cancelled);
+      if (cancelled !== null) throw cancelledAtCheck(cancelled);
       const sent = upstream.request(req.method, params);
       session.sentAs(req.id, sent.id);
       return await sent.done;
@@ -169,7 +175,9 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
       );
     }
     let upstream: UpstreamSession | null = null;
+    const request = caller.stateless ?? null;
     try {
+      if (request?.ended) throw new NotForwarded(request.ended, 'refused');
       const opened = await UpstreamSession.open(
         toTarget(caller.upstream),
         { ...open, standaloneStream: false },
@@ -191,6 +199,8 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
         },
       );
       upstream = opened.session;
+      // Ended while its upstream session opened: the request is not sent.
+      if (request && !request.attach(upstream)) throw new NotForwarded(request.ended!, 'refused');
       upstream.notify('notifications/initialized', undefined);
       return await upstream.request(req.method, params).done;
     } finally {

@@ -223,6 +223,46 @@ export class GatewaySession implements ReplyHost {
 }
 
 /**
+ * A request made without a session, while it is in progress: it runs in an upstream session of its
+ * own, which ends, as a gateway session's does, when its API key is revoked or its organization
+ * deleted. A request whose key is revoked before it was sent upstream is not sent.
+ */
+export class StatelessRequest {
+  /** Why the request was ended (its key revoked…), or null. */
+  ended: string | null = null;
+  private upstream: UpstreamSession | null = null;
+
+  constructor(
+    readonly keyId: string,
+    readonly organizationId: string,
+    private readonly untrack: (r: StatelessRequest) => void,
+  ) {}
+
+  /** The upstream session the request runs in; false when the request was ended meanwhile. */
+  attach(upstream: UpstreamSession): boolean {
+    if (this.ended !== null) return false;
+    this.upstream = upstream;
+    return true;
+  }
+
+  /** Ends the request: its upstream session, if open, fails what is in flight with `reason` and closes. */
+  end(reason: string): Promise<void> {
+    if (this.ended !== null) return Promise.resolve();
+    this.ended = reason;
+    this.untrack(this);
+    const upstream = this.upstream;
+    if (!upstream) return Promise.resolve();
+    upstream.fail(reason);
+    return upstream.close();
+  }
+
+  /** The request is over: nothing to end any more. */
+  release(): void {
+    this.untrack(this);
+  }
+}
+
+/**
  * The gateway sessions of this instance, with their bounds, and the feed of gateway decisions for
  * the GET streams. Sessions live in memory: each holds a live upstream connection, so a session is
  * served only by the instance that opened it (sticky routing).
@@ -320,6 +360,17 @@ export class McpSessions {
   }
 
   private readonly releases = new Map<string, () => void>();
+  /** Session-less requests in progress, ended with their key or organization. */
+  private readonly stateless = new Set<StatelessRequest>();
+
+  /** Tracks a session-less request of this key until its `release`, so that revoking the key ends it. */
+  beginStateless(holder: { keyId: string; organizationId: string }): StatelessRequest {
+    const r = new StatelessRequest(holder.keyId, holder.organizationId, (done) =>
+      this.stateless.delete(done),
+    );
+    this.stateless.add(r);
+    return r;
+  }
 
   /** Takes one upstream-session slot of the upstream; the release function, or null at the bound. */
   slot(upstreamId: string): (() => void) | null {
@@ -383,16 +434,21 @@ export class McpSessions {
    * sessions are closed.
    */
   endKeys(keyIds: Iterable<string>, reason: string): Promise<void> {
+    const keys = new Set(keyIds);
     const ended: Promise<void>[] = [];
-    for (const keyId of keyIds)
+    for (const keyId of keys)
       for (const id of [...(this.byKey.get(keyId) ?? [])]) ended.push(this.end(id, reason));
+    // Session-less requests in progress of these keys end too.
+    for (const r of [...this.stateless]) if (keys.has(r.keyId)) ended.push(r.end(reason));
     return Promise.all(ended).then(() => {});
   }
 
-  /** Every session of an organization that was deleted. */
+  /** Every session (and session-less request in progress) of an organization that was deleted. */
   endOrganization(organizationId: string, reason: string): Promise<void> {
     const ids = [...(this.byOrg.get(organizationId) ?? [])];
-    return Promise.all(ids.map((id) => this.end(id, reason))).then(() => {});
+    const ended = ids.map((id) => this.end(id, reason));
+    for (const r of [...this.stateless]) if (r.organizationId === organizationId) ended.push(r.end(reason));
+    return Promise.all(ended).then(() => {});
   }
 
   publish(event: FeedEvent): void {
