@@ -71,6 +71,8 @@ export class StreamableHttpTransport implements Transport {
   private readonly requests = new Map<RpcId, Exchange>();
   private closed = false;
   private getRetries = 1;
+  /** The standalone GET stream was asked for: one per session, however often the client says it is initialized. */
+  private streamOpened = false;
 
   constructor(
     private readonly url: URL,
@@ -159,7 +161,10 @@ export class StreamableHttpTransport implements Transport {
     if (status === 202 || id === undefined) {
       this.discard(res);
       const isInitialized = 'method' in message && message.method === 'notifications/initialized';
-      if (isInitialized && this.standaloneStream) this.openStream();
+      if (isInitialized && this.standaloneStream && !this.streamOpened) {
+        this.streamOpened = true;
+        this.openStream();
+      }
       return;
     }
     const type = String(res.headers['content-type'] ?? '').toLowerCase();

@@ -1,9 +1,9 @@
 import type { ServerResponse } from 'node:http';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type HostileUpstream, sseEvent, startHostileUpstream } from '../../../test/hostile-upstream.js';
-import { createHttpFetch } from './http-fetch.js';
+import { createHttpFetch, type RawRequest } from './http-fetch.js';
 import { DEFAULT_UPSTREAM_LIMITS } from './model.js';
-import { LINGER_MS } from './streamable-transport.js';
+import { LINGER_MS, StreamableHttpTransport } from './streamable-transport.js';
 import { UpstreamError } from './upstream-error.js';
 import { UpstreamSession } from './upstream-session.js';
 
@@ -199,6 +199,42 @@ describe('the order of a session’s messages', () => {
       front.closeAllConnections();
       await new Promise<void>((resolve) => front.close(() => resolve()));
       await ordered.close();
+    }
+  });
+});
+
+describe('the standalone GET stream of a session', () => {
+  it('is opened once, however often the client sends notifications/initialized', async () => {
+    const gets: string[] = [];
+    const counting: RawRequest = (url, init) => {
+      if (init.method === 'GET') gets.push(url.href);
+      return http.request(url, init);
+    };
+    const transport = new StreamableHttpTransport(
+      new URL(upstream.url),
+      {},
+      counting,
+      DEFAULT_UPSTREAM_LIMITS,
+      { oversize: () => {}, refused: () => {} },
+      true,
+    );
+    try {
+      await transport.send({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: {
+          protocolVersion: '2025-06-18',
+          capabilities: {},
+          clientInfo: { name: 'test', version: '1' },
+        },
+      });
+      // The stream is asked for as soon as the upstream took the notification (before send resolves).
+      for (let i = 0; i < 5; i++)
+        await transport.send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+      expect(gets).toEqual([upstream.url]);
+    } finally {
+      await transport.close();
     }
   });
 });
