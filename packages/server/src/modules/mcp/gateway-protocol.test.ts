@@ -180,6 +180,42 @@ describe('MCP data plane over plain HTTP', () => {
     expect(await toolsRecorded(tenant)).toEqual([]);
   });
 
+  it('answers a body that is not UTF-8 with HTTP 400 and -32600 carrying the id, calling nothing', async () => {
+    const { tenant, url } = await setup();
+    const before = upstream.calls.echo ?? 0;
+    const post = (body: Buffer) =>
+      fetch(url, {
+        method: 'POST',
+        headers: { ...key(tenant), 'content-type': 'application/json', accept: 'application/json' },
+        body,
+      });
+    // 0xFF 0xFE is no UTF-8: read as U+FFFD, the name checked and the one forwarded would be "echo\uFFFD\uFFFD".
+    const bad = (id: string, tail: string) =>
+      Buffer.concat([
+        Buffer.from(`{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":"echo`),
+        Buffer.from([0xff, 0xfe]),
+        Buffer.from(tail),
+      ]);
+    for (const [body, id] of [
+      [bad('11', '","arguments":{"text":"x"}}}'), 11],
+      [bad('"u-1"', '","arguments":{"text":"x"}}}'), 'u-1'],
+    ] as const) {
+      const res = await post(body);
+      expect(res.status).toBe(400);
+      expect(await res.json()).toMatchObject({
+        jsonrpc: '2.0',
+        id,
+        error: { code: -32600, message: 'Invalid Request: body is not valid UTF-8' },
+      });
+    }
+    // Not JSON either: still a parse error.
+    const notJson = await post(bad('12', '"'));
+    expect(notJson.status).toBe(400);
+    expect(await notJson.json()).toMatchObject({ id: null, error: { code: -32700 } });
+    expect(upstream.calls.echo ?? 0).toBe(before);
+    expect(await toolsRecorded(tenant)).toEqual([]);
+  });
+
   it('refuses a tools/call whose name validate would refuse (length, control characters), recording nothing', async () => {
     const { tenant, url } = await setup();
     const before = upstream.calls.echo ?? 0;

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { bodyJsonProblem, MAX_BODY_DEPTH } from '../../lib/json.js';
@@ -177,9 +178,13 @@ export function negotiateVersion(params: Params | undefined): string {
  * body that is not JSON. Valid JSON apart from such a key is a message past the body limits: an
  * invalid request, answered with its id. Reading the id from a plain JSON.parse is safe: it keeps
  * such a key as an own property (it never sets a prototype), only an own top-level `id` is read,
- * and the parsed body is then dropped, so nothing downstream ever holds the key.
+ * and the parsed body is then dropped, so nothing downstream ever holds the key. A body that is
+ * not UTF-8 is refused the same way (`problem` says why), its id read from the text as decoded.
  */
-function forbiddenKeyOrUnparsable(body: string): OutOfLimits | typeof UNPARSABLE {
+function refusedOrUnparsable(
+  body: string,
+  problem = 'body has a __proto__ or constructor.prototype key',
+): OutOfLimits | typeof UNPARSABLE {
   let value: unknown;
   try {
     value = JSON.parse(body);
@@ -187,7 +192,7 @@ function forbiddenKeyOrUnparsable(body: string): OutOfLimits | typeof UNPARSABLE
     return UNPARSABLE;
   }
   const id = isObject(value) && Object.hasOwn(value, 'id') && validId(value.id) ? value.id : null;
-  return new OutOfLimits(id, 'body has a __proto__ or constructor.prototype key');
+  return new OutOfLimits(id, problem);
 }
 
 /**
@@ -197,11 +202,16 @@ function forbiddenKeyOrUnparsable(body: string): OutOfLimits | typeof UNPARSABLE
 export function useRpcBodyParser(app: FastifyInstance): void {
   const parse = app.getDefaultJsonParser('error', 'error');
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    if (typeof body !== 'string' || body.trim() === '') return done(null, undefined);
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, raw, done) => {
+    const buf = raw as Buffer;
+    const body = buf.toString('utf8');
+    // As every JSON body of the API: bytes that are not UTF-8 are refused, never read as U+FFFD
+    // (the message checked and the one forwarded would hold characters the client never sent).
+    if (!isUtf8(buf)) return done(null, refusedOrUnparsable(body, 'body is not valid UTF-8'));
+    if (body.trim() === '') return done(null, undefined);
     try {
       parse(req, body, (err, value) => {
-        if (err) return done(null, forbiddenKeyOrUnparsable(body));
+        if (err) return done(null, refusedOrUnparsable(body));
         // The limits of every JSON body (lib/json.ts), one level deeper for the `params` wrapper.
         const problem = bodyJsonProblem(value, MAX_BODY_DEPTH + 1);
         if (!problem) return done(null, value);
