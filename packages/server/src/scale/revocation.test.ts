@@ -166,4 +166,19 @@ describe('revocations reach every instance', () => {
     kept.close();
     ws.close();
   });
+
+  it('a gateway stream of a key revoked while B could not hear it ends once B is subscribed again', async () => {
+    const tenant = await createTenant(a);
+    await createUpstream(a, tenant, { name: 'gap', slug: 'gap', url: upstream.url });
+    const minted = await mintKey(a, tenant);
+    // A key-wide decision feed on B (no session): it re-checks its key only every 15 s by itself.
+    const stream = await fetch(`${b.url}/v1/mcp/gap`, {
+      headers: { ...keyHeader(minted.key), accept: 'text/event-stream' },
+    });
+    expect(stream.status).toBe(200);
+    await a.store.db.updateTable('api_keys').set({ is_revoked: 1 }).where('id', '=', minted.id).execute();
+    await cutSubscriber(b);
+    // Resolves once the stream has ended; throws if it is still open after AT_ONCE_MS.
+    await readEvents(stream, () => false, AT_ONCE_MS);
+  });
 });

@@ -42,6 +42,10 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (
     }
   });
 
+  // Revocations published while this instance's Redis subscriber was away never arrive: once it is
+  // subscribed again, every GET stream re-checks its key.
+  ctx.redis?.onReconnect(() => streams.recheckAll());
+
   app.addHook('preClose', async () => {
     unwatch();
     // Event streams never go idle by themselves; end them so the server can close.

@@ -53,6 +53,8 @@ export class EventStreams {
   private readonly byOrg = new Map<string, Set<SseWriter>>();
   /** Key-wide decision feeds open, per API key. */
   private readonly feeds = new Map<string, number>();
+  /** Each GET stream's re-check of its key and upstream. */
+  private readonly rechecks = new Map<SseWriter, () => Promise<boolean>>();
 
   constructor(readonly limits: StreamLimits = DEFAULT_STREAM_LIMITS) {}
 
@@ -100,11 +102,13 @@ export class EventStreams {
     const { keyId, organizationId } = o.holder;
     index(this.byKey, keyId).add(writer);
     index(this.byOrg, organizationId).add(writer);
+    this.rechecks.set(writer, o.recheck);
     const feed = o.sessionId === null;
     if (feed) this.feeds.set(keyId, (this.feeds.get(keyId) ?? 0) + 1);
     writer.onEnd(() => {
       clearInterval(ping);
       unsubscribe();
+      this.rechecks.delete(writer);
       unindex(this.byKey, keyId, writer);
       unindex(this.byOrg, organizationId, writer);
       if (feed) {
@@ -125,6 +129,14 @@ export class EventStreams {
         }),
       );
     return stream;
+  }
+
+  /**
+   * Every GET stream re-checks its key and upstream now: revocations this instance could not be told
+   * of (its Redis subscriber was away) end their streams at once, not at the next ping.
+   */
+  recheckAll(): void {
+    for (const [writer, recheck] of this.rechecks) writer.recheck(recheck);
   }
 
   /** Open streams (tests, monitoring). */
