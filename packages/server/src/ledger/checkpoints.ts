@@ -79,10 +79,19 @@ export interface CheckpointerOptions {
  * replaces the stored one (same root and last receipt): a chain that stopped growing would otherwise
  * keep only checkpoints that stop verifying once the retired key leaves the published set.
  */
+/**
+ * After the first scan for retired keys' checkpoints under a signing key, one more this long later:
+ * other instances go on signing with the key a rotation retired until they read the key set again
+ * (every 10 s), and a chain that then stops growing would keep the checkpoint one of them signed.
+ */
+export const RESCAN_AFTER_MS = 60_000;
+
 export class Checkpointer {
   private timer: NodeJS.Timeout | null = null;
   /** The signing key the last complete scan for retired keys' checkpoints was made under. */
   private scannedFor: string | null = null;
+  /** When the scan under `scannedFor` is made once more (null: it was). */
+  private rescanAt: number | null = null;
   private running: Promise<void> | null = null;
 
   constructor(private readonly opts: CheckpointerOptions) {}
@@ -133,14 +142,18 @@ export class Checkpointer {
   }
 
   /**
-   * Signs again, with the current key, every chain head whose checkpoint a retired key signed. Only
-   * once per signing key this process learns (at start and after each rotation it picks up): this
-   * process signs nothing with a retired key after that.
+   * Signs again, with the current key, every chain head whose checkpoint a retired key signed. Once
+   * per signing key this process learns (at start and after each rotation it picks up), and once more
+   * RESCAN_AFTER_MS later, for what other instances signed before they picked the rotation up: this
+   * process signs nothing with a retired key after the first scan.
    */
   private async resignRetired(): Promise<void> {
     const { db, signer } = this.opts;
     const active = await signer.activeKid();
-    if (active === null || active === this.scannedFor) return;
+    if (active === null) return;
+    const now = this.opts.clock.now().getTime();
+    const first = active !== this.scannedFor;
+    if (!first && (this.rescanAt === null || now < this.rescanAt)) return;
     const stale = await db
       .selectFrom('chain_heads as h')
       .innerJoin('checkpoints as c', (j) =>
@@ -155,6 +168,7 @@ export class Checkpointer {
       if (retired.get(kid)) await this.signHead(head, kid);
     }
     this.scannedFor = active;
+    this.rescanAt = first ? now + RESCAN_AFTER_MS : null;
   }
 
   /** Whether a stored checkpoint was signed by a key that no longer signs (it is then signed again). */

@@ -1,11 +1,13 @@
 import { verifyCheckpointSignature, verifyConsistency, verifyInclusion } from '@svc/sdk/verify';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { ManualClock } from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
 import {
   ADMIN_TOKEN,
   asUser,
   bearer,
   createTenant,
+  createTestApp,
   expectError,
   keyHeader,
   type Tenant,
@@ -13,7 +15,7 @@ import {
 } from '../../../test/helpers.js';
 import { rewriteChain } from '../../../test/ledger.js';
 import { untagDigest } from '../../ledger/canonical.js';
-import type { Checkpoint } from '../../ledger/checkpoints.js';
+import { type Checkpoint, RESCAN_AFTER_MS } from '../../ledger/checkpoints.js';
 import { leafHash } from '../../ledger/merkle.js';
 import type { Receipt } from '../../ledger/model.js';
 import { receiptLeafData } from '../../ledger/receipt.js';
@@ -274,6 +276,55 @@ describe('checkpoint keys', () => {
       const proof = (await call(idle, 'GET', '/v1/receipts/proofs/inclusion?sequence=0')).json();
       expect(proof.checkpoint).toEqual(latest);
     });
+  });
+
+  it('signs again, a while after a rotation, what another instance signed with the retired key before it knew', async () => {
+    const clock = new ManualClock();
+    const first = await createTestApp({ checkpointIntervalMs: 0 }, { clock });
+    const other = await createTestApp({ checkpointIntervalMs: 0 }, { database: first.database });
+    try {
+      const tenant = await createTenant(first);
+      const decide = () =>
+        first.ctx.enforcement.enforce({
+          scope: { organizationId: tenant.orgId, projectId: tenant.projectId, tier: 'free' },
+          call: { toolName: 'x', arguments: {}, context: {} },
+          source: 'server',
+          reported: { decision: 'allow', reason: 'r' },
+          latencyMs: 1,
+        });
+      const latest = async () =>
+        (
+          await first.inject({
+            method: 'GET',
+            url: '/v1/receipts/checkpoints/latest',
+            headers: keyHeader(tenant.apiKey),
+          })
+        ).json() as Checkpoint;
+      await decide();
+      // The other instance has read the key set, and keeps it for its 10 s.
+      await other.ctx.checkpoints.tick();
+      const old = (await latest()).kid;
+      const rotated = await first.inject({
+        method: 'POST',
+        url: '/v1/admin/signing-keys/rotate',
+        headers: bearer(ADMIN_TOKEN),
+      });
+      const kid = rotated.json().kid as string;
+      await first.ctx.checkpoints.tick();
+      expect(await latest()).toMatchObject({ tree_size: 1, kid });
+      // Before it reads the key set again, the other instance signs the grown chain with the old key.
+      await decide();
+      await other.ctx.checkpoints.tick();
+      expect(await latest()).toMatchObject({ tree_size: 2, kid: old });
+      await first.ctx.checkpoints.tick();
+      expect((await latest()).kid).toBe(old);
+      clock.advance(RESCAN_AFTER_MS / 1000);
+      await first.ctx.checkpoints.tick();
+      expect(await latest()).toMatchObject({ tree_size: 2, kid });
+    } finally {
+      await other.close();
+      await first.close();
+    }
   });
 
   it('answers 503 signing_key_missing when a new checkpoint must be signed and no key loads', async () => {
