@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SOURCE_FLAGS } from '../../test/bin.js';
 import type { KeySetDocument } from './model.js';
-import { fileKeySetStorage } from './storage.js';
+import { fileKeySetStorage, removeStaleLock } from './storage.js';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -77,6 +77,32 @@ describe('the key set file beside the embedded store', () => {
     utimesSync(`${file}.lock`, past, past);
     expect(await fileKeySetStorage(file).swap(null, doc('after-crash'))).toBe(true);
     expect(existsSync(`${file}.lock`)).toBe(false);
+  });
+
+  it('removes a stale lock only as judged under its guard: never one taken afresh meanwhile', () => {
+    const dir = tempDir();
+    const lock = join(dir, 'signing-keys.json.lock');
+    const past = new Date(Date.now() - 60_000);
+    // Stale: removed, and the guard with it.
+    writeFileSync(lock, 'a-dead-writer');
+    utimesSync(lock, past, past);
+    removeStaleLock(lock);
+    expect([existsSync(lock), existsSync(`${lock}.takeover`)]).toEqual([false, false]);
+    // Judged stale by a process that then waited: meanwhile another removed it and took it afresh.
+    writeFileSync(lock, 'the-new-holder');
+    removeStaleLock(lock);
+    expect(readFileSync(lock, 'utf8')).toBe('the-new-holder');
+    // Another process is taking a stale lock over (it holds the guard): left to it.
+    utimesSync(lock, past, past);
+    writeFileSync(`${lock}.takeover`, '');
+    removeStaleLock(lock);
+    expect(readFileSync(lock, 'utf8')).toBe('the-new-holder');
+    // A guard left by a process that died holding it goes stale too: removed, the lock at the next turn.
+    utimesSync(`${lock}.takeover`, past, past);
+    removeStaleLock(lock);
+    expect(existsSync(`${lock}.takeover`)).toBe(false);
+    removeStaleLock(lock);
+    expect(existsSync(lock)).toBe(false);
   });
 
   it('waits for a live lock holder and then compares against what it wrote', async () => {

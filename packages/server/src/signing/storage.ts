@@ -47,8 +47,7 @@ const LOCK_STALE_MS = 5_000;
 /**
  * Runs `fn` holding `<file>.lock`, created with O_EXCL so that of several processes sharing the
  * directory exactly one holds it. The lock holds a random token: a holder releases only its own
- * lock. A stale lock is taken over by renaming it away first, so of two processes that both judge
- * it stale only one removes it.
+ * lock. A stale lock is removed under a guard of its own (removeStaleLock), then taken afresh.
  */
 async function withFileLock<T>(file: string, fn: () => T): Promise<T> {
   const lock = `${file}.lock`;
@@ -61,13 +60,7 @@ async function withFileLock<T>(file: string, fn: () => T): Promise<T> {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       if (staleLock(lock)) {
-        const aside = `${lock}.${token}.stale`;
-        try {
-          renameSync(lock, aside);
-          unlinkSync(aside);
-        } catch {
-          // Another process took it over (or it was released) first; try again.
-        }
+        removeStaleLock(lock);
         continue;
       }
       if (Date.now() > deadline) {
@@ -89,6 +82,39 @@ async function withFileLock<T>(file: string, fn: () => T): Promise<T> {
         // Already taken over as stale: nothing of ours to release.
       }
     }
+  }
+}
+
+/**
+ * Removes `lock` if it is stale, judged again while holding `<lock>.takeover` (created with O_EXCL).
+ * Two processes may both have judged the lock stale; the first removes it and takes a new lock, and
+ * without the guard the second would then remove that fresh one, and both would hold the lock. Under
+ * the guard the second finds the lock fresh and leaves it. A guard left by a process that died while
+ * holding it (a few microseconds) goes stale too, and is removed.
+ */
+export function removeStaleLock(lock: string): void {
+  const guard = `${lock}.takeover`;
+  let fd: number;
+  try {
+    fd = openSync(guard, 'wx', 0o600);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    if (staleLock(guard)) unlinkQuietly(guard);
+    return;
+  }
+  closeSync(fd);
+  try {
+    if (staleLock(lock)) unlinkQuietly(lock);
+  } finally {
+    unlinkQuietly(guard);
+  }
+}
+
+function unlinkQuietly(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // Gone already.
   }
 }
 
