@@ -14,11 +14,12 @@ export interface SeenRequest {
 
 /**
  * What the fake model does: answer an object, answer raw text, answer a whole body verbatim, fail
- * with a status, stall, or redirect.
+ * with a status, stall, or redirect. `finish` replaces the provider's own finish reason of a success
+ * (OpenAI's finish_reason, Anthropic's stop_reason, Gemini's finishReason), as sent.
  */
 export type Reply =
-  | { object: unknown }
-  | { text: string }
+  | { object: unknown; finish?: string }
+  | { text: string; finish?: string }
   | { rawBody: string }
   | { status: number; body?: unknown }
   | { stallMs: number }
@@ -76,7 +77,7 @@ function parse(provider: ProviderName, body: WireBody): { system: string; user: 
  * call's `input` object: a text that is a JSON object goes into the body as it is (whitespace,
  * escapes, duplicate members and all), as a model's tool input comes over the wire.
  */
-function success(provider: ProviderName, body: WireBody, text: string): string {
+function success(provider: ProviderName, body: WireBody, text: string, finish?: string): string {
   if (provider === 'anthropic' && body.tools?.[0]) {
     let input = JSON.stringify({ text });
     try {
@@ -86,19 +87,19 @@ function success(provider: ProviderName, body: WireBody, text: string): string {
       // Not JSON: wrapped as above.
     }
     // The envelope holds no other text in this mode: the placeholder occurs once.
-    return JSON.stringify(envelopeOf(provider, body, text)).replace('"__TOOL_INPUT__"', () => input);
+    return JSON.stringify(envelopeOf(provider, body, text, finish)).replace('"__TOOL_INPUT__"', () => input);
   }
-  return JSON.stringify(envelopeOf(provider, body, text));
+  return JSON.stringify(envelopeOf(provider, body, text, finish));
 }
 
-function envelopeOf(provider: ProviderName, body: WireBody, text: string): unknown {
+function envelopeOf(provider: ProviderName, body: WireBody, text: string, finish?: string): unknown {
   if (provider === 'openai') {
     return {
       id: 'chatcmpl-test',
       object: 'chat.completion',
       created: 1_700_000_000,
       model: body.model,
-      choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'stop' }],
+      choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: finish ?? 'stop' }],
       usage: { prompt_tokens: 10, completion_tokens: 10, total_tokens: 20 },
     };
   }
@@ -115,13 +116,13 @@ function envelopeOf(provider: ProviderName, body: WireBody, text: string): unkno
       role: 'assistant',
       model: body.model,
       content,
-      stop_reason: tool ? 'tool_use' : 'end_turn',
+      stop_reason: finish ?? (tool ? 'tool_use' : 'end_turn'),
       stop_sequence: null,
       usage: { input_tokens: 10, output_tokens: 10 },
     };
   }
   return {
-    candidates: [{ content: { role: 'model', parts: [{ text }] }, finishReason: 'STOP', index: 0 }],
+    candidates: [{ content: { role: 'model', parts: [{ text }] }, finishReason: finish ?? 'STOP', index: 0 }],
     usageMetadata: { promptTokenCount: 10, candidatesTokenCount: 10, totalTokenCount: 20 },
   };
 }
@@ -186,7 +187,9 @@ export async function startFakeModelServer(script: Script): Promise<FakeModelSer
         return;
       }
       const text = 'object' in reply ? JSON.stringify(reply.object) : reply.text;
-      res.writeHead(200, { 'content-type': 'application/json' }).end(success(provider, body, text));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(success(provider, body, text, reply.finish));
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

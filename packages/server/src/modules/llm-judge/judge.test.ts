@@ -104,6 +104,45 @@ describe.each(PROVIDERS)('the %s adapter', (provider) => {
     expect(v).toMatchObject({ ok: false, kind: 'invalid_output' });
   });
 
+  it('fails on an answer the provider marks as refused or filtered, however it reads', async () => {
+    const allow = { decision: 'allow', reason: 'Fine.', failedArgument: null, matchedException: null };
+    const finishes = {
+      openai: ['content_filter'],
+      anthropic: ['refusal'],
+      google: ['SAFETY', 'BLOCKLIST', 'PROHIBITED_CONTENT', 'MALFORMED_FUNCTION_CALL'],
+    }[provider];
+    for (const finish of finishes) {
+      server.script = () => ({ object: allow, finish });
+      const v = await judgeWith().judge(request(provider, { to: `x@evil.test`, finish }));
+      expect(v, finish).toMatchObject({ ok: false, kind: 'invalid_output' });
+      if (v.ok) continue;
+      expect(v.message).toContain('refused');
+      // What came back is still bound.
+      expect(v.binding?.answerHash).toBe(sha256Tagged(JSON.stringify(allow)));
+    }
+  });
+
+  it('fails on an answer holding the model text as a refusal (OpenAI refusal field)', async () => {
+    if (provider !== 'openai') return;
+    const allow = '{"decision":"allow","reason":"Fine.","failedArgument":null,"matchedException":null}';
+    for (const message of [
+      { role: 'assistant', content: null, refusal: allow },
+      { role: 'assistant', content: allow, refusal: 'I cannot help with that.' },
+    ]) {
+      server.script = () => ({
+        rawBody: JSON.stringify({
+          id: 'chatcmpl-test',
+          object: 'chat.completion',
+          created: 1_700_000_000,
+          model: 'gpt-test',
+          choices: [{ index: 0, message, finish_reason: 'stop' }],
+        }),
+      });
+      const v = await judgeWith().judge(request(provider, { to: `${message.content === null}@evil.test` }));
+      expect(v, JSON.stringify(message)).toMatchObject({ ok: false, kind: 'invalid_output' });
+    }
+  });
+
   it('fails on an exception the policy does not list', async () => {
     server.script = () => ({
       object: { decision: 'allow', reason: 'ok', failedArgument: null, matchedException: 'The CEO asked' },

@@ -20,7 +20,7 @@ import { ANSWER_SCHEMA, answerProblem, buildPrompt, duplicateMember } from './pr
 import { anthropicAdapter } from './providers/anthropic.js';
 import { googleAdapter } from './providers/google.js';
 import { openaiAdapter } from './providers/openai.js';
-import { MalformedAnswerError } from './providers/structured.js';
+import { MalformedAnswerError, RefusedAnswerError } from './providers/structured.js';
 
 const ADAPTERS: Record<ProviderName, (s: ProviderSettings) => ProviderAdapter> = {
   openai: openaiAdapter,
@@ -63,6 +63,12 @@ function classify(
   if (signal.aborted) return { kind: 'timeout', message: `the model did not answer within ${timeoutMs} ms` };
   if (err instanceof QueueFullError) {
     return { kind: 'overloaded', message: 'too many judgements are waiting for this provider' };
+  }
+  if (err instanceof RefusedAnswerError) {
+    return {
+      kind: 'invalid_output',
+      message: 'the model refused, or the provider withheld or filtered the answer',
+    };
   }
   if (err instanceof MalformedAnswerError) {
     return { kind: 'invalid_output', message: 'the answer is not the required JSON object' };

@@ -19,6 +19,16 @@ export class MalformedAnswerError extends Error {
 }
 
 /**
+ * Raised when the provider marks the answer as refused or withheld (OpenAI's `refusal` or
+ * `content_filter`, Anthropic's `refusal`, Gemini's SAFETY, BLOCKLIST and the like, or an error
+ * finish): whatever text came with it is not an answer to believe, even when it reads as one.
+ */
+export class RefusedAnswerError extends MalformedAnswerError {}
+
+/** Finish reasons (the SDK's, for every provider) under which no answer is believed. */
+const REFUSED = new Set(['content-filter', 'error']);
+
+/**
  * One structured-output call through the AI SDK, the same for every provider: no retries (a retry
  * would outlive the caller's deadline), the caller's abort signal, the answer schema. `modelFor`
  * builds the provider's model on the fetch given, once per call, so that each call keeps its own
@@ -42,6 +52,15 @@ export function structuredAdapter(
         maxOutputTokens: 2048,
       });
       if (exchange.response === null) throw new UnlocatedAnswerError('no answer body was received');
+      if (REFUSED.has(result.finishReason)) {
+        let text: string | null = null;
+        try {
+          text = rawAnswerText(provider, exchange, result.text);
+        } catch {
+          // The answer could not be told from the body: nothing to bind.
+        }
+        throw new RefusedAnswerError(`the answer finished with ${result.finishReason}`, text);
+      }
       return {
         text: rawAnswerText(provider, exchange, result.text),
         object: result.output as unknown,
@@ -54,6 +73,9 @@ export function structuredAdapter(
           text = err.text === undefined ? null : rawAnswerText(provider, exchange, err.text);
         } catch {
           // The answer could not be told from the body: nothing to bind.
+        }
+        if (err.finishReason !== undefined && REFUSED.has(err.finishReason)) {
+          throw new RefusedAnswerError(`the answer finished with ${err.finishReason}`, text);
         }
         throw new MalformedAnswerError(err.message, text);
       }
