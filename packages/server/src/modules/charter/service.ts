@@ -417,6 +417,21 @@ export function createCharterService(deps: CharterServiceDeps) {
       const by = who(scope);
       const actor = { ...scope, projectId: row.project_id };
       if (v.kind === 'tool_registration') {
+        // The reviewer saw a starter policy for each tool that was new (neither registered nor with a
+        // policy) when proposed, and none for the others. Registering now makes a starter policy for
+        // each tool that is new now: a tool new now but not then would get one nobody saw, one new
+        // then but not now would be governed by a policy the reviewer was not shown.
+        const ground = await grounding(scope.organizationId);
+        for (const t of v.tools) {
+          const isNew = !ground.tools.some((r) => r.name === t.name) && !ground.policies.has(t.name);
+          const shown = v.changes.some((c) => c.toolName === t.name);
+          if (isNew !== shown) {
+            throw new AppError(
+              'conflict',
+              `"${t.name}" was ${shown ? 'registered or given a policy' : 'deleted or its policy removed'} since this proposal, so it would ${shown ? 'not get the starter policy shown' : 'get a starter policy that was not shown'}; nothing was applied. Propose the registration again.`,
+            );
+          }
+        }
         if (!(await repo.resolve(scope.organizationId, id, 'approved', by, now, null))) {
           throw new AppError('invalid_status', `Verification ${id} was resolved meanwhile`);
         }

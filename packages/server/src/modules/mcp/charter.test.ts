@@ -118,6 +118,70 @@ describe('POST /v1/mcp/charter', () => {
     expect(empty.structuredContent).toEqual({ tools: [] });
   });
 
+  it('applies a registration only over the state it showed: no starter policy nobody saw', async () => {
+    const tenant = await createTenant(t);
+    const client = await charterClient(tenant);
+    const propose = async () => {
+      const res = await client.callTool({ name: 'svc_register_tools', arguments: { tools: [TOOLS[0]] } });
+      return (res.structuredContent as { verification: { id: string } }).verification.id;
+    };
+    const approve = (id: string) =>
+      t.inject({ method: 'POST', url: `/v1/charter/verifications/${id}/approve`, headers: asUser(tenant) });
+    const policyOf = () =>
+      t.inject({ method: 'GET', url: '/v1/policies/send_email', headers: keyHeader(tenant.apiKey) });
+
+    // Proposed while send_email has a policy: no starter policy is shown. The policy is then deleted.
+    const created = await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(tenant.apiKey),
+      payload: { toolName: 'send_email', constraints: [{ argumentName: 'to', regex: '@example\\.com$' }] },
+    });
+    expect(created.statusCode).toBe(201);
+    const first = await propose();
+    const shown = await t.inject({
+      method: 'GET',
+      url: `/v1/charter/verifications/${first}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(shown.json().changes).toEqual([]);
+    const deleted = await t.inject({
+      method: 'DELETE',
+      url: '/v1/policies/send_email',
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(deleted.statusCode).toBeLessThan(300);
+    const refused = await approve(first);
+    expectError(refused, 409, 'conflict');
+    expect((await policyOf()).statusCode).toBe(404);
+    const tools = await t.inject({ method: 'GET', url: '/v1/tools', headers: keyHeader(tenant.apiKey) });
+    expect(tools.json().data).toEqual([]);
+    // Still pending: nothing was resolved.
+    const after = await t.inject({
+      method: 'GET',
+      url: `/v1/charter/verifications/${first}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(after.json().status).toBe('pending');
+
+    // Proposed while send_email is new (its starter policy shown), then given a policy of its own.
+    const second = await propose();
+    const written = await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(tenant.apiKey),
+      payload: { toolName: 'send_email', constraints: [] },
+    });
+    expect(written.statusCode).toBe(201);
+    expectError(await approve(second), 409, 'conflict');
+
+    // A fresh proposal over the state as it is now applies.
+    const third = await propose();
+    const ok = await approve(third);
+    expect(ok.statusCode).toBe(200);
+    expect(ok.json()).toMatchObject({ status: 'approved', applied: [] });
+  });
+
   it('reports invalid registrations as tool errors and saves nothing', async () => {
     const tenant = await createTenant(t);
     const client = await charterClient(tenant);
