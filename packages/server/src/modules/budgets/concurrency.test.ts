@@ -165,4 +165,46 @@ describe('spend ledger under concurrency', () => {
     const entries = await createSpendLedger(t.store).entries(tenant.orgId);
     expect(entries.map((e) => e.kind)).toEqual(['authorization', 'reservation', 'commit', 'release']);
   });
+
+  it('expires a reservation for an operation at or after its expiry, even behind an earlier one in the same batch', async () => {
+    const tenant = await tenantWithSessionLimit();
+    const body = {
+      actionId: 'lapses',
+      sessionId: 'edge',
+      agentId: 'agent',
+      toolName: 'buy',
+      category: 'supplies',
+      estimatedSpendUsd: 100,
+    };
+    const res = await t.inject({
+      method: 'POST',
+      url: '/v1/economic/authorize',
+      headers: keyHeader(tenant.apiKey),
+      payload: body,
+    });
+    expect(res.json()).toMatchObject({ decision: 'allow' });
+    const expiresAt = Date.parse(res.json().reservationExpiresAt);
+    const at = (ms: number) => () => new Date(ms).toISOString();
+    const ledger = createSpendLedger(t.store);
+    const keys = {
+      sessionId: 'edge',
+      agentId: 'agent',
+      category: 'supplies',
+      agentWindow: new Date(expiresAt).toISOString().slice(0, 10),
+      categoryWindow: new Date(expiresAt).toISOString().slice(0, 10),
+    };
+    // Queued in the same turn, so both run in one transaction: the first a millisecond before the
+    // reservation lapses, the second when it has.
+    const [before, after] = await Promise.all([
+      ledger.locked(tenant.orgId, at(expiresAt - 1), async (tx) => (await tx.action('lapses'))!.state),
+      ledger.locked(tenant.orgId, at(expiresAt), async (tx) => ({
+        state: (await tx.action('lapses'))!.state,
+        session: (await tx.usage(keys)).session,
+      })),
+    ]);
+    expect(before).toBe('reserved');
+    expect(after).toEqual({ state: 'expired', session: { spentMicros: 0, reservedMicros: 0 } });
+    const entries = await ledger.entries(tenant.orgId);
+    expect(entries.map((e) => e.kind)).toEqual(['authorization', 'reservation', 'expiry']);
+  });
 });

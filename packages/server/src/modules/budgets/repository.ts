@@ -294,8 +294,8 @@ const MAX_BATCH = 256;
  * Group commit: operations queued while a transaction runs go into the next one, each inside its
  * own savepoint (a failing one is rolled back alone), so a durable commit costs one fsync per batch,
  * not one per call. Within a batch they run in organization order, so two processes lock heads in
- * the same order and cannot deadlock. Before an organization's first operation its lapsed
- * reservations are expired, so no decision counts one. A promise settles only after COMMIT.
+ * the same order and cannot deadlock. Before each operation the reservations lapsed by its time are
+ * expired, so no decision counts one and no commit settles one. A promise settles only after COMMIT.
  */
 export function createSpendLedger(store: Store) {
   let queue: Job[] = [];
@@ -346,15 +346,16 @@ export function createSpendLedger(store: Store) {
         const sequences = new Map<string, number>();
         for (const job of batch) {
           const org = job.organizationId;
-          if (!sequences.has(org)) {
-            const at = job.now();
-            const housekeeping = new LedgerTx(db, org, await head(db, org, at), at);
-            await housekeeping.expireDue();
-            sequences.set(org, housekeeping.next);
-          }
+          // Each operation runs at its own time, and what lapsed by then is expired first: a
+          // reservation due between an earlier operation of the batch and this one must not count
+          // (nor be committed) here.
+          const at = job.now();
+          const housekeeping = new LedgerTx(db, org, sequences.get(org) ?? (await head(db, org, at)), at);
+          await housekeeping.expireDue();
+          sequences.set(org, housekeeping.next);
           await sql`SAVEPOINT spend_op`.execute(db);
           try {
-            const tx = new LedgerTx(db, org, sequences.get(org)!, job.now());
+            const tx = new LedgerTx(db, org, sequences.get(org)!, at);
             const value = await job.fn(tx);
             await sql`RELEASE SAVEPOINT spend_op`.execute(db);
             sequences.set(org, tx.next);
