@@ -134,7 +134,11 @@ export function Budgets({ organizationId }: PageProps) {
         </form>
         {status && asked && (
           <div className="scroll" data-budget>
-            {status.budget === null ? (
+            {!status.healthy ? (
+              <p role="alert" className="error">
+                The spend ledger could not be read: these figures are not known. Try again.
+              </p>
+            ) : !status.enabled || status.budget === null ? (
               <p className="empty">No economic configuration applies.</p>
             ) : (
               <table className="figures" aria-label="Budget figures">

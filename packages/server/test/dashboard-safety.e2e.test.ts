@@ -840,6 +840,36 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     }
   }, 120_000);
 
+  it('says the spend ledger could not be read, never that no configuration applies', async () => {
+    const status = '**/v1/economic/status';
+    // What the service answers when its ledger cannot be read: 200, healthy false, no budget.
+    await page.route(status, (route) =>
+      route.fulfill({
+        status: 200,
+        contentType: 'application/json',
+        body: JSON.stringify({
+          enabled: true,
+          authority: 'organization',
+          healthy: false,
+          pendingApprovals: [],
+          budget: null,
+        }),
+      }),
+    );
+    try {
+      await open('Budgets', 'Spend budgets');
+      await page.getByLabel('Agent', { exact: true }).fill('buyer');
+      await page.getByLabel('Session', { exact: true }).fill('s-1');
+      await page.getByRole('button', { name: 'Show figures' }).click();
+      await page.locator('[data-budget]').waitFor();
+      expect(await page.locator('[data-budget]').textContent()).toMatch(
+        /^The spend ledger could not be read/,
+      );
+    } finally {
+      await page.unroute(status);
+    }
+  }, 120_000);
+
   it("keeps a project just created on the list when the page's first read answers after it", async () => {
     // The page's first read of the projects is answered by the service at once, and held on its way
     // to the page until a project made meanwhile is listed; the organization's read, held too, is let
