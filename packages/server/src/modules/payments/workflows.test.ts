@@ -183,6 +183,57 @@ describe('workflows', () => {
     expect(k.ok(await move(a, 'acme', 'po-3', 'settled', k.key(a))).state).toBe('settled');
   });
 
+  it('is paid again once a map that loops brings it back to the consume state', async () => {
+    const packId = await k.pack(a, {
+      ...PACK,
+      workflow: {
+        edges: {
+          draft: ['approved'],
+          approved: ['consumed', 'cancelled'],
+          consumed: ['settled', 'failed'],
+          failed: ['approved', 'cancelled'],
+          settled: [],
+          cancelled: [],
+        },
+      },
+    });
+    const payee = await k.payee(a, PAYEE);
+    k.ok(await create(a, { entity_id: 'loop', workflow_id: 'po-loop', pack_id: packId }), 201);
+    k.ok(await move(a, 'loop', 'po-loop', 'approved'));
+    const mint = async () =>
+      k.ok(
+        await k.mint(a, {
+          entity_id: 'loop',
+          pack_id: packId,
+          rails: ['ach'],
+          beneficiary: { payee_id: payee.id },
+          amount_ceiling: { currency: 'USD', amount: '25' },
+          workflow_id: 'po-loop',
+        }),
+        201,
+      );
+    const pay = (capsule: string) =>
+      k.consume(a, { capsule, amount: '25', currency: 'USD', rail: 'ach', beneficiary: PAYEE });
+    const first = await mint();
+    const second = await mint();
+    const third = await mint();
+    k.ok(await pay(first.capsule));
+    // The payment failed at the bank: a person approves paying it again.
+    k.ok(await move(a, 'loop', 'po-loop', 'failed', k.key(a)));
+    const again = k.ok(await move(a, 'loop', 'po-loop', 'approved'));
+    expect(again).toMatchObject({ state: 'approved', capsule_id: null });
+    k.ok(await pay(second.capsule));
+    expect(k.ok(await k.inject('GET', '/v1/gateway/workflows/loop/po-loop', k.key(a)))).toMatchObject({
+      state: 'consumed',
+      capsule_id: second.id,
+    });
+    // Back in approved once more, it can also be cancelled rather than paid.
+    k.ok(await move(a, 'loop', 'po-loop', 'failed', k.key(a)));
+    k.ok(await move(a, 'loop', 'po-loop', 'approved'));
+    expect(k.ok(await move(a, 'loop', 'po-loop', 'cancelled', k.key(a))).state).toBe('cancelled');
+    k.expectB(await pay(third.capsule), 409, 'workflow_invalid_transition');
+  });
+
   it("hides one project's workflows from another project's keys; a person sees the organization's", async () => {
     const sibling = await t.inject({
       method: 'POST',

@@ -106,7 +106,8 @@ export function createWorkflowRepository(base: Db) {
     /**
      * Moves the workflow from `from` (compare-and-set); false when it was no longer there, or its
      * capsule binding no longer what `bound` requires: `{is}` exactly that capsule (null: none),
-     * `{freeFor}` none or that capsule.
+     * `{freeFor}` none or that capsule. `capsuleId` binds it to that capsule; null leaves the
+     * binding as it is, unless `unbind`.
      */
     async move(
       org: string,
@@ -116,6 +117,7 @@ export function createWorkflowRepository(base: Db) {
       entry: WorkflowAnswer['history'][number],
       capsuleId: string | null,
       bound?: { is: string | null } | { freeFor: string },
+      unbind = false,
     ): Promise<boolean> {
       const history = [...(JSON.parse(row.history) as WorkflowAnswer['history']), entry];
       let q = db
@@ -124,7 +126,7 @@ export function createWorkflowRepository(base: Db) {
           state: to,
           history: JSON.stringify(history),
           updated_at: entry.at,
-          ...(capsuleId !== null ? { capsule_id: capsuleId } : {}),
+          ...(capsuleId !== null ? { capsule_id: capsuleId } : unbind ? { capsule_id: null } : {}),
         })
         .where('organization_id', '=', org)
         .where('entity_id', '=', row.entity_id)
@@ -282,7 +284,11 @@ export function createWorkflowService(deps: WorkflowDeps) {
       // Written only over the state and the capsule binding checked above: a consume that bound the
       // workflow meanwhile (its payment may be with the provider) keeps it.
       const bound = { is: row.capsule_id };
-      if (!(await repo.move(scope.organizationId, row, row.state, input.to, entry, null, bound))) {
+      // Back into the state a capsule pays it in (a map that loops, e.g. failed → approved): the
+      // capsule that paid it before is done with it (a binding holds it only in consume_from, which
+      // it left), so the next capsule may pay it and a person may move it on.
+      const unbind = input.to === map.consume_from;
+      if (!(await repo.move(scope.organizationId, row, row.state, input.to, entry, null, bound, unbind))) {
         const again = await find(scope, entityId, workflowId);
         if (again.state === row.state && again.capsule_id !== null && again.state === map.consume_from) {
           throw invalid(again, input.to, `capsule ${again.capsule_id} is paying it`);
