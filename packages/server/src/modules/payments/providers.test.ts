@@ -322,6 +322,22 @@ describe('consume hands the payment to the rail provider', () => {
     expect(await ledgerCommits(x.orgId, c.id)).toBe(1);
   });
 
+  it('2xx with a reference of 200 characters outside the BMP: a payment, as one of 200 ASCII characters', async () => {
+    const x = await createTenant(t);
+    await setup(x, 'wire', 'ok');
+    const c = await capsuleFor(x, 'wire');
+    const reference = '\u{1F4B3}'.repeat(200);
+    provider.nextReference = reference;
+    const res = k.ok(await pay(x, c.capsule, 'wire'));
+    expect(res.consumption.payment).toMatchObject({ reference, state: 'succeeded' });
+    expect(await ledgerCommits(x.orgId, c.id)).toBe(1);
+    // One character more is no reference: the outcome stays unknown and nothing is committed.
+    const d = await capsuleFor(x, 'wire');
+    provider.nextReference = `${reference}x`;
+    k.expectB(await pay(x, d.capsule, 'wire'), 502, 'provider_upstream_error');
+    expect(await ledgerCommits(x.orgId, d.id)).toBe(0);
+  });
+
   it('5xx whose body the stores cannot hold: 502 as any 5xx, and the retry goes through', async () => {
     const x = await createTenant(t);
     const { path } = await setup(x, 'wire', 'fail');

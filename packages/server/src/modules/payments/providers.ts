@@ -596,7 +596,8 @@ export async function sendPayment(
   } catch {
     reference = undefined;
   }
-  if (typeof reference !== 'string' || reference === '' || reference.length > 200) {
+  // At most 200 characters, counted in code points as every length of the API (not UTF-16 units).
+  if (typeof reference !== 'string' || reference === '' || [...reference].length > 200) {
     return {
       kind: 'unknown',
       error: flowError.providerUpstream(
