@@ -154,7 +154,16 @@ export const flowRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext; services: 
         .toLowerCase();
       let result: Awaited<ReturnType<InvoiceService['ingestJson']>>;
       if (type === 'application/xml' || type === 'text/xml') {
-        result = await services.invoices.ingestUbl(scope, req.body as string);
+        const document = req.body as string;
+        // As in JSON bodies: U+0000 is no XML character, and PostgreSQL text cannot hold it, so such
+        // a document cannot be kept (not even as parse_failed) on every store alike.
+        if (document.includes('\u0000')) {
+          throw gatewayError.invalidRequest(
+            'the document contains U+0000 (NUL), which no stored value may hold (nor any XML document)',
+            'body',
+          );
+        }
+        result = await services.invoices.ingestUbl(scope, document);
       } else {
         if (!checkJsonInvoice.Check(req.body)) {
           const first = checkJsonInvoice.Errors(req.body).First();

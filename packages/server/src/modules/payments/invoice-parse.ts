@@ -142,6 +142,39 @@ const text = (node: unknown, ...path: string[]): string | undefined => {
   return decoded !== '' ? decoded : undefined;
 };
 
+/**
+ * Elements read that UBL 2.1 allows once (the first PaymentMeans being the one read, as several
+ * may be given): a document repeating one (two PayableAmount, two cbc:ID) says two things, and
+ * which of them another reader takes cannot be known, so it is not read at all.
+ */
+const SINGLE = [
+  ['ID'],
+  ['IssueDate'],
+  ['DueDate'],
+  ['PayeeParty'],
+  ['AccountingSupplierParty'],
+  ['AccountingSupplierParty', 'Party'],
+  ['PaymentMeans', 'PaymentDueDate'],
+  ['PaymentMeans', 'PayeeFinancialAccount'],
+  ['PaymentMeans', 'PayeeFinancialAccount', 'ID'],
+  ['PaymentMeans', 'PayeeFinancialAccount', 'FinancialInstitutionBranch'],
+  ['PaymentMeans', 'PayeeFinancialAccount', 'FinancialInstitutionBranch', 'ID'],
+  ['LegalMonetaryTotal'],
+  ['LegalMonetaryTotal', 'PayableAmount'],
+] as const;
+
+function refuseRepeated(invoice: Node): void {
+  for (const path of SINGLE) {
+    // The element at the end of the path, under the first of each element before it.
+    const parent = path.length > 1 ? child(invoice, ...path.slice(0, -1)) : invoice;
+    if (parent === null || typeof parent !== 'object') continue;
+    const found = (parent as Node)[path[path.length - 1]!];
+    if (Array.isArray(found) && found.length > 1) {
+      throw new InvoiceParseError(`${path.join('/')} appears more than once; UBL 2.1 allows it once`);
+    }
+  }
+}
+
 /** Terms of a UBL 2.1 invoice; anything unreadable throws InvoiceParseError. */
 export function termsOfUbl(document: string): InvoiceTerms {
   if (/<!DOCTYPE|<!ENTITY/i.test(document)) {
@@ -176,6 +209,7 @@ export function termsOfUbl(document: string): InvoiceTerms {
   if (typeof declared !== 'string' || decodeXml(declared).trim() !== UBL_INVOICE_NS) {
     throw new InvoiceParseError(`the Invoice element is not in the UBL 2.1 namespace ${UBL_INVOICE_NS}`);
   }
+  refuseRepeated(invoice);
   const need = (value: string | undefined, what: string): string => {
     if (value === undefined) throw new InvoiceParseError(`the invoice has no ${what}`);
     return value;

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../../test/fixture.js';
 import { gatewayKit } from '../../../test/gateway-kit.js';
@@ -237,6 +238,58 @@ describe('invoice ingest', () => {
     expect(once.invoice_number).toBe('AMP-&lt;');
     // A character reference to no XML character is a parse failure, not a crash.
     k.expectB(await k.ingestXml(a, ublInvoice({ number: 'AMP-&#0;' })), 502, 'invoice_parse_failed');
+  });
+
+  it('refuses a document repeating an element it reads that UBL allows once (which one counts?)', async () => {
+    const base = ublInvoice({ number: 'DUP-1', amount: '100.00' });
+    const repeated = [
+      base.replace(
+        '</cac:LegalMonetaryTotal>',
+        '  <cbc:PayableAmount currencyID="USD">999.00</cbc:PayableAmount>\n  </cac:LegalMonetaryTotal>',
+      ),
+      base.replace(
+        '</Invoice>',
+        '<cac:LegalMonetaryTotal><cbc:PayableAmount currencyID="USD">999.00</cbc:PayableAmount></cac:LegalMonetaryTotal></Invoice>',
+      ),
+      base.replace('<cbc:ID>DUP-1</cbc:ID>', '<cbc:ID>DUP-1</cbc:ID><cbc:ID>DUP-2</cbc:ID>'),
+      base.replace(
+        '<cac:PayeeFinancialAccount><cbc:ID>',
+        '<cac:PayeeFinancialAccount><cbc:ID>GB29 NWBK 6016 1331 9268 19</cbc:ID><cbc:ID>',
+      ),
+    ];
+    for (const doc of repeated) {
+      const err = k.expectB(await k.ingestXml(a, doc), 502, 'invoice_parse_failed');
+      expect(String(err['message'])).toMatch(/appears more than once/);
+    }
+    // Several payment means are UBL: the first one's account is read.
+    const means = base.replace(
+      '</cac:PaymentMeans>',
+      '</cac:PaymentMeans>\n  <cac:PaymentMeans><cbc:PaymentMeansCode>30</cbc:PaymentMeansCode><cac:PayeeFinancialAccount><cbc:ID>GB29 NWBK 6016 1331 9268 19</cbc:ID></cac:PayeeFinancialAccount></cac:PaymentMeans>',
+    );
+    const read = k.ok(await k.ingestXml(a, means), 201);
+    expect(read).toMatchObject({ amount: { currency: 'USD', amount: '100' } });
+    expect(read.payee.account_number).toBe('DE89370400440532013000');
+  });
+
+  it('refuses a document holding U+0000 with 400, on every store, and keeps nothing', async () => {
+    for (const doc of [
+      ublInvoice({ number: 'NUL-1', name: 'ACME\u0000 Supplies' }),
+      ublInvoice({ number: 'NUL-2', note: '\u0000' }),
+      '\u0000not xml',
+    ]) {
+      const err = k.expectB(await k.ingestXml(a, doc), 400, 'invalid_request');
+      expect(err['param']).toBe('body');
+      expect(String(err['message'])).toMatch(/U\+0000/);
+      const hash = `sha256:${createHash('sha256').update(doc).digest('hex')}`;
+      k.expectB(await k.inject('GET', `/v1/gateway/invoices/${hash}`, k.key(a)), 404, 'invoice_not_found');
+    }
+    const rows = await t.store.db
+      .withTables<FlowTables>()
+      .selectFrom('gateway_invoices')
+      .select('document')
+      .where('organization_id', '=', a.orgId)
+      .execute();
+    expect(rows.filter((r) => r.document.includes('NUL-'))).toEqual([]);
   });
 
   it("checks the root element's own namespace, not text that mentions it", async () => {
