@@ -167,6 +167,16 @@ describe('capsule JWS', () => {
     });
     const { nonce: _n, ...noNonce } = payload();
     expect(await verifyCapsule(mint(noNonce), [jwk], { now: at })).toMatchObject({ param: 'nonce' });
+    // Members named like those every object inherits are unknown members too.
+    for (const name of ['constructor', 'toString', '__proto__', 'hasOwnProperty']) {
+      const text = canonicalJson(payload()).replace(/^\{/, `{${JSON.stringify(name)}:1,`);
+      const signed = mint(JSON.parse(text));
+      expect(await verifyCapsule(signed, [jwk], { now: at }), name).toMatchObject({
+        ok: false,
+        code: 'capsule_payload_invalid',
+        param: name,
+      });
+    }
   });
 });
 
@@ -223,6 +233,8 @@ describe('payload schema', () => {
       payload({ invoice_hash: `sha256:${'c'.repeat(64)}`, workflow_id: 'wf-1', approval_ref: 'ap-1' }),
     ],
     ['an unknown member', { ...payload(), extra: true }],
+    ['a member named constructor', { ...payload(), constructor: 'x' }],
+    ['a member named __proto__', JSON.parse(`{"__proto__":1,${canonicalJson(payload()).slice(1)}`)],
     ['a float amount', payload({ amount_ceiling: { currency: 'USD', amount: 12.5 } })],
     ['a bad hash', payload({ beneficiary: 'sha256:xyz' })],
     ['no rails', payload({ rail_allowlist: [] })],

@@ -96,7 +96,8 @@ export function payloadProblems(value: unknown): PayloadProblem[] {
   const problems: PayloadProblem[] = [];
   const props = CAPSULE_PAYLOAD_SCHEMA.properties as Record<string, Record<string, unknown>>;
   for (const key of Object.keys(p)) {
-    if (!(key in props)) problems.push({ param: key, message: `unknown member ${key}` });
+    // Own members only: `in` would take `constructor`, `toString` or `__proto__` for schema members.
+    if (!Object.hasOwn(props, key)) problems.push({ param: key, message: `unknown member ${key}` });
   }
   for (const key of CAPSULE_PAYLOAD_SCHEMA.required) {
     if (p[key] === undefined) problems.push({ param: key, message: `${key} is required` });
