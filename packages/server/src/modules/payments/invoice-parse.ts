@@ -163,16 +163,50 @@ const SINGLE = [
   ['LegalMonetaryTotal', 'PayableAmount'],
 ] as const;
 
-function refuseRepeated(invoice: Node): void {
-  for (const path of SINGLE) {
+/** The same, within a party whose name and country are read (the payee, or the supplier). */
+const PARTY_SINGLE = [
+  ['PartyName', 'Name'],
+  ['PartyLegalEntity', 'RegistrationName'],
+  ['PostalAddress'],
+  ['PostalAddress', 'Country'],
+  ['PostalAddress', 'Country', 'IdentificationCode'],
+] as const;
+
+function refuseRepeated(node: unknown, paths: readonly (readonly string[])[], under = ''): void {
+  for (const path of paths) {
     // The element at the end of the path, under the first of each element before it.
-    const parent = path.length > 1 ? child(invoice, ...path.slice(0, -1)) : invoice;
+    const parent = path.length > 1 ? child(node, ...path.slice(0, -1)) : one(node);
     if (parent === null || typeof parent !== 'object') continue;
     const found = (parent as Node)[path[path.length - 1]!];
     if (Array.isArray(found) && found.length > 1) {
-      throw new InvoiceParseError(`${path.join('/')} appears more than once; UBL 2.1 allows it once`);
+      throw new InvoiceParseError(`${under}${path.join('/')} appears more than once; UBL 2.1 allows it once`);
     }
   }
+}
+
+/**
+ * A party may have several PartyName and PartyLegalEntity (UBL allows them), of which the first is
+ * read: they must then name the same party, or which name counts cannot be known.
+ */
+function refuseDifferingNames(party: unknown, under: string): void {
+  for (const [element, name] of [
+    ['PartyName', 'Name'],
+    ['PartyLegalEntity', 'RegistrationName'],
+  ] as const) {
+    const p = one(party);
+    if (p === null || typeof p !== 'object') return;
+    const all = (p as Node)[element];
+    if (!Array.isArray(all)) continue;
+    const names = new Set(all.map((e) => text(e, name)).filter((n) => n !== undefined));
+    if (names.size > 1) {
+      throw new InvoiceParseError(`${under}${element} gives different names (${[...names].join(', ')})`);
+    }
+  }
+}
+
+function refuseAmbiguousParty(party: unknown, under: string): void {
+  refuseRepeated(party, PARTY_SINGLE, under);
+  refuseDifferingNames(party, under);
 }
 
 /** Terms of a UBL 2.1 invoice; anything unreadable throws InvoiceParseError. */
@@ -209,14 +243,20 @@ export function termsOfUbl(document: string): InvoiceTerms {
   if (typeof declared !== 'string' || decodeXml(declared).trim() !== UBL_INVOICE_NS) {
     throw new InvoiceParseError(`the Invoice element is not in the UBL 2.1 namespace ${UBL_INVOICE_NS}`);
   }
-  refuseRepeated(invoice);
+  refuseRepeated(invoice, SINGLE);
   const need = (value: string | undefined, what: string): string => {
     if (value === undefined) throw new InvoiceParseError(`the invoice has no ${what}`);
     return value;
   };
   const invoiceNumber = need(text(invoice, 'ID'), 'cbc:ID (invoice number)');
   // The party paid is PayeeParty when given, else the supplier.
-  const party = child(invoice, 'PayeeParty') ?? child(invoice, 'AccountingSupplierParty', 'Party');
+  const supplier = child(invoice, 'AccountingSupplierParty', 'Party');
+  const payeeParty = child(invoice, 'PayeeParty');
+  const party = payeeParty ?? supplier;
+  // The names and countries read must each say one thing too (the supplier's country is read when
+  // the payee has none).
+  if (payeeParty !== undefined) refuseAmbiguousParty(payeeParty, 'PayeeParty/');
+  if (supplier !== undefined) refuseAmbiguousParty(supplier, 'AccountingSupplierParty/Party/');
   const name = need(
     text(party, 'PartyName', 'Name') ?? text(party, 'PartyLegalEntity', 'RegistrationName'),
     'payee name (PartyName/Name or PartyLegalEntity/RegistrationName)',

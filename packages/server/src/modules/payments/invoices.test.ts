@@ -261,6 +261,40 @@ describe('invoice ingest', () => {
       const err = k.expectB(await k.ingestXml(a, doc), 502, 'invoice_parse_failed');
       expect(String(err['message'])).toMatch(/appears more than once/);
     }
+    // The payee's name and country are read too: two of either say two payees.
+    for (const [doc, said] of [
+      [
+        base.replace(
+          '<cbc:Name>ACME Supplies</cbc:Name>',
+          '<cbc:Name>ACME Supplies</cbc:Name><cbc:Name>Mallory Ltd</cbc:Name>',
+        ),
+        /PartyName\/Name appears more than once/,
+      ],
+      [
+        base.replace(
+          '<cac:PartyName><cbc:Name>ACME Supplies</cbc:Name></cac:PartyName>',
+          '<cac:PartyName><cbc:Name>ACME Supplies</cbc:Name></cac:PartyName><cac:PartyName><cbc:Name>Mallory Ltd</cbc:Name></cac:PartyName>',
+        ),
+        /PartyName gives different names \(ACME Supplies, Mallory Ltd\)/,
+      ],
+      [
+        base.replace(
+          '<cbc:IdentificationCode>DE</cbc:IdentificationCode>',
+          '<cbc:IdentificationCode>DE</cbc:IdentificationCode><cbc:IdentificationCode>GB</cbc:IdentificationCode>',
+        ),
+        /Country\/IdentificationCode appears more than once/,
+      ],
+    ] as const) {
+      expect(doc).not.toBe(base);
+      const err = k.expectB(await k.ingestXml(a, doc), 502, 'invoice_parse_failed');
+      expect(String(err['message'])).toMatch(said);
+    }
+    // The same name twice is one name.
+    const twice = base.replace(
+      '<cac:PartyName><cbc:Name>ACME Supplies</cbc:Name></cac:PartyName>',
+      '<cac:PartyName><cbc:Name>ACME Supplies</cbc:Name></cac:PartyName><cac:PartyName><cbc:Name>ACME Supplies</cbc:Name></cac:PartyName>',
+    );
+    expect(k.ok(await k.ingestXml(a, twice.replace('DUP-1', 'DUP-2')), 201).payee.name).toBe('acme supplies');
     // Several payment means are UBL: the first one's account is read.
     const means = base.replace(
       '</cac:PaymentMeans>',
