@@ -140,6 +140,8 @@ describe('loadConfig: values checked at start', () => {
     );
     // The default base URL is a URL too, also on an IPv6 host.
     expect(loadConfig({ HOST: '::', PORT: '8080' }).baseUrl).toBe('http://[::]:8080');
+    // Built in its normal form, as an explicit SVC_BASE_URL must be written.
+    expect(loadConfig({ HOST: 'SVC.Example.COM', PORT: '80' }).baseUrl).toBe('http://svc.example.com');
     expect(() => new URL(loadConfig({ HOST: '::1' }).baseUrl)).not.toThrow();
   });
 

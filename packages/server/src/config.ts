@@ -292,14 +292,25 @@ function databaseUrl(value: string | undefined): string {
   return url;
 }
 
+/**
+ * `http://HOST:PORT` in its normal form, as SVC_BASE_URL must be written (lowercase host, no port 80):
+ * the same links and OpenID redirect URI as an explicit base URL would give.
+ */
+function defaultBaseUrl(host: string, port: number): string {
+  const written = `http://${host.includes(':') && !host.startsWith('[') ? `[${host}]` : host}:${port}`;
+  try {
+    return new URL(written).href.replace(/\/+$/, '');
+  } catch {
+    return written; // not a host name at all: listening on it fails first
+  }
+}
+
 /** Reads the operator contract from the environment; invalid values stop the start with a clear message. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const host = nonEmpty(env.HOST) ?? '127.0.0.1';
   const p = port(env.PORT);
   const explicitBase = nonEmpty(env.SVC_BASE_URL);
-  const base = explicitBase
-    ? baseUrl(explicitBase)
-    : `http://${host.includes(':') && !host.startsWith('[') ? `[${host}]` : host}:${p}`;
+  const base = explicitBase ? baseUrl(explicitBase) : defaultBaseUrl(host, p);
   const docsUrl = nonEmpty(env.SVC_DOCS_URL);
   return {
     port: p,

@@ -1181,10 +1181,7 @@ describe('cross-tenant sweep of every route', () => {
     const stale = Object.keys(CASES).filter((k) => !routes.includes(k));
     expect(stale, 'cases for routes the app does not have').toEqual([]);
     const get = routes.filter((r) => !r.startsWith('HEAD '));
-    const swept = get.filter((r) => r in CASES).length;
-    console.log(
-      `${swept} routes swept (and HEAD); not swept: ${get.filter((r) => !(r in CASES)).join(', ')}`,
-    );
+    expect(get.filter((r) => r in CASES).length).toBeGreaterThan(100);
   });
 
   it("refuses A every one of B's resources, shows A nothing of B, and changes nothing of B", async () => {
@@ -1232,7 +1229,7 @@ describe('cross-tenant sweep of every route', () => {
         before = after;
       }
     }
-    console.log(`${sent} requests`);
+    expect(sent).toBeGreaterThan(500);
     expect(failures).toEqual([]);
   }, 120_000);
 

@@ -72,6 +72,13 @@ export interface CheckpointerOptions {
 }
 
 /**
+ * After the first scan for retired keys' checkpoints under a signing key, one more this long later:
+ * other instances go on signing with the key a rotation retired until they read the key set again
+ * (every 10 s), and a chain that then stops growing would keep the checkpoint one of them signed.
+ */
+export const RESCAN_AFTER_MS = 60_000;
+
+/**
  * Writes a checkpoint of every chain that grew since its last one, every `intervalMs` and once more
  * at shutdown, and on demand. Several instances on one database may sign the same tree size: the
  * first row stays, and both signatures would verify. A chain whose newest checkpoint was signed by a
@@ -79,13 +86,6 @@ export interface CheckpointerOptions {
  * replaces the stored one (same root and last receipt): a chain that stopped growing would otherwise
  * keep only checkpoints that stop verifying once the retired key leaves the published set.
  */
-/**
- * After the first scan for retired keys' checkpoints under a signing key, one more this long later:
- * other instances go on signing with the key a rotation retired until they read the key set again
- * (every 10 s), and a chain that then stops growing would keep the checkpoint one of them signed.
- */
-export const RESCAN_AFTER_MS = 60_000;
-
 export class Checkpointer {
   private timer: NodeJS.Timeout | null = null;
   /** The signing key the last complete scan for retired keys' checkpoints was made under. */

@@ -69,7 +69,9 @@ describe('GET /v1/policies/:toolName/versions', () => {
   it('answers 404 for unknown tools and versions, 400 for a bad version, and nothing across tenants', async () => {
     expectError(await call(a, 'GET', '/v1/policies/nope/versions'), 404, 'not_found');
     expectError(await call(a, 'GET', '/v1/policies/pay/versions/9'), 404, 'not_found');
-    expectError(await call(a, 'GET', '/v1/policies/pay/versions/0'), 400, 'validation_failed');
+    const zero = await call(a, 'GET', '/v1/policies/pay/versions/0');
+    expectError(zero, 400, 'validation_failed');
+    expect(zero.json().error.message).toBe('params/version must be an integer from 1 to 2147483647');
     expectError(await call(a, 'GET', '/v1/policies/pay/versions/x'), 400, 'validation_failed');
     expectError(
       await call(a, 'GET', `/v1/policies/pay/versions/1?policy_hash=sha256:${'0'.repeat(64)}`),
