@@ -65,9 +65,10 @@ export interface IdempotencyDeps {
    */
   staleClaimMs?: number;
   /**
-   * Called before a stale claim is taken over: whether its request did its work after all (its
-   * process died, or its answer could not be stored, after the work was committed). The answer that
-   * request would have sent is stored on the claim and replayed; null takes the claim over.
+   * Whether a claim's request did its work after all: called before a stale claim is taken over (its
+   * process died, or its answer could not be stored, after the work was committed), and when the
+   * request answers a server error (the work committed, its acknowledgement lost). The answer that
+   * request would have sent is stored on the claim and replayed; null takes the claim over, or frees it.
    */
   recover?: (req: FastifyRequest, claim: Claim) => Promise<{ status: number; response: string } | null>;
 }
@@ -195,8 +196,20 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     try {
       // Only this request's own claim is answered or freed: if it was taken over (it ran past
       // staleClaimMs), the key belongs to the request that took it.
-      if (!keep) await deps.store.dropClaim(owner.org, owner.key, owner.claimedAt);
-      else if (
+      if (!keep) {
+        // A server error after the work was done (a commit whose acknowledgement failed): the answer
+        // that request would have sent is kept instead, so that sending it again does not do it twice.
+        const done =
+          reply.statusCode >= 500 && deps.recover
+            ? await deps.recover(req, owner).catch((err: unknown) => {
+                req.log.warn({ err }, 'whether the failed request was done could not be read');
+                return null;
+              })
+            : null;
+        if (done)
+          await deps.store.completeKey(owner.org, owner.key, owner.claimedAt, done.status, done.response);
+        else await deps.store.dropClaim(owner.org, owner.key, owner.claimedAt);
+      } else if (
         !(await deps.store.completeKey(
           owner.org,
           owner.key,

@@ -238,6 +238,34 @@ describe('POST /v1/decisions with an Idempotency-Key', () => {
     expect(await recorded(a.orgId)).toBe(2);
   });
 
+  it('keeps the 201 of a batch committed whose acknowledgement failed: the retry replays it', async () => {
+    const a = await createTenant(t);
+    const headers = withKey(a.apiKey, 'committed-then-503');
+    const writer = t.ctx.writer;
+    const real = writer.writeAll.bind(writer);
+    const spy = vi.spyOn(writer, 'writeAll').mockImplementationOnce(async (items) => {
+      await real(items);
+      throw new Error('the connection ended before COMMIT was acknowledged');
+    });
+    try {
+      expectError(await log(headers, batch(1, 2)), 503, 'service_unavailable');
+    } finally {
+      spy.mockRestore();
+    }
+    expect(await recorded(a.orgId)).toBe(2);
+    const retry = await log(headers, batch(1, 2));
+    expect([retry.statusCode, retry.headers['idempotent-replayed']]).toEqual([201, 'true']);
+    expect(retry.json().ids).toHaveLength(2);
+    const listed = await t.inject({ method: 'GET', url: '/v1/decisions', headers: asUser(a) });
+    expect(
+      listed
+        .json()
+        .data.map((d: { id: string }) => d.id)
+        .sort(),
+    ).toEqual([...retry.json().ids].sort());
+    expect(await recorded(a.orgId)).toBe(2);
+  });
+
   it('answers 409 idempotency_request_in_progress while the first request runs, then replays it', async () => {
     const a = await createTenant(t);
     const headers = withKey(a.apiKey, 'slow');
