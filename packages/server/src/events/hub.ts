@@ -1,3 +1,4 @@
+import { spreadOut } from '../lib/spread.js';
 import type { EventBus, ServiceEvent } from './bus.js';
 
 /** An event serialised once per wire format, however many connections receive it. */
@@ -169,17 +170,12 @@ export class EventHub {
   }
 
   /**
-   * Every connection re-checks its credentials now: revocations and sign-outs that could not be told
-   * (they came while this instance's Redis subscriber was away) end their connections at once.
+   * Every connection re-checks its credentials: revocations and sign-outs that could not be told
+   * (they came while this instance's Redis subscriber was away) end their connections within moments.
+   * The checks are spread out (lib/spread.ts), so that thousands of streams do not read the store at once.
    */
   checkCredentials(): void {
-    for (const client of this.clients()) {
-      try {
-        client.checkCredentials();
-      } catch {
-        // Already gone.
-      }
-    }
+    spreadOut(this.clients(), (client) => client.checkCredentials());
   }
 
   clients(kind?: StreamClient['kind']): StreamClient[] {

@@ -45,6 +45,8 @@ const CLOSE_GRACE_MAX_MS = 5000;
 export class SseWriter {
   private ended = false;
   private checking = false;
+  /** A check asked for while one ran, made once it ends. */
+  private checkAgain: (() => Promise<boolean>) | null = null;
   private readonly endListeners: (() => void)[] = [];
   /** The writes of this tick: the backlog before them, what they added, what was left of the last large burst. */
   private burst: { before: number; added: number; largeLeft: number } | null = null;
@@ -114,9 +116,17 @@ export class SseWriter {
     this.recheck(recheck);
   }
 
-  /** Checks the credentials again (one check at a time); the stream ends when they no longer hold. */
+  /**
+   * Checks the credentials again (one check at a time); the stream ends when they no longer hold. One
+   * asked for while a check runs runs after it: the running one may have read before what this one
+   * is asked to see (a revocation made meanwhile).
+   */
   recheck(recheck: () => Promise<boolean>): void {
-    if (this.checking || this.gone) return;
+    if (this.gone) return;
+    if (this.checking) {
+      this.checkAgain = recheck;
+      return;
+    }
     this.checking = true;
     recheck()
       .then((ok) => {
@@ -125,6 +135,9 @@ export class SseWriter {
       .catch(() => {})
       .finally(() => {
         this.checking = false;
+        const again = this.checkAgain;
+        this.checkAgain = null;
+        if (again) this.recheck(again);
       });
   }
 

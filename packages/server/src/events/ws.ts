@@ -19,6 +19,8 @@ export class WsClient implements StreamClient {
   /** Answered the last ping; a client still silent at the next heartbeat is terminated. */
   alive = true;
   private checking = false;
+  /** A check asked for while one ran, made once it ends. */
+  private checkAgain = false;
 
   constructor(
     private readonly socket: WebSocket,
@@ -53,9 +55,16 @@ export class WsClient implements StreamClient {
     this.checkCredentials();
   }
 
-  /** Re-validates the token and re-reads the memberships (one check at a time). */
+  /**
+   * Re-validates the token and re-reads the memberships (one check at a time; one asked for while a
+   * check runs runs after it, since the running one may have read before a revocation made meanwhile).
+   */
   checkCredentials(): void {
-    if (this.checking || this.gone) return;
+    if (this.gone) return;
+    if (this.checking) {
+      this.checkAgain = true;
+      return;
+    }
     this.checking = true;
     this.refresh()
       .then((orgs) => {
@@ -66,6 +75,10 @@ export class WsClient implements StreamClient {
       .catch(() => {})
       .finally(() => {
         this.checking = false;
+        if (this.checkAgain) {
+          this.checkAgain = false;
+          this.checkCredentials();
+        }
       });
   }
 

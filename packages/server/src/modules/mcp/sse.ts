@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { SseWriter } from '../../events/sse.js';
+import { spreadOut } from '../../lib/spread.js';
 import type { DecisionEnvelope } from './model.js';
 import { McpStream, type Replayed, type ReplayLog, type StreamKey } from './replay.js';
 
@@ -132,11 +133,12 @@ export class EventStreams {
   }
 
   /**
-   * Every GET stream re-checks its key and upstream now: revocations this instance could not be told
-   * of (its Redis subscriber was away) end their streams at once, not at the next ping.
+   * Every GET stream re-checks its key and upstream: revocations this instance could not be told of
+   * (its Redis subscriber was away) end their streams within moments, not at the next ping. Spread
+   * out (lib/spread.ts), so that many streams do not read the store at once.
    */
   recheckAll(): void {
-    for (const [writer, recheck] of this.rechecks) writer.recheck(recheck);
+    spreadOut(this.rechecks, ([writer, recheck]) => writer.recheck(recheck));
   }
 
   /** Open streams (tests, monitoring). */
