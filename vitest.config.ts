@@ -32,6 +32,7 @@ const ownGraph = [
   'packages/server/src/server.test.ts',
   'packages/server/src/plugins/openapi.test.ts',
   'packages/server/test/fuzz.test.ts',
+  'packages/server/test/isolation-sweep.test.ts',
   'packages/sdk/test/log-idempotency.test.ts',
 ];
 
