@@ -118,13 +118,11 @@ export async function replayDraft(
       .selectFrom('decisions')
       .where('organization_id', '=', organizationId)
       .where('tool_name', 'in', tools)
+      // (created_at, id) before the cursor, written with a range on created_at that an index serves.
       .$if(from !== null, (q) =>
-        q.where((eb) =>
-          eb.or([
-            eb('created_at', '<', from!.createdAt),
-            eb.and([eb('created_at', '=', from!.createdAt), eb('id', '<', from!.id)]),
-          ]),
-        ),
+        q
+          .where('created_at', '<=', from!.createdAt)
+          .where((eb) => eb.or([eb('created_at', '<', from!.createdAt), eb('id', '<', from!.id)])),
       )
       .orderBy('created_at', 'desc')
       .orderBy('id', 'desc');
