@@ -56,7 +56,21 @@ export function resolverOf(scope: OrgScope, resolvedBy: string | undefined): Res
       'body/resolvedBy is required with an API key: name the person whose decision the key relays',
     );
   }
+  if (resolvedBy.trim() === '') {
+    throw invalid('body/resolvedBy must name the person whose decision the key relays, not only spaces');
+  }
   return { resolvedBy, byKeyId: p.keyId };
+}
+
+/**
+ * Whether two recorded names are one person's: compared in Unicode normalization form C, without
+ * surrounding spaces. "José" written with a combining accent is the same person as "José" written
+ * precomposed, and "alice " is "alice", so a key relaying one spelling cannot count a person again
+ * who approved (or asked) with the other (dual control).
+ */
+export function samePerson(a: string, b: string): boolean {
+  const key = (name: string) => name.normalize('NFC').trim();
+  return a === b || key(a) === key(b);
 }
 
 export type OpenApproval = NewApproval;
@@ -152,12 +166,16 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       const required = Number(current.required_approvals ?? 1);
       const steps = stepsOf(current);
       if (required > 1) {
-        if (action === 'approve' && current.requested_by !== null && current.requested_by === resolvedBy) {
+        if (
+          action === 'approve' &&
+          current.requested_by !== null &&
+          samePerson(current.requested_by, resolvedBy)
+        ) {
           throw forbidden(
             `${resolvedBy} requested approval ${id}: under dual control the requester cannot approve it`,
           );
         }
-        if (steps.some((s) => s.resolvedBy === resolvedBy)) {
+        if (steps.some((s) => samePerson(s.resolvedBy, resolvedBy))) {
           throw new AppError(
             'approval_already_resolved',
             `${resolvedBy} already approved approval ${id}; it needs ${required} distinct people (${steps.length} so far)`,
