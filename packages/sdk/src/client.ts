@@ -15,6 +15,7 @@ import {
   notTheService,
   retryDelay,
   sleep,
+  timerMs,
   unref,
 } from './http.js';
 import { AS_IS, localInput, type Projected, plainInput, validToolName } from './input.js';
@@ -67,6 +68,21 @@ const DECISIONS: ReadonlySet<unknown> = new Set<ValidationResult['decision']>([
 
 const isPlainObject = (v: unknown): v is ToolArgs => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/**
+ * A numeric option, or its default when unset (undefined or null). Anything else than a number in
+ * range throws: a timeout of NaN or 0 would fail every request, and NaN retries would never ask the
+ * service, so every call would get the `onUnavailable` answer while the service is up.
+ */
+function numberOption(name: string, value: unknown, fallback: number, min: 'positive' | 'zero'): number {
+  if (value === undefined || value === null) return fallback;
+  if (typeof value !== 'number' || !(min === 'positive' ? value > 0 : value >= 0)) {
+    throw new SvcError(
+      `${name} must be a number ${min === 'positive' ? 'above 0' : 'of at least 0'}, not ${String(value)}`,
+    );
+  }
+  return value;
+}
+
 export function createClient(options: ClientOptions): Client {
   if (!options?.apiKey || !options.baseUrl) throw new SvcError('createClient needs apiKey and baseUrl');
   const userOnError = options.onError;
@@ -94,11 +110,11 @@ export function createClient(options: ClientOptions): Client {
     baseUrl: options.baseUrl,
     apiKey: options.apiKey,
     fetch: fetchImpl,
-    timeoutMs: options.requestTimeoutMs ?? 10_000,
+    timeoutMs: numberOption('requestTimeoutMs', options.requestTimeoutMs, 10_000, 'positive'),
   });
   const localValidation = options.localValidation ?? true;
   const onUnavailable = options.onUnavailable ?? 'deny';
-  const maxRetries = options.maxRetries ?? 2;
+  const maxRetries = numberOption('maxRetries', options.maxRetries, 2, 'zero');
   const maxRetryDelayMs = options.maxRetryDelayMs ?? 5000;
   const approvalDefaults = options.approvals ?? {};
   const maxStalenessMs = options.maxStalenessMs ?? 30_000;
@@ -117,11 +133,12 @@ export function createClient(options: ClientOptions): Client {
     options.maxCachedPolicies ?? MAX_CACHED_POLICIES,
     maxPolicyAgeMs,
   );
+  const closeTimeoutMs = numberOption('closeTimeoutMs', options.closeTimeoutMs, 30_000, 'zero');
   const log = new DecisionLog(http, {
     batchSize: options.log?.batchSize ?? 500,
     flushIntervalMs: options.log?.flushIntervalMs ?? 1000,
     maxBuffered: options.log?.maxBuffered ?? 100_000,
-    exitTimeoutMs: options.closeTimeoutMs ?? 30_000,
+    exitTimeoutMs: closeTimeoutMs,
     onError,
   });
   const whenFull = options.log?.whenFull ?? 'server';
@@ -132,7 +149,6 @@ export function createClient(options: ClientOptions): Client {
   const waiters = new Map<string, Set<() => void>>();
   let closed = false;
   let closing: Promise<void> | null = null;
-  const closeTimeoutMs = options.closeTimeoutMs ?? 30_000;
 
   /**
    * Calls still being decided that may yet answer locally (a policy to fetch, the service to ask, room
@@ -185,7 +201,7 @@ export function createClient(options: ClientOptions): Client {
 
   // The open stream would keep a Node process alive for ever: it is closed once the client has not
   // been used for streamIdleMs, and opened again by the next call.
-  const streamIdleMs = options.streamIdleMs ?? 60_000;
+  const streamIdleMs = numberOption('streamIdleMs', options.streamIdleMs, 60_000, 'zero');
   let lastUse = performance.now();
   let idleTimer: ReturnType<typeof setTimeout> | undefined;
   const checkIdle = () => {
@@ -195,7 +211,7 @@ export function createClient(options: ClientOptions): Client {
       stream?.stop().catch(onError);
       return;
     }
-    idleTimer = setTimeout(checkIdle, streamIdleMs - idle);
+    idleTimer = setTimeout(checkIdle, timerMs(streamIdleMs - idle));
     unref(idleTimer);
   };
   /** The client is being used at `now`: the stream is kept, or opened again. */
@@ -204,7 +220,7 @@ export function createClient(options: ClientOptions): Client {
     if (stream !== null && !stream.running && !closed) {
       stream.start();
       clearTimeout(idleTimer);
-      idleTimer = setTimeout(checkIdle, streamIdleMs);
+      idleTimer = setTimeout(checkIdle, timerMs(streamIdleMs));
       unref(idleTimer);
     }
   };

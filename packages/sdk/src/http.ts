@@ -39,13 +39,21 @@ export function retryAfter(headers: Headers | null, now = Date.now()): number | 
 }
 
 /**
+ * The longest delay a timer takes (2^31 - 1 ms, about 24.8 days). Node fires a timer set longer, or
+ * to Infinity, after 1 ms (with a TimeoutOverflowWarning), and AbortSignal.timeout refuses a delay that
+ * is not an integer of at most 2^32 - 1: every delay goes through timerMs.
+ */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+export const timerMs = (ms: number): number => Math.min(Math.max(0, Math.ceil(ms)), MAX_TIMER_MS);
+
+/**
  * Resolves after `ms`, or at once when `signal` aborts. A `background` wait (retries nobody awaits,
  * reconnects) does not keep a Node process alive by itself.
  */
 export const sleep = (ms: number, signal?: AbortSignal, background = false) =>
   new Promise<void>((resolve) => {
     if (signal?.aborted) return resolve();
-    const timer = setTimeout(done, ms);
+    const timer = setTimeout(done, timerMs(ms));
     if (background) unref(timer);
     function done() {
       clearTimeout(timer);
@@ -76,7 +84,7 @@ export function createHttp(opts: HttpOptions) {
       /** Sent besides the standard ones (the decision log's Idempotency-Key). */
       extraHeaders?: Record<string, string>,
     ): Promise<HttpResponse> {
-      const timeout = AbortSignal.timeout(opts.timeoutMs);
+      const timeout = AbortSignal.timeout(timerMs(opts.timeoutMs));
       const url = `${base}${path}`;
       const res = await fetchFn(url, {
         method,

@@ -9,6 +9,7 @@ import {
   retryAfter,
   retryDelay,
   sleep,
+  timerMs,
   unref,
 } from './http.js';
 
@@ -200,7 +201,7 @@ export class DecisionLog {
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.kick();
-    }, this.options.flushIntervalMs);
+    }, timerMs(this.options.flushIntervalMs));
     // Node: a pending flush must not keep the process alive by itself; close(), or the flush
     // when the process is about to exit (flushAtExit), sends what is left.
     unref(this.timer);
@@ -395,7 +396,7 @@ export class DecisionLog {
     const deadline = this.hurry(timeoutMs);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, timeoutMs);
+      timer = setTimeout(resolve, timerMs(timeoutMs));
     });
     const flushed = async () => {
       await Promise.all([this.settle(), calls]);
@@ -414,6 +415,8 @@ export class DecisionLog {
     this.leaveExit = null;
     this.wake();
     await this.sending;
+    // The request under way at the deadline may have recorded what was left.
+    if (this.size === 0) return;
     const pending = this.pendingBodies();
     throw new FlushError(
       this.refusal !== null
@@ -453,7 +456,7 @@ export class DecisionLog {
         const deadline = this.hurry(timeoutMs);
         let timer: ReturnType<typeof setTimeout> | undefined;
         const timedOut = new Promise<false>((resolve) => {
-          timer = setTimeout(() => resolve(false), timeoutMs);
+          timer = setTimeout(() => resolve(false), timerMs(timeoutMs));
         });
         const done = await Promise.race([this.settle().then(() => true), timedOut]);
         clearTimeout(timer);

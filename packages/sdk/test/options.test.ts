@@ -1,0 +1,101 @@
+import { type Client, createClient, SvcError } from '@svc/sdk';
+import { afterEach, describe, expect, it } from 'vitest';
+import { useTestApp } from '../../server/test/fixture.js';
+import { keyHeader, type Tenant } from '../../server/test/helpers.js';
+import { createTenant, putPolicy } from './live.js';
+
+const clients: Client[] = [];
+const t = useTestApp({}, { listen: true });
+afterEach(async () => {
+  await Promise.allSettled(clients.splice(0).map((c) => c.close()));
+});
+
+async function payTenant(): Promise<Tenant> {
+  const tenant = await createTenant(t);
+  await putPolicy(t, tenant, 'pay', {
+    mode: 'deterministic',
+    constraints: [{ argumentName: 'amount', maximum: 100 }],
+  });
+  return tenant;
+}
+
+async function decisionsOf(tenant: Tenant): Promise<unknown[]> {
+  const res = await t.inject({ method: 'GET', url: '/v1/decisions', headers: keyHeader(tenant.apiKey) });
+  return res.json().data;
+}
+
+describe('timing options', () => {
+  it('asks the service with a request timeout of Infinity (no timeout), rather than failing every request', async () => {
+    const tenant = await payTenant();
+    const client = createClient({
+      apiKey: tenant.apiKey,
+      baseUrl: t.url,
+      live: false,
+      requestTimeoutMs: Number.POSITIVE_INFINITY,
+      onUnavailable: 'allow',
+    });
+    clients.push(client);
+    // The policy denies it: a client that never reached the service would allow it (fail open).
+    const r = await client.validate('pay', { amount: 1000 });
+    expect(r.decision).toBe('deny');
+    expect(r.reason).toMatch(/amount/);
+    await client.close();
+    expect(await decisionsOf(tenant)).toHaveLength(1);
+  });
+
+  it('refuses a request timeout or a retry count that would never let a request reach the service', () => {
+    const base = { apiKey: 'svc_x', baseUrl: t.url, live: false };
+    for (const bad of [
+      { requestTimeoutMs: Number.NaN },
+      { requestTimeoutMs: 0 },
+      { requestTimeoutMs: -1 },
+      { requestTimeoutMs: '10000' },
+      { maxRetries: Number.NaN },
+      { maxRetries: -1 },
+      { maxRetries: '2' },
+      { closeTimeoutMs: Number.NaN },
+      { closeTimeoutMs: -1 },
+      { streamIdleMs: Number.NaN },
+    ]) {
+      expect(() => createClient({ ...base, ...(bad as object) }), JSON.stringify(bad)).toThrow(SvcError);
+    }
+    // Unset (undefined or null) is the default, as for every option.
+    expect(() =>
+      createClient({ ...base, requestTimeoutMs: undefined, maxRetries: null as unknown as number }),
+    ).not.toThrow();
+  });
+
+  it('waits as long as it takes with a close timeout of Infinity', async () => {
+    const tenant = await payTenant();
+    const client = createClient({
+      apiKey: tenant.apiKey,
+      baseUrl: t.url,
+      live: false,
+      closeTimeoutMs: Number.POSITIVE_INFINITY,
+    });
+    expect((await client.validate('pay', { amount: 5 })).source).toBe('local');
+    await client.close();
+    expect(await decisionsOf(tenant)).toHaveLength(1);
+  });
+
+  it('keeps no timer spinning with a stream idle time of Infinity (never idle)', async () => {
+    const tenant = await payTenant();
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on('warning', onWarning);
+    try {
+      const client = createClient({
+        apiKey: tenant.apiKey,
+        baseUrl: t.url,
+        streamIdleMs: Number.POSITIVE_INFINITY,
+      });
+      clients.push(client);
+      await client.validate('pay', { amount: 5 });
+      await new Promise((r) => setTimeout(r, 100));
+      await client.close();
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(warnings.filter((w) => w === 'TimeoutOverflowWarning')).toEqual([]);
+  });
+});
