@@ -15,6 +15,7 @@ import { eventRoutes } from './events/routes.js';
 import { Checkpointer } from './ledger/checkpoints.js';
 import { DecisionWriter } from './ledger/writer.js';
 import { type Clock, systemClock } from './lib/clock.js';
+import { AppError } from './lib/errors.js';
 import { createJwtVerifier, resolveJwtSecret } from './lib/jwt.js';
 import { validatorCompiler } from './lib/schemas.js';
 import { createScopeResolver } from './lib/scope.js';
@@ -97,7 +98,8 @@ export async function buildApp({
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
     },
-    return503OnClosing: true,
+    // Fastify's own 503 while closing is not in the error envelope: the hook below answers instead.
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
   }).withTypeProvider<TypeBoxTypeProvider>();
   // TypeBox's, with string lengths counted in characters as JSON Schema counts them (lib/schemas.ts).
@@ -107,6 +109,18 @@ export async function buildApp({
   app.addHook('onSend', (req, reply, payload, done) => {
     reply.header('x-request-id', req.id);
     done(null, payload);
+  });
+
+  // Once stopping, a request that still arrives (on a kept-alive connection that was busy) is refused
+  // before anything runs, in the route's error envelope; Fastify already answers it with
+  // `Connection: close`. The first preClose hook: no stream or session closes before it is set.
+  let closing = false;
+  app.addHook('preClose', (done) => {
+    closing = true;
+    done();
+  });
+  app.addHook('onRequest', (_req, _reply, done) => {
+    done(closing ? new AppError('service_unavailable', 'The service is shutting down; retry') : undefined);
   });
 
   const organizations = createOrganizationRepository(store.db);
