@@ -66,6 +66,13 @@ export async function migrateToLatest(store: Store): Promise<string[]> {
   });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
+    // Kysely's word for a store that holds a migration this version does not know: a newer svc ran.
+    const unknown = /previously executed migration (\S+) is missing/.exec(String(error));
+    if (unknown) {
+      throw new Error(
+        `the store was migrated by a newer version of svc (its migration ${unknown[1]} is unknown to this one): run that version or a newer one; do not edit the migrations table`,
+      );
+    }
     const failed = results?.find((r) => r.status === 'Error');
     throw new Error(`migration ${failed?.migrationName ?? '(unknown)'} failed: ${String(error)}`);
   }
