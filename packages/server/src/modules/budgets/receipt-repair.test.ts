@@ -14,6 +14,7 @@ import {
 } from '../../../test/helpers.js';
 import { hashJson } from '../../ledger/canonical.js';
 import type { OrgScope } from '../../lib/scope.js';
+import { receiptSweep } from '../../lib/sweep.js';
 import { createSpendReceipts, type SpendReceipts } from './receipts.js';
 import {
   createEconomicConfigRepository,
@@ -21,7 +22,7 @@ import {
   type LedgerTx,
   type SpendLedger,
 } from './repository.js';
-import { createBudgetService, receiptSweep } from './service.js';
+import { createBudgetService } from './service.js';
 
 const clock = new ManualClock();
 let db: TestDatabase;
@@ -593,6 +594,7 @@ describe('the sweep of a process', () => {
     let passes = 0;
     let stopSeen = false;
     const sweep = receiptSweep({
+      what: 'spend receipt repair sweep',
       intervalMs: 5,
       log: { error: (_o, msg) => errors.push(msg) },
       repair: async (stop) => {
@@ -629,6 +631,7 @@ describe('the sweep of a process', () => {
     let passes = 0;
     let stopSeen = false;
     const sweep = receiptSweep({
+      what: 'spend receipt repair sweep',
       intervalMs: 60_000,
       log: silent,
       repair: async (stop) => {

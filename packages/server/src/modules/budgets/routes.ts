@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { BUDGET_SCOPES } from '@svc/policy-engine';
 import type { AppContext } from '../../context.js';
+import { receiptSweep } from '../../lib/sweep.js';
 import { createOrganizationRepository } from '../organizations/repository.js';
 import { micros } from './config.js';
 import { createSpendReceipts } from './receipts.js';
@@ -15,7 +16,7 @@ import {
   StatusBody,
   StatusSchema,
 } from './schemas.js';
-import { createBudgetService, receiptSweep } from './service.js';
+import { createBudgetService } from './service.js';
 
 /** How often each process chains the receipts actions still owe (also once at startup). */
 const RECEIPT_REPAIR_INTERVAL_MS = 60_000;
@@ -38,6 +39,7 @@ export const budgetRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asyn
   const sweep = receiptSweep({
     repair: (stop) => service.repairReceipts({ stop }),
     intervalMs: RECEIPT_REPAIR_INTERVAL_MS,
+    what: 'spend receipt repair sweep',
     log: ctx.log,
   });
   app.addHook('onReady', async () => sweep.start());

@@ -149,8 +149,12 @@ describe('a consume whose receipt write failed', () => {
     await t.close();
     t = await createTestApp({}, { database: db });
     for (const id of ids) {
+      // The pass starts with the server, which does not wait for it.
+      await vi.waitFor(async () => expect((await stored(t, id)).receipt_id).not.toBeNull(), {
+        timeout: 10_000,
+        interval: 20,
+      });
       const row = await stored(t, id);
-      expect(row.receipt_id).not.toBeNull();
       const receipts = await receiptsOf(t, JSON.parse(row.consumption).ledger_entry_id);
       expect(receipts.map((r) => r.receipt_id)).toEqual([row.receipt_id]);
     }

@@ -4,6 +4,7 @@ import { CAPSULE_PAYLOAD_SCHEMA } from '@svc/capsules';
 import type { AppContext } from '../../context.js';
 import { idempotencyKeyHeader } from '../../lib/idempotency.js';
 import { NoBody, VersionNumber } from '../../lib/schemas.js';
+import { receiptSweep } from '../../lib/sweep.js';
 import { type DocumentedOnly, HANDLER_B, tableCodeB, withEnvelopeB } from '../../plugins/openapi.js';
 import { ResolveBody, ResolvedSchema } from '../approvals/schemas.js';
 import { createEconomicConfigRepository, createSpendLedger } from '../budgets/repository.js';
@@ -159,16 +160,17 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
       leaseMarginMs: PAYMENT_LEASE_MARGIN_MS,
     },
   });
-  // Consumed capsules whose receipt write failed get it at startup, then within a minute, or on read.
-  const repair = () =>
-    service.repairReceipts().catch((err) => ctx.log.error({ err }, 'capsule receipt repair sweep failed'));
-  let timer: NodeJS.Timeout | undefined;
-  app.addHook('onReady', async () => {
-    await repair();
-    timer = setInterval(() => void repair(), RECEIPT_REPAIR_INTERVAL_MS);
-    timer.unref();
+  // Consumed capsules whose receipt write failed get it from a pass started with the server (which
+  // does not wait for it to listen), then within a minute, or on read. Closing waits for a running
+  // pass (ended after the receipt it is writing), so the store never closes under it.
+  const sweep = receiptSweep({
+    repair: (stop) => service.repairReceipts(100, stop),
+    intervalMs: RECEIPT_REPAIR_INTERVAL_MS,
+    what: 'capsule receipt repair sweep',
+    log: ctx.log,
   });
-  app.addHook('onClose', async () => clearInterval(timer));
+  app.addHook('onReady', async () => sweep.start());
+  app.addHook('onClose', () => sweep.close());
   app.addHook('onRoute', (route) => {
     // Invoice ingest declares its own (larger) limit; every other route gets the gateway's.
     route.bodyLimit = route.bodyLimit === INVOICE_BODY_LIMIT ? INVOICE_BODY_LIMIT : GATEWAY_BODY_LIMIT;

@@ -992,11 +992,13 @@ export function createPaymentService(deps: PaymentServiceDeps) {
 
     /**
      * Writes the receipts consumed capsules still owe (their consume's receipt write failed, or its
-     * process died), oldest first; runs at startup and then periodically. Answers how many it wrote.
+     * process died), oldest first; runs at startup and then periodically. `stop` ends the pass after
+     * the receipt it is writing. Answers how many it wrote.
      */
-    async repairReceipts(limit = 100): Promise<number> {
+    async repairReceipts(limit = 100, stop?: () => boolean): Promise<number> {
       let repaired = 0;
       for (const row of await repo.owingReceipts(limit)) {
+        if (stop?.()) break;
         if ((await repairReceipt(row)).receipt_id !== null) repaired++;
       }
       return repaired;
