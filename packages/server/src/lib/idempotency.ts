@@ -85,7 +85,9 @@ export interface Claim {
  * the same key with the same method, path and canonical body replays that answer (same status and
  * body, header `idempotent-replayed: true`); with anything else it answers `errors.reused`. A server
  * error, or an answer saying "retry later" (Retry-After), frees the key so that the request can be
- * sent again. Keys are per project for project keys, so two projects of one organization never see
+ * sent again, unless `recover` finds the work done after all (its answer is then kept), or the route
+ * said the outcome is unknown (`outcomeUnknown`: the claim then stays, and is taken over once stale,
+ * after `recover` looked again). Keys are per project for project keys, so two projects of one organization never see
  * each other's answers; user tokens and keys without a project share the organization's key space.
  * A claim left unanswered for `staleClaimMs` (its process died) is taken over by the next request
  * with the key. Each request answers or frees only its own claim, known by the time it was taken.
@@ -99,6 +101,8 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
   const held = new WeakMap<FastifyRequest, Claim>();
   /** Claims whose request still runs in this process: never stale, however long it takes. */
   const running = new Set<string>();
+  /** Requests whose work may or may not have been committed (the store stopped answering). */
+  const unknown = new WeakSet<FastifyRequest>();
   const runningId = (c: Claim) => `${c.org}\n${c.key}\n${c.claimedAt}`;
   const swept = new Map<string, number>();
 
@@ -196,7 +200,10 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     try {
       // Only this request's own claim is answered or freed: if it was taken over (it ran past
       // staleClaimMs), the key belongs to the request that took it.
-      if (!keep) {
+      if (!keep && unknown.has(req) && deps.recover) {
+        // The store stopped answering: the work may still commit. The claim stays unanswered (the
+        // same request meanwhile answers 409) and, once stale, is looked up again and taken over.
+      } else if (!keep) {
         // A server error after the work was done (a commit whose acknowledgement failed): the answer
         // that request would have sent is kept instead, so that sending it again does not do it twice.
         const done =
@@ -233,5 +240,10 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
   /** The claim the request holds, if it took a key (the route may derive what it records from it). */
   const claimOf = (req: FastifyRequest): Claim | undefined => held.get(req);
 
-  return { preHandler, onSend, claimOf };
+  /** The route failed without knowing whether its work was committed (the store stopped answering). */
+  const outcomeUnknown = (req: FastifyRequest): void => {
+    unknown.add(req);
+  };
+
+  return { preHandler, onSend, claimOf, outcomeUnknown };
 }

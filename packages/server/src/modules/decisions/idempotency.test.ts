@@ -6,6 +6,7 @@ import type { ServiceEvent } from '../../events/bus.js';
 import { hashJson } from '../../ledger/canonical.js';
 import type { Clock } from '../../lib/clock.js';
 import { createIdempotencyStore, type IdempotencyRow } from '../../lib/idempotency-store.js';
+import { StoreUnavailableError } from '../../storage/db.js';
 
 // A fixed clock keeps the 120-per-minute window from rolling over; `offset` moves it on purpose.
 const BASE = Date.parse('2026-11-21T12:00:30.000Z');
@@ -263,6 +264,32 @@ describe('POST /v1/decisions with an Idempotency-Key', () => {
         .data.map((d: { id: string }) => d.id)
         .sort(),
     ).toEqual([...retry.json().ids].sort());
+    expect(await recorded(a.orgId)).toBe(2);
+  });
+
+  it('keeps the key of a batch whose commit the store stopped answering, and replays it once known', async () => {
+    const a = await createTenant(t);
+    const headers = withKey(a.apiKey, 'store-went-away');
+    const writer = t.ctx.writer;
+    const real = writer.writeAll.bind(writer);
+    const spy = vi.spyOn(writer, 'writeAll').mockImplementationOnce(async (items) => {
+      await real(items);
+      throw new StoreUnavailableError('the store did not answer COMMIT in time');
+    });
+    try {
+      expectError(await log(headers, batch(1, 2)), 503, 'service_unavailable');
+    } finally {
+      spy.mockRestore();
+    }
+    // Whether it committed is not known yet: the same batch waits rather than being recorded again.
+    expectError(await log(headers, batch(1, 2)), 409, 'idempotency_request_in_progress');
+    offset = 61_000;
+    try {
+      const later = await log(headers, batch(1, 2));
+      expect([later.statusCode, later.headers['idempotent-replayed']]).toEqual([201, 'true']);
+    } finally {
+      offset = 0;
+    }
     expect(await recorded(a.orgId)).toBe(2);
   });
 

@@ -7,6 +7,7 @@ import { roundMs } from '../../lib/clock.js';
 import { AppError, invalid } from '../../lib/errors.js';
 import { recordError } from '../../lib/json.js';
 import { compileSchema } from '../../lib/schemas.js';
+import { isStoreUnavailable } from '../../storage/db.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { createReceiptRepository } from '../receipts/repository.js';
 import {
@@ -175,6 +176,8 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
       } catch (err) {
         const cause = err instanceof UnrecordedError ? err.cause : err;
         req.log.error({ err: cause }, 'client decision could not be recorded');
+        // The store stopped answering: the batch may yet commit, so its key is not freed now.
+        if (isStoreUnavailable(cause)) idempotent.outcomeUnknown(req);
         throw recordError(cause, 'The decision could not be recorded durably; retry');
       }
       return reply
