@@ -115,6 +115,11 @@ export function createClient(options: ClientOptions): Client {
   const localValidation = options.localValidation ?? true;
   const onUnavailable = options.onUnavailable ?? 'deny';
   const maxRetries = numberOption('maxRetries', options.maxRetries, 2, 'zero');
+  // A count of retries: Infinity would never give up on a service that is down (never reaching
+  // onUnavailable), and 1.5 is no count.
+  if (!Number.isSafeInteger(maxRetries)) {
+    throw new SvcError(`maxRetries must be a whole number of at least 0, not ${String(maxRetries)}`);
+  }
   const maxRetryDelayMs = options.maxRetryDelayMs ?? 5000;
   const approvalDefaults = options.approvals ?? {};
   const maxStalenessMs = options.maxStalenessMs ?? 30_000;

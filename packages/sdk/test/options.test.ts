@@ -53,6 +53,8 @@ describe('timing options', () => {
       { maxRetries: Number.NaN },
       { maxRetries: -1 },
       { maxRetries: '2' },
+      { maxRetries: Number.POSITIVE_INFINITY },
+      { maxRetries: 1.5 },
       { closeTimeoutMs: Number.NaN },
       { closeTimeoutMs: -1 },
       { streamIdleMs: Number.NaN },

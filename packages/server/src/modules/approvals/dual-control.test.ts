@@ -70,7 +70,8 @@ describe('dual control: one person is one approver, however they reach the servi
     const tenant = await accentedTenant();
     const decomposed = tenant.userId.normalize('NFD');
     expect(decomposed).not.toBe(tenant.userId);
-    for (const relayed of [decomposed, ` ${tenant.userId} `]) {
+    const zeroWidth = `${tenant.userId.slice(0, 2)}\u200B${tenant.userId.slice(2)}`;
+    for (const relayed of [decomposed, ` ${tenant.userId} `, zeroWidth]) {
       const id = await dualControl(tenant);
       expect((await resolveApproval(t, tenant, id, 'approve')).json().status).toBe('pending');
       const again = await resolveApproval(t, tenant, id, 'approve', relayed);

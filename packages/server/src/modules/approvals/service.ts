@@ -64,12 +64,18 @@ export function resolverOf(scope: OrgScope, resolvedBy: string | undefined): Res
 
 /**
  * Whether two recorded names are one person's: compared in Unicode normalization form C, without
- * surrounding spaces. "José" written with a combining accent is the same person as "José" written
- * precomposed, and "alice " is "alice", so a key relaying one spelling cannot count a person again
- * who approved (or asked) with the other (dual control).
+ * default-ignorable characters (zero-width spaces, joiners) or surrounding spaces; case counts, as
+ * identity providers' ids may differ by case alone. "José" written with a combining accent is the
+ * same person as "José" written precomposed, and "alice " or "al\u200Bice" is "alice", so a key
+ * relaying one spelling cannot count a person again who approved (or asked) with another.
  */
 export function samePerson(a: string, b: string): boolean {
-  const key = (name: string) => name.normalize('NFC').trim();
+  // Default-ignorable characters (zero-width spaces and joiners, invisible marks) change nothing shown.
+  const key = (name: string) =>
+    name
+      .normalize('NFC')
+      .replace(/\p{Default_Ignorable_Code_Point}/gu, '')
+      .trim();
   return a === b || key(a) === key(b);
 }
 

@@ -197,7 +197,13 @@ function refuseDifferingNames(party: unknown, under: string): void {
     if (p === null || typeof p !== 'object') return;
     const all = (p as Node)[element];
     if (!Array.isArray(all)) continue;
-    const names = new Set(all.map((e) => text(e, name)).filter((n) => n !== undefined));
+    // Compared as the payee's name is hashed (NFC, trimmed, lower case, one space per run).
+    const names = new Set(
+      all
+        .map((e) => text(e, name))
+        .filter((n) => n !== undefined)
+        .map((n) => n.normalize('NFC').trim().toLowerCase().replace(/\s+/g, ' ')),
+    );
     if (names.size > 1) {
       throw new InvoiceParseError(`${under}${element} gives different names (${[...names].join(', ')})`);
     }
