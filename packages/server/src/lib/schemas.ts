@@ -91,22 +91,6 @@ export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, http
   const compiled = countCharacters(schema);
   const check = TypeCompiler.Compile(compiled);
   return (value) => {
-    // Value.Convert reads `1.5`, `0x10` or ` 3` as integers (1, 16, 3): an integer is written in
-    // decimal digits, or the request is refused rather than read as something it did not say.
-    const notInteger = httpPart === 'body' ? null : integerNotWritten(compiled, value);
-    if (notInteger !== null) {
-      return {
-        error: [
-          {
-            keyword: 'Integer',
-            instancePath: `/${notInteger}`,
-            schemaPath: '',
-            params: {},
-            message: 'Expected integer (decimal digits)',
-          },
-        ],
-      };
-    }
     const converted = httpPart === 'body' ? value : Value.Convert(compiled, value);
     if (check.Check(converted)) return { value: converted };
     const error = [...check.Errors(converted)].map((e) => ({
@@ -119,19 +103,6 @@ export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, http
     return { error };
   };
 };
-
-const INTEGER_TEXT = /^-?\d+$/;
-
-/** The first member of a query string, path or headers declared an integer but not written as one. */
-function integerNotWritten(schema: TSchema, value: unknown): string | null {
-  const properties = (schema as { properties?: Record<string, TSchema> }).properties;
-  if (!properties || value === null || typeof value !== 'object') return null;
-  for (const [name, property] of Object.entries(properties)) {
-    const raw = (value as Record<string, unknown>)[name];
-    if (property.type === 'integer' && typeof raw === 'string' && !INTEGER_TEXT.test(raw)) return name;
-  }
-  return null;
-}
 
 /** The values a closed set allows (a union of literals, OneOf, with null), or null for any other schema. */
 function allowedValues(schema: TSchema): unknown[] | null {

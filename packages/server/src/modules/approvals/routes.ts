@@ -3,6 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { IdParams } from '../../lib/schemas.js';
 import type { KeyScope } from '../api-keys/model.js';
+import { intParam } from '../decisions/query.js';
 import {
   ApprovalSchema,
   BatchResolveBody,
@@ -47,11 +48,16 @@ export const approvalRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
     {
       config: { scopes: READ },
       schema: {
-        querystring: Type.Object({ limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200 })) }),
+        // A string, as every integer query of the API: the query parser's own conversion reads 1.5 as 1.
+        querystring: Type.Object({
+          limit: Type.Optional(Type.String({ description: 'integer 1-200, default 50' })),
+        }),
         response: { 200: Type.Object({ data: Type.Array(ApprovalSchema) }) },
       },
     },
-    async (req) => ({ data: await service.listResolved(await ctx.scope(req), req.query.limit ?? 50) }),
+    async (req) => ({
+      data: await service.listResolved(await ctx.scope(req), intParam('limit', req.query.limit, 1, 200, 50)),
+    }),
   );
 
   app.get(

@@ -2,8 +2,9 @@ import { invalid } from '../../lib/errors.js';
 import type { DecisionFilter } from './repository.js';
 
 /*
- * Query strings arrive as strings (the validator does not coerce), so numeric and date parameters
- * are parsed here, in one place, with messages that name the parameter as body errors do.
+ * Numeric and date query parameters are declared as strings (the validator's own conversion reads
+ * `1.5` as 1 and `0x10` as 16) and parsed here, in one place, with messages that name the
+ * parameter as body errors do.
  */
 
 const INT_RE = /^\d{1,16}$/;
