@@ -240,7 +240,11 @@ describe('MCP gateway: server requests and resumption across sessions', () => {
     expect(res.headers.get('content-type')).toMatch(/event-stream/);
     const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
     let text = '';
-    while (!text.includes('sampling/createMessage')) text += (await reader.read()).value ?? '';
+    while (!text.includes('sampling/createMessage')) {
+      const r = await reader.read();
+      if (r.done) throw new Error(`the stream ended before the server request: ${text}`);
+      text += r.value;
+    }
     const m = /id: (\S+)\n(?:event: \S+\n)?data: (.*sampling.*)\n/.exec(text)!;
     const ask = JSON.parse(m[2]!);
     const answerOf = (who: string) => ({ jsonrpc: '2.0', id: ask.id, result: { who } });
