@@ -52,6 +52,26 @@ export function withExceptions(config: LlmConfig | null | undefined): LlmConfig 
 }
 
 /**
+ * The most patterns (`regex` and `notRegex`, enabled or not) one policy may hold. Each is compiled
+ * ahead of its searches, up to about 50 ms of work, at every write and at every instance's first
+ * check after a change: within the body limit thousands would fit, and would hold the process for
+ * minutes each time.
+ */
+export const MAX_POLICY_PATTERNS = 64;
+
+/** Why a definition holds too many patterns to be compiled, or null; checked before any is compiled. */
+export function patternCountProblem(def: Pick<PolicyDefinition, 'constraints'>): string | null {
+  let n = 0;
+  for (const c of Array.isArray(def.constraints) ? def.constraints : []) {
+    if (typeof c !== 'object' || c === null) continue;
+    if (c.regex !== undefined && c.regex !== null) n++;
+    if (c.notRegex !== undefined && c.notRegex !== null) n++;
+  }
+  if (n <= MAX_POLICY_PATTERNS) return null;
+  return `A policy may hold at most ${MAX_POLICY_PATTERNS} patterns (regex and notRegex together); this one holds ${n}.`;
+}
+
+/**
  * The stored form of a body: deterministic mode and enabled constraints unless said otherwise. A PUT
  * replaces the whole definition, so an omitted field resets to its default.
  */

@@ -21,6 +21,7 @@ import {
   type Policy,
   type PolicyInput,
   type PolicyVersion,
+  patternCountProblem,
   policyEtag,
   policyEvent,
   toDefinition,
@@ -49,7 +50,8 @@ export const policyNotFound = (toolName: string) => notFound(`Policy for tool "$
 
 /** Hard problems make a policy unwritable; the message lists every one so the caller fixes them at once. */
 function assertWritable(toolName: string, def: PolicyDefinition): void {
-  const problems = checkPolicyDefinition(def);
+  const tooMany = patternCountProblem(def);
+  const problems = tooMany ? [tooMany] : checkPolicyDefinition(def);
   if (problems.length > 0) {
     throw invalid(`The policy for "${toolName}" cannot be saved: ${problems.join(' ')}`);
   }
@@ -253,7 +255,11 @@ export function createPolicyService({ db, policies, tools, cache, events, clock,
 
     /** Dry run: nothing is read from or written to the policy; hard problems are reported as issues. */
     async validate(scope: OrgScope, toolName: string, input: PolicyInput): Promise<PolicyQuality> {
-      return quality(scope, toolName, toDefinition(input));
+      const def = toDefinition(input);
+      // Not scored: scoring compiles every pattern.
+      const tooMany = patternCountProblem(def);
+      if (tooMany) return { valid: false, score: 0, issues: [tooMany] };
+      return quality(scope, toolName, def);
     },
   };
 }

@@ -6,7 +6,7 @@ import { invalid, notFound } from '../../lib/errors.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { Database } from '../../storage/schema.js';
 import type { PolicyCache } from '../policies/cache.js';
-import { newPolicyRow, policyEvent } from '../policies/model.js';
+import { newPolicyRow, patternCountProblem, policyEvent } from '../policies/model.js';
 import type { PolicyRepository } from '../policies/repository.js';
 import type { ToolRepository, ToolRow } from './repository.js';
 
@@ -110,6 +110,12 @@ export function createToolService({ db, tools, policies, cache, events, clock }:
           out.tools.push({ name: tool.name, status });
           if (status !== 'created') continue;
           const starter = starterPolicy(tool.arguments);
+          const tooMany = patternCountProblem(starter.definition);
+          if (tooMany) {
+            throw invalid(
+              `Request rejected, nothing was saved: the starter policy of tool "${tool.name}" cannot be saved: ${tooMany}`,
+            );
+          }
           const row = newPolicyRow(scope, tool.name, starter.definition, now);
           if (await policies.insertIfAbsent(row, trx)) {
             out.generated.push({ toolName: tool.name, skipped: starter.skipped });
