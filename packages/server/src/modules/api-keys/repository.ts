@@ -78,6 +78,22 @@ export function createApiKeyRepository(db: Kysely<Database>) {
       return rows.map((r) => r.id);
     },
 
+    /**
+     * Holds the key's row lock until the caller's transaction ends, if the key is still active (not
+     * revoked, not deleted): a revocation or deletion of it then waits for that transaction, and one
+     * already made answers false. A no-op update, as SQLite has no `SELECT … FOR UPDATE`.
+     */
+    async holdActive(organizationId: string, id: string, trx: Db): Promise<boolean> {
+      const res = await trx
+        .updateTable('api_keys')
+        .set((eb) => ({ updated_at: eb.ref('updated_at') }))
+        .where('organization_id', '=', organizationId)
+        .where('id', '=', id)
+        .where('is_revoked', '=', 0)
+        .executeTakeFirst();
+      return Number(res.numUpdatedRows) > 0;
+    },
+
     async delete(organizationId: string, id: string): Promise<boolean> {
       const res = await db
         .deleteFrom('api_keys')

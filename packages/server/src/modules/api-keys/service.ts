@@ -1,5 +1,5 @@
 import type { Clock } from '../../lib/clock.js';
-import { forbidden, notFound } from '../../lib/errors.js';
+import { AppError, forbidden, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { Db } from '../../storage/db.js';
@@ -115,6 +115,13 @@ export function createApiKeyService({ keys, authenticator, clock, projects }: Ap
       const project = confinedTo(scope);
       if (project !== null && input.projectId !== project) throw notFound('Project');
       return projects.withOrganizationLocked(scope.organizationId, async (trx) => {
+        // A key minting a key must still be valid when the new one is written: revoked, deleted or
+        // regenerated away since its request was authenticated, it would leave a live heir behind.
+        if (
+          principal.kind === 'apiKey' &&
+          !(await keys.holdActive(scope.organizationId, principal.keyId, trx))
+        )
+          throw new AppError('invalid_api_key', 'Invalid or revoked API key');
         if (!(await projects.exists(scope.organizationId, input.projectId, trx))) throw notFound('Project');
         return this.mint(scope.organizationId, input.projectId, input.name, trx, scopes);
       });
