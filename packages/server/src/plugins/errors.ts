@@ -6,6 +6,7 @@ import { envelopeB } from '../lib/envelope-b.js';
 import { AppError, type ErrorCode, invalid, STATUS_BY_CODE } from '../lib/errors.js';
 import { bodyJsonProblem } from '../lib/json.js';
 import { isStoreUnavailable } from '../storage/db.js';
+import { isForeignKeyViolation } from '../storage/errors.js';
 
 /**
  * The longest path parameter the router matches (decoded, in UTF-16 units). Above every stored name
@@ -70,6 +71,12 @@ export function errorHandlerA(
   if (err.validation) return sendError(reply, 'validation_failed', validationMessage(err));
   const mapped = fromFastify(err);
   if (mapped) return sendError(reply, mapped.code, mapped.message);
+  // A write referring to a row deleted meanwhile (its organization or project went after the
+  // request's access was checked): what the request acts on is not found, not a server error.
+  if (isForeignKeyViolation(err)) {
+    request.log.warn({ err }, 'a write referred to a row deleted meanwhile');
+    return sendError(reply, 'not_found', 'What this request refers to was deleted meanwhile');
+  }
   // The database is unreachable or too slow (storage/db.ts): the client may retry, as for a
   // validation that could not be recorded.
   if (isStoreUnavailable(err)) {

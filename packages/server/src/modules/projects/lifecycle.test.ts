@@ -444,9 +444,9 @@ describe('requests in flight while their project or organization goes', () => {
   it('an organization deleted meanwhile: its project and key writes answer 404', async () => {
     const tenant = await createTenant(t);
     await setTier(t, tenant.orgId, 'team');
-    // Only the project and key writes: validate and the decision log answer 503 (a decision that
-    // could not be recorded), organization-wide writes are not this module's.
-    const answers = await inFlight(probes(tenant.apiKey, tenant.projectId).slice(2, 5), async () => {
+    // Every write but validate and the decision log, which answer 503 (a decision that could not be
+    // recorded): the organization-wide ones too (a policy, an approval, an upstream).
+    const answers = await inFlight(probes(tenant.apiKey, tenant.projectId).slice(2), async () => {
       const del = await t.inject({
         method: 'DELETE',
         url: `/v1/organizations/${tenant.orgId}`,
@@ -454,7 +454,7 @@ describe('requests in flight while their project or organization goes', () => {
       });
       expect(del.statusCode).toBe(200);
     });
-    expect(answers.map((a) => a.statusCode)).toEqual([404, 404, 404]);
+    expect(answers.map((a) => a.statusCode)).toEqual([404, 404, 404, 404, 404, 404]);
   });
 });
 
