@@ -29,6 +29,11 @@ export class BeneficiaryError extends TypeError {
   }
 }
 
+/** A payee's name as it is hashed: NFC, trimmed, lower case, each run of white space one space. */
+export function normalizedName(name: string): string {
+  return name.normalize('NFC').trim().toLowerCase().replace(/\s+/g, ' ');
+}
+
 /**
  * The normalized form that is hashed, so that the same payee written twice gives one hash: every
  * string NFC-normalized and trimmed; the name lower-cased with runs of white space made one space;
@@ -42,7 +47,7 @@ export function normalizeBeneficiary(details: BeneficiaryDetails): Record<string
     if (raw === undefined || raw === null) continue;
     if (typeof raw !== 'string') throw new BeneficiaryError(`beneficiary ${key} must be a string`, key);
     let v = raw.normalize('NFC').trim();
-    if (key === 'name') v = v.toLowerCase().replace(/\s+/g, ' ');
+    if (key === 'name') v = normalizedName(v);
     else if (key === 'wallet_address') v = v.toLowerCase();
     else v = v.toUpperCase().replace(/[\s-]+/g, '');
     if (v !== '') out[key] = v;

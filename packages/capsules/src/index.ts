@@ -3,6 +3,7 @@ export {
   BeneficiaryError,
   beneficiaryHash,
   normalizeBeneficiary,
+  normalizedName,
 } from './beneficiary.js';
 export { base64url, canonicalJson, fromBase64url, sha256Tagged } from './canonical.js';
 export {

@@ -1,4 +1,9 @@
-import { type BeneficiaryDetails, normalizeBeneficiary, precisionProblem } from '@svc/capsules';
+import {
+  type BeneficiaryDetails,
+  normalizeBeneficiary,
+  normalizedName,
+  precisionProblem,
+} from '@svc/capsules';
 import { XMLParser, XMLValidator } from 'fast-xml-parser';
 import { hashJson, sha256Tagged } from '../../ledger/canonical.js';
 import type { InvoiceTerms } from './flow-model.js';
@@ -189,20 +194,20 @@ function refuseRepeated(node: unknown, paths: readonly (readonly string[])[], un
  * read: they must then name the same party, or which name counts cannot be known.
  */
 function refuseDifferingNames(party: unknown, under: string): void {
+  const p = one(party);
+  if (p === null || typeof p !== 'object') return;
   for (const [element, name] of [
     ['PartyName', 'Name'],
     ['PartyLegalEntity', 'RegistrationName'],
   ] as const) {
-    const p = one(party);
-    if (p === null || typeof p !== 'object') return;
     const all = (p as Node)[element];
     if (!Array.isArray(all)) continue;
-    // Compared as the payee's name is hashed (NFC, trimmed, lower case, one space per run).
+    // Compared as the payee's name is hashed.
     const names = new Set(
       all
         .map((e) => text(e, name))
         .filter((n) => n !== undefined)
-        .map((n) => n.normalize('NFC').trim().toLowerCase().replace(/\s+/g, ' ')),
+        .map(normalizedName),
     );
     if (names.size > 1) {
       throw new InvoiceParseError(`${under}${element} gives different names (${[...names].join(', ')})`);
