@@ -69,19 +69,26 @@ const DECISIONS: ReadonlySet<unknown> = new Set<ValidationResult['decision']>([
 const isPlainObject = (v: unknown): v is ToolArgs => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
- * A numeric option, or its default when unset (undefined or null). Anything else than a number in
- * range throws: a timeout of NaN or 0 would fail every request, and NaN retries would never ask the
- * service, so every call would get the `onUnavailable` answer while the service is up.
+ * A numeric option, or its default when unset (undefined or null). Anything else than a number that
+ * `ok` accepts throws, saying what it `must be`: a timeout of NaN or 0 would fail every request, and
+ * NaN retries would never ask the service, so every call would get the `onUnavailable` answer while
+ * the service is up.
  */
-function numberOption(name: string, value: unknown, fallback: number, min: 'positive' | 'zero'): number {
+function numberOption(
+  name: string,
+  value: unknown,
+  fallback: number,
+  ok: (n: number) => boolean,
+  mustBe: string,
+): number {
   if (value === undefined || value === null) return fallback;
-  if (typeof value !== 'number' || !(min === 'positive' ? value > 0 : value >= 0)) {
-    throw new SvcError(
-      `${name} must be a number ${min === 'positive' ? 'above 0' : 'of at least 0'}, not ${String(value)}`,
-    );
-  }
+  if (typeof value !== 'number' || !ok(value))
+    throw new SvcError(`${name} must be ${mustBe}, not ${String(value)}`);
   return value;
 }
+
+const ABOVE_ZERO = [(n: number) => n > 0, 'a number above 0'] as const;
+const AT_LEAST_ZERO = [(n: number) => n >= 0, 'a number of at least 0'] as const;
 
 export function createClient(options: ClientOptions): Client {
   if (!options?.apiKey || !options.baseUrl) throw new SvcError('createClient needs apiKey and baseUrl');
@@ -110,27 +117,30 @@ export function createClient(options: ClientOptions): Client {
     baseUrl: options.baseUrl,
     apiKey: options.apiKey,
     fetch: fetchImpl,
-    timeoutMs: numberOption('requestTimeoutMs', options.requestTimeoutMs, 10_000, 'positive'),
+    timeoutMs: numberOption('requestTimeoutMs', options.requestTimeoutMs, 10_000, ...ABOVE_ZERO),
   });
   const localValidation = options.localValidation ?? true;
   const onUnavailable = options.onUnavailable ?? 'deny';
-  const maxRetries = numberOption('maxRetries', options.maxRetries, 2, 'zero');
   // A count of retries: Infinity would never give up on a service that is down (never reaching
   // onUnavailable), and 1.5 is no count.
-  if (!Number.isSafeInteger(maxRetries)) {
-    throw new SvcError(`maxRetries must be a whole number of at least 0, not ${String(maxRetries)}`);
-  }
+  const maxRetries = numberOption(
+    'maxRetries',
+    options.maxRetries,
+    2,
+    (n) => Number.isSafeInteger(n) && n >= 0,
+    'a whole number of at least 0',
+  );
   const maxRetryDelayMs = options.maxRetryDelayMs ?? 5000;
   const approvalDefaults = options.approvals ?? {};
   const maxStalenessMs = options.maxStalenessMs ?? 30_000;
-  // Unset (undefined or null, as for every option), it is never shorter than maxStalenessMs.
-  const maxPolicyAge = options.maxPolicyAgeMs ?? null;
-  if (maxPolicyAge !== null && (typeof maxPolicyAge !== 'number' || !(maxPolicyAge >= maxStalenessMs))) {
-    throw new SvcError(
-      `maxPolicyAgeMs must be a number of ms no less than maxStalenessMs (${String(maxStalenessMs)}), not ${String(maxPolicyAge)}`,
-    );
-  }
-  const maxPolicyAgeMs = maxPolicyAge ?? Math.max(MAX_POLICY_AGE_MS, maxStalenessMs);
+  // Unset, it is never shorter than maxStalenessMs.
+  const maxPolicyAgeMs = numberOption(
+    'maxPolicyAgeMs',
+    options.maxPolicyAgeMs,
+    Math.max(MAX_POLICY_AGE_MS, maxStalenessMs),
+    (n) => n >= maxStalenessMs,
+    `a number of ms no less than maxStalenessMs (${String(maxStalenessMs)})`,
+  );
   const cache = new PolicyCache(
     http,
     maxStalenessMs,
@@ -138,7 +148,7 @@ export function createClient(options: ClientOptions): Client {
     options.maxCachedPolicies ?? MAX_CACHED_POLICIES,
     maxPolicyAgeMs,
   );
-  const closeTimeoutMs = numberOption('closeTimeoutMs', options.closeTimeoutMs, 30_000, 'zero');
+  const closeTimeoutMs = numberOption('closeTimeoutMs', options.closeTimeoutMs, 30_000, ...AT_LEAST_ZERO);
   const log = new DecisionLog(http, {
     batchSize: options.log?.batchSize ?? 500,
     flushIntervalMs: options.log?.flushIntervalMs ?? 1000,
@@ -206,7 +216,7 @@ export function createClient(options: ClientOptions): Client {
 
   // The open stream would keep a Node process alive for ever: it is closed once the client has not
   // been used for streamIdleMs, and opened again by the next call.
-  const streamIdleMs = numberOption('streamIdleMs', options.streamIdleMs, 60_000, 'zero');
+  const streamIdleMs = numberOption('streamIdleMs', options.streamIdleMs, 60_000, ...AT_LEAST_ZERO);
   let lastUse = performance.now();
   let idleTimer: ReturnType<typeof setTimeout> | undefined;
   const checkIdle = () => {
