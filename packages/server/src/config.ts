@@ -223,12 +223,15 @@ function httpUrl(name: string, value: string): string {
   // browsers, identity providers and URL parsers read its normal form: `https:svc.example.com` or a
   // default port would make links that lead elsewhere and redirect URIs that never match.
   const written = value.replace(/\/+$/, '');
-  const normal = url.href.replace(/\/+$/, '');
+  const normal = normalForm(url);
   if (written !== normal) {
     throw new Error(`${name} must be written in its normal form "${normal}", got "${value}"`);
   }
   return written;
 }
+
+/** A URL as parsers read it, without a trailing slash: how base and docs URLs are written. */
+const normalForm = (url: URL): string => url.href.replace(/\/+$/, '');
 
 /**
  * SVC_BASE_URL at most 2048 characters: capsules name it as their issuer, which the capsule schema
@@ -299,7 +302,7 @@ function databaseUrl(value: string | undefined): string {
 function defaultBaseUrl(host: string, port: number): string {
   const written = `http://${host.includes(':') && !host.startsWith('[') ? `[${host}]` : host}:${port}`;
   try {
-    return new URL(written).href.replace(/\/+$/, '');
+    return normalForm(new URL(written));
   } catch {
     return written; // not a host name at all: listening on it fails first
   }
