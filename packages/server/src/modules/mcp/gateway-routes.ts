@@ -96,11 +96,11 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
     return session.log.append(session.log.stream('p'), JSON.stringify(answer));
   }
 
-  /** Whether the key the request was authenticated with is still valid (not revoked since). */
-  async function stillValid(req: FastifyRequest, key: KeyPrincipal): Promise<boolean> {
+  /** The key the request was authenticated with, as it authenticates now: null once revoked (or replaced). */
+  async function keyNow(req: FastifyRequest, key: KeyPrincipal): Promise<KeyPrincipal | null> {
     const raw = presentedKey(req);
     const now = raw ? await ctx.keys.authenticate(raw) : null;
-    return now !== null && now.keyId === key.keyId;
+    return now !== null && now.keyId === key.keyId ? now : null;
   }
 
   const rateLimit = async (key: KeyPrincipal, reply: FastifyReply) =>
@@ -155,15 +155,14 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
         // A revocation that came while the upstream was looked up found no session to end: the key is
         // checked once more now that the session can be found.
         // (The revocation ends the key's other sessions itself; a store failure leaves no session behind.)
-        const raw = presentedKey(req);
         let still: KeyPrincipal | null;
         try {
-          still = raw ? await ctx.keys.authenticate(raw) : null;
+          still = await keyNow(req, key);
         } catch (err) {
           void sessions.end(created.id, 'the API key could not be checked');
           throw err;
         }
-        if (!still || still.keyId !== key.keyId) {
+        if (!still) {
           void sessions.end(created.id, 'the API key was revoked');
           throw new AppError('invalid_api_key', 'Invalid or revoked API key');
         }
@@ -191,7 +190,7 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
       // nothing to end).
       const stateless = session ? null : sessions.beginStateless(key);
       try {
-        if (stateless && !(await stillValid(req, key)))
+        if (stateless && !(await keyNow(req, key)))
           throw new AppError('invalid_api_key', 'Invalid or revoked API key');
         if (request.method === 'tools/call') await rateLimit(key, reply);
       } catch (err) {
@@ -270,7 +269,6 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
           'conflict',
           `At most ${streams.limits.feedsPerKey} open decision feeds (GET without Mcp-Session-Id) per API key on this instance; close one first`,
         );
-      const raw = presentedKey(req);
       const slug = req.params.upstreamSlug;
       // Without a session the stream is a feed of every decision of this key on the upstream.
       const stream = streams.start(req, reply, {
@@ -286,8 +284,8 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
         // An upstream deleted, disabled or moved out of the key's reach ends the stream; so does a
         // revoked key (at once, through EventStreams.endKeys; this is the backstop).
         recheck: async () => {
-          const now = raw ? await ctx.keys.authenticate(raw) : null;
-          if (!now || now.keyId !== key.keyId) return false;
+          const now = await keyNow(req, key);
+          if (!now) return false;
           const row = await directory.get(now.organizationId, slug);
           if (!row || row.id !== upstream.id || row.enabled !== 1 || !visibleTo(now, row)) return false;
           return !session || !configChanged(session, row);
