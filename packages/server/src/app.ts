@@ -15,7 +15,6 @@ import { eventRoutes } from './events/routes.js';
 import { Checkpointer } from './ledger/checkpoints.js';
 import { DecisionWriter } from './ledger/writer.js';
 import { type Clock, systemClock } from './lib/clock.js';
-import { AppError } from './lib/errors.js';
 import { createJwtVerifier, resolveJwtSecret } from './lib/jwt.js';
 import { validatorCompiler } from './lib/schemas.js';
 import { createScopeResolver } from './lib/scope.js';
@@ -98,7 +97,7 @@ export async function buildApp({
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
     },
-    // Fastify's own 503 while closing is not in the error envelope: the hook below answers instead.
+    // Fastify's own 503 while closing is not in the error envelope: registerErrorHandling answers instead.
     return503OnClosing: false,
     forceCloseConnections: 'idle',
   }).withTypeProvider<TypeBoxTypeProvider>();
@@ -112,15 +111,12 @@ export async function buildApp({
   });
 
   // Once stopping, a request that still arrives (on a kept-alive connection that was busy) is refused
-  // before anything runs, in the route's error envelope; Fastify already answers it with
-  // `Connection: close`. The first preClose hook: no stream or session closes before it is set.
+  // before anything runs (registerErrorHandling's first hook). The first preClose hook: no stream or
+  // session closes before it is set.
   let closing = false;
   app.addHook('preClose', (done) => {
     closing = true;
     done();
-  });
-  app.addHook('onRequest', (_req, _reply, done) => {
-    done(closing ? new AppError('service_unavailable', 'The service is shutting down; retry') : undefined);
   });
 
   const organizations = createOrganizationRepository(store.db);
@@ -189,7 +185,7 @@ export async function buildApp({
     metrics.trackStreams('sse', () => ctx.streams.clients('sse').length);
     metrics.trackStreams('ws', () => ctx.streams.clients('ws').length);
 
-    registerErrorHandling(app);
+    registerErrorHandling(app, () => closing);
     registerAuth(app, { config, keys, jwt, sessions });
     await registerOpenApi(app, config);
     registerRateLimits(app, { limiter: ctx.rateLimiter, clock });

@@ -148,7 +148,8 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
   socket.destroy();
 }
 
-export function registerErrorHandling(app: FastifyInstance): void {
+/** `closing` says whether the server is stopping: requests that still arrive are then refused. */
+export function registerErrorHandling(app: FastifyInstance, closing: () => boolean): void {
   // Empty JSON bodies on body-less POSTs (revoke, activate) are common in clients; treat as no body.
   const defaultJson = app.getDefaultJsonParser('error', 'error');
   // The API speaks JSON only; any other body type answers 415.
@@ -171,9 +172,13 @@ export function registerErrorHandling(app: FastifyInstance): void {
     }
   });
 
-  // The body's strings may not hold U+0000 (bodyJsonProblem); nor may the path or query, where it
-  // would reach a PostgreSQL query as a name or id. A raw NUL never gets past Node's HTTP parser.
+  // One hook, first of all, on every request. Once the server is stopping, a request that still
+  // arrives is refused in the route's envelope (Fastify's own 503 while closing is not; it adds
+  // `Connection: close`). The body's strings may not hold U+0000 (bodyJsonProblem); nor may the path
+  // or query, where it would reach a PostgreSQL query as a name or id (a raw NUL never gets past
+  // Node's HTTP parser).
   app.addHook('onRequest', (req, _reply, done) => {
+    if (closing()) return done(new AppError('service_unavailable', 'The service is shutting down; retry'));
     done(
       req.url.includes('%00')
         ? invalid('The URL contains %00 (U+0000), which no name, id or value may hold')
