@@ -512,40 +512,26 @@ export function createSpendLedger(store: Store) {
      * its writer). Oldest decisions first, at most `limit`.
      */
     async owingReceipts(staleBefore: string, limit: number): Promise<ActionRow[]> {
-      // One read per slot, each served by its partial index (migration 0025), merged in order.
-      const [authorizations, commits] = await Promise.all([
+      // One read per slot, each served by its partial index (migration 0025), merged in order; the
+      // commit slot's read repeats its index's `commit_id is not null`.
+      const owing = (slot: 'authorize' | 'commit') =>
         store.db
           .selectFrom('spend_actions')
           .selectAll()
-          .where('authorize_receipt_id', 'is', null)
+          .$if(slot === 'commit', (q) => q.where('commit_id', 'is not', null))
+          .where(`${slot}_receipt_id`, 'is', null)
           .where((eb) =>
             eb.or([
-              eb('authorize_receipt_claimed_at', 'is', null),
-              eb('authorize_receipt_claimed_at', '<', staleBefore),
+              eb(`${slot}_receipt_claimed_at`, 'is', null),
+              eb(`${slot}_receipt_claimed_at`, '<', staleBefore),
             ]),
           )
           .orderBy('decided_at')
           .orderBy('organization_id')
           .orderBy('action_id')
           .limit(limit)
-          .execute(),
-        store.db
-          .selectFrom('spend_actions')
-          .selectAll()
-          .where('commit_id', 'is not', null)
-          .where('commit_receipt_id', 'is', null)
-          .where((eb) =>
-            eb.or([
-              eb('commit_receipt_claimed_at', 'is', null),
-              eb('commit_receipt_claimed_at', '<', staleBefore),
-            ]),
-          )
-          .orderBy('decided_at')
-          .orderBy('organization_id')
-          .orderBy('action_id')
-          .limit(limit)
-          .execute(),
-      ]);
+          .execute();
+      const [authorizations, commits] = await Promise.all([owing('authorize'), owing('commit')]);
       const byAction = new Map<string, ActionRow>();
       for (const row of [...authorizations, ...commits]) {
         byAction.set(JSON.stringify([row.organization_id, row.action_id]), row);
