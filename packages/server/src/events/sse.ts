@@ -5,6 +5,7 @@ import type { AppContext } from '../context.js';
 import { AppError } from '../lib/errors.js';
 import type { JwtVerifier } from '../lib/jwt.js';
 import { type Recheck, streamAccess } from './access.js';
+import { OneCheckAtATime } from './checks.js';
 import type { Frames, StreamClient, StreamHolder } from './hub.js';
 import type { StreamOptions } from './options.js';
 
@@ -44,9 +45,7 @@ const CLOSE_GRACE_MAX_MS = 5000;
  */
 export class SseWriter {
   private ended = false;
-  private checking = false;
-  /** A check asked for while one ran, made once it ends. */
-  private checkAgain: (() => Promise<boolean>) | null = null;
+  private readonly checks = new OneCheckAtATime();
   private readonly endListeners: (() => void)[] = [];
   /** The writes of this tick: the backlog before them, what they added, what was left of the last large burst. */
   private burst: { before: number; added: number; largeLeft: number } | null = null;
@@ -116,29 +115,12 @@ export class SseWriter {
     this.recheck(recheck);
   }
 
-  /**
-   * Checks the credentials again (one check at a time); the stream ends when they no longer hold. One
-   * asked for while a check runs runs after it: the running one may have read before what this one
-   * is asked to see (a revocation made meanwhile).
-   */
+  /** Checks the credentials again (one check at a time); the stream ends when they no longer hold. */
   recheck(recheck: () => Promise<boolean>): void {
     if (this.gone) return;
-    if (this.checking) {
-      this.checkAgain = recheck;
-      return;
-    }
-    this.checking = true;
-    recheck()
-      .then((ok) => {
-        if (!ok) this.close();
-      })
-      .catch(() => {})
-      .finally(() => {
-        this.checking = false;
-        const again = this.checkAgain;
-        this.checkAgain = null;
-        if (again) this.recheck(again);
-      });
+    this.checks.run(async () => {
+      if (!this.gone && !(await recheck())) this.close();
+    });
   }
 
   /** Runs once when the stream ends, whoever ended it. */

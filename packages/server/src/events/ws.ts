@@ -5,6 +5,7 @@ import { AppError } from '../lib/errors.js';
 import { type JwtVerifier, KeySourceError } from '../lib/jwt.js';
 import { bearerToken, keySourceUnavailable } from '../plugins/auth.js';
 import { tokenStillValid, userOrganizations } from './access.js';
+import { OneCheckAtATime } from './checks.js';
 import type { Frames, StreamClient } from './hub.js';
 import type { StreamOptions } from './options.js';
 
@@ -18,9 +19,7 @@ export class WsClient implements StreamClient {
   readonly types = null;
   /** Answered the last ping; a client still silent at the next heartbeat is terminated. */
   alive = true;
-  private checking = false;
-  /** A check asked for while one ran, made once it ends. */
-  private checkAgain = false;
+  private readonly checks = new OneCheckAtATime();
 
   constructor(
     private readonly socket: WebSocket,
@@ -55,31 +54,15 @@ export class WsClient implements StreamClient {
     this.checkCredentials();
   }
 
-  /**
-   * Re-validates the token and re-reads the memberships (one check at a time; one asked for while a
-   * check runs runs after it, since the running one may have read before a revocation made meanwhile).
-   */
+  /** Re-validates the token and re-reads the memberships (one check at a time: OneCheckAtATime). */
   checkCredentials(): void {
     if (this.gone) return;
-    if (this.checking) {
-      this.checkAgain = true;
-      return;
-    }
-    this.checking = true;
-    this.refresh()
-      .then((orgs) => {
-        if (orgs === null) this.socket.close(POLICY_VIOLATION, 'token expired or no longer valid');
-        else this.onOrganizations(orgs);
-      })
-      // A store hiccup keeps the connection as it is; the next heartbeat tries again.
-      .catch(() => {})
-      .finally(() => {
-        this.checking = false;
-        if (this.checkAgain) {
-          this.checkAgain = false;
-          this.checkCredentials();
-        }
-      });
+    this.checks.run(async () => {
+      if (this.gone) return;
+      const orgs = await this.refresh();
+      if (orgs === null) this.socket.close(POLICY_VIOLATION, 'token expired or no longer valid');
+      else this.onOrganizations(orgs);
+    });
   }
 
   close(reason: string): void {
