@@ -5,9 +5,9 @@ import { afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { SOURCE_FLAGS, SVC_BIN } from '../test/bin.js';
 import { freshDatabase, JWT_SECRET, TEST_PG_URL, type TestDatabase } from '../test/helpers.js';
 import { PausingProxy } from '../test/pausing-proxy.js';
+import { organizationWithProject } from '../test/serve.js';
 import { TEST_REDIS_URL, waitFor } from '../test/streams.js';
 import { loadConfig } from './config.js';
-import { signUserToken } from './lib/jwt.js';
 import type { StoreOptions } from './storage/db.js';
 
 const closed: string[] = [];
@@ -73,24 +73,11 @@ describe('startServer', () => {
     };
     const server = await startServer(config);
     // One decision before stopping: the shutdown checkpoint must still reach the store.
-    const token = await signUserToken(JWT_SECRET, 'stopper', 600, config);
-    const auth = { authorization: `Bearer ${token}` };
-    const org = await server.app.inject({
-      method: 'POST',
-      url: '/v1/organizations',
-      headers: auth,
-      payload: { name: 'S', slug: 'stop-org' },
-    });
-    const project = await server.app.inject({
-      method: 'POST',
-      url: '/v1/projects',
-      headers: auth,
-      payload: { organizationId: org.json()._id, name: 'p' },
-    });
+    const { apiKey } = await organizationWithProject(server, config);
     const validated = await server.app.inject({
       method: 'POST',
       url: '/v1/tools/validate',
-      headers: { 'x-service-api-key': project.json().apiKey },
+      headers: { 'x-service-api-key': apiKey },
       payload: { tool_name: 'x', arguments: {} },
     });
     expect(validated.statusCode).toBe(200);

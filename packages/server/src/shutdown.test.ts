@@ -1,9 +1,9 @@
 import { connect, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freshDatabase, JWT_SECRET, type TestDatabase } from '../test/helpers.js';
+import { organizationWithProject } from '../test/serve.js';
 import { waitFor } from '../test/streams.js';
 import { loadConfig } from './config.js';
-import { signUserToken } from './lib/jwt.js';
 import { type RunningServer, startServer } from './server.js';
 import { openStore } from './storage/db.js';
 
@@ -27,21 +27,8 @@ async function start() {
     host: '127.0.0.1',
   };
   server = await startServer(config);
-  const token = await signUserToken(JWT_SECRET, 'stopper', 600, config);
-  const auth = { authorization: `Bearer ${token}` };
-  const org = await server.app.inject({
-    method: 'POST',
-    url: '/v1/organizations',
-    headers: auth,
-    payload: { name: 'S', slug: 'stop-org' },
-  });
-  const project = await server.app.inject({
-    method: 'POST',
-    url: '/v1/projects',
-    headers: auth,
-    payload: { organizationId: org.json()._id, name: 'p' },
-  });
-  return { server, port: Number(new URL(server.url).port), token, apiKey: project.json().apiKey as string };
+  const { token, apiKey } = await organizationWithProject(server, config);
+  return { server, port: Number(new URL(server.url).port), token, apiKey };
 }
 
 interface RawResponse {
