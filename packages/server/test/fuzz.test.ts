@@ -9,28 +9,21 @@
  */
 import { appendFileSync } from 'node:fs';
 import fc from 'fast-check';
-import type { FastifyInstance, InjectOptions, RouteOptions } from 'fastify';
+import type { InjectOptions } from 'fastify';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { STATUS_BY_CODE } from '../src/lib/errors.js';
 import { useTestApp } from './fixture.js';
 import { authsFor, poolsOf, type Seeded, seedTenant, snapshot } from './fuzz/fixtures.js';
 import { type Auth, type HostileRequest, type Pools, type RouteSpec, requestArb } from './fuzz/hostile.js';
 import { keyHeader, type TestApp } from './helpers.js';
+import { registered } from './route-recorder.js';
 
-// The app registers its routes while it is built; this records each one with its schemas, as Fastify
-// hands them to onRoute, without changing anything else about the instance.
-const registered = vi.hoisted(() => [] as RouteOptions[]);
-vi.mock('fastify', async (importOriginal) => {
-  const actual = await importOriginal<typeof import('fastify')>();
-  const create = ((opts?: object) => {
-    const app = (actual.default as unknown as (o?: object) => FastifyInstance)(opts);
-    app.addHook('onRoute', (route) => {
-      registered.push(route);
-    });
-    return app;
-  }) as unknown as typeof actual.default;
-  return { ...actual, default: create };
-});
+// Every route the app registers, with its schemas (./route-recorder.ts).
+vi.mock('fastify', async (importOriginal) =>
+  (await import('./route-recorder.js')).recordingFastify(
+    importOriginal as () => Promise<typeof import('fastify')>,
+  ),
+);
 
 const SEED = Number(process.env.FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const RUNS = Number(process.env.FUZZ_RUNS ?? 1500);

@@ -11,28 +11,22 @@
  * organization"). Live event streams (SSE and WebSocket) are checked for B's events separately.
  */
 import { randomBytes } from 'node:crypto';
-import type { FastifyInstance, InjectOptions, RouteOptions } from 'fastify';
+import type { InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { isDashboardRoute } from '../src/plugins/dashboard.js';
 import { createKey, setTier } from './approvals.js';
 import { useTestApp } from './fixture.js';
 import { asUser, bearer, createTenant, keyHeader, type Tenant } from './helpers.js';
 import { signIn } from './revocations.js';
+import { registered } from './route-recorder.js';
 import { SseClient, WsClient, waitFor } from './streams.js';
 
-// Fastify hands every route it registers to onRoute: recorded here, so that no route escapes the sweep.
-const registered = vi.hoisted(() => [] as RouteOptions[]);
-vi.mock('fastify', async (importOriginal) => {
-  const actual = await importOriginal<typeof import('fastify')>();
-  const create = ((opts?: object) => {
-    const app = (actual.default as unknown as (o?: object) => FastifyInstance)(opts);
-    app.addHook('onRoute', (route) => {
-      registered.push(route);
-    });
-    return app;
-  }) as unknown as typeof actual.default;
-  return { ...actual, default: create };
-});
+// Every route the app registers, with its schemas (./route-recorder.ts).
+vi.mock('fastify', async (importOriginal) =>
+  (await import('./route-recorder.js')).recordingFastify(
+    importOriginal as () => Promise<typeof import('fastify')>,
+  ),
+);
 
 /** The resources of one side, as a request can name them. */
 interface Side {
