@@ -164,7 +164,7 @@ export const paymentRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
   // does not wait for it to listen), then within a minute, or on read. Closing waits for a running
   // pass (ended after the receipt it is writing), so the store never closes under it.
   const sweep = receiptSweep({
-    repair: (stop) => service.repairReceipts(100, stop),
+    repair: (stop) => service.repairReceipts({ stop }),
     intervalMs: RECEIPT_REPAIR_INTERVAL_MS,
     what: 'capsule receipt repair sweep',
     log: ctx.log,

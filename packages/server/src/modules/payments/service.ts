@@ -995,10 +995,10 @@ export function createPaymentService(deps: PaymentServiceDeps) {
      * process died), oldest first; runs at startup and then periodically. `stop` ends the pass after
      * the receipt it is writing. Answers how many it wrote.
      */
-    async repairReceipts(limit = 100, stop?: () => boolean): Promise<number> {
+    async repairReceipts(options: { limit?: number; stop?: () => boolean } = {}): Promise<number> {
       let repaired = 0;
-      for (const row of await repo.owingReceipts(limit)) {
-        if (stop?.()) break;
+      for (const row of await repo.owingReceipts(options.limit ?? 100)) {
+        if (options.stop?.()) break;
         if ((await repairReceipt(row)).receipt_id !== null) repaired++;
       }
       return repaired;
