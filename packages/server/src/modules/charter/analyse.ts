@@ -7,6 +7,7 @@ import {
   scorePolicy,
   type ToolArgument,
 } from '@svc/policy-engine';
+import { patternCountProblem } from '../policies/model.js';
 import type {
   Analysis,
   CompiledRule,
@@ -291,10 +292,13 @@ export function describeChange(
   rules: CompiledRule[],
 ): PolicyChange {
   const proposed = proposeDefinition(current?.definition ?? null, rules);
+  // More patterns than a policy may hold: a PUT refuses it before compiling any, and so does this,
+  // neither scored nor analysed (both compile every pattern), as the dry run of a PUT answers.
+  const tooMany = patternCountProblem(proposed);
   // A definition a PUT would refuse (a pattern RE2 does not take, a negative length...) cannot be
   // compiled, so it is not analysed: its quality report is invalid and lists the problems.
   const analysis: Analysis =
-    checkPolicyDefinition(proposed).length > 0
+    tooMany || checkPolicyDefinition(proposed).length > 0
       ? { findings: [], examples: [] }
       : analyse(tool, proposed, rules);
   if (current?.definition.mode === 'llm') {
@@ -308,7 +312,7 @@ export function describeChange(
     current,
     proposed,
     rules: rules.map((r) => r.summary),
-    quality: scorePolicy(proposed, tool),
+    quality: tooMany ? { valid: false, score: 0, issues: [tooMany] } : scorePolicy(proposed, tool),
     analysis,
   };
 }

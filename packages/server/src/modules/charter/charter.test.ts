@@ -453,6 +453,78 @@ describe('POST /v1/charter/turn (compile)', () => {
     expect(await policyOf(tenant)).toEqual(before);
   });
 
+  it('refuses a proposal holding more than 64 patterns, as a PUT would, and opens nothing', async () => {
+    const tenant = await tenantWithTool();
+    const h = keyHeader(tenant.apiKey);
+    const regexes = Array.from({ length: 64 }, (_, i) => ({ argumentName: `a${i}`, regex: `^v${i}$` }));
+    const put = await t.inject({
+      method: 'PUT',
+      url: '/v1/policies/send_payment',
+      headers: h,
+      payload: { constraints: regexes },
+    });
+    expect(put.statusCode).toBe(200);
+    const before = await policyOf(tenant);
+    const res = await turn(tenant, {
+      message: 'send_payment recipient must match /^acct-/',
+      mode: 'compile',
+    });
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
+    expect(body).toMatchObject({ changes: [], verification: { required: false } });
+    expect(body.reply).toContain('Not offered for send_payment: the result would be an invalid policy (');
+    expect(body.reply).toContain('at most 64 patterns');
+    expect(body.reply).toContain('this one holds 65');
+    const pending = await t.inject({ method: 'GET', url: '/v1/charter/verifications', headers: h });
+    expect(pending.json().data).toEqual([]);
+    expect(await policyOf(tenant)).toEqual(before);
+    // A change that adds no pattern stays within the limit and is offered.
+    const cap = await turn(tenant, { message: 'Limit send_payment amount to 100', mode: 'compile' });
+    expect(cap.json()).toMatchObject({
+      verification: { required: true },
+      changes: [{ quality: { valid: true } }],
+    });
+  });
+
+  it('re-checks the pattern limit on approval: a proposal made before it is refused, nothing applied', async () => {
+    const tenant = await tenantWithTool();
+    const before = await policyOf(tenant);
+    const body = (
+      await turn(tenant, { message: 'Limit send_payment amount to 100', mode: 'compile' })
+    ).json();
+    const id = body.verification.id as string;
+    // As stored by a proposal made before the limit: the change holds 65 patterns.
+    const row = await t.store.db
+      .selectFrom('charter_verifications')
+      .select('changes')
+      .where('id', '=', id)
+      .executeTakeFirstOrThrow();
+    const changes = JSON.parse(row.changes);
+    changes[0].proposed.constraints.push(
+      ...Array.from({ length: 65 }, (_, i) => ({ argumentName: 'recipient', notRegex: `^x${i}$` })),
+    );
+    await t.store.db
+      .updateTable('charter_verifications')
+      .set({ changes: JSON.stringify(changes) })
+      .where('id', '=', id)
+      .execute();
+    const approve = await t.inject({
+      method: 'POST',
+      url: `/v1/charter/verifications/${id}/approve`,
+      headers: asUser(tenant),
+    });
+    expectError(approve, 400, 'validation_failed');
+    expect(approve.json().error.message).toContain('The change for "send_payment" cannot be saved');
+    expect(approve.json().error.message).toContain('at most 64 patterns');
+    const read = await t.inject({
+      method: 'GET',
+      url: `/v1/charter/verifications/${id}`,
+      headers: keyHeader(tenant.apiKey),
+    });
+    expect(read.json()).toMatchObject({ status: 'pending', resolvedBy: null, applied: null });
+    expect(await policyOf(tenant)).toEqual(before);
+  });
+
   it('builds no example value longer than it can show (a bound of ten billion characters)', async () => {
     const tenant = await tenantWithTool();
     const res = await turn(tenant, {

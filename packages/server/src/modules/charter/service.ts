@@ -16,7 +16,7 @@ import type { OrgScope } from '../../lib/scope.js';
 import type { Database } from '../../storage/schema.js';
 import type { Judge } from '../llm-judge/model.js';
 import { definitionOf } from '../policies/cache.js';
-import { definitionColumns, newPolicyRow, policyEvent } from '../policies/model.js';
+import { definitionColumns, newPolicyRow, patternCountProblem, policyEvent } from '../policies/model.js';
 import type { PolicyRepository } from '../policies/repository.js';
 import type { ToolRepository } from '../tools/repository.js';
 import { assertNoDuplicates, type ToolService } from '../tools/service.js';
@@ -362,6 +362,14 @@ export function createCharterService(deps: CharterServiceDeps) {
         .filter((t) => !ground.tools.some((r) => r.name === t.name) && !ground.policies.has(t.name))
         .map((t) => {
           const def = starterPolicy(t.arguments).definition;
+          // Registering refuses a starter policy with too many patterns (tools service); a proposal
+          // that could never be approved is refused now, in the same words, and nothing is opened.
+          const tooMany = patternCountProblem(def);
+          if (tooMany) {
+            throw invalid(
+              `Request rejected, nothing was saved: the starter policy of tool "${t.name}" cannot be saved: ${tooMany}`,
+            );
+          }
           const info = { name: t.name, description: t.description ?? null, arguments: t.arguments };
           const change = describeChange(t.name, info, null, []);
           return {
@@ -467,7 +475,10 @@ export function createCharterService(deps: CharterServiceDeps) {
           throw new AppError('invalid_status', `Verification ${id} was resolved meanwhile`);
         }
         for (const change of v.changes) {
-          const problems = checkPolicyDefinition(change.proposed as PolicyDefinition);
+          // Counted before any pattern is compiled, as a PUT does: a proposal made before the limit
+          // may hold more patterns than a policy may now.
+          const tooMany = patternCountProblem(change.proposed);
+          const problems = tooMany ? [tooMany] : checkPolicyDefinition(change.proposed as PolicyDefinition);
           if (problems.length > 0)
             throw invalid(`The change for "${change.toolName}" cannot be saved: ${problems.join(' ')}`);
           const current = await policies.get(scope.organizationId, change.toolName, trx);

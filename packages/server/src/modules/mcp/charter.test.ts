@@ -209,6 +209,33 @@ describe('POST /v1/mcp/charter', () => {
     expect(tools.json().data).toEqual([]);
   });
 
+  it('refuses a registration whose starter policy would hold more than 64 patterns, and opens nothing', async () => {
+    const tenant = await createTenant(t);
+    const client = await charterClient(tenant);
+    const parameters = Array.from({ length: 65 }, (_, i) => ({
+      name: `p${i}`,
+      type: 'string',
+      pattern: `^x${i}$`,
+    }));
+    const res = await client.callTool({
+      name: 'svc_register_tools',
+      arguments: { tools: [{ name: 'patterned', parameters }] },
+    });
+    expect(res.isError).toBe(true);
+    const text = (res.content as { text: string }[])[0]!.text;
+    expect(text).toContain('the starter policy of tool "patterned" cannot be saved');
+    expect(text).toContain('at most 64 patterns');
+    const h = keyHeader(tenant.apiKey);
+    expect(
+      (await t.inject({ method: 'GET', url: '/v1/charter/verifications', headers: h })).json().data,
+    ).toEqual([]);
+    const ok = await client.callTool({
+      name: 'svc_register_tools',
+      arguments: { tools: [{ name: 'patterned', parameters: parameters.slice(0, 64) }] },
+    });
+    expect(ok.isError).toBeFalsy();
+  });
+
   it('compiles and chats through the charter tools, with verification on policy changes', async () => {
     const tenant = await createTenant(t);
     const client = await charterClient(tenant);

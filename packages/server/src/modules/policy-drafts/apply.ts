@@ -11,7 +11,7 @@ import { AppError, invalid } from '../../lib/errors.js';
 import type { OrgScope } from '../../lib/scope.js';
 import type { Database } from '../../storage/schema.js';
 import { definitionOf } from '../policies/cache.js';
-import { definitionColumns, newPolicyRow } from '../policies/model.js';
+import { definitionColumns, newPolicyRow, patternCountProblem } from '../policies/model.js';
 import type { PolicyRepository, PolicyRow } from '../policies/repository.js';
 
 export interface AppliedPolicy {
@@ -130,10 +130,17 @@ export async function applyDraftRules(
   return { applied, skipped };
 }
 
+/**
+ * The definition to write, or 400 and the transaction (with the draft's status move) rolls back.
+ * The pattern count is a real refusal: drafts are checked against it on write, but a draft written
+ * before the limit, or one whose patterns come within it alone but not added to the tool's policy,
+ * passes there. The rest is a defect guard: compileDraftRules screens every rule and stored policies
+ * were checked on write.
+ */
 function checked(toolName: string, def: PolicyDefinition): PolicyDefinition {
-  const problems = checkPolicyDefinition(def);
-  // compileDraftRules screens every rule and stored policies were checked on write, so this is a
-  // defect guard; the transaction rolls back.
+  // Counted before any pattern is compiled, as a PUT does.
+  const tooMany = patternCountProblem(def);
+  const problems = tooMany ? [tooMany] : checkPolicyDefinition(def);
   if (problems.length > 0)
     throw invalid(`The rules for tool "${toolName}" cannot be saved: ${problems.join(' ')}`);
   return def;

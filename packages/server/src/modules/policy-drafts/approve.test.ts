@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { collectEvents, createKey } from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
+import { createDraftRepository } from './repository.js';
 
 const t = useTestApp();
 
@@ -304,6 +305,60 @@ describe('POST /v1/policy-drafts/:id/approve', () => {
       headers: keyHeader(tenant.apiKey),
     });
     expect(refund.json()).toMatchObject({ version: 1, mode: 'llm', constraints: [] });
+  });
+
+  it("refuses rules that would take the tool's policy past 64 patterns: 400, nothing applied, still pending", async () => {
+    const tenant = await createTenant(t);
+    const h = keyHeader(tenant.apiKey);
+    const regexes = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({ argumentName: `a${i}`, regex: `^v${i}$` }));
+    const created = await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: h,
+      payload: { toolName: 'pay', constraints: regexes(60) },
+    });
+    expect(created.statusCode).toBe(201);
+    const policyBefore = (await t.inject({ method: 'GET', url: '/v1/policies/pay', headers: h })).json();
+    // Within the limit alone (so the draft is written), past it added to pay's 60; refund is fine.
+    const rules = [
+      rule('cap', 'allow', ['refund'], [cond('amount', 'less_than', 50)]),
+      ...Array.from({ length: 5 }, (_, i) =>
+        rule(`m${i}`, 'allow', ['pay'], [cond(`arguments.b${i}`, 'matches', `^w${i}$`)]),
+      ),
+    ];
+    const id = await pendingDraft(tenant, rules);
+    const seen = collectEvents(t, tenant.orgId);
+    const res = await approve(tenant, id);
+    seen.stop();
+    expectError(res, 400, 'validation_failed');
+    expect(res.json().error.message).toContain('"pay"');
+    expect(res.json().error.message).toContain('at most 64 patterns');
+    expect(res.json().error.message).toContain('this one holds 65');
+    expect(seen.events).toEqual([]);
+    const draft = await t.inject({ method: 'GET', url: `/v1/policy-drafts/${id}`, headers: h });
+    expect(draft.json().data).toMatchObject({ status: 'pending_review', reviewedBy: null, reviewedAt: null });
+    expect((await t.inject({ method: 'GET', url: '/v1/policies/pay', headers: h })).json()).toEqual(
+      policyBefore,
+    );
+    const refund = await t.inject({ method: 'GET', url: '/v1/policies/refund', headers: h });
+    expectError(refund, 404, 'not_found');
+
+    // A draft written before the limit, holding 65 patterns on its own, is refused the same way.
+    const old = await pendingDraft(tenant, [RULES[2]!]);
+    const stored = Array.from({ length: 65 }, (_, i) =>
+      rule(`o${i}`, 'allow', ['lookup'], [cond(`c${i}`, 'starts_with', `k${i}`)]),
+    );
+    await createDraftRepository(t.store.db).updateIf(tenant.orgId, old, 'pending_review', {
+      rules: JSON.stringify(stored),
+      updated_at: new Date().toISOString(),
+    });
+    const refused = await approve(tenant, old);
+    expectError(refused, 400, 'validation_failed');
+    expect(refused.json().error.message).toContain('this one holds 65');
+    const still = await t.inject({ method: 'GET', url: `/v1/policy-drafts/${old}`, headers: h });
+    expect(still.json().data.status).toBe('pending_review');
+    expectError(await t.inject({ method: 'GET', url: '/v1/policies/lookup', headers: h }), 404, 'not_found');
   });
 
   it('approving a draft whose rules all skip changes no policy', async () => {

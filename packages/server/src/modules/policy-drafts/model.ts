@@ -1,7 +1,8 @@
 import type { Static } from '@sinclair/typebox';
-import { DRAFT_OPERATORS } from '@svc/policy-engine';
+import { compileDraftRules, DRAFT_OPERATORS, type DraftRule } from '@svc/policy-engine';
 import { hashJson } from '../../ledger/canonical.js';
 import { invalid } from '../../lib/errors.js';
+import { MAX_POLICY_PATTERNS, patternCountProblem } from '../policies/model.js';
 import type { DraftRow } from './repository.js';
 import type { DraftRuleSchema } from './schemas.js';
 
@@ -80,4 +81,43 @@ export function assertRules(rules: DraftRuleInput[]): void {
       }
     });
   });
+  assertPatternCounts(rules);
+}
+
+/** Operators whose condition becomes one pattern (`regex` or `notRegex`) of the tool's policy. */
+const PATTERN_OPERATORS: ReadonlySet<string> = new Set([
+  'matches',
+  'not_matches',
+  'contains',
+  'not_contains',
+  'starts_with',
+  'ends_with',
+]);
+
+/**
+ * Rules that alone give a tool more patterns than a policy may hold (MAX_POLICY_PATTERNS) could never
+ * be applied, since approving only adds them to the tool's policy: 400 naming the tools. Counted
+ * first without compiling (each pattern condition of an enabled rule, per tool it names: no fewer
+ * than compiling keeps, which drops duplicates and skipped rules); only rules past the limit by that
+ * count are compiled for the exact one. Approval counts again, with the tool's policy.
+ */
+function assertPatternCounts(rules: DraftRuleInput[]): void {
+  const bound = new Map<string, number>();
+  for (const rule of rules) {
+    if (rule.enabled === false) continue;
+    const n = rule.conditions.filter((c) => PATTERN_OPERATORS.has(c.operator)).length;
+    if (n === 0) continue;
+    for (const tool of new Set(rule.tools)) bound.set(tool, (bound.get(tool) ?? 0) + n);
+  }
+  if (![...bound.values()].some((n) => n > MAX_POLICY_PATTERNS)) return;
+  const problems: string[] = [];
+  for (const { toolName, constraints } of compileDraftRules(rules as DraftRule[]).policies) {
+    const tooMany = patternCountProblem({ constraints });
+    if (tooMany) problems.push(`tool "${toolName}": ${tooMany}`);
+  }
+  if (problems.length > 0) {
+    throw invalid(
+      `body/rules give a tool more patterns than its policy may hold, so they could never be applied: ${problems.join(' ')}`,
+    );
+  }
 }

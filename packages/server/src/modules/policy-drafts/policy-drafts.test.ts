@@ -125,6 +125,49 @@ describe('POST /v1/policy-drafts', () => {
   });
 });
 
+describe('the pattern limit of a policy (64) on draft rules', () => {
+  /** `n` rules for `tools`, each with one `contains` condition: one pattern each once compiled. */
+  const patterned = (n: number, tools = ['pay'], from = 0) =>
+    Array.from({ length: n }, (_, i) => ({
+      id: `p${from + i}`,
+      action: 'allow',
+      tools,
+      conditions: [{ field: `arguments.a${(from + i) % 7}`, operator: 'contains', value: `x${from + i}` }],
+      severity: 'high',
+    }));
+
+  it('refuses, on create and on PATCH, rules that alone would give a tool more than 64 patterns', async () => {
+    const tenant = await createTenant(t);
+    // 64 are approvable; so are rules past 64 that compile to no more (duplicates, disabled rules).
+    const within = [
+      ...patterned(64, ['pay', 'refund']),
+      { ...patterned(1, ['pay'], 0)[0]!, id: 'same-again' },
+      { ...patterned(1, ['pay'], 64)[0]!, enabled: false },
+    ];
+    const id = await createDraft(tenant, { rules: within });
+    const over = [...patterned(64), ...patterned(1, ['refund', 'pay'], 64)];
+    const created = await t.inject({
+      method: 'POST',
+      url: '/v1/policy-drafts',
+      headers: keyHeader(tenant.apiKey),
+      payload: draftBody(tenant, { rules: over }),
+    });
+    expectError(created, 400, 'validation_failed');
+    expect(created.json().error.message).toContain('body/rules');
+    expect(created.json().error.message).toContain('tool "pay"');
+    expect(created.json().error.message).toContain('at most 64 patterns');
+    expect(created.json().error.message).toContain('this one holds 65');
+    expect(created.json().error.message).not.toContain('tool "refund"');
+
+    const before = (await call(tenant, 'GET', `/${id}`)).json().data;
+    const patched = await call(tenant, 'PATCH', `/${id}`, { name: 'More', rules: over });
+    expectError(patched, 400, 'validation_failed');
+    expect(patched.json().error.message).toContain('at most 64 patterns');
+    expect((await call(tenant, 'GET', `/${id}`)).json().data).toEqual(before);
+    expect((await call(tenant, 'GET', '')).json().data).toHaveLength(1);
+  });
+});
+
 describe('GET /v1/policy-drafts', () => {
   it('lists the organization’s drafts, filtered by project and status', async () => {
     const tenant = await createTenant(t);
