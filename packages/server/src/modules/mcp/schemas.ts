@@ -21,8 +21,10 @@ const fields = {
   // Names and values are checked in the service, where the message can say which header is wrong.
   headers: Type.Record(Type.String(), Type.String()),
   projectId: Nullable(Type.String({ minLength: 1, maxLength: 200 })),
-  command: Type.String(),
-  args: Type.Array(Type.String()),
+  // The spec lists them among an upstream's fields; only an empty value (no process to start) is
+  // taken, since the service runs no local processes (the service refuses any other).
+  command: Nullable(Type.String({ maxLength: 2048 })),
+  args: Nullable(Type.Array(Type.String({ maxLength: 2048 }), { maxItems: 100 })),
 };
 
 /** Shorthand for Type.Optional, shared by the MCP schemas. */

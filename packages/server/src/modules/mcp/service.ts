@@ -77,14 +77,19 @@ export const toTarget = (row: UpstreamRow): UpstreamTarget => ({
   timeoutMs: row.timeout_ms,
 });
 
-function checkTransport(input: { transport?: string | undefined; command?: string; args?: string[] }): void {
+function checkTransport(input: {
+  transport?: string | undefined;
+  command?: string | null;
+  args?: string[] | null;
+}): void {
   if (input.transport === 'mcp-stdio') {
     throw invalid(
       'transport "mcp-stdio" is not supported: the service does not start local processes; ' +
         'run the server behind mcp-streamable-http or mcp-sse',
     );
   }
-  if (input.command !== undefined || input.args !== undefined) {
+  // Empty (an HTTP upstream's record as a client may send it whole) says there is no process to start.
+  if (input.command || (input.args && input.args.length > 0)) {
     throw invalid('command and args apply only to the mcp-stdio transport, which is not supported');
   }
 }

@@ -149,6 +149,8 @@ describe('MCP upstreams (control plane)', () => {
       body({ transport: 'mcp-stdio', command: 'npx', args: ['server'] }),
       body({ transport: 'mcp-stdio' }),
       body({ command: 'node' }),
+      body({ args: ['--stdio'] }),
+      body({ command: 1 }),
       body({ transport: 'websocket' }),
       body({ url: 'ftp://example.com/mcp' }),
       body({ url: 'not a url' }),
@@ -184,7 +186,8 @@ describe('MCP upstreams (control plane)', () => {
       { transport: 'mcp-stdio' },
       { url: 'file:///etc/passwd' },
       { timeoutMs: 0 },
-      { args: [] },
+      { args: ['server'] },
+      { command: 'node', args: [] },
     ]) {
       expectError(
         await t.inject({
@@ -203,6 +206,25 @@ describe('MCP upstreams (control plane)', () => {
       'missing_organization',
     );
     expectError(await t.inject({ method: 'GET', url: '/v1/mcp/upstreams' }), 401, 'unauthorized');
+  });
+
+  it('takes an empty command and args (no process to start), as the spec lists them among the fields', async () => {
+    const tenant = await createTenant(t);
+    for (const extra of [
+      { command: '', args: [] },
+      { command: null, args: null },
+    ]) {
+      const res = await create(tenant, body(extra));
+      expect(res.statusCode, res.body).toBe(201);
+      const patched = await t.inject({
+        method: 'PATCH',
+        url: `/v1/mcp/upstreams/${res.json().id}`,
+        headers: keyHeader(tenant.apiKey),
+        payload: { ...extra, timeoutMs: 5000 },
+      });
+      expect(patched.statusCode, patched.body).toBe(200);
+      expect(patched.json().timeoutMs).toBe(5000);
+    }
   });
 
   it('answers 409 slug_taken for a slug in use in the organization, and 404 for an unknown project', async () => {
