@@ -1,17 +1,34 @@
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { jwtVerify } from 'jose';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_FLAGS, SVC_BIN } from '../test/bin.js';
 import { useTestApp } from '../test/fixture.js';
-import { createTenant, freshDatabase, keyHeader, type Tenant } from '../test/helpers.js';
+import { createTenant, freshDatabase, keyHeader, TEST_PG_URL, type Tenant } from '../test/helpers.js';
+import { openStore } from './storage/db.js';
 
 const run = promisify(execFile);
+/** SOURCE_FLAGS that work from any directory: tsx found where this repository keeps it, not in the cwd. */
+const SOURCE_FLAGS_ANYWHERE = SOURCE_FLAGS.map((flag) =>
+  flag === 'tsx' ? pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href : flag,
+);
 const dir = mkdtempSync(join(tmpdir(), 'svc-cli-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -180,6 +197,8 @@ describe('svc command', () => {
     try {
       const svc = (...args: string[]) =>
         run('node', [...SOURCE_FLAGS, SVC_BIN, ...args], { env: env({ SVC_DATABASE_URL: db.url }) });
+      // The commands administer an existing store: the server (or svc migrate) creates it.
+      await svc('migrate');
       const first = await svc('keys', 'rotate');
       const kid = /^new signing key ([A-Za-z0-9_-]{43})\n/.exec(first.stdout)?.[1];
       expect(first.stdout).toBe(
@@ -206,6 +225,164 @@ describe('svc command', () => {
       expect(twice[1]).toContain(' published until ');
     } finally {
       await db.drop();
+    }
+  });
+
+  /** Every command that works on the server's store (not serve, migrate, or receipts verify). */
+  const ADMIN_COMMANDS = [
+    ['token', '--sub', 'alice'],
+    ['login-link', '--sub', 'alice'],
+    ['keys', 'list'],
+    ['keys', 'rotate'],
+  ];
+  type Outcome = { code: number | null; stdout: string; stderr: string };
+  const outcomeOf = (args: string[], options: { env: NodeJS.ProcessEnv; cwd?: string }) =>
+    run('node', [...SOURCE_FLAGS_ANYWHERE, SVC_BIN, ...args], { ...options, timeout: 30_000 }).then(
+      (r) => ({ code: 0 as number | null, stdout: r.stdout, stderr: r.stderr }),
+      (e: Outcome) => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
+    );
+
+  it('refuses to administer a SQLite store that does not exist, names its path, and creates nothing', async () => {
+    // From another directory, with the default (relative) URL; a mistyped file name in an existing
+    // folder; a path whose folder does not exist either.
+    const elsewhere = mkdtempSync(join(dir, 'elsewhere-'));
+    const folder = mkdtempSync(join(dir, 'typo-'));
+    const { SVC_DATABASE_URL: _url, ...noUrl } = env();
+    const places = [
+      { env: noUrl, cwd: elsewhere, path: join(elsewhere, 'data', 'svc.db'), relative: true },
+      { env: env({ SVC_DATABASE_URL: `sqlite:${join(folder, 'svc.bd')}` }), path: join(folder, 'svc.bd') },
+      {
+        env: env({ SVC_DATABASE_URL: `sqlite:${join(dir, 'no-such-folder', 'svc.db')}` }),
+        path: join(dir, 'no-such-folder', 'svc.db'),
+      },
+    ];
+    const cases = places.flatMap((place) => ADMIN_COMMANDS.map((args) => ({ place, args })));
+    const results = await fourAtATime(cases, ({ place, args }) =>
+      outcomeOf(args, { env: place.env, ...(place.cwd ? { cwd: place.cwd } : {}) }),
+    );
+    cases.forEach(({ place, args }, i) => {
+      const r = results[i]!;
+      expect({ args, code: r.code, stdout: r.stdout }).toEqual({ args, code: 1, stdout: '' });
+      expect(r.stderr, args.join(' ')).toContain(`svc: there is no store at ${place.path} (SVC_DATABASE_URL`);
+      expect(r.stderr, args.join(' ')).toContain(
+        "nothing was created; point SVC_DATABASE_URL at the server's store, or run svc migrate (or start the server) to create a new one",
+      );
+      if (place.relative) {
+        expect(r.stderr).toContain(`relative to the current directory ${place.cwd}`);
+      }
+      // One line, no stack trace.
+      expect(r.stderr.trim().split('\n'), args.join(' ')).toHaveLength(1);
+    });
+    // No store, no -wal/-shm, no secret or key file, no folder.
+    expect(readdirSync(elsewhere)).toEqual([]);
+    expect(readdirSync(folder)).toEqual([]);
+    expect(existsSync(join(dir, 'no-such-folder'))).toBe(false);
+  }, 200_000);
+
+  it('refuses to administer a store not migrated to this version, and migrates nothing', async () => {
+    const db = await freshDatabase();
+    const svc = (...args: string[]) => outcomeOf(args, { env: env({ SVC_DATABASE_URL: db.url }) });
+    const migrations = async () => {
+      const store = openStore(db.url, { existing: true });
+      try {
+        const { rows } = await sql<{ name: string }>`select name from kysely_migration order by name`.execute(
+          store.db,
+        );
+        return rows.map((r) => r.name);
+      } catch {
+        return null;
+      } finally {
+        await store.close();
+      }
+    };
+    const changed = async (statement: (name: string) => ReturnType<typeof sql>, name: string) => {
+      const store = openStore(db.url, { existing: true });
+      try {
+        await statement(name).execute(store.db);
+      } finally {
+        await store.close();
+      }
+    };
+    const refusedBy = async (...messages: string[]) => {
+      const results = await fourAtATime(ADMIN_COMMANDS, (args) => svc(...args));
+      ADMIN_COMMANDS.forEach((args, i) => {
+        const r = results[i]!;
+        expect({ args, code: r.code, stdout: r.stdout }).toEqual({ args, code: 1, stdout: '' });
+        for (const message of messages) expect(r.stderr, args.join(' ')).toContain(message);
+        expect(r.stderr.trim().split('\n'), args.join(' ')).toHaveLength(1);
+      });
+    };
+    try {
+      const where = TEST_PG_URL ? 'the database at SVC_DATABASE_URL' : 'the store at';
+      if (!TEST_PG_URL) {
+        // An empty file where the store should be (a stray one, or another program's).
+        const path = db.url.slice('sqlite:'.length);
+        mkdirSync(dirname(path), { recursive: true });
+        writeFileSync(path, '');
+      }
+      await refusedBy(
+        `svc: ${where}`,
+        "holds no svc tables: it is not the server's store, or it was never migrated; point SVC_DATABASE_URL at the server's store, or run svc migrate to set this one up",
+      );
+      expect(await migrations()).toBeNull();
+      if (!TEST_PG_URL) {
+        // The file is left as it was (not even switched to WAL), with nothing beside it: no
+        // secret, no signing keys, no -wal or -shm.
+        const path = db.url.slice('sqlite:'.length);
+        expect(statSync(path).size).toBe(0);
+        expect(readdirSync(dirname(path))).toEqual(['svc.db']);
+      }
+
+      // A store one migration behind this version of svc (an upgrade not yet migrated).
+      expect((await svc('migrate')).code).toBe(0);
+      const all = (await migrations())!;
+      const last = all.at(-1)!;
+      await changed((name) => sql`delete from kysely_migration where name = ${name}`, last);
+      await refusedBy(
+        `is not migrated to this version of svc (1 migration pending: ${last}): run svc migrate, or start the server (it migrates on start), then try again`,
+      );
+      expect(await migrations()).toEqual(all.slice(0, -1));
+
+      // A store migrated by a newer svc.
+      const record = (name: string) =>
+        sql`insert into kysely_migration (name, timestamp) values (${name}, ${new Date().toISOString()})`;
+      await changed(record, last);
+      await changed(record, '9999_from_a_newer_svc');
+      await refusedBy(
+        'was migrated by a newer version of svc (its migration 9999_from_a_newer_svc is unknown to this one): run that version of svc',
+      );
+
+      // Migrated to this version: the commands run.
+      await changed(
+        (name) => sql`delete from kysely_migration where name = ${name}`,
+        '9999_from_a_newer_svc',
+      );
+      const token = await svc('token', '--sub', 'alice');
+      expect({ code: token.code, stderr: token.stderr }).toEqual({ code: 0, stderr: '' });
+      expect(token.stdout).toMatch(/^ey/);
+      expect(await migrations()).toEqual(all);
+    } finally {
+      await db.drop();
+    }
+  }, 200_000);
+
+  it('names an unreachable or missing PostgreSQL database in one line, without a stack trace', async () => {
+    const results = await Promise.all(
+      ['postgres://svc:hunter2@127.0.0.1:1/svc', ...(TEST_PG_URL ? [TEST_PG_URL] : [])].map((url, i) => {
+        const target = new URL(url);
+        if (i === 1) target.pathname = '/svc_no_such_database';
+        return outcomeOf(['keys', 'list'], { env: env({ SVC_DATABASE_URL: target.toString() }) }).then(
+          (r) => ({ ...r, target }),
+        );
+      }),
+    );
+    for (const r of results) {
+      expect({ code: r.code, stdout: r.stdout }).toEqual({ code: 1, stdout: '' });
+      const user = r.target.username ? `${r.target.username}@` : '';
+      const shown = `${r.target.protocol}//${user}${r.target.host}${r.target.pathname}`;
+      expect(r.stderr).toContain(`svc: cannot connect to the database at SVC_DATABASE_URL (${shown}): `);
+      expect(r.stderr).not.toContain('hunter2');
+      expect(r.stderr.trim().split('\n')).toHaveLength(1);
     }
   });
 

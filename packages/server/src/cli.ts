@@ -1,5 +1,6 @@
 import { createReadStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { isAbsolute } from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import {
   type Checkpoint,
@@ -13,6 +14,7 @@ import {
 import { formatSeconds, loadConfig } from './config.js';
 import { parseTtl } from './lib/duration.js';
 import { LOGIN_LINK_MAX_TTL_SECONDS } from './modules/sessions/model.js';
+import type { Store } from './storage/db.js';
 
 // The server, the store and JWT signing load only for the commands that use them, so offline
 // commands (receipts verify) start quickly.
@@ -149,6 +151,84 @@ function persistentStore(databaseUrl: string, what: string): void {
   );
 }
 
+/**
+ * The store the server uses, for a command that works on it (token, login-link, keys). It must exist
+ * (SQLite: nothing is created, not even its folder) and be migrated to this version of svc. A command
+ * run from another folder, or given a mistyped path, used to create a new store and leave there what
+ * it made (a secret and the token signed with it, a link, a key) where no server would see it. And
+ * migrating a store is the operator's call (svc migrate, or starting the server), not a side effect of
+ * printing a token under a server that may still be running the previous version.
+ */
+async function openServerStore(databaseUrl: string): Promise<Store> {
+  const storage = await loadStorage();
+  let store: Store;
+  try {
+    store = storage.openStore(databaseUrl, { existing: true });
+  } catch (err) {
+    if (!(err instanceof storage.StoreNotFoundError)) throw err;
+    const path = databaseUrl.slice('sqlite:'.length);
+    const unset = !process.env.SVC_DATABASE_URL?.trim();
+    const from = `${unset ? 'SVC_DATABASE_URL is not set: the default ' : 'SVC_DATABASE_URL='}${databaseUrl}`;
+    const relative = isAbsolute(path) ? '' : `, relative to the current directory ${process.cwd()}`;
+    throw new Error(
+      `there is no store at ${err.path} (${from}${relative}): nothing was created; point SVC_DATABASE_URL ` +
+        "at the server's store, or run svc migrate (or start the server) to create a new one",
+    );
+  }
+  try {
+    const problem = await migrationProblem(store);
+    if (problem) {
+      const where = store.sqlitePath
+        ? `the store at ${store.sqlitePath} (SVC_DATABASE_URL)`
+        : `the database at SVC_DATABASE_URL (${storage.describeDatabaseUrl(databaseUrl)})`;
+      throw new Error(`${where} ${problem}`);
+    }
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
+  return store;
+}
+
+/** The migrations recorded in `store`, where migrateToLatest keeps them (PostgreSQL: the current schema). */
+async function appliedMigrations(store: Store): Promise<string[]> {
+  const { DEFAULT_MIGRATION_TABLE: table, sql } = await import('kysely');
+  const exists =
+    store.dialect === 'postgres'
+      ? sql<{ n: number }>`select count(*) as n from information_schema.tables
+          where table_schema = current_schema() and table_name = ${table}`
+      : sql<{ n: number }>`select count(*) as n from sqlite_master where type = 'table' and name = ${table}`;
+  if (Number((await exists.execute(store.db)).rows[0]?.n) === 0) return [];
+  const { rows } = await sql<{ name: string }>`select name from ${sql.table(table)}`.execute(store.db);
+  return rows.map((r) => r.name);
+}
+
+/** What keeps this version of svc from using `store` as it is, or null. */
+async function migrationProblem(store: Store): Promise<string | null> {
+  const applied = await appliedMigrations(store);
+  if (applied.length === 0) {
+    return (
+      "holds no svc tables: it is not the server's store, or it was never migrated; point " +
+      "SVC_DATABASE_URL at the server's store, or run svc migrate to set this one up"
+    );
+  }
+  const { KNOWN_MIGRATIONS } = await import('./storage/migrate.js');
+  const known = new Set(KNOWN_MIGRATIONS);
+  const unknown = applied.filter((name) => !known.has(name)).sort();
+  if (unknown.length > 0) {
+    return `was migrated by a newer version of svc (its migration ${unknown[0]} is unknown to this one): run that version of svc`;
+  }
+  const pending = [...known].filter((name) => !applied.includes(name));
+  if (pending.length > 0) {
+    const names = pending.length > 3 ? `${pending.slice(0, 3).join(', ')}, …` : pending.join(', ');
+    return (
+      `is not migrated to this version of svc (${pending.length} migration${pending.length > 1 ? 's' : ''} ` +
+      `pending: ${names}): run svc migrate, or start the server (it migrates on start), then try again`
+    );
+  }
+  return null;
+}
+
 async function token(args: string[]): Promise<void> {
   const { values } = parseCommand(args, { sub: { type: 'string' }, ttl: { type: 'string', default: '1h' } });
   const sub = await subOption(values.sub);
@@ -167,10 +247,8 @@ async function token(args: string[]): Promise<void> {
     config.databaseUrl,
     'a token signed with a secret generated here is accepted by no server (or set SVC_JWT_SECRET)',
   );
-  const { openStore, migrateToLatest } = await loadStorage();
-  const store = openStore(config.databaseUrl);
+  const store = await openServerStore(config.databaseUrl);
   try {
-    if (store.dialect === 'postgres') await migrateToLatest(store);
     const secret = await resolveJwtSecret(config, store);
     console.log(await signUserToken(secret!, sub, ttl, config));
   } finally {
@@ -184,11 +262,9 @@ async function loginLink(args: string[]): Promise<void> {
   const ttl = ttlOption(values.ttl ?? '15m', LOGIN_LINK_MAX_TTL_SECONDS);
   const config = loadConfig();
   persistentStore(config.databaseUrl, 'a link stored there opens nothing');
-  const { openStore, migrateToLatest } = await loadStorage();
   const { createSessionService } = await import('./modules/sessions/service.js');
-  const store = openStore(config.databaseUrl);
+  const store = await openServerStore(config.databaseUrl);
   try {
-    await migrateToLatest(store);
     const sessions = createSessionService({
       db: store.db,
       clock: { now: () => new Date() },
@@ -214,12 +290,10 @@ async function keys(args: string[]): Promise<void> {
   }
   const config = loadConfig();
   persistentStore(config.databaseUrl, "the signing keys kept there are not the server's");
-  const { openStore, migrateToLatest } = await loadStorage();
   const { openSigningKeys, signingKeysOf } = await import('./signing/open.js');
   const { systemClock } = await import('./lib/clock.js');
-  const store = openStore(config.databaseUrl);
+  const store = await openServerStore(config.databaseUrl);
   try {
-    if (store.dialect === 'postgres') await migrateToLatest(store);
     if (action === 'rotate') {
       // Not opened first: opening a store without a key would generate one only to retire it at once.
       const r = await signingKeysOf(config, store, systemClock).rotate();

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,6 +16,7 @@ import {
   type PostgresTimeouts,
   probeSqliteWritable,
   type Store,
+  StoreNotFoundError,
   StoreUnavailableError,
 } from './db.js';
 
@@ -86,6 +87,44 @@ describe('the SQLite store', () => {
         `^cannot create the folder of the SQLite database at ${join(file, 'sub', 'svc.db')} \\(SVC_DATABASE_URL\\): `,
       ),
     );
+  });
+
+  it('opens only a file that exists when told to, creating and changing nothing', async () => {
+    const dir = tempDir();
+    const missing = join(dir, 'sub', 'svc.db');
+    let error: unknown;
+    try {
+      openStore(`sqlite:${missing}`, { existing: true });
+    } catch (err) {
+      error = err;
+    }
+    expect(error).toBeInstanceOf(StoreNotFoundError);
+    expect(error).toMatchObject({
+      path: missing,
+      message: `there is no SQLite database at ${missing} (SVC_DATABASE_URL)`,
+    });
+    // Not even the folder.
+    expect(readdirSync(dir)).toEqual([]);
+
+    // A file that is there opens as it is: an empty one stays empty (its journal mode unchanged).
+    const empty = join(dir, 'empty.db');
+    writeFileSync(empty, '');
+    const opened = openStore(`sqlite:${empty}`, { existing: true });
+    expect(opened.sqlitePath).toBe(empty);
+    await opened.ping();
+    await opened.close();
+    expect(statSync(empty).size).toBe(0);
+    expect(readdirSync(dir)).toEqual(['empty.db']);
+
+    // A store keeps its WAL mode; without the option a missing one is created, folder included.
+    const created = openStore(`sqlite:${missing}`);
+    await created.close();
+    const store = openStore(`sqlite:${missing}`, { existing: true });
+    try {
+      expect(store.sqlite!.pragma('journal_mode', { simple: true })).toBe('wal');
+    } finally {
+      await store.close();
+    }
   });
 
   // Root writes any file whatever its mode: the check runs `svc migrate` as another user.

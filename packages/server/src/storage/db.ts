@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import SQLite from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect, sql, type Transaction } from 'kysely';
@@ -38,13 +38,20 @@ const SQLITE_BUSY_TIMEOUT_MS = 5000;
 /**
  * A connection to the embedded database with the settings every connection to it uses. It waits up
  * to `busyTimeoutMs` for another connection's lock, from its first statement on (0: it never waits;
- * a statement that would fails at once with SQLITE_BUSY).
+ * a statement that would fails at once with SQLITE_BUSY). With `existing`, a missing file is an error
+ * (SQLITE_CANTOPEN) instead of a new, empty database, and the file keeps its journal mode: one that is
+ * not a store (an empty file, another program's database) is left as it was, and a store is in WAL
+ * mode already (every other connection sets it, and the file keeps it).
  */
-export function openSqliteHandle(path: string, busyTimeoutMs = SQLITE_BUSY_TIMEOUT_MS): SQLite.Database {
-  const handle = new SQLite(path, { timeout: busyTimeoutMs });
+export function openSqliteHandle(
+  path: string,
+  busyTimeoutMs = SQLITE_BUSY_TIMEOUT_MS,
+  existing = false,
+): SQLite.Database {
+  const handle = new SQLite(path, { timeout: busyTimeoutMs, fileMustExist: existing });
   try {
     // Durable before answered: WAL with synchronous=FULL fsyncs every commit.
-    handle.pragma('journal_mode = WAL');
+    if (!existing) handle.pragma('journal_mode = WAL');
     handle.pragma('synchronous = FULL');
     handle.pragma('foreign_keys = ON');
   } catch (err) {
@@ -96,11 +103,22 @@ function sqliteError(what: string, path: string, err: unknown, hint = ''): Error
   return out;
 }
 
-function openSqlite(url: string): Store {
+/** `openStore(url, { existing: true })` found no database file at `path` and created none. */
+export class StoreNotFoundError extends Error {
+  override name = 'StoreNotFoundError';
+  constructor(readonly path: string) {
+    super(`there is no SQLite database at ${path} (SVC_DATABASE_URL)`);
+  }
+}
+
+function openSqlite(url: string, existing: boolean): Store {
   const path = url.slice('sqlite:'.length);
   const inMemory = path === ':memory:' || path === '';
   const absolute = inMemory ? null : resolve(path);
-  if (absolute) {
+  // Checked first for a clear error; the open itself then refuses to create the file, so one removed
+  // in between is an error too, never a new database.
+  if (absolute && existing && !existsSync(absolute)) throw new StoreNotFoundError(absolute);
+  if (absolute && !existing) {
     try {
       mkdirSync(dirname(absolute), { recursive: true });
     } catch (err) {
@@ -119,7 +137,7 @@ function openSqlite(url: string): Store {
   };
   let handle: SQLite.Database;
   try {
-    handle = openSqliteHandle(where);
+    handle = openSqliteHandle(where, SQLITE_BUSY_TIMEOUT_MS, existing && absolute !== null);
   } catch (err) {
     // Switching a read-only file to WAL fails already.
     if (isSqliteReadOnly(err)) throw readOnly(err);
@@ -228,6 +246,13 @@ export interface StoreOptions {
   purpose?: 'serve' | 'command';
   /** PostgreSQL only: overrides of the purpose's timeouts (tests). */
   timeouts?: Partial<PostgresTimeouts>;
+  /**
+   * SQLite only: open the database file only if it exists (else StoreNotFoundError), creating
+   * nothing, not even its folder, and leaving its journal mode as it is. For commands that work on the
+   * server's store: a store they would create is not the one the server uses. Without it the file and
+   * its folder are created, in WAL mode.
+   */
+  existing?: boolean;
 }
 
 /** The store did not answer in time, or could not be reached: retry later (HTTP 503 where mapped). */
@@ -415,7 +440,7 @@ function connectError(err: unknown, target: string, connectMs: number): StoreUna
 }
 
 export function openStore(url: string, options: StoreOptions = {}): Store {
-  if (url.startsWith('sqlite:')) return openSqlite(url);
+  if (url.startsWith('sqlite:')) return openSqlite(url, options.existing === true);
   if (/^postgres(ql)?:\/\//.test(url)) return openPostgres(url, options);
   throw new Error('database URL must start with sqlite: or postgres://');
 }

@@ -48,6 +48,9 @@ const MIGRATIONS: Record<string, Migration> = {
   '0025_owed_receipt_indexes': m0025,
 };
 
+/** The names of the migrations this version of svc knows, in application order. */
+export const KNOWN_MIGRATIONS: readonly string[] = Object.keys(MIGRATIONS).sort();
+
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };
 
 export async function migrateToLatest(store: Store): Promise<string[]> {
