@@ -234,6 +234,79 @@ function httpUrl(name: string, value: string): string {
 const normalForm = (url: URL): string => url.href.replace(/\/+$/, '');
 
 /**
+ * The path the interactive reference is mounted at on this server: SVC_DOCS_URL's path, or /docs when
+ * it has none (documentation hosted at the root of another site).
+ */
+export function docsPathOf(docsUrl: string): string {
+  try {
+    const path = new URL(docsUrl).pathname.replace(/\/+$/, '');
+    return path === '' ? '/docs' : path;
+  } catch {
+    return '/docs';
+  }
+}
+
+/**
+ * First path segments of the service's own routes: the API (/v1), health, metrics, the OpenAPI
+ * document, WebSocket, the key set (/.well-known), and the dashboard's pages and files. The reference
+ * mounted under one of them would take a route (Fastify then refuses to start) or shadow one (a tool
+ * page of the dashboard, an API path that should answer 404). The OpenAPI tests hold this list to the
+ * routes the app registers.
+ */
+export const RESERVED_DOCS_SEGMENTS = [
+  'v1',
+  'healthz',
+  'readyz',
+  'metrics',
+  'openapi.json',
+  'ws',
+  '.well-known',
+  'index.html',
+  'assets',
+  'approvals',
+  'decisions',
+  'policies',
+  'drafts',
+  'charter',
+  'budgets',
+  'settings',
+] as const;
+
+/**
+ * SVC_DOCS_URL, whose path is where the reference is mounted on this server: not under one of the
+ * service's own routes, not SVC_BASE_URL itself (the dashboard's root), and in plain segments the
+ * router matches as written (it reads `:` and `*` as parameters, and matches paths percent-decoded).
+ * Unset, it is SVC_BASE_URL/docs.
+ */
+function docsUrl(value: string | null, base: string): string {
+  if (value === null) return `${base}/docs`;
+  const url = httpUrl('SVC_DOCS_URL', value);
+  const instead = `give the reference a path of its own such as ${base}/docs`;
+  if (url === base) {
+    throw new Error(
+      `SVC_DOCS_URL must not be SVC_BASE_URL itself, the root of this server where the dashboard is: ` +
+        `${instead}, got "${value}"`,
+    );
+  }
+  const path = docsPathOf(url);
+  const segments = path.split('/').slice(1);
+  if (!segments.every((s) => /^[A-Za-z0-9._~-]+$/.test(s))) {
+    throw new Error(
+      `SVC_DOCS_URL must have a path of letters, digits and - . _ ~ between slashes (the reference is ` +
+        `served at it), got "${value}"`,
+    );
+  }
+  const first = segments[0] ?? '';
+  if ((RESERVED_DOCS_SEGMENTS as readonly string[]).includes(first)) {
+    throw new Error(
+      `SVC_DOCS_URL must not have a path under /${first}, which the service's own routes use (the ` +
+        `reference is served at its path): ${instead}, got "${value}"`,
+    );
+  }
+  return url;
+}
+
+/**
  * SVC_BASE_URL at most 2048 characters: capsules name it as their issuer, which the capsule schema
  * caps at that length (a longer one would make every capsule mint fail).
  */
@@ -314,7 +387,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const p = port(env.PORT);
   const explicitBase = nonEmpty(env.SVC_BASE_URL);
   const base = explicitBase ? baseUrl(explicitBase) : defaultBaseUrl(host, p);
-  const docsUrl = nonEmpty(env.SVC_DOCS_URL);
   return {
     port: p,
     host,
@@ -326,7 +398,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     jwtAudience: nonEmpty(env.SVC_JWT_AUDIENCE),
     adminToken: nonEmpty(env.SVC_ADMIN_TOKEN),
     baseUrl: base,
-    docsUrl: docsUrl ? httpUrl('SVC_DOCS_URL', docsUrl) : `${base}/docs`,
+    docsUrl: docsUrl(nonEmpty(env.SVC_DOCS_URL), base),
     logLevel: logLevel(env.SVC_LOG_LEVEL),
     redisUrl: nonEmpty(env.SVC_REDIS_URL),
     redisPrefix: nonEmpty(env.SVC_REDIS_PREFIX) ?? 'svc:',

@@ -26,6 +26,7 @@ export const STATUS_BY_CODE = {
   expired: 410,
   payload_too_large: 413,
   unsupported_media_type: 415,
+  range_not_satisfiable: 416,
   request_timeout: 408,
   headers_too_large: 431,
   rate_limit_exceeded: 429,

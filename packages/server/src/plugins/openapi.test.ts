@@ -5,6 +5,7 @@ import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { setTier } from '../../test/approvals.js';
 import { useTestApp } from '../../test/fixture.js';
 import { asUser, createTenant, keyHeader, type Tenant, withTestApp } from '../../test/helpers.js';
+import { docsPathOf, loadConfig } from '../config.js';
 import { flowError } from '../modules/payments/flow-model.js';
 import { invoiceAnswer } from '../modules/payments/invoices.js';
 import { gatewayError } from '../modules/payments/model.js';
@@ -402,6 +403,57 @@ describe('the interactive reference', () => {
     expect(spec.json().openapi).toBe('3.1.0');
   });
 
+  it('answers Range on its assets as RFC 9110 has it: 206, 416 in the envelope, or the whole asset', async () => {
+    const url = '/docs/static/swagger-ui.css';
+    const whole = await t.inject({ method: 'GET', url });
+    expect(whole.statusCode).toBe(200);
+    const size = whole.rawPayload.length;
+    expect(size).toBeGreaterThan(1000);
+    const get = (range: string, more: Record<string, string> = {}) =>
+      t.inject({ method: 'GET', url, headers: { range, ...more } });
+    // No range overlaps the asset: 416 with its size, in the API's envelope.
+    for (const range of [`bytes=${size}-`, 'bytes=999999999-', 'bytes=-0', `bytes=${size}-,${size + 9}-`]) {
+      const res = await get(range);
+      expect([range, res.statusCode]).toEqual([range, 416]);
+      expect(res.headers['content-range']).toBe(`bytes */${size}`);
+      expect(res.json()).toEqual({ error: { code: 'range_not_satisfiable', message: expect.any(String) } });
+    }
+    // One satisfiable range (the unit is case-insensitive): 206 with that part.
+    for (const range of ['bytes=0-9', 'BYTES=0-9', 'bytes=0-9, ', 'bytes=-10']) {
+      const res = await get(range);
+      const start = range === 'bytes=-10' ? size - 10 : 0;
+      expect([range, res.statusCode]).toEqual([range, 206]);
+      expect(res.headers['content-range']).toBe(`bytes ${start}-${start + 9}/${size}`);
+      expect(res.rawPayload.equals(whole.rawPayload.subarray(start, start + 10)), range).toBe(true);
+    }
+    // A malformed Range or another unit is ignored: the whole asset.
+    const malformed = [
+      'bytes=abc',
+      'bytes=',
+      'bytes=5-2',
+      'bytes=0-1,x',
+      'bytes=--1',
+      'bytes 0-1',
+      'items=0-5',
+    ];
+    for (const range of malformed) {
+      const res = await get(range);
+      expect([range, res.statusCode]).toEqual([range, 200]);
+      expect(res.headers['content-range']).toBeUndefined();
+      expect(res.rawPayload.equals(whole.rawPayload), range).toBe(true);
+    }
+    // Only GET has range handling: HEAD ignores it, satisfiable or not.
+    for (const range of ['bytes=999999999-', 'bytes=0-9']) {
+      const res = await t.inject({ method: 'HEAD', url, headers: { range } });
+      expect([range, res.statusCode]).toEqual([range, 200]);
+      expect(res.headers['content-length']).toBe(String(size));
+    }
+    // An If-Range that no longer matches: the whole asset, whatever the range.
+    const stale = await get('bytes=999999999-', { 'if-range': '"another-version"' });
+    expect(stale.statusCode).toBe(200);
+    expect(stale.rawPayload.equals(whole.rawPayload)).toBe(true);
+  });
+
   it('moves to the path of SVC_DOCS_URL', async () => {
     await withTestApp({ docsUrl: 'https://api.example.com/reference' }, async (moved) => {
       expect((await moved.inject({ method: 'GET', url: '/reference' })).statusCode).toBe(200);
@@ -409,6 +461,34 @@ describe('the interactive reference', () => {
       const doc = (await moved.inject({ method: 'GET', url: '/openapi.json' })).json();
       expect(doc.externalDocs.url).toBe('https://api.example.com/reference');
     });
+  });
+});
+
+describe('SVC_DOCS_URL and the routes of the service', () => {
+  it("refuses as the reference's path every path of a route, and whatever lies under its first segment", () => {
+    const refused = (path: string) => {
+      try {
+        loadConfig({ SVC_DOCS_URL: `http://127.0.0.1:8080${path}` });
+        return false;
+      } catch (err) {
+        return /^SVC_DOCS_URL must not (have a path under|be SVC_BASE_URL)/.test((err as Error).message);
+      }
+    };
+    const own = docsPathOf(loadConfig({}).docsUrl);
+    const paths = routes
+      .map((r) => r.url)
+      .filter((url) => url !== own && !url.startsWith(`${own}/`))
+      // The part the router matches as written, up to the first parameter or wildcard.
+      .map((url) => {
+        const segments = url.split('/').filter((s) => s !== '');
+        const end = segments.findIndex((s) => s.includes(':') || s.includes('*'));
+        return `/${(end === -1 ? segments : segments.slice(0, end)).join('/')}`;
+      });
+    expect(paths).toEqual(expect.arrayContaining(['/v1/policies', '/healthz', '/approvals', '/']));
+    for (const path of new Set(paths)) {
+      expect(refused(path), path).toBe(true);
+      if (path !== '/') expect(refused(`${path}/reference`), `${path}/reference`).toBe(true);
+    }
   });
 });
 

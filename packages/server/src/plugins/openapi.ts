@@ -2,12 +2,20 @@ import { createRequire } from 'node:module';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import { type TSchema, Type } from '@sinclair/typebox';
-import type { FastifyInstance, FastifySchema, RouteOptions } from 'fastify';
-import type { Config } from '../config.js';
+import type {
+  FastifyError,
+  FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
+  FastifySchema,
+  RouteOptions,
+} from 'fastify';
+import { type Config, docsPathOf } from '../config.js';
 import type { EnvelopeBError } from '../lib/envelope-b.js';
 import { type ErrorCode, STATUS_BY_CODE } from '../lib/errors.js';
 import { OPTIONAL_BODY } from '../lib/schemas.js';
 import type { AuthMode } from './auth.js';
+import { errorHandlerA, sendError } from './errors.js';
 
 const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 
@@ -197,6 +205,8 @@ export const HANDLER_B = {
   invalidRequest: { status: 400, code: 'invalid_request', type: 'invalid_request' },
   invalidJson: { status: 400, code: 'invalid_json', type: 'invalid_request' },
   routeNotFound: { status: 404, code: 'route_not_found', type: 'invalid_request' },
+  /** A write that refers to a row deleted meanwhile (a foreign key the store refuses). */
+  resourceNotFound: { status: 404, code: 'resource_not_found', type: 'invalid_request' },
   payloadTooLarge: { status: 413, code: 'payload_too_large', type: 'invalid_request' },
   unsupportedMediaType: { status: 415, code: 'unsupported_media_type', type: 'invalid_request' },
   internal: { status: 500, code: 'internal_server_error', type: 'api_error' },
@@ -233,6 +243,8 @@ function standardB(route: RouteOptions, schema: FastifySchema, mode: AuthMode): 
     authed && tableCodeB('unauthorized'),
     keys && tableCodeB('invalid_api_key'),
     authed && tableCodeB('authorization_error'),
+    // Its organization, project or another row it refers to deleted after access was checked.
+    authed && writes && HANDLER_B.resourceNotFound,
     users && writes && tableCodeB('csrf_failed'),
     hasBody && HANDLER_B.payloadTooLarge,
     hasBody && HANDLER_B.unsupportedMediaType,
@@ -492,12 +504,52 @@ function optionalBodies({ openapiObject }: { openapiObject: Record<string, unkno
 
 /** The path the interactive reference is served at: SVC_DOCS_URL's path (default /docs). */
 export function docsPath(config: Pick<Config, 'docsUrl'>): string {
-  try {
-    const path = new URL(config.docsUrl).pathname.replace(/\/+$/, '');
-    return path === '' ? '/docs' : path;
-  } catch {
-    return '/docs';
-  }
+  return docsPathOf(config.docsUrl);
+}
+
+/** One range-spec of RFC 9110 §14.1.1: `first-last`, `first-` or `-suffix`; an int-range whose last is below its first is invalid. */
+function isByteRangeSpec(spec: string): boolean {
+  const suffix = /^-\d+$/.test(spec);
+  const int = /^(\d+)-(\d*)$/.exec(spec);
+  const [, first = '', last = ''] = int ?? [];
+  return suffix || (int !== null && (last === '' || BigInt(last) >= BigInt(first)));
+}
+
+/**
+ * The Range header as the reference's assets honour it (RFC 9110 §14.2): on GET only (a server must
+ * ignore it on any other method, HEAD included), and only a well-formed `bytes` ranges-specifier
+ * (the unit is case-insensitive; OWS around commas and empty list elements are allowed). Anything
+ * else is ignored: null, and the whole asset is sent. A valid one is returned in the plain form
+ * @fastify/send reads (`bytes=0-9,-5`), which would otherwise answer a malformed one as unsatisfiable.
+ */
+export function honouredRange(method: string, range: string | undefined): string | null {
+  if (method !== 'GET' || range === undefined) return null;
+  const specifier = /^bytes=(.*)$/i.exec(range.trim());
+  if (!specifier) return null;
+  const specs = specifier[1]!
+    .split(',')
+    .map((s) => s.replace(/^[ \t]+|[ \t]+$/g, ''))
+    .filter((s) => s !== '');
+  return specs.length > 0 && specs.every(isByteRangeSpec) ? `bytes=${specs.join(',')}` : null;
+}
+
+/**
+ * The reference's errors in envelope A, as the API's: a Range none of whose ranges overlaps the
+ * asset answers 416 `range_not_satisfiable` with the Content-Range that gives the asset's size
+ * (RFC 9110 §15.5.17), which @fastify/static hands on as a bare error without that header.
+ */
+function docsErrors(err: FastifyError, req: FastifyRequest, reply: FastifyReply): FastifyReply {
+  if (err.statusCode !== 416) return errorHandlerA(err, req, reply);
+  const contentRange = (err as { headers?: Record<string, string> }).headers?.['Content-Range'];
+  const size = /^bytes \*\/(\d+)$/.exec(contentRange ?? '')?.[1];
+  if (size !== undefined) reply.header('content-range', `bytes */${size}`);
+  return sendError(
+    reply,
+    'range_not_satisfiable',
+    size === undefined
+      ? 'No range of the Range header overlaps the file'
+      : `No range of the Range header overlaps the file's ${size} bytes`,
+  );
 }
 
 /**
@@ -549,6 +601,13 @@ export async function registerOpenApi(app: FastifyInstance, config: Config): Pro
     docs.addHook('onRoute', (route) => {
       route.config = { ...route.config, auth: 'none' };
     });
+    docs.addHook('onRequest', async (req) => {
+      if (req.raw.headers.range === undefined) return;
+      const range = honouredRange(req.method, req.raw.headers.range);
+      if (range === null) delete req.raw.headers.range;
+      else req.raw.headers.range = range;
+    });
+    docs.setErrorHandler(docsErrors);
     const prefix = docsPath(config);
     await docs.register(swaggerUi, { routePrefix: prefix });
     // Error documentation links (`doc_url` of envelope B) land on the reference, which lists every

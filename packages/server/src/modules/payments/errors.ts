@@ -1,8 +1,10 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { type EnvelopeBError, sendEnvelopeB } from '../../lib/envelope-b.js';
 import { AppError } from '../../lib/errors.js';
+import { HANDLER_B } from '../../plugins/openapi.js';
 import { SigningKeyMissingError } from '../../signing/model.js';
 import { isStoreUnavailable } from '../../storage/db.js';
+import { isForeignKeyViolation } from '../../storage/errors.js';
 import { GatewayError, gatewayError } from './model.js';
 
 /** Routes whose body is a capsule consume: their validation failures are capsule_payload_invalid. */
@@ -86,6 +88,18 @@ export function envelopeBErrorHandler(docsUrl: string) {
     const status = err.statusCode ?? 500;
     if (status >= 400 && status < 500) {
       return send(status, { type: 'invalid_request', code: 'invalid_request', message: err.message });
+    }
+    // A write referring to a row deleted meanwhile (its organization or project went after the
+    // request's access was checked): what it acts on is not found, as in envelope A, not a server error.
+    if (isForeignKeyViolation(err)) {
+      req.log.warn({ err }, 'a write referred to a row deleted meanwhile');
+      const gone = HANDLER_B.resourceNotFound;
+      return send(gone.status, {
+        type: gone.type,
+        code: gone.code,
+        message: 'What this request refers to was deleted meanwhile',
+        hint: 'its organization, project or another record it names was deleted while it ran',
+      });
     }
     if (isStoreUnavailable(err)) {
       req.log.error({ err }, 'the store did not answer');
