@@ -160,6 +160,21 @@ describe('evaluate', () => {
     expect(types).toEqual(['regex', 'not_regex', 'length']);
   });
 
+  it('reads one object under a dotted key and its nested path twice, as its JSON would be', () => {
+    // The service reads calls parsed from JSON, where the two are always distinct objects: an SDK
+    // deciding on the caller's objects, where they may be one, must give the same failures.
+    const policy = compilePolicy(det({ argumentName: 'p.q', maxItems: 1 }));
+    const shared = [1, 2];
+    const asObjects = evaluate(policy, { 'p.q': shared, p: { q: shared } });
+    const asJson = evaluate(policy, JSON.parse(JSON.stringify({ 'p.q': shared, p: { q: shared } })));
+    expect(asObjects).toEqual(asJson);
+    expect(asObjects.failedConstraints).toHaveLength(2);
+    // A scalar present under both names is still checked once.
+    expect(
+      evaluate(compilePolicy(det({ argumentName: 'p.q', maximum: 1 })), { 'p.q': 5, p: { q: 5 } }),
+    ).toMatchObject({ reason: 'p.q: must be at most 1 (got 5)' });
+  });
+
   it('denies llm policies with the documented reason', () => {
     const result = evaluate(compilePolicy({ mode: 'llm', llmConfig: { description: 'refunds only' } }), {});
     expect(result).toEqual({

@@ -18,10 +18,20 @@ function pathReader(name: string): (args: Record<string, unknown>) => unknown {
 }
 
 /**
+ * The same scalar (string, number, boolean, null). Objects and arrays never count as the same, even
+ * the same object twice: JSON has no shared references, so the service, which reads the call parsed
+ * from JSON, always meets two objects there, and an SDK deciding on the caller's own objects (where
+ * one object may sit under both names) must read them as the service does.
+ */
+const sameScalar = (a: unknown, b: unknown): boolean =>
+  Object.is(a, b) && (typeof a !== 'object' || a === null);
+
+/**
  * Builds a reader for every value one argument name refers to: the exact top-level key and, when the
  * name contains dots, the nested path too. A call may carry both (`{"payment.amount": 5, "payment":
  * {"amount": 500}}`) and the tool may read either, so checks apply to each reading that is present.
- * Returns the readings that are present, without repeating one value; an empty list when absent.
+ * Returns the readings that are present, without repeating one scalar value (an object or array is
+ * read twice, see sameScalar); an empty list when absent.
  */
 export function argumentReadings(name: string): (args: Record<string, unknown>) => unknown[] {
   if (!name.includes('.')) {
@@ -32,7 +42,7 @@ export function argumentReadings(name: string): (args: Record<string, unknown>) 
     const direct = hasOwn(args, name) ? args[name] : undefined;
     const nested = readPath(args);
     if (direct === undefined) return nested === undefined ? [] : [nested];
-    return nested === undefined || Object.is(nested, direct) ? [direct] : [direct, nested];
+    return nested === undefined || sameScalar(nested, direct) ? [direct] : [direct, nested];
   };
 }
 
