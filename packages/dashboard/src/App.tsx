@@ -4,6 +4,7 @@ import {
   api,
   loadSession,
   messageOf,
+  ORGANIZATION_SAVED,
   type Organization,
   onSessionEnded,
   type Session,
@@ -80,6 +81,16 @@ function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () 
       (err: Error) => setError(err.message),
     );
   }, [session.userId]);
+
+  // A rename on the Settings page: the menu shows the organization's new name at once.
+  useEffect(() => {
+    const saved = (e: Event) => {
+      const o = (e as CustomEvent<Organization>).detail;
+      setOrganizations((list) => list?.map((x) => (x._id === o._id ? { ...x, name: o.name } : x)) ?? list);
+    };
+    window.addEventListener(ORGANIZATION_SAVED, saved);
+    return () => window.removeEventListener(ORGANIZATION_SAVED, saved);
+  }, []);
 
   const choose = useCallback(
     (id: string) => {

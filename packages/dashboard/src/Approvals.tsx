@@ -5,7 +5,7 @@ import { useLiveEvents } from './live.js';
 import { batchOutcome, inBatches, queueChange, selectLabel, timeLeft } from './queue.js';
 import { inspect, jsonPieces, revealString } from './reveal.js';
 import { JsonBlock, Shown, Warnings } from './Shown.js';
-import { ErrorLine, isFirstClick, LiveStatus, TableHead, useReload } from './ui.js';
+import { ErrorLine, isFirstClick, LiveStatus, TableHead, useFocusReturn, useReload } from './ui.js';
 
 type Action = 'approve' | 'deny';
 
@@ -73,9 +73,14 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
     const next = cards?.[Math.min(after.index, cards.length - 1)];
     (next ?? headingRef.current)?.focus();
   }, [pending]);
+  // After the effect above (same render, later effect): a card it gave the focus to keeps it.
+  const returnFocus = useFocusReturn();
 
   async function resolve(ids: string[], action: Action) {
     const index = ids.length === 1 ? pending.findIndex((a) => a.id === ids[0]) : -1;
+    // The buttons are disabled while this runs, which takes the focus from the one pressed.
+    const from = document.activeElement;
+    const card = from instanceof HTMLElement ? from.closest<HTMLElement>('li.card') : null;
     setBusy(true);
     setMessage(null);
     try {
@@ -106,6 +111,9 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
       // still shown, and acting on one again would be refused.
       await reload();
       setBusy(false);
+      // Back to the button pressed; else (a batch done, the selection gone, an approval of yours
+      // given under dual control) its card, or the heading.
+      returnFocus(from, () => (card?.isConnected ? card : headingRef.current));
     }
   }
 

@@ -2,13 +2,26 @@ import { type FormEvent, useEffect, useId, useState } from 'react';
 import { usd } from './ApprovalDetails.js';
 import { api, type EconomicConfig, type EconomicStatus, type ScopeBudget } from './api.js';
 import type { PageProps } from './pages.js';
-import { ErrorLine, TableHead } from './ui.js';
+import { ErrorLine, TableHead, useFocusReturn } from './ui.js';
 
 const SCOPES = [
   ['session', 'Session'],
   ['agent', 'Agent'],
   ['category', 'Category'],
 ] as const;
+
+/**
+ * A duration in seconds as a person reads it, exactly: `90` is "1 min 30 s" (rounded to minutes it
+ * was "2 min", half a minute more than an approval waits), `3600` is "1 h".
+ */
+export function durationText(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  const parts: string[] = [];
+  if (s >= 3600) parts.push(`${Math.floor(s / 3600)} h`);
+  if (s % 3600 >= 60) parts.push(`${Math.floor((s % 3600) / 60)} min`);
+  if (s % 60 > 0 || s === 0) parts.push(`${s % 60} s`);
+  return parts.join(' ');
+}
 
 /**
  * Spend budgets: the organization's economic configuration (limits, approval thresholds, windows)
@@ -24,6 +37,7 @@ export function Budgets({ organizationId }: PageProps) {
   /** Why the configuration could not be read: it stays while figures are asked for. */
   const [configError, setConfigError] = useState<string | null>(null);
   const ids = { agent: useId(), session: useId(), category: useId() };
+  const returnFocus = useFocusReturn();
 
   useEffect(() => {
     api<EconomicConfig>('/v1/economic/config', { organizationId }).then(setConfig, (err: Error) =>
@@ -33,6 +47,8 @@ export function Budgets({ organizationId }: PageProps) {
 
   async function show(e: FormEvent) {
     e.preventDefault();
+    // Show figures is disabled while they are read: the focus comes back to it.
+    const from = document.activeElement;
     setBusy(true);
     setMessage(null);
     try {
@@ -47,6 +63,7 @@ export function Budgets({ organizationId }: PageProps) {
       setMessage((err as Error).message);
     } finally {
       setBusy(false);
+      returnFocus(from);
     }
   }
 
@@ -107,7 +124,7 @@ export function Budgets({ organizationId }: PageProps) {
             <p className="meta">
               Set by: {config.authority}. Approved payers: {c.approvedPayers.join(', ') || 'none'}
               {c.defaultPayer ? ` (default ${c.defaultPayer})` : ''}. Approvals wait{' '}
-              {Math.round(c.approvalWindowSeconds / 60)} min.
+              <span data-approval-window>{durationText(c.approvalWindowSeconds)}</span>.
             </p>
           </div>
         )}

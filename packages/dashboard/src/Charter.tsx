@@ -1,5 +1,5 @@
 import { describePolicy } from '@svc/policy-engine';
-import { type FormEvent, useEffect, useId, useState } from 'react';
+import { type FormEvent, useEffect, useId, useRef, useState } from 'react';
 import {
   ApiError,
   api,
@@ -14,7 +14,7 @@ import type { PageProps } from './pages.js';
 import { inspect, revealString } from './reveal.js';
 import { Link, usePath } from './router.js';
 import { CompactJson, Shown, Warnings } from './Shown.js';
-import { ErrorLine, TableHead, useReload } from './ui.js';
+import { ErrorLine, TableHead, useFocusReturn, useReload } from './ui.js';
 
 type Mode = 'auto' | 'chat' | 'compile';
 
@@ -54,14 +54,23 @@ function Chat({ organizationId }: { organizationId: string }) {
   const [mode, setMode] = useState<Mode>('auto');
   const [busy, setBusy] = useState(false);
   const [message, setMessage] = useState<string | null>(null);
-  const [pending, setPending] = useState<Verification[]>([]);
+  /** The changes waiting for review: null until read (not known to be none). */
+  const [pending, setPending] = useState<Verification[] | null>(null);
   const messageId = useId();
   const modeId = useId();
+  const textRef = useRef<HTMLTextAreaElement>(null);
+  const returnFocus = useFocusReturn();
+
+  /** Why the changes waiting for review could not be read (said beside them). */
+  const [listError, setListError] = useState<string | null>(null);
 
   const reload = useReload(
     async () => (await api<{ data: Verification[] }>('/v1/charter/verifications', { organizationId })).data,
-    setPending,
-    setMessage,
+    (data) => {
+      setPending(data);
+      setListError(null);
+    },
+    setListError,
     organizationId,
   );
 
@@ -69,6 +78,7 @@ function Chat({ organizationId }: { organizationId: string }) {
     e.preventDefault();
     const said = text.trim();
     if (!said) return;
+    const from = document.activeElement;
     setBusy(true);
     setMessage(null);
     setEntries((es) => [...es, { who: 'you', text: said }]);
@@ -87,6 +97,9 @@ function Chat({ organizationId }: { organizationId: string }) {
       setMessage(messageOf(err));
     } finally {
       setBusy(false);
+      // Send is disabled while Charter answers (and stays so once the box is emptied): the focus
+      // goes back to the message box, for the next message.
+      returnFocus(from, () => textRef.current);
     }
   }
 
@@ -113,6 +126,7 @@ function Chat({ organizationId }: { organizationId: string }) {
             Message
             <textarea
               id={messageId}
+              ref={textRef}
               value={text}
               onChange={(e) => setText(e.target.value)}
               maxLength={20_000}
@@ -140,6 +154,8 @@ function Chat({ organizationId }: { organizationId: string }) {
               onClick={() => {
                 setConversationId(undefined);
                 setEntries([]);
+                // This button goes with the conversation: the focus goes to the message box.
+                textRef.current?.focus();
               }}
             >
               New conversation
@@ -149,7 +165,11 @@ function Chat({ organizationId }: { organizationId: string }) {
       </section>
       <section aria-labelledby="reviews-title">
         <h2 id="reviews-title">Changes waiting for review</h2>
-        {pending.length === 0 ? (
+        <ErrorLine error={listError} alert />
+        {pending === null ? (
+          // Not read yet (or the read failed, as said above): not known to be none.
+          !listError && <p aria-busy="true">Loading…</p>
+        ) : pending.length === 0 ? (
           <p className="empty">No change is waiting.</p>
         ) : (
           <ul>
@@ -238,6 +258,8 @@ function Review({ id, organizationId, userId }: { id: string; organizationId: st
   const [attempt, setAttempt] = useState(0);
   const [busy, setBusy] = useState(false);
   const [message, setMessage] = useState<string | null>(null);
+  const statusRef = useRef<HTMLParagraphElement>(null);
+  const returnFocus = useFocusReturn();
 
   useEffect(() => {
     let stop = false;
@@ -283,6 +305,7 @@ function Review({ id, organizationId, userId }: { id: string; organizationId: st
 
   async function decide(action: 'approve' | 'reject') {
     if (!found) return;
+    const from = document.activeElement;
     setBusy(true);
     setMessage(null);
     const path = `/v1/charter/verifications/${found.v.id}`;
@@ -303,6 +326,8 @@ function Review({ id, organizationId, userId }: { id: string; organizationId: st
       }
     } finally {
       setBusy(false);
+      // Decided, the buttons are gone: the focus goes to what the change is now.
+      returnFocus(from, () => statusRef.current);
     }
   }
 
@@ -353,7 +378,7 @@ function Review({ id, organizationId, userId }: { id: string; organizationId: st
       <p className="description">
         <Shown text={v.summary} multiline />
       </p>
-      <p role="status" data-status={v.status}>
+      <p role="status" data-status={v.status} ref={statusRef} tabIndex={-1}>
         {v.status === 'pending'
           ? `Waiting for review since ${new Date(v.createdAt).toLocaleString()}. Nothing of it is live yet.`
           : `${v.status === 'approved' ? 'Approved' : 'Rejected'} by ${v.resolvedBy === userId ? `${v.resolvedBy} (you)` : v.resolvedBy}${v.resolvedAt ? ` on ${new Date(v.resolvedAt).toLocaleString()}` : ''}${v.applied?.length ? `: live as ${v.applied.map((a) => `${a.toolName} version ${a.version}`).join(', ')}` : ''}.`}

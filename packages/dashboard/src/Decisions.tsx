@@ -2,6 +2,7 @@ import { type FormEvent, Fragment, useCallback, useEffect, useId, useRef, useSta
 import { api, messageOf, query } from './api.js';
 import {
   arrivalText,
+  dateQuery,
   datesAdmitNow,
   type Filters,
   filterProblem,
@@ -15,7 +16,7 @@ import { useCoalesced, useLiveEvents } from './live.js';
 import type { PageProps } from './pages.js';
 import { inspect, jsonPieces, revealString } from './reveal.js';
 import { JsonBlock, Shown, Warnings } from './Shown.js';
-import { ErrorLine, Field, LiveStatus, ProjectOptions } from './ui.js';
+import { ErrorLine, Field, focusLost, LiveStatus, ProjectOptions, useFocusReturn } from './ui.js';
 import { type ChainVerification, verifyChain, verifyOneReceipt } from './verify.js';
 
 interface Decision {
@@ -79,8 +80,11 @@ export function Decisions({ organizationId }: PageProps) {
   /** What arrived since the live region last spoke, and the waiting count it last said. */
   const heard = useRef<Heard>({ shown: 0, tools: [], waiting: 0 });
   const saidWaiting = useRef(0);
-  /** Set by "Show new decisions": the focus goes to the list once it is read. */
-  const focusList = useRef(false);
+  /**
+   * Set by "Show new decisions": the focus goes to the list once it is read. Set to 'lost' by the
+   * pager: the focus goes there only if the button pressed lost it (disabled on the last page).
+   */
+  const focusList = useRef<boolean | 'lost'>(false);
   const summaryRef = useRef<HTMLParagraphElement>(null);
   const ids = useId();
 
@@ -98,7 +102,7 @@ export function Decisions({ organizationId }: PageProps) {
       const key = JSON.stringify(filters);
       try {
         const res = await api<{ data: Decision[]; pagination: { total: number } }>(
-          `/v1/decisions${query({ ...filters, limit: PAGE, offset })}`,
+          `/v1/decisions${query({ ...filters, ...dateQuery(filters), limit: PAGE, offset })}`,
           { organizationId },
         );
         if (read !== reads.current) return;
@@ -150,7 +154,7 @@ export function Decisions({ organizationId }: PageProps) {
     const read = reads.current;
     try {
       const res = await api<{ pagination: { total: number } }>(
-        `/v1/decisions${query({ ...filters, limit: 1, offset: 0 })}`,
+        `/v1/decisions${query({ ...filters, ...dateQuery(filters), limit: 1, offset: 0 })}`,
         { organizationId },
       );
       // A list read since counts from its own total.
@@ -185,8 +189,9 @@ export function Decisions({ organizationId }: PageProps) {
 
   useEffect(() => {
     if (!focusList.current || !rows) return;
+    const onlyIfLost = focusList.current === 'lost';
     focusList.current = false;
-    summaryRef.current?.focus();
+    if (!onlyIfLost || focusLost()) summaryRef.current?.focus();
   }, [rows]);
 
   useEffect(() => {
@@ -328,7 +333,10 @@ export function Decisions({ organizationId }: PageProps) {
               type="button"
               className="secondary"
               disabled={offset === 0}
-              onClick={() => setOffset(Math.max(0, offset - PAGE))}
+              onClick={() => {
+                focusList.current = 'lost';
+                setOffset(Math.max(0, offset - PAGE));
+              }}
             >
               Newer
             </button>
@@ -336,7 +344,11 @@ export function Decisions({ organizationId }: PageProps) {
               type="button"
               className="secondary"
               disabled={offset + rows.length >= total}
-              onClick={() => setOffset(offset + PAGE)}
+              onClick={() => {
+                // Disabled once on the last page, this button loses the focus: it goes to the range.
+                focusList.current = 'lost';
+                setOffset(offset + PAGE);
+              }}
             >
               Older
             </button>
@@ -421,6 +433,7 @@ function Receipt({ decision, organizationId }: { decision: Decision; organizatio
   const [check, setCheck] = useState<string | null>(null);
   const [checkOk, setCheckOk] = useState<boolean | null>(null);
   const [busy, setBusy] = useState(false);
+  const returnFocus = useFocusReturn();
 
   useEffect(() => {
     api<Record<string, unknown>>(`/v1/decisions/${decision.id}/receipt`, { organizationId }).then(
@@ -431,6 +444,7 @@ function Receipt({ decision, organizationId }: { decision: Decision; organizatio
 
   const verify = async () => {
     if (!receipt) return;
+    const from = document.activeElement;
     setBusy(true);
     setCheck(null);
     try {
@@ -446,6 +460,7 @@ function Receipt({ decision, organizationId }: { decision: Decision; organizatio
       setCheck(`Could not verify: ${messageOf(err)}`);
     } finally {
       setBusy(false);
+      returnFocus(from);
     }
   };
 
@@ -497,8 +512,11 @@ function ChainCheck({ organizationId }: { organizationId: string }) {
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
   const [signed, setSigned] = useState<string | null>(null);
+  // Both buttons are disabled while either runs: the focus comes back to the one pressed.
+  const returnFocus = useFocusReturn();
 
   const verify = async () => {
+    const from = document.activeElement;
     setBusy(true);
     setResult(null);
     setError(null);
@@ -513,10 +531,12 @@ function ChainCheck({ organizationId }: { organizationId: string }) {
       setError(`The chain could not be verified: ${messageOf(err)}`);
     } finally {
       setBusy(false);
+      returnFocus(from);
     }
   };
 
   const sign = async () => {
+    const from = document.activeElement;
     setBusy(true);
     setSigned(null);
     setResult(null);
@@ -531,6 +551,7 @@ function ChainCheck({ organizationId }: { organizationId: string }) {
       setError(messageOf(err));
     } finally {
       setBusy(false);
+      returnFocus(from);
     }
   };
 

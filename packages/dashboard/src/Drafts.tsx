@@ -1,9 +1,9 @@
-import { useId, useMemo, useState } from 'react';
+import { useId, useMemo, useRef, useState } from 'react';
 import { ApiError, api, type DraftReplay, type DraftRule, messageOf, type PolicyDraft } from './api.js';
 import type { PageProps } from './pages.js';
 import { inspect, revealString } from './reveal.js';
 import { CompactJson, Shown, Warnings } from './Shown.js';
-import { ErrorLine, isFirstClick, TableHead, useReload } from './ui.js';
+import { ErrorLine, isFirstClick, TableHead, useFocusReturn, useReload } from './ui.js';
 
 const STATUS_LABEL: Record<PolicyDraft['status'], string> = {
   draft: 'Being written',
@@ -27,6 +27,49 @@ export function replayLimit(text: string): number | null {
   if (!/^\s*\d+\s*$/.test(text)) return null;
   const n = Number(text);
   return n >= 1 && n <= REPLAY_MAX ? n : null;
+}
+
+/** What approving a draft answers: the policies it changed, and the rules it could not apply. */
+export interface Approved {
+  applied?: { toolName: string; version: number }[];
+  skipped?: { ruleId: string; toolName?: string; reason: string }[];
+}
+
+/**
+ * What approving did, in words: the policies changed, and each rule left out with the reason (a
+ * rule whose action cannot become a constraint, a tool whose policy is in LLM mode). `applied` is
+ * false when nothing at all was applied: the draft is approved, yet nothing of it is enforced.
+ * Agent-supplied text (rule ids, tool names, reasons) is revealed.
+ */
+export function approvalOutcome(res: Approved): { text: string; applied: boolean } {
+  const applied = res.applied ?? [];
+  const skipped = (res.skipped ?? []).map(
+    (s) =>
+      `rule ${revealString(s.ruleId)}${s.toolName ? ` for ${revealString(s.toolName)}` : ''}: ${revealString(s.reason)}`,
+  );
+  const done = applied.map((p) => `${revealString(p.toolName)} version ${p.version}`).join(', ');
+  if (applied.length === 0) {
+    return {
+      text: `Approved, but nothing was applied: no policy changed.${skipped.length > 0 ? ` Not applied: ${skipped.join('; ')}.` : ''}`,
+      applied: false,
+    };
+  }
+  return {
+    text: `Applied: ${done}.${skipped.length > 0 ? ` Not applied: ${skipped.join('; ')}.` : ''}`,
+    applied: true,
+  };
+}
+
+/**
+ * The first line of a replay's result. A replay with no tool to read (every rule of the draft left
+ * out, as listed below it) examined nothing because there was nothing to replay, not for want of
+ * recorded decisions.
+ */
+export function replaySummary(replay: Pick<DraftReplay, 'tools' | 'examined' | 'changed'>): string {
+  if (replay.tools.length === 0) return 'Nothing to replay: no rule of this draft can be applied.';
+  const tools = revealString(replay.tools.join(', '));
+  if (replay.examined === 0) return `No recorded decision for ${tools}.`;
+  return `Of the last ${replay.examined} decisions for ${tools}, ${replay.changed.length} would have ended differently.`;
 }
 
 /** Policy drafts agents proposed: their rules, what they would have changed, approve or reject. */
@@ -58,7 +101,8 @@ export function Drafts({ organizationId }: PageProps) {
       </p>
       <ErrorLine error={message} alert />
       {drafts === null ? (
-        <p aria-busy="true">Loading…</p>
+        // A first read that failed is said above: not loading any more (it said so forever).
+        !message && <p aria-busy="true">Loading…</p>
       ) : drafts.length === 0 ? (
         <p className="empty">No agent has proposed a draft.</p>
       ) : (
@@ -85,22 +129,29 @@ function DraftCard({
   /** The last replay, with the revision of the draft it ran on. */
   const [replay, setReplay] = useState<{ revision: string; data: DraftReplay } | null>(null);
   const [busy, setBusy] = useState(false);
-  const [message, setMessage] = useState<string | null>(null);
+  /** What the last action said: an error, or what approving applied (a warning if nothing). */
+  const [message, setMessage] = useState<{ text: string; kind: 'ok' | 'warn' | 'error' } | null>(null);
   const limitId = useId();
   const titleId = useId();
+  const cardRef = useRef<HTMLLIElement>(null);
+  const returnFocus = useFocusReturn();
 
   const found = useMemo(() => inspect(d.name, d.description, d.createdByAgentId, d.reviewedBy, d.rules), [d]);
 
   async function run<T>(work: () => Promise<T>): Promise<T | undefined> {
+    // The buttons are disabled while this runs (approving removes them): the focus comes back to
+    // the one pressed, else to the card, rather than to the top of the page.
+    const from = document.activeElement;
     setBusy(true);
     setMessage(null);
     try {
       return await work();
     } catch (err) {
-      setMessage(messageOf(err));
+      setMessage({ text: messageOf(err), kind: 'error' });
       return undefined;
     } finally {
       setBusy(false);
+      returnFocus(from, () => cardRef.current);
     }
   }
 
@@ -118,13 +169,16 @@ function DraftCard({
       if (data.revision !== d.revision) {
         // Edited since this card was read: show the rules that were replayed beside their results.
         await onChanged();
-        setMessage('The draft was edited since this page read it: these are its rules now, as replayed.');
+        setMessage({
+          text: 'The draft was edited since this page read it: these are its rules now, as replayed.',
+          kind: 'warn',
+        });
       }
     });
 
   const decide = (action: 'approve' | 'reject') =>
     run(async () => {
-      const res = await api<{ applied?: { toolName: string; version: number }[] }>(
+      const res = await api<Approved>(
         `/v1/policy-drafts/${d.id}/${action}`,
         // Approving applies the rules shown on this card or nothing, and rejecting rejects them or
         // nothing: 409 if the draft was edited since it was shown.
@@ -136,15 +190,16 @@ function DraftCard({
           await onChanged();
         throw err;
       });
-      if (res.applied)
-        setMessage(
-          `Applied: ${res.applied.map((p) => `${p.toolName} version ${p.version}`).join(', ') || 'nothing'}`,
-        );
+      if (res.applied) {
+        const outcome = approvalOutcome(res);
+        setMessage({ text: outcome.text, kind: outcome.applied ? 'ok' : 'warn' });
+      }
       await onChanged();
     });
 
   return (
-    <li className="card" data-draft-id={d.id} aria-labelledby={titleId}>
+    // Focusable so that the focus can come back here once its approve or reject buttons are gone.
+    <li className="card" data-draft-id={d.id} aria-labelledby={titleId} ref={cardRef} tabIndex={-1}>
       <div className="card-head">
         <h2 id={titleId} className="tool" style={{ margin: 0 }}>
           <Shown text={d.name} />
@@ -228,8 +283,12 @@ function DraftCard({
         )}
       </div>
       {message && (
-        <p role="status" className={message.startsWith('Applied') ? undefined : 'error'}>
-          {message}
+        <p
+          role="status"
+          className={message.kind === 'ok' ? undefined : message.kind}
+          data-outcome={message.kind}
+        >
+          {message.text}
         </p>
       )}
       {replay &&
@@ -248,11 +307,7 @@ function DraftCard({
 function ReplayResult({ replay }: { replay: DraftReplay }) {
   return (
     <div className="replay" data-replay>
-      <p role="status">
-        {replay.examined === 0
-          ? 'No recorded decision for the tools of this draft.'
-          : `Of the last ${replay.examined} decisions for ${revealString(replay.tools.join(', '))}, ${replay.changed.length} would have ended differently.`}
-      </p>
+      <p role="status">{replaySummary(replay)}</p>
       {replay.truncated && (
         <p className="warn" data-replay-truncated>
           The replay stopped after {replay.examined} decisions: their arguments reached 16 MiB. Older

@@ -13,7 +13,16 @@ import type { PageProps } from './pages.js';
 import { revealString } from './reveal.js';
 import { Link, navigate, usePath } from './router.js';
 import { Shown } from './Shown.js';
-import { ACTIONS_COLUMN, ConfirmButton, ErrorLine, Field, TableHead, useBusy, useList } from './ui.js';
+import {
+  ACTIONS_COLUMN,
+  ConfirmButton,
+  ErrorLine,
+  Field,
+  TableHead,
+  useBusy,
+  useFocusReturn,
+  useList,
+} from './ui.js';
 
 interface Policy {
   toolName: string;
@@ -243,6 +252,8 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
   const [versions, setVersions] = useState<PolicyVersion[]>([]);
   const [tools, setTools] = useState<string[]>([]);
   const parsed = parseDefinition(text);
+  // Save, Activate and Delete are disabled while one runs: the focus comes back to the one pressed.
+  const returnFocus = useFocusReturn();
 
   /**
    * The policy as it is now, and its history; null (with the reason shown) when it cannot be read.
@@ -353,6 +364,7 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
   const save = async (e: FormEvent) => {
     e.preventDefault();
     if (!parsed.ok) return;
+    const from = document.activeElement;
     setBusy(true);
     setError(null);
     setMessage(null);
@@ -384,11 +396,13 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
       if (!(await refused(err, 'Nothing was saved.'))) setError(messageOf(err));
     } finally {
       setBusy(false);
+      returnFocus(from);
     }
   };
 
   const act = async (action: 'activate' | 'deactivate' | 'delete') => {
     if (!toolName) return;
+    const from = document.activeElement;
     setBusy(true);
     setError(null);
     setMessage(null);
@@ -413,6 +427,9 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
     } finally {
       setBusy(false);
       setConfirmDelete(false);
+      // Delete refused: its confirm button is gone with the question, the focus goes to Delete
+      // (ConfirmButton's own). Activate or Deactivate: the same button, its label changed.
+      returnFocus(from);
     }
   };
 
@@ -574,7 +591,8 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
         </form>
       )}
 
-      <DryRun text={text} />
+      {/* Only beside a definition: without one (no such policy, or not read yet) there is nothing to try. */}
+      {(!toolName || policy) && <DryRun text={text} />}
 
       {toolName && versions.length > 0 && (
         <section aria-labelledby={`${ids}-history`}>

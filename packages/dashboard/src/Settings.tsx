@@ -1,5 +1,5 @@
 import { type FormEvent, type ReactNode, useEffect, useId, useRef, useState } from 'react';
-import { api, messageOf, type Organization, query } from './api.js';
+import { api, messageOf, ORGANIZATION_SAVED, type Organization, query } from './api.js';
 import type { PageProps } from './pages.js';
 import { keyPrefixShown, revealString } from './reveal.js';
 import { Shown } from './Shown.js';
@@ -8,9 +8,11 @@ import {
   ConfirmButton,
   ErrorLine,
   Field,
+  type FocusTarget,
   ProjectOptions,
   TableHead,
   useBusy,
+  useFocusReturn,
   useList,
   useReload,
 } from './ui.js';
@@ -58,6 +60,8 @@ interface Upstream {
 interface Secret {
   label: string;
   key: string;
+  /** Where the focus goes once it is put away (the box had it): the form that made it. */
+  returnTo: FocusTarget;
 }
 
 /** Settings of the organization: its projects, API keys, MCP upstreams, name and plan. */
@@ -68,6 +72,7 @@ export function Settings({ organizationId }: PageProps) {
   const [secret, setSecret] = useState<Secret | null>(null);
   const [keysVersion, setKeysVersion] = useState(0);
   const projects = loaded ?? [];
+  const returnFocus = useFocusReturn();
 
   // The latest read wins: the page's first read, answering after the one that follows a new project,
   // would take the new project off the list.
@@ -88,14 +93,24 @@ export function Settings({ organizationId }: PageProps) {
         <h1>Settings</h1>
       </div>
       {/* Keyed by the key: a second secret moves the focus to itself again. */}
-      {secret && <SecretBox key={secret.key} secret={secret} onDone={() => setSecret(null)} />}
+      {secret && (
+        <SecretBox
+          key={secret.key}
+          secret={secret}
+          onDone={() => {
+            setSecret(null);
+            // The box had the focus and is gone: back to the form that made the secret.
+            returnFocus(null, secret.returnTo);
+          }}
+        />
+      )}
       <OrganizationSection organizationId={organizationId} />
       <ProjectsSection
         organizationId={organizationId}
         projects={loaded}
         error={projectsError}
-        onCreated={async (project, key) => {
-          setSecret({ label: `API key of the new project ${project.name}`, key });
+        onCreated={async (project, key, returnTo) => {
+          setSecret({ label: `API key of the new project ${project.name}`, key, returnTo });
           await loadProjects();
           setKeysVersion((v) => v + 1);
         }}
@@ -105,22 +120,29 @@ export function Settings({ organizationId }: PageProps) {
         organizationId={organizationId}
         projects={projects}
         projectsLoaded={loaded !== null}
-        onCreated={(name, key) => setSecret({ label: `API key ${name}`, key })}
+        onCreated={(name, key, returnTo) => setSecret({ label: `API key ${name}`, key, returnTo })}
       />
       <UpstreamsSection organizationId={organizationId} projects={projects} />
     </>
   );
 }
 
-function Section({ title, children }: { title: string; children: ReactNode }) {
-  const id = useId();
+/** A panel with its heading; `headingId` names the heading, which can then take the focus. */
+function Section({ title, headingId, children }: { title: string; headingId?: string; children: ReactNode }) {
+  const own = useId();
+  const id = headingId ?? own;
   return (
     <section className="panel" aria-labelledby={id}>
-      <h2 id={id}>{title}</h2>
+      <h2 id={id} tabIndex={headingId ? -1 : undefined}>
+        {title}
+      </h2>
       {children}
     </section>
   );
 }
+
+/** The element of that id, once the page has rendered (a focus target). */
+const byId = (id: string) => () => document.getElementById(id);
 
 /** A required name of at most 100 characters, with its label. */
 function NameField({
@@ -141,9 +163,25 @@ function NameField({
   );
 }
 
+/**
+ * Copies `text` to the clipboard. False where the browser gives the page no clipboard (a page served
+ * over plain HTTP from anywhere but this machine is not a secure context) or refuses the write.
+ */
+async function copyText(text: string): Promise<boolean> {
+  if (!navigator.clipboard?.writeText) return false;
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function SecretBox({ secret, onDone }: { secret: Secret; onDone: () => void }) {
-  const [copied, setCopied] = useState(false);
+  /** Whether the last Copy worked; null before any. */
+  const [copied, setCopied] = useState<boolean | null>(null);
   const box = useRef<HTMLDivElement>(null);
+  const code = useRef<HTMLElement>(null);
   // Shown at the top of the page, far from the button that made it: brought into view, and the focus
   // moved to it, so that nobody leaves without having seen it.
   useEffect(() => {
@@ -156,16 +194,18 @@ function SecretBox({ secret, onDone }: { secret: Secret; onDone: () => void }) {
         <strong>{secret.label}</strong>: copy it now. It is shown only this once; the service keeps only its
         hash.
       </p>
-      <code data-secret>{secret.key}</code>
+      <code data-secret ref={code}>
+        {secret.key}
+      </code>
       <div className="actions">
         <button
           type="button"
-          onClick={() =>
-            navigator.clipboard?.writeText(secret.key).then(
-              () => setCopied(true),
-              () => setCopied(false),
-            )
-          }
+          onClick={async () => {
+            const ok = await copyText(secret.key);
+            setCopied(ok);
+            // Not copied: the key is selected, for the person to copy it (Ctrl+C) themselves.
+            if (!ok && code.current) window.getSelection()?.selectAllChildren(code.current);
+          }}
         >
           {copied ? 'Copied' : 'Copy'}
         </button>
@@ -173,6 +213,12 @@ function SecretBox({ secret, onDone }: { secret: Secret; onDone: () => void }) {
           I have stored it
         </button>
       </div>
+      {copied === false && (
+        <p role="alert" className="error" data-copy-failed>
+          This browser did not let the page copy the key: it is selected above, copy it yourself (Ctrl+C or
+          ⌘C).
+        </p>
+      )}
     </div>
   );
 }
@@ -183,7 +229,8 @@ function OrganizationSection({ organizationId }: { organizationId: string }) {
   const [name, setName] = useState('');
   const [error, setError] = useState<string | null>(null);
   const [message, setMessage] = useState<string | null>(null);
-  const { busy, run } = useBusy(setError);
+  // Renamed, the button is disabled (the name is the organization's): the focus goes to the name.
+  const { busy, run } = useBusy(setError, byId(`${ids}-name`));
 
   useEffect(() => {
     api<Organization>(`/v1/organizations/${organizationId}`, { organizationId }).then(
@@ -208,7 +255,8 @@ function OrganizationSection({ organizationId }: { organizationId: string }) {
       setOrg(o);
       // What was typed while the rename was on its way stays.
       setName((n) => (n.trim() === sent ? o.name : n));
-      setMessage('Saved. The organization menu shows the new name after a reload.');
+      window.dispatchEvent(new CustomEvent<Organization>(ORGANIZATION_SAVED, { detail: o }));
+      setMessage('Saved.');
     });
   };
 
@@ -254,12 +302,12 @@ function ProjectsSection({
   projects: Project[] | null;
   /** Why the projects could not be read. */
   error: string | null;
-  onCreated: (project: Project, key: string) => Promise<void>;
+  onCreated: (project: Project, key: string, returnTo: FocusTarget) => Promise<void>;
 }) {
   const ids = useId();
   const [name, setName] = useState('');
   const [error, setError] = useState<string | null>(null);
-  const { busy, run } = useBusy(setError);
+  const { busy, run } = useBusy(setError, byId(`${ids}-name`));
 
   const create = async (e: FormEvent) => {
     e.preventDefault();
@@ -270,7 +318,7 @@ function ProjectsSection({
         organizationId,
       });
       setName('');
-      await onCreated(p, p.apiKey);
+      await onCreated(p, p.apiKey, byId(`${ids}-name`));
     });
   };
 
@@ -317,11 +365,13 @@ function KeysSection({
   organizationId: string;
   projects: Project[];
   projectsLoaded: boolean;
-  onCreated: (name: string, key: string) => void;
+  onCreated: (name: string, key: string, returnTo: FocusTarget) => void;
 }) {
   const ids = useId();
   const { data: keys, load, error, setError } = useList<ApiKey>('/v1/api-keys', organizationId, version);
-  const { busy, run } = useBusy(setError);
+  // A key revoked loses its Revoke button (and the confirm that had the focus): the focus goes to
+  // the section's heading.
+  const { busy, run } = useBusy(setError, byId(`${ids}-heading`));
   const [name, setName] = useState('');
   const [projectId, setProjectId] = useState('');
   const [scopes, setScopes] = useState<Set<Scope>>(new Set(['api']));
@@ -339,7 +389,7 @@ function KeysSection({
         organizationId,
       });
       setName('');
-      onCreated(created.name, created.key);
+      onCreated(created.name, created.key, byId(`${ids}-name`));
       await load();
     });
   };
@@ -362,7 +412,7 @@ function KeysSection({
     });
 
   return (
-    <Section title="API keys">
+    <Section title="API keys" headingId={`${ids}-heading`}>
       {keys?.length === 0 && <p className="empty">No API key yet.</p>}
       {keys && keys.length > 0 && (
         <div className="scroll">
@@ -447,7 +497,8 @@ function UpstreamsSection({ organizationId, projects }: { organizationId: string
     value: '',
   };
   const { data: upstreams, load, error, setError } = useList<Upstream>('/v1/mcp/upstreams', organizationId);
-  const { busy, run } = useBusy(setError);
+  // An upstream deleted takes its buttons with it: the focus goes to the section's heading.
+  const { busy, run } = useBusy(setError, byId(`${ids}-heading`));
   const [form, setForm] = useState(empty);
   const [confirm, setConfirm] = useState<string | null>(null);
 
@@ -481,7 +532,7 @@ function UpstreamsSection({ organizationId, projects }: { organizationId: string
     );
 
   return (
-    <Section title="MCP upstreams">
+    <Section title="MCP upstreams" headingId={`${ids}-heading`}>
       <p className="meta">
         MCP servers the gateway proxies at <code>/v1/mcp/&lt;slug&gt;</code>, every tool call checked against
         the policies.
@@ -537,8 +588,17 @@ function UpstreamsSection({ organizationId, projects }: { organizationId: string
         <Field id={`${ids}-name`} label="Upstream name">
           <input id={`${ids}-name`} value={form.name} onChange={set('name')} required maxLength={100} />
         </Field>
-        <Field id={`${ids}-slug`} label="Slug">
-          <input id={`${ids}-slug`} value={form.slug} onChange={set('slug')} required maxLength={100} />
+        <Field id={`${ids}-slug`} label="Slug (lowercase letters, digits and dashes)">
+          {/* What the service takes (^[a-z0-9-]+$), checked here in words rather than refused in its own. */}
+          <input
+            id={`${ids}-slug`}
+            value={form.slug}
+            onChange={set('slug')}
+            required
+            maxLength={100}
+            pattern="[a-z0-9\-]+"
+            title="Lowercase letters (a-z), digits and dashes only, e.g. docs-server"
+          />
         </Field>
         <Field id={`${ids}-url`} label="URL">
           <input

@@ -13,6 +13,9 @@ export interface Organization {
   tier: string;
 }
 
+/** The event a page sends on `window` when it renamed an organization: the header's menu shows it. */
+export const ORGANIZATION_SAVED = 'svc:organization-saved';
+
 /** What asked for a person: a tool's policy, the spend budgets, or a payment policy pack. */
 export interface Escalation {
   source: 'policy' | 'economic' | 'gateway';

@@ -4,7 +4,10 @@
  */
 import { revealString } from './reveal.js';
 
-/** The filters of `GET /v1/decisions` as the page holds them (dates as `YYYY-MM-DD`, '' when unset). */
+/**
+ * The filters of `GET /v1/decisions` as the page holds them (dates as `YYYY-MM-DD`, days of this
+ * browser's time zone, '' when unset; `dateQuery` turns them into what the service takes).
+ */
 export interface Filters {
   toolName: string;
   decision: string;
@@ -23,22 +26,58 @@ export function filterProblem(f: Pick<Filters, 'startDate' | 'endDate'>): string
 }
 
 /**
- * How far this browser's clock may be from the service's: near midnight UTC a new decision may be
- * dated either side of it, and an extra read costs less than a missed decision.
+ * How far this browser's clock may be from the service's: near midnight a new decision may be dated
+ * either side of it, and an extra read costs less than a missed decision.
  */
 export const CLOCK_SKEW_MS = 5 * 60_000;
 
-const dayOf = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+/** The first and last instants the service takes as a date (ISO strings of four-digit years). */
+const FIRST_MS = Date.parse('0000-01-01T00:00:00.000Z');
+const LAST_MS = Date.parse('9999-12-31T23:59:59.999Z');
 
 /**
- * Whether a decision made at `now` can fall in the filters' dates: the service reads a date as a
- * whole UTC day, From inclusive, To up to its end. A range in the past (or the future) lists none.
+ * The first instant (`start`) or the last (`end`) of a day of the date box, `YYYY-MM-DD`, in this
+ * browser's time zone: the zone the page shows every time in. Null for what is not such a date.
+ */
+function localDayEdge(date: string, edge: 'start' | 'end'): number | null {
+  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(date);
+  if (!m) return null;
+  const d = new Date(0);
+  // setFullYear, not the Date constructor, which reads the years 0-99 as 1900-1999.
+  d.setFullYear(Number(m[1]), Number(m[2]) - 1, Number(m[3]) + (edge === 'end' ? 1 : 0));
+  d.setHours(0, 0, 0, 0);
+  return edge === 'start' ? d.getTime() : d.getTime() - 1;
+}
+
+/**
+ * The dates of the filters as `GET /v1/decisions` takes them: instants, From at the start of its
+ * day and To at the end of its day, both in this browser's time zone. The service reads a bare date
+ * as a whole UTC day, which is not the day the page shows: a decision listed at 7 PM on the 27th in
+ * California was made on the 28th in UTC, and a bare `2026-11-27` left it out. A bound beyond
+ * what the service reads (years 0000-9999 in UTC) is left out (undefined), as no bound at all.
+ */
+export function dateQuery(f: Pick<Filters, 'startDate' | 'endDate'>): {
+  startDate: string | undefined;
+  endDate: string | undefined;
+} {
+  const start = f.startDate ? localDayEdge(f.startDate, 'start') : null;
+  const end = f.endDate ? localDayEdge(f.endDate, 'end') : null;
+  return {
+    startDate:
+      start !== null && start >= FIRST_MS && start <= LAST_MS ? new Date(start).toISOString() : undefined,
+    endDate: end !== null && end >= FIRST_MS && end < LAST_MS ? new Date(end).toISOString() : undefined,
+  };
+}
+
+/**
+ * Whether a decision made at `now` can fall in the filters' dates: From from the start of its day,
+ * To up to the end of its day, in this browser's time zone (as `dateQuery` asks the service). A
+ * range in the past (or the future) lists none.
  */
 export function datesAdmitNow(f: Pick<Filters, 'startDate' | 'endDate'>, now: number): boolean {
-  return (
-    (!f.startDate || dayOf(now + CLOCK_SKEW_MS) >= f.startDate) &&
-    (!f.endDate || dayOf(now - CLOCK_SKEW_MS) <= f.endDate)
-  );
+  const start = f.startDate ? localDayEdge(f.startDate, 'start') : null;
+  const end = f.endDate ? localDayEdge(f.endDate, 'end') : null;
+  return (start === null || now + CLOCK_SKEW_MS >= start) && (end === null || now - CLOCK_SKEW_MS <= end);
 }
 
 /**

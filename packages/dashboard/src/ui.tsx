@@ -45,13 +45,59 @@ export function useReload<T>(
   return reload;
 }
 
+/** Whether the focus is nowhere: on the page itself, as when the element that had it went away. */
+export const focusLost = (): boolean => !document.activeElement || document.activeElement === document.body;
+
+/** Where the focus may go: an element, or a function that finds one once the page has rendered. */
+export type FocusTarget = HTMLElement | null | undefined | (() => HTMLElement | null | undefined);
+
+/**
+ * Gives the focus back after an action that took it away. A button disabled while its action runs
+ * loses the focus (the browser moves it to the page), and so does one that is gone once the action
+ * is done (an Approve button of a draft now approved): a keyboard user is then sent back to the top
+ * of the page. Call the returned function with the element that had the focus as the action
+ * started, once the action is over: after the page has rendered, if the focus is nowhere, it goes
+ * back to that element if it is still there and enabled, else to `fallback`. A focus the person (or
+ * the page) moved elsewhere meanwhile stays where it is.
+ */
+export function useFocusReturn(): (from: Element | null, fallback?: FocusTarget) => void {
+  const pending = useRef<{ from: Element | null; fallback?: FocusTarget } | null>(null);
+  const [asked, setAsked] = useState(0);
+  // biome-ignore lint/correctness/useExhaustiveDependencies: `asked` stands for a new request
+  useEffect(() => {
+    const p = pending.current;
+    pending.current = null;
+    if (!p || !focusLost()) return;
+    const { from, fallback } = p;
+    if (
+      from instanceof HTMLElement &&
+      from !== document.body &&
+      from.isConnected &&
+      !from.matches(':disabled')
+    ) {
+      from.focus();
+      return;
+    }
+    const target = typeof fallback === 'function' ? fallback() : fallback;
+    target?.focus();
+  }, [asked]);
+  return useCallback((from: Element | null, fallback?: FocusTarget) => {
+    pending.current = { from, fallback };
+    setAsked((n) => n + 1);
+  }, []);
+}
+
 /**
  * Runs one change at a time: `busy` while it runs, the error cleared before and set from a failure;
- * `after` runs once it is over, whatever the outcome.
+ * `after` runs once it is over, whatever the outcome. The focus comes back to the control that
+ * started the change (disabled meanwhile), else to `fallback` when that control is gone or stays
+ * disabled.
  */
-export function useBusy(setError: (error: string | null) => void) {
+export function useBusy(setError: (error: string | null) => void, fallback?: FocusTarget) {
   const [busy, setBusy] = useState(false);
+  const returnFocus = useFocusReturn();
   const run = async (change: () => Promise<void>, after?: () => void) => {
+    const from = document.activeElement;
     setBusy(true);
     setError(null);
     try {
@@ -61,6 +107,7 @@ export function useBusy(setError: (error: string | null) => void) {
     } finally {
       after?.();
       setBusy(false);
+      returnFocus(from, fallback);
     }
   };
   return { busy, run };

@@ -1,6 +1,12 @@
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type DashboardHarness, eventually, type Organization, startDashboard } from './dashboard.js';
+import {
+  type DashboardHarness,
+  eventually,
+  focusedOn,
+  type Organization,
+  startDashboard,
+} from './dashboard.js';
 import { gate } from './helpers.js';
 
 /**
@@ -45,12 +51,7 @@ const rightEdge = (selector: string) =>
     .first()
     .evaluate((e) => Math.round(e.getBoundingClientRect().right));
 /** The focused element as `tag|accessible label or text`, BODY when nothing is. */
-const focused = () =>
-  page.evaluate<string>(`(() => {
-    const e = document.activeElement;
-    if (!e || e === document.body) return 'BODY';
-    return e.tagName.toLowerCase() + '|' + (e.getAttribute('aria-label') ?? e.textContent.slice(0, 40));
-  })()`);
+const focused = () => focusedOn(page);
 /** Whether the focused element matches `selector`. */
 const focusIn = (selector: string) =>
   page.evaluate<boolean>(`document.activeElement?.closest(${JSON.stringify(selector)}) != null`);
@@ -951,8 +952,12 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
       expect(await rename.isDisabled()).toBe(true);
       await name.fill(`${before} renamed again`);
       release();
-      await page.getByText('Saved. The organization menu shows the new name after a reload.').waitFor();
+      await page.getByText('Saved.', { exact: true }).waitFor();
       expect(await name.inputValue()).toBe(`${before} renamed again`);
+      // The header's menu shows the new name without a reload.
+      await eventually(() => page.locator('header .org select option:checked').textContent()).toBe(
+        `${before} renamed`,
+      );
     } finally {
       release();
       await page.unroute(route);

@@ -19,6 +19,14 @@ export const CHROMIUM = '/usr/bin/chromium';
 
 /** Polls until the expectation holds: pages on a busy machine can take seconds to render. */
 export const eventually = <T>(read: () => T | Promise<T>) => expect.poll(read, { timeout: 20_000 });
+
+/** The element of `page` that has the focus, as `tag|accessible label or text`; BODY when none has. */
+export const focusedOn = (page: Page) =>
+  page.evaluate<string>(`(() => {
+    const e = document.activeElement;
+    if (!e || e === document.body) return 'BODY';
+    return e.tagName.toLowerCase() + '|' + (e.getAttribute('aria-label') ?? e.textContent.slice(0, 40));
+  })()`);
 const DASHBOARD_DIST = join(REPO_ROOT, 'packages', 'dashboard', 'dist');
 
 export interface Organization {
