@@ -137,4 +137,4 @@ export type ThreadRequest = { id: number; batches: readonly WireBatch[] } | { id
  */
 export type ThreadReply =
   | { id: number; receipts: WireReceipt[]; error?: undefined }
-  | { id: number; error: { name: string; message: string } };
+  | { id: number; error: { name: string; message: string; code?: string } };

@@ -79,8 +79,9 @@ export class ThreadBatchStore implements BatchStore {
     if (!waiting) return;
     this.inFlight.delete(reply.id);
     if (reply.error) {
-      const err = new Error(reply.error.message);
+      const err: Error & { code?: string } = new Error(reply.error.message);
       err.name = reply.error.name;
+      if (reply.error.code !== undefined) err.code = reply.error.code;
       waiting.reject(err);
     } else {
       waiting.resolve(reply.receipts);

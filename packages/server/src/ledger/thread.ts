@@ -33,7 +33,13 @@ port.on('message', (msg: ThreadRequest | 'close') => {
     }
   } catch (err) {
     const e = err instanceof Error ? err : new Error(String(err));
-    reply = { id: msg.id, error: { name: e.name, message: e.message } };
+    // The driver's code goes along: callers tell a unique violation (a decision id already recorded)
+    // from other failures by it, as with a commit on the event loop.
+    const code = (e as { code?: unknown }).code;
+    reply = {
+      id: msg.id,
+      error: { name: e.name, message: e.message, ...(typeof code === 'string' ? { code } : {}) },
+    };
   }
   replies.postMessage(reply);
   // After the post: when the event loop sees the flag, the answer is there to take.

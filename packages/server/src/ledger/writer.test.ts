@@ -7,6 +7,7 @@ import { createTenant, TEST_PG_URL } from '../../test/helpers.js';
 import { decisionItem } from '../../test/ledger.js';
 import { uuidv7 } from '../lib/ids.js';
 import { openSqliteHandle, openStore, type Store, StoreUnavailableError } from '../storage/db.js';
+import { isUniqueViolation } from '../storage/errors.js';
 import type { OrgBatch, WriteItem } from './model.js';
 import { argumentHash, receiptPayload } from './receipt.js';
 import { PostgresBatchStore } from './store-postgres.js';
@@ -248,6 +249,45 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
     await writer.close();
     const chain = await chainOf(orgId);
     expect(chain.map((p) => JSON.parse(p).tool_name)).toEqual(['tool-1', 'tool-5', 'tool-6', 'tool-7']);
+    expect((await verifyReceipts(chain)).ok).toBe(true);
+  });
+
+  it('fails only the group holding a decision id already recorded, as a unique violation; its neighbours commit', async () => {
+    const { orgId } = await createTenant(t);
+    const writer = new DecisionWriter(t.store, { thread });
+    /** A decision with its row, under `id` when given (what two requests with one claim both write). */
+    const decided = (n: number, id?: string): WriteItem => {
+      const d = decisionItem({
+        organizationId: orgId,
+        toolName: `tool-${n}`,
+        decision: 'allow',
+        reason: 'test',
+        at: new Date().toISOString(),
+      });
+      return id ? { receipt: { ...d.receipt, decision_id: id }, decision: { ...d.decision!, id } } : d;
+    };
+    const taken = uuidv7();
+    await writer.writeAll([decided(1, taken)]);
+    // One tick: one batch of six items, from four callers.
+    const alone = writer.write(decided(2));
+    const again = writer.writeAll([decided(3), decided(4, taken)]);
+    const group = writer.writeAll([decided(5), decided(6)]);
+    const after = writer.write(decided(7));
+    const failure = await again.then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect(isUniqueViolation(failure)).toBe(true);
+    await Promise.all([alone, group, after]);
+    await writer.close();
+    const chain = await chainOf(orgId);
+    expect(chain.map((p) => JSON.parse(p).tool_name)).toEqual([
+      'tool-1',
+      'tool-2',
+      'tool-5',
+      'tool-6',
+      'tool-7',
+    ]);
     expect((await verifyReceipts(chain)).ok).toBe(true);
   });
 

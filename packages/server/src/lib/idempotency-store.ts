@@ -12,7 +12,13 @@ export interface IdempotencyRow {
   request_hash: string;
   status_code: number | null;
   response: string | null;
+  /** When the claim was taken: its identity, and the start of its stale age. */
   created_at: string;
+  /**
+   * When this key's current request was first claimed, if the claim held now took over an earlier
+   * one (migration 0026); null when it did not, `created_at` being that time. See `takeOver`.
+   */
+  origin_at: string | null;
 }
 
 type K = Kysely<{ gateway_idempotency: IdempotencyRow }>;
@@ -35,10 +41,33 @@ export function createIdempotencyStore(base: Db) {
           status_code: null,
           response: null,
           created_at: now,
+          origin_at: null,
         })
         .onConflict((oc) => oc.columns(['organization_id', 'idempotency_key']).doNothing())
         .executeTakeFirst();
       return Number(r.numInsertedOrUpdatedRows ?? 0) === 1;
+    },
+
+    /**
+     * Takes over the unanswered claim taken at `claimedAt` (abandoned: left unanswered past the stale
+     * age) for the same request, in one statement: the new claim is known by `now`, its `created_at`
+     * as stored, and keeps the time its request was first claimed (`origin_at`, that claim's own or
+     * the one it kept), from which what the request does may be derived (the decision log's ids).
+     * False, and nothing written, when that claim is no longer there (answered, freed or taken over).
+     */
+    async takeOver(org: string, key: string, claimedAt: string, now: string): Promise<boolean> {
+      const r = await db
+        .updateTable('gateway_idempotency')
+        .set((eb) => ({
+          created_at: now,
+          origin_at: eb.fn.coalesce('origin_at', 'created_at'),
+        }))
+        .where('organization_id', '=', org)
+        .where('idempotency_key', '=', key)
+        .where('created_at', '=', claimedAt)
+        .where('status_code', 'is', null)
+        .executeTakeFirst();
+      return Number(r.numUpdatedRows) === 1;
     },
 
     async key(org: string, key: string): Promise<IdempotencyRow | undefined> {

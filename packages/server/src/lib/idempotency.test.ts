@@ -4,7 +4,12 @@ import { useTestApp } from '../../test/fixture.js';
 import { createTenant, gate, type Tenant } from '../../test/helpers.js';
 import { hashJson } from '../ledger/canonical.js';
 import type { Clock } from './clock.js';
-import { DEFAULT_STALE_CLAIM_MS, type IdempotencyErrors, idempotencyHooks } from './idempotency.js';
+import {
+  type Claim,
+  DEFAULT_STALE_CLAIM_MS,
+  type IdempotencyErrors,
+  idempotencyHooks,
+} from './idempotency.js';
 import { createIdempotencyStore, type IdempotencyRow, type IdempotencyStore } from './idempotency-store.js';
 import type { ScopeResolver } from './scope.js';
 
@@ -35,15 +40,24 @@ interface Plan {
   reached?: () => void;
 }
 
-/** A route taking Idempotency-Keys whose handler runs the queued plans in arrival order. */
-async function appWith(store: IdempotencyStore, plans: Plan[]): Promise<FastifyInstance> {
+/**
+ * A route taking Idempotency-Keys whose handler runs the queued plans in arrival order (and adds the
+ * claim each request holds to `claims`).
+ */
+async function appWith(
+  store: IdempotencyStore,
+  plans: Plan[],
+  claims: Claim[] = [],
+): Promise<FastifyInstance> {
   const scope: ScopeResolver = async () =>
     ({ organizationId: a.orgId, projectId: null, principal: { kind: 'user', userId: 'u-1' } }) as never;
   const hooks = idempotencyHooks({ store, scope, clock, errors: ERRORS, surface: 'lib-test:' });
   const app = Fastify();
-  app.post('/work', { preHandler: hooks.preHandler, onSend: hooks.onSend }, async (_req, reply) => {
+  app.post('/work', { preHandler: hooks.preHandler, onSend: hooks.onSend }, async (req, reply) => {
     const plan = plans.shift();
     if (!plan) throw new Error('no plan for this request');
+    const claim = hooks.claimOf(req);
+    if (claim) claims.push(claim);
     plan.reached?.();
     await plan.until;
     if (plan.retryAfter) reply.header('retry-after', '1');
@@ -100,6 +114,98 @@ describe('idempotencyHooks: a request answers and frees only its own claim', () 
     } finally {
       first.release();
       second.release();
+      offset = 0;
+    }
+  });
+
+  it('a takeover is a claim of its own that keeps the time its request was first claimed', async () => {
+    const held3 = [held(201), held(202), held(203)];
+    const plans: Plan[] = held3.map((h) => h.plan);
+    const claims: Claim[] = [];
+    const store = createIdempotencyStore(t.store.db);
+    // Three instances: each takes over the claim of the one before, still running there.
+    const apps3 = [
+      await appWith(store, plans, claims),
+      await appWith(store, plans, claims),
+      await appWith(store, plans, claims),
+    ];
+    apps.push(...apps3);
+    const at = (ms: number) => new Date(BASE + ms).toISOString();
+    try {
+      const sent = [];
+      for (const [i, app] of apps3.entries()) {
+        offset = i * (DEFAULT_STALE_CLAIM_MS + 1000);
+        sent.push(send(app, 'kept-origin'));
+        await held3[i]!.reached;
+      }
+      const stale = DEFAULT_STALE_CLAIM_MS + 1000;
+      expect(claims).toEqual(
+        [0, stale, 2 * stale].map((ms) => expect.objectContaining({ claimedAt: at(ms), originAt: at(0) })),
+      );
+      const row = await store.key(a.orgId, 'lib-test:-/kept-origin');
+      expect([row?.created_at, row?.origin_at]).toEqual([at(2 * stale), at(0)]);
+      for (const h of held3) h.release();
+      const answers = await Promise.all(sent);
+      expect(answers.map((r) => r.statusCode)).toEqual([201, 202, 203]);
+      // The key is the last claim's: its answer is kept.
+      const replay = await send(apps3[0]!, 'kept-origin');
+      expect([replay.statusCode, replay.headers['idempotent-replayed']]).toEqual([203, 'true']);
+    } finally {
+      for (const h of held3) h.release();
+      offset = 0;
+    }
+  });
+
+  it('takes over only the unanswered claim it read, in one write', async () => {
+    const store = createIdempotencyStore(t.store.db);
+    const key = 'lib-test:-/take-over';
+    const at = (ms: number) => new Date(BASE + ms).toISOString();
+    expect(await store.takeKey(a.orgId, key, 'h', at(0))).toBe(true);
+    expect((await store.key(a.orgId, key))?.origin_at).toBeNull();
+    expect(await store.takeOver(a.orgId, key, at(0), at(1))).toBe(true);
+    // A second request that read the same claim finds it gone: the key is the first one's.
+    expect(await store.takeOver(a.orgId, key, at(0), at(2))).toBe(false);
+    expect(await store.takeOver(a.orgId, key, at(1), at(3))).toBe(true);
+    const row = await store.key(a.orgId, key);
+    expect([row?.created_at, row?.origin_at, row?.request_hash]).toEqual([at(3), at(0), 'h']);
+    expect(await store.completeKey(a.orgId, key, at(3), 200, '{}')).toBe(true);
+    // An answered claim is never taken over.
+    expect(await store.takeOver(a.orgId, key, at(3), at(4))).toBe(false);
+    expect((await store.key(a.orgId, key))?.status_code).toBe(200);
+  });
+
+  it('keeps the key of a server error when whether its request did its work cannot be read', async () => {
+    let recover: () => Promise<{ status: number; response: string } | null> = async () => {
+      throw new Error('the store did not answer');
+    };
+    const scope: ScopeResolver = async () =>
+      ({ organizationId: a.orgId, projectId: null, principal: { kind: 'user', userId: 'u-1' } }) as never;
+    const hooks = idempotencyHooks({
+      store: createIdempotencyStore(t.store.db),
+      scope,
+      clock,
+      errors: ERRORS,
+      surface: 'lib-test:',
+      recover: async () => recover(),
+    });
+    const statuses = [503, 201];
+    const app = Fastify();
+    app.post('/work', { preHandler: hooks.preHandler, onSend: hooks.onSend }, async (_req, reply) =>
+      reply.code(statuses.shift() ?? 500).send({ ok: true }),
+    );
+    await app.ready();
+    apps.push(app);
+    try {
+      expect((await send(app, 'unreadable')).statusCode).toBe(503);
+      // Freed, the request sent again would run again, though it may have done its work.
+      expect((await send(app, 'unreadable')).statusCode).toBe(409);
+      expect(statuses).toEqual([201]);
+      offset = DEFAULT_STALE_CLAIM_MS + 1000;
+      recover = async () => null;
+      // Stale, it is looked up again: not done, it is taken over and runs.
+      expect((await send(app, 'unreadable')).statusCode).toBe(201);
+      expect((await send(app, 'unreadable')).headers['idempotent-replayed']).toBe('true');
+    } finally {
       offset = 0;
     }
   });

@@ -61,7 +61,8 @@ export interface IdempotencyDeps {
   /**
    * How long an unanswered claim holds its key before another request with the key may take it over
    * (default DEFAULT_STALE_CLAIM_MS). Longer than the longest handler of the routes: a claim taken over
-   * while its request still runs loses that request's answer, and the request runs twice.
+   * while its request still runs loses that request's answer, and the request runs twice (unless what
+   * it does derives from the claim's `originAt` and its store refuses the second: the decision log).
    */
   staleClaimMs?: number;
   /**
@@ -73,11 +74,18 @@ export interface IdempotencyDeps {
   recover?: (req: FastifyRequest, claim: Claim) => Promise<{ status: number; response: string } | null>;
 }
 
-/** A request's hold on a key: the organization, the key as stored, and its `created_at` as stored. */
+/**
+ * A request's hold on a key: the organization, the key as stored, its `created_at` as stored (the
+ * claim's identity: answering or freeing it names that time), and when the key's current request was
+ * first claimed (`originAt`: the claim's own time, or the one kept by a takeover from the claim it
+ * took over). What a route derives from a claim (the decision log's ids) derives from `originAt`, so
+ * that a takeover does the same work as the request it took over, which may still be running.
+ */
 export interface Claim {
   org: string;
   key: string;
   claimedAt: string;
+  originAt: string;
 }
 
 /**
@@ -90,7 +98,11 @@ export interface Claim {
  * after `recover` looked again). Keys are per project for project keys, so two projects of one organization never see
  * each other's answers; user tokens and keys without a project share the organization's key space.
  * A claim left unanswered for `staleClaimMs` (its process died) is taken over by the next request
- * with the key. Each request answers or frees only its own claim, known by the time it was taken.
+ * with the key. Each request answers or frees only its own claim, known by the time it was taken. A
+ * takeover replaces the claim in one write and keeps the time of the claim it took over (`originAt`):
+ * with several instances, the request taken over may only be slow, and still do its work; a route
+ * that derives what it records from `originAt` then records the same thing twice at most, which its
+ * store can refuse (the decision log: the same decision ids, a primary key).
  *
  * Returns the two hooks to install on the routes that take the key: `preHandler` (after auth, rate
  * limit and body validation, so a request refused by those takes no key) and `onSend`.
@@ -121,6 +133,12 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     });
   }
 
+  /** The request holds the claim: it answers or frees it (onSend), and no one here takes it over. */
+  function hold(req: FastifyRequest, claim: Claim): void {
+    held.set(req, claim);
+    running.add(runningId(claim));
+  }
+
   async function preHandler(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
     const sent = req.headers['idempotency-key'];
     if (sent === undefined) return undefined;
@@ -142,9 +160,7 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
     const claimedAt = now.toISOString();
     for (let attempt = 0; attempt < 2; attempt++) {
       if (await deps.store.takeKey(org, key, hash, claimedAt)) {
-        const claim = { org, key, claimedAt };
-        held.set(req, claim);
-        running.add(runningId(claim));
+        hold(req, { org, key, claimedAt, originAt: claimedAt });
         return undefined;
       }
       const existing = await deps.store.key(org, key);
@@ -161,18 +177,28 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
         );
       }
       if (existing.status_code === null || existing.response === null) {
-        // A claim that never got its answer (the process died mid-request) frees the key after
-        // staleClaimMs, unless its request still runs in this process. If that request did its work
-        // before it died, its answer is stored and replayed; otherwise only the claim read is deleted,
-        // and only while still unanswered: if its request answered meanwhile, the next turn replays it.
-        const stale = { org, key, claimedAt: existing.created_at };
+        // A claim that never got its answer (the process died mid-request, or, on another instance,
+        // it still waits for the store) is taken over after staleClaimMs, unless its request still
+        // runs in this process. If that request did its work, its answer is stored and replayed;
+        // otherwise the claim read is replaced by this request's, in one write and only while still
+        // unanswered (if its request answered meanwhile, the next turn replays it), keeping the time
+        // its request was first claimed: this request does the same work under the same identity.
+        const stale: Claim = {
+          org,
+          key,
+          claimedAt: existing.created_at,
+          originAt: existing.origin_at ?? existing.created_at,
+        };
         if (
           Date.parse(existing.created_at) + staleClaimMs <= now.getTime() &&
           !running.has(runningId(stale))
         ) {
           const done = deps.recover ? await deps.recover(req, stale) : null;
           if (done) await deps.store.completeKey(org, key, stale.claimedAt, done.status, done.response);
-          else await deps.store.dropClaim(org, key, stale.claimedAt);
+          else if (await deps.store.takeOver(org, key, stale.claimedAt, claimedAt)) {
+            hold(req, { org, key, claimedAt, originAt: stale.originAt });
+            return undefined;
+          }
           continue;
         }
         throw deps.errors.inProgress(
@@ -206,16 +232,21 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
       } else if (!keep) {
         // A server error after the work was done (a commit whose acknowledgement failed): the answer
         // that request would have sent is kept instead, so that sending it again does not do it twice.
-        const done =
-          reply.statusCode >= 500 && deps.recover
-            ? await deps.recover(req, owner).catch((err: unknown) => {
-                req.log.warn({ err }, 'whether the failed request was done could not be read');
-                return null;
-              })
-            : null;
+        // When that cannot be read, the claim stays unanswered, as when the outcome is unknown: freed,
+        // the request sent again would do the work anew; once stale, it is looked up again.
+        let done: { status: number; response: string } | null = null;
+        let known = true;
+        if (reply.statusCode >= 500 && deps.recover) {
+          try {
+            done = await deps.recover(req, owner);
+          } catch (err) {
+            req.log.warn({ err }, 'whether the failed request was done could not be read; its key is kept');
+            known = false;
+          }
+        }
         if (done)
           await deps.store.completeKey(owner.org, owner.key, owner.claimedAt, done.status, done.response);
-        else await deps.store.dropClaim(owner.org, owner.key, owner.claimedAt);
+        else if (known) await deps.store.dropClaim(owner.org, owner.key, owner.claimedAt);
       } else if (
         !(await deps.store.completeKey(
           owner.org,

@@ -20,6 +20,7 @@ import * as m0022 from './migrations/0022_oidc_sign_in.js';
 import * as m0023 from './migrations/0023_checkpoint_origin.js';
 import * as m0024 from './migrations/0024_spend_receipt_claims.js';
 import * as m0025 from './migrations/0025_owed_receipt_indexes.js';
+import * as m0026 from './migrations/0026_idempotency_origin.js';
 
 /**
  * Migrations are listed in code (not read from a folder) so they run the same under tsx, a bundle
@@ -46,6 +47,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0023_checkpoint_origin': m0023,
   '0024_spend_receipt_claims': m0024,
   '0025_owed_receipt_indexes': m0025,
+  '0026_idempotency_origin': m0026,
 };
 
 /** The names of the migrations this version of svc knows, in application order. */

@@ -47,29 +47,48 @@ export const IDEMPOTENCY_ERRORS = [
 
 /**
  * The ids of the decisions a request records under an Idempotency-Key claim, in body order: derived
- * from the claim (organization, key and the time it was taken), so they are the same for whoever
- * reads the claim, and no other claim (nor a later one of the same key) gives them.
+ * from the organization, the key and the time the key's current request was first claimed (the
+ * claim's own time, or the one a takeover kept from the claim it took over), so they are the same for
+ * whoever reads the claim and for every takeover of it, and no other request (nor a later one with the
+ * same key, once the key was answered or freed) gives them. A request taken over while it still waits
+ * for the store (on another instance) and the request that took it over record the same ids: the
+ * decisions' primary key refuses the second commit, whichever it is.
  */
 export function claimedDecisionIds(claim: Claim, count: number): string[] {
-  const ms = Date.parse(claim.claimedAt);
-  const seed = `${claim.org}\n${claim.key}\n${claim.claimedAt}`;
+  const ms = Date.parse(claim.originAt);
+  const seed = `${claim.org}\n${claim.key}\n${claim.originAt}`;
   return Array.from({ length: count }, (_, i) => derivedUuidv7(ms, seed, i));
 }
 
+/** The 201 of POST /v1/decisions: the ids of a batch, or the id of a single decision. */
+export type LogAnswer = { success: true; ids: string[] } | { success: true; id: string };
+
 /**
  * Idempotency-Key on POST /v1/decisions (lib/idempotency.ts), answered in envelope A: the hooks to
- * install on the route. They run after the route's preValidation and body validation.
+ * install on the route, and `recorded`. They run after the route's preValidation and body validation.
  *
  * A claim left unanswered past the stale age is first looked up: its decisions, recorded in one
  * transaction under ids derived from the claim, are either all in the log or none are. If they are
  * (the process died after the commit, or the answer could not be stored), the 201 that request would
- * have sent is stored and replayed, and nothing is recorded again; if not, the claim is taken over.
+ * have sent is stored and replayed, and nothing is recorded again; if not, the claim is taken over,
+ * and the request records them under the same ids.
  */
 export function decisionLogIdempotency(
   ctx: Pick<AppContext, 'store' | 'scope' | 'clock'>,
   decisions: Pick<DecisionRepository, 'get'>,
 ) {
-  return idempotencyHooks({
+  /**
+   * The 201 a request with this body under this claim answers, if its decisions are in the log (all
+   * of them: a batch is committed in one transaction), or null.
+   */
+  async function recorded(claim: Claim, body: unknown): Promise<LogAnswer | null> {
+    const batch = Array.isArray(body);
+    const ids = claimedDecisionIds(claim, batch ? body.length : 1);
+    if (!(await decisions.get(claim.org, ids[0]!))) return null;
+    return batch ? { success: true, ids } : { success: true, id: ids[0]! };
+  }
+
+  const hooks = idempotencyHooks({
     store: createIdempotencyStore(ctx.store.db),
     scope: ctx.scope,
     clock: ctx.clock,
@@ -77,11 +96,9 @@ export function decisionLogIdempotency(
     surface: SURFACE,
     sweepEveryMs: SWEEP_EVERY_MS,
     recover: async (req, claim) => {
-      const batch = Array.isArray(req.body);
-      const ids = claimedDecisionIds(claim, batch ? (req.body as unknown[]).length : 1);
-      if (!(await decisions.get(claim.org, ids[0]!))) return null;
-      const response = batch ? { success: true, ids } : { success: true, id: ids[0] };
-      return { status: 201, response: JSON.stringify(response) };
+      const answer = await recorded(claim, req.body);
+      return answer && { status: 201, response: JSON.stringify(answer) };
     },
   });
+  return { ...hooks, recorded };
 }

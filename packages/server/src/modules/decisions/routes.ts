@@ -8,6 +8,7 @@ import { AppError, invalid } from '../../lib/errors.js';
 import { recordError } from '../../lib/json.js';
 import { compileSchema } from '../../lib/schemas.js';
 import { isStoreUnavailable } from '../../storage/db.js';
+import { isUniqueViolation } from '../../storage/errors.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
 import { createReceiptRepository } from '../receipts/repository.js';
 import {
@@ -156,7 +157,9 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
       const batch = Array.isArray(req.body);
       const bodies = Array.isArray(req.body) ? req.body : [req.body];
       // Under an Idempotency-Key the ids derive from its claim, so that a request sent again after
-      // this one's process died can tell whether the batch was recorded (./idempotency.ts).
+      // this one's process died can tell whether the batch was recorded, and a takeover of a claim
+      // whose request still waits for the store records the same ids: only one commit lands
+      // (./idempotency.ts).
       const claim = idempotent.claimOf(req);
       const decisionIds = claim ? claimedDecisionIds(claim, bodies.length) : undefined;
       const inputs = bodies.map((body, i) => ({
@@ -175,6 +178,23 @@ export const decisionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
           : [(await service.log(callScopeOf(key), inputs[0]!)).id];
       } catch (err) {
         const cause = err instanceof UnrecordedError ? err.cause : err;
+        // The same ids already in the log: another request with this key recorded the batch (one
+        // instance took over the claim of a request still waiting for the store on another, and the
+        // other commit landed first). It is recorded once, under these ids: that is the answer.
+        if (claim && isUniqueViolation(cause)) {
+          const done = await idempotent.recorded(claim, req.body).catch((lookupErr: unknown) => {
+            req.log.warn({ err: lookupErr }, 'whether the batch was recorded could not be read');
+            // Most likely it was: the key is kept, and looked up again once its claim is stale.
+            idempotent.outcomeUnknown(req);
+            return null;
+          });
+          if (done) {
+            req.log.warn(
+              'this Idempotency-Key request was recorded by another request with the key (a takeover); answering its ids',
+            );
+            return reply.code(201).send(done);
+          }
+        }
         req.log.error({ err: cause }, 'client decision could not be recorded');
         // The store stopped answering: the batch may yet commit, so its key is not freed now.
         if (isStoreUnavailable(cause)) idempotent.outcomeUnknown(req);
