@@ -244,9 +244,14 @@ export function idempotencyHooks(deps: IdempotencyDeps) {
             known = false;
           }
         }
+        // A claim taken over from a request that may still be waiting for the store (on another
+        // instance) is not freed either: freed, the request sent again would claim the key anew and
+        // do the work under another identity, and the first request's commit could still land. Kept
+        // unanswered, it is taken over again once stale, with the identity of its first claim.
+        const tookOver = owner.originAt !== owner.claimedAt && deps.recover !== undefined;
         if (done)
           await deps.store.completeKey(owner.org, owner.key, owner.claimedAt, done.status, done.response);
-        else if (known) await deps.store.dropClaim(owner.org, owner.key, owner.claimedAt);
+        else if (known && !tookOver) await deps.store.dropClaim(owner.org, owner.key, owner.claimedAt);
       } else if (
         !(await deps.store.completeKey(
           owner.org,

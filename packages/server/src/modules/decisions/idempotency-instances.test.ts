@@ -91,6 +91,43 @@ describe('POST /v1/decisions with an Idempotency-Key on two instances', () => {
     }
   }
 
+  it('keeps the claim of a takeover that failed, so a retry records under the same ids', async () => {
+    const tenant = await createTenant(a);
+    const headers = withKey(tenant.apiKey, 'takeover-failed');
+    const payload = batch(5, 6);
+    const held = holdNextCommit(a, false);
+    let first: Promise<LightMyRequestResponse> | undefined;
+    const failing = vi
+      .spyOn(b.ctx.writer, 'writeAll')
+      .mockRejectedValueOnce(Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' }));
+    try {
+      first = log(a, headers, payload);
+      await held.reached;
+      offset = DEFAULT_STALE_CLAIM_MS + 1000;
+      // B takes A's claim over and fails with a server error of its own while A still waits.
+      expect((await log(b, headers, payload)).statusCode).toBeGreaterThanOrEqual(500);
+      failing.mockRestore();
+      // The key stays taken: sent again at once, the request waits instead of claiming it anew.
+      expect((await log(b, headers, payload)).statusCode).toBe(409);
+      held.release();
+      const early = await first;
+      expect(early.statusCode).toBe(201);
+      // Once B's claim is stale, the request sent again finds the batch A recorded and replays it.
+      offset = 2 * (DEFAULT_STALE_CLAIM_MS + 1000);
+      const again = await log(b, headers, payload);
+      expect(again.statusCode).toBe(201);
+      expect(idsOf(again)).toEqual(idsOf(early));
+      const after = await ledger(tenant.orgId, idsOf(early));
+      expect([after.receipts, after.decisions]).toEqual([2, 2]);
+      expect(after.chain.ok).toBe(true);
+    } finally {
+      failing.mockRestore();
+      held.release();
+      await first?.catch(() => {});
+      offset = 0;
+    }
+  });
+
   for (const [form, payload] of [
     ['a batch', batch(1, 2, 3)],
     ['a single decision', one(4)],
