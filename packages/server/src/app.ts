@@ -55,7 +55,7 @@ import {
   MAX_PARAM_LENGTH,
   registerErrorHandling,
 } from './plugins/errors.js';
-import { registerOpenApi } from './plugins/openapi.js';
+import { registerOpenApi, registerReference } from './plugins/openapi.js';
 import { MemoryRateLimiter, registerRateLimits } from './plugins/rate-limit.js';
 import { connectScaleOut } from './scale/index.js';
 import { openSigningKeys } from './signing/open.js';
@@ -223,6 +223,8 @@ export async function buildApp({
     await app.register(charterRoutes, { ctx, dashboardPage: dashboardIndex(dashboardDir) });
     await app.register(sessionRoutes, { ctx });
     await app.register(dashboardRoutes, { dir: dashboardDir });
+    // Last: its path must not be one a route above takes.
+    await registerReference(app, config);
     return { app, ctx };
   } catch (err) {
     // Nothing else owns the Redis connections yet: close them, or the process would hang on them.

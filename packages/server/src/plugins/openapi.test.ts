@@ -465,30 +465,44 @@ describe('the interactive reference', () => {
 });
 
 describe('SVC_DOCS_URL and the routes of the service', () => {
-  it("refuses as the reference's path every path of a route, and whatever lies under its first segment", () => {
-    const refused = (path: string) => {
-      try {
-        loadConfig({ SVC_DOCS_URL: `http://127.0.0.1:8080${path}` });
-        return false;
-      } catch (err) {
-        return /^SVC_DOCS_URL must not (have a path under|be SVC_BASE_URL)/.test((err as Error).message);
-      }
-    };
+  /** The start's refusal of a reference at `path` of this server, or null when it started. */
+  const refusal = async (path: string) => {
+    try {
+      await withTestApp({ docsUrl: `http://127.0.0.1:8080${path}` }, async () => {});
+      return null;
+    } catch (err) {
+      return (err as Error).message;
+    }
+  };
+
+  it('refuses, at start and naming the variable, a path that a route of the service takes or lies under', async () => {
     const own = docsPathOf(loadConfig({}).docsUrl);
+    // Every route's path up to its first parameter or wildcard, as the router matches it.
     const paths = routes
       .map((r) => r.url)
       .filter((url) => url !== own && !url.startsWith(`${own}/`))
-      // The part the router matches as written, up to the first parameter or wildcard.
       .map((url) => {
         const segments = url.split('/').filter((s) => s !== '');
         const end = segments.findIndex((s) => s.includes(':') || s.includes('*'));
         return `/${(end === -1 ? segments : segments.slice(0, end)).join('/')}`;
-      });
-    expect(paths).toEqual(expect.arrayContaining(['/v1/policies', '/healthz', '/approvals', '/']));
-    for (const path of new Set(paths)) {
-      expect(refused(path), path).toBe(true);
-      if (path !== '/') expect(refused(`${path}/reference`), `${path}/reference`).toBe(true);
+      })
+      .filter((p) => p !== '/' && routes.some((r) => r.url === p && r.method.includes('GET')));
+    expect(paths).toEqual(expect.arrayContaining(['/v1/policies', '/healthz', '/approvals']));
+    // A sample (each start builds a whole app), and pages under a dashboard page.
+    for (const path of ['/v1/policies', '/healthz', '/openapi.json', '/approvals', '/policies/reference']) {
+      expect(await refusal(path), path).toMatch(
+        new RegExp(
+          `^SVC_DOCS_URL must not have the path ${path.replaceAll('.', '\\.')}: the reference served there would take `,
+        ),
+      );
     }
+  });
+
+  it('serves the reference at a path no route takes, under /v1 too', async () => {
+    await withTestApp({ docsUrl: 'https://docs.example.com/v1/reference' }, async (app) => {
+      expect((await app.inject({ method: 'GET', url: '/v1/reference' })).statusCode).toBe(200);
+      expect((await app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
+    });
   });
 });
 

@@ -502,11 +502,6 @@ function optionalBodies({ openapiObject }: { openapiObject: Record<string, unkno
   return openapiObject;
 }
 
-/** The path the interactive reference is served at: SVC_DOCS_URL's path (default /docs). */
-export function docsPath(config: Pick<Config, 'docsUrl'>): string {
-  return docsPathOf(config.docsUrl);
-}
-
 /** One range-spec of RFC 9110 §14.1.1: `first-last`, `first-` or `-suffix`; an int-range whose last is below its first is invalid. */
 function isByteRangeSpec(spec: string): boolean {
   const suffix = /^-\d+$/.test(spec);
@@ -595,7 +590,29 @@ export async function registerOpenApi(app: FastifyInstance, config: Config): Pro
     },
     async (_req, reply) => reply.type('application/json').send(JSON.stringify(app.swagger())),
   );
+}
 
+/** Paths the reference serves under its prefix (swagger-ui's pages and assets, error links). */
+const REFERENCE_PATHS = ['', '/', '/json', '/yaml', '/static/index.html', '/errors/code'];
+
+/**
+ * The interactive reference at the path of SVC_DOCS_URL, registered after every other route: a path
+ * one of them takes (`/v1/policies`, `/healthz`) or lies under (`/policies/x`, a dashboard page) is
+ * refused, naming the variable and the route, instead of failing the start with the router's own
+ * error or hiding that route.
+ */
+export async function registerReference(app: FastifyInstance, config: Config): Promise<void> {
+  const prefix = docsPathOf(config.docsUrl);
+  for (const path of REFERENCE_PATHS) {
+    const url = `${prefix}${path}`;
+    if (app.findRoute({ method: 'GET', url })) {
+      throw new Error(
+        `SVC_DOCS_URL must not have the path ${prefix}: the reference served there would take ${url}, ` +
+          `which a route of the service answers; give it a path of its own such as ${config.baseUrl}/docs, ` +
+          `got "${config.docsUrl}"`,
+      );
+    }
+  }
   // The reference's own pages and assets are public, whatever the default auth mode of routes.
   await app.register(async (docs) => {
     docs.addHook('onRoute', (route) => {
@@ -608,7 +625,6 @@ export async function registerOpenApi(app: FastifyInstance, config: Config): Pro
       else req.raw.headers.range = range;
     });
     docs.setErrorHandler(docsErrors);
-    const prefix = docsPath(config);
     await docs.register(swaggerUi, { routePrefix: prefix });
     // Error documentation links (`doc_url` of envelope B) land on the reference, which lists every
     // operation's error codes.
