@@ -265,8 +265,10 @@ describe('the dashboard as a reviewer uses it', () => {
     await eventually(() => name.evaluate((e) => e === e.ownerDocument.activeElement)).toBe(true);
 
     await press(page.getByRole('button', { name: 'Revoke ci-bot' }));
-    await page.waitForTimeout(600);
-    await press(page.getByRole('button', { name: 'Confirm revoke' }));
+    // Confirm is enabled only after a short delay (a double press must not confirm).
+    const confirm = page.getByRole('button', { name: 'Confirm revoke' });
+    await eventually(() => confirm.isEnabled()).toBe(true);
+    await press(confirm);
     await eventually(() => page.locator('tr', { hasText: 'ci-bot' }).textContent()).toMatch(/revoked/);
     // The row's buttons are gone: the focus is on the section, not on the page.
     await eventually(focused).toBe('h2|API keys');

@@ -255,6 +255,8 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
   it('fails only the group holding a decision id already recorded, as a unique violation; its neighbours commit', async () => {
     const { orgId } = await createTenant(t);
     const writer = new DecisionWriter(t.store, { thread });
+    // The batches the writer tries to commit, by size.
+    const tried = vi.spyOn(writer as unknown as { commit: (batch: unknown[]) => Promise<unknown> }, 'commit');
     /** A decision with its row, under `id` when given (what two requests with one claim both write). */
     const decided = (n: number, id?: string): WriteItem => {
       const d = decisionItem({
@@ -280,6 +282,9 @@ describe.each(TEST_PG_URL ? [false] : [false, true])('DecisionWriter (thread: %s
     expect(isUniqueViolation(failure)).toBe(true);
     await Promise.all([alone, group, after]);
     await writer.close();
+    // The first decision alone, then the six in one batch: its transaction failed, and the writer
+    // tried each caller's unit again alone (the failing group failed again; the others committed).
+    expect(tried.mock.calls.map(([batch]) => batch.length)).toEqual([1, 6, 1, 2, 2, 1]);
     const chain = await chainOf(orgId);
     expect(chain.map((p) => JSON.parse(p).tool_name)).toEqual([
       'tool-1',
