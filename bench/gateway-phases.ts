@@ -3,13 +3,15 @@
  * a file, so commits fsync), server-everything in a child, one SDK client, `tools/call echo` one in
  * flight. Each phase is the median time since the request reached the HTTP server: the policy
  * checked (enforce entered), the upstream request sent, its answer, the record handed to the group
- * commit, the commit done, the response written. On a loaded machine every phase stretches, but
+ * commit, a lone call's commit on the event loop begun and done (when it runs there), the commit
+ * done, the response written. On a loaded machine every phase stretches, but
  * their order and relative size show what the answer waits for.
  * Run: node --conditions=@svc/source --import tsx bench/gateway-phases.ts (BENCH_GATEWAY_CALLS, default 1000;
  * SVC_WRITER_THREAD=false commits every batch on the event loop)
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { NoWaitSqliteBatchStore } from '../packages/server/src/ledger/store-sqlite.js';
 import { DecisionWriter } from '../packages/server/src/ledger/writer.js';
 import { UpstreamSession } from '../packages/server/src/modules/mcp/upstream-session.js';
 import { createTestApp } from '../packages/server/test/helpers.js';
@@ -45,6 +47,17 @@ DecisionWriter.prototype.write = function (this: DecisionWriter, item) {
   return p;
 };
 
+// A lone call's commit on the event loop (ledger/writer.ts): from the batch's start to its COMMIT's
+// return, receipt hashing and the fsync included; the phases around it are the group commit's own.
+const commitInline = NoWaitSqliteBatchStore.prototype.commit;
+NoWaitSqliteBatchStore.prototype.commit = async function (this: NoWaitSqliteBatchStore, batches) {
+  mark('4a lone commit begun');
+  try {
+    return await commitInline.call(this, batches);
+  } finally {
+    mark('4b lone commit done');
+  }
+};
 const calls = Number(process.env.BENCH_GATEWAY_CALLS ?? 1000);
 const everything = await startEverything('streamableHttp');
 const t = await createTestApp({ writerThread: process.env.SVC_WRITER_THREAD !== 'false' });
