@@ -28,6 +28,16 @@ export const DRAFT_OPERATORS = [
 
 export type DraftOperator = (typeof DRAFT_OPERATORS)[number];
 
+/** The operators whose condition becomes one pattern (`regex` or `notRegex`) of the tool's policy. */
+export const PATTERN_OPERATORS: ReadonlySet<DraftOperator> = new Set<DraftOperator>([
+  'matches',
+  'not_matches',
+  'contains',
+  'not_contains',
+  'starts_with',
+  'ends_with',
+]);
+
 export interface DraftCondition {
   field: string;
   operator: string;

@@ -40,6 +40,7 @@ export {
   type DraftOperator,
   type DraftPolicy,
   type DraftRule,
+  PATTERN_OPERATORS,
   type SkippedRule,
 } from './drafts.js';
 export {

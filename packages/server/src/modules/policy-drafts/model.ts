@@ -1,5 +1,11 @@
 import type { Static } from '@sinclair/typebox';
-import { compileDraftRules, DRAFT_OPERATORS, type DraftRule } from '@svc/policy-engine';
+import {
+  compileDraftRules,
+  DRAFT_OPERATORS,
+  type DraftOperator,
+  type DraftRule,
+  PATTERN_OPERATORS,
+} from '@svc/policy-engine';
 import { hashJson } from '../../ledger/canonical.js';
 import { invalid } from '../../lib/errors.js';
 import { MAX_POLICY_PATTERNS, patternCountProblem } from '../policies/model.js';
@@ -84,16 +90,6 @@ export function assertRules(rules: DraftRuleInput[]): void {
   assertPatternCounts(rules);
 }
 
-/** Operators whose condition becomes one pattern (`regex` or `notRegex`) of the tool's policy. */
-const PATTERN_OPERATORS: ReadonlySet<string> = new Set([
-  'matches',
-  'not_matches',
-  'contains',
-  'not_contains',
-  'starts_with',
-  'ends_with',
-]);
-
 /**
  * Rules that alone give a tool more patterns than a policy may hold (MAX_POLICY_PATTERNS) could never
  * be applied, since approving only adds them to the tool's policy: 400 naming the tools. Counted
@@ -105,7 +101,7 @@ function assertPatternCounts(rules: DraftRuleInput[]): void {
   const bound = new Map<string, number>();
   for (const rule of rules) {
     if (rule.enabled === false) continue;
-    const n = rule.conditions.filter((c) => PATTERN_OPERATORS.has(c.operator)).length;
+    const n = rule.conditions.filter((c) => PATTERN_OPERATORS.has(c.operator as DraftOperator)).length;
     if (n === 0) continue;
     for (const tool of new Set(rule.tools)) bound.set(tool, (bound.get(tool) ?? 0) + n);
   }
