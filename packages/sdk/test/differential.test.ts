@@ -1,4 +1,5 @@
 import { inspect } from 'node:util';
+import { CONSTRAINT_FIELDS } from '@svc/policy-engine';
 import type { CallContext, Client, ToolArgs, ValidationResult } from '@svc/sdk';
 import { ApiError } from '@svc/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -163,29 +164,10 @@ const PATTERNS = [
   '^[\\x{0}-\\x{7F}]*$',
 ] as const;
 
-const NUMBER_FIELDS = [
-  'minimum',
-  'maximum',
-  'greaterThan',
-  'lessThan',
-  'greaterThanOrEqual',
-  'lessThanOrEqual',
-] as const;
-const ALL_FIELDS = [
-  ...NUMBER_FIELDS,
-  'required',
-  'notNull',
-  'minLength',
-  'maxLength',
-  'enum',
-  'notEnum',
-  'regex',
-  'notRegex',
-  'minItems',
-  'maxItems',
-  'enabled',
-  'action',
-] as const;
+/** The numeric bounds a constraint takes (aliases beside their canonical names). */
+const NUMBER_FIELDS = CONSTRAINT_FIELDS.filter((f) => /^(minimum|maximum|greaterThan|lessThan)/.test(f));
+/** Every field of a constraint but its argument name, as the engine knows them. */
+const ALL_FIELDS = CONSTRAINT_FIELDS.filter((f) => f !== 'argumentName');
 
 type Json = Record<string, unknown>;
 
