@@ -1,3 +1,4 @@
+import type { Static } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
 import { AppError, invalid } from '../../lib/errors.js';
 import {
@@ -9,6 +10,7 @@ import {
 import { createIdempotencyStore } from '../../lib/idempotency-store.js';
 import { derivedUuidv7 } from '../../lib/ids.js';
 import type { DecisionRepository } from './repository.js';
+import type { LogResponse } from './schemas.js';
 
 /** The decision log's keys are stored as `decisions:<project id>/<key>`, apart from the gateway's. */
 const SURFACE = 'decisions:';
@@ -61,7 +63,7 @@ export function claimedDecisionIds(claim: Claim, count: number): string[] {
 }
 
 /** The 201 of POST /v1/decisions: the ids of a batch, or the id of a single decision. */
-export type LogAnswer = { success: true; ids: string[] } | { success: true; id: string };
+type LogAnswer = Static<typeof LogResponse>;
 
 /**
  * Idempotency-Key on POST /v1/decisions (lib/idempotency.ts), answered in envelope A: the hooks to
