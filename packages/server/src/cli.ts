@@ -190,35 +190,19 @@ async function openServerStore(databaseUrl: string): Promise<Store> {
   return store;
 }
 
-/** The migrations recorded in `store`, where migrateToLatest keeps them (PostgreSQL: the current schema). */
-async function appliedMigrations(store: Store): Promise<string[]> {
-  const { DEFAULT_MIGRATION_TABLE: table, sql } = await import('kysely');
-  const exists =
-    store.dialect === 'postgres'
-      ? sql<{ n: number }>`select count(*) as n from information_schema.tables
-          where table_schema = current_schema() and table_name = ${table}`
-      : sql<{ n: number }>`select count(*) as n from sqlite_master where type = 'table' and name = ${table}`;
-  if (Number((await exists.execute(store.db)).rows[0]?.n) === 0) return [];
-  const { rows } = await sql<{ name: string }>`select name from ${sql.table(table)}`.execute(store.db);
-  return rows.map((r) => r.name);
-}
-
 /** What keeps this version of svc from using `store` as it is, or null. */
 async function migrationProblem(store: Store): Promise<string | null> {
-  const applied = await appliedMigrations(store);
+  const { migrationState } = await import('./storage/migrate.js');
+  const { applied, unknown, pending } = await migrationState(store);
   if (applied.length === 0) {
     return (
       "holds no svc tables: it is not the server's store, or it was never migrated; point " +
       "SVC_DATABASE_URL at the server's store, or run svc migrate to set this one up"
     );
   }
-  const { KNOWN_MIGRATIONS } = await import('./storage/migrate.js');
-  const known = new Set(KNOWN_MIGRATIONS);
-  const unknown = applied.filter((name) => !known.has(name)).sort();
   if (unknown.length > 0) {
     return `was migrated by a newer version of svc (its migration ${unknown[0]} is unknown to this one): run that version of svc`;
   }
-  const pending = [...known].filter((name) => !applied.includes(name));
   if (pending.length > 0) {
     const names = pending.length > 3 ? `${pending.slice(0, 3).join(', ')}, …` : pending.join(', ');
     return (

@@ -1,4 +1,4 @@
-import { type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+import { DEFAULT_MIGRATION_TABLE, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
 import type { Store } from './db.js';
 import * as m0001 from './migrations/0001_tenancy.js';
 import * as m0002 from './migrations/0002_enforcement.js';
@@ -50,9 +50,6 @@ const MIGRATIONS: Record<string, Migration> = {
   '0026_idempotency_origin': m0026,
 };
 
-/** The names of the migrations this version of svc knows, in application order. */
-export const KNOWN_MIGRATIONS: readonly string[] = Object.keys(MIGRATIONS).sort();
-
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };
 
 export async function migrateToLatest(store: Store): Promise<string[]> {
@@ -82,4 +79,32 @@ export async function migrateToLatest(store: Store): Promise<string[]> {
     throw new Error(`migration ${failed?.migrationName ?? '(unknown)'} failed: ${String(error)}`);
   }
   return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+}
+
+/**
+ * The store's migrations against those this version of svc knows, without running any: `applied`,
+ * the names recorded where migrateToLatest records them (PostgreSQL: the current schema; none when
+ * it never ran there), `unknown` (a newer svc ran), and `pending`, in application order.
+ */
+export async function migrationState(
+  store: Store,
+): Promise<{ applied: string[]; unknown: string[]; pending: string[] }> {
+  const table = DEFAULT_MIGRATION_TABLE;
+  const exists =
+    store.dialect === 'postgres'
+      ? sql<{ n: number }>`select count(*) as n from information_schema.tables
+          where table_schema = current_schema() and table_name = ${table}`
+      : sql<{ n: number }>`select count(*) as n from sqlite_master where type = 'table' and name = ${table}`;
+  const applied =
+    Number((await exists.execute(store.db)).rows[0]?.n) === 0
+      ? []
+      : (await sql<{ name: string }>`select name from ${sql.table(table)}`.execute(store.db)).rows.map(
+          (r) => r.name,
+        );
+  const known = Object.keys(MIGRATIONS).sort();
+  return {
+    applied,
+    unknown: applied.filter((name) => !Object.hasOwn(MIGRATIONS, name)).sort(),
+    pending: known.filter((name) => !applied.includes(name)),
+  };
 }
