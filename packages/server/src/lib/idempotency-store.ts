@@ -1,4 +1,4 @@
-import type { Kysely } from 'kysely';
+import type { ExpressionBuilder, Kysely } from 'kysely';
 import type { Db } from '../storage/db.js';
 
 /**
@@ -21,11 +21,22 @@ export interface IdempotencyRow {
   origin_at: string | null;
 }
 
-type K = Kysely<{ gateway_idempotency: IdempotencyRow }>;
+type Tables = { gateway_idempotency: IdempotencyRow };
+type K = Kysely<Tables>;
+
+/** The claim of `key` taken at `claimedAt` (its `created_at`), while it is still unanswered. */
+const unansweredClaim =
+  (org: string, key: string, claimedAt: string) => (eb: ExpressionBuilder<Tables, 'gateway_idempotency'>) =>
+    eb.and([
+      eb('organization_id', '=', org),
+      eb('idempotency_key', '=', key),
+      eb('created_at', '=', claimedAt),
+      eb('status_code', 'is', null),
+    ]);
 
 /** The stored Idempotency-Keys; every method takes the organization. */
 export function createIdempotencyStore(base: Db) {
-  const db = base.withTables<{ gateway_idempotency: IdempotencyRow }>() as unknown as K;
+  const db = base.withTables<Tables>() as unknown as K;
   return {
     /**
      * Takes an Idempotency-Key (answer pending); false when the organization already holds it. The
@@ -62,10 +73,7 @@ export function createIdempotencyStore(base: Db) {
           created_at: now,
           origin_at: eb.fn.coalesce('origin_at', 'created_at'),
         }))
-        .where('organization_id', '=', org)
-        .where('idempotency_key', '=', key)
-        .where('created_at', '=', claimedAt)
-        .where('status_code', 'is', null)
+        .where(unansweredClaim(org, key, claimedAt))
         .executeTakeFirst();
       return Number(r.numUpdatedRows) === 1;
     },
@@ -93,10 +101,7 @@ export function createIdempotencyStore(base: Db) {
       const r = await db
         .updateTable('gateway_idempotency')
         .set({ status_code: status, response })
-        .where('organization_id', '=', org)
-        .where('idempotency_key', '=', key)
-        .where('created_at', '=', claimedAt)
-        .where('status_code', 'is', null)
+        .where(unansweredClaim(org, key, claimedAt))
         .executeTakeFirst();
       return Number(r.numUpdatedRows) === 1;
     },
@@ -109,10 +114,7 @@ export function createIdempotencyStore(base: Db) {
     async dropClaim(org: string, key: string, claimedAt: string): Promise<void> {
       await db
         .deleteFrom('gateway_idempotency')
-        .where('organization_id', '=', org)
-        .where('idempotency_key', '=', key)
-        .where('created_at', '=', claimedAt)
-        .where('status_code', 'is', null)
+        .where(unansweredClaim(org, key, claimedAt))
         .execute();
     },
 
