@@ -1,6 +1,12 @@
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type DashboardHarness, eventually, type Organization, startDashboard } from './dashboard.js';
+import {
+  type DashboardHarness,
+  eventually,
+  type Organization,
+  startDashboard,
+  whileFailing,
+} from './dashboard.js';
 
 /**
  * A click acts only on what the person clicked and read, names an agent chose are shown as they are
@@ -187,24 +193,15 @@ describe('the dashboard acts on what was clicked and read, and shows agent-chose
   }, 120_000);
 
   it('stays signed in, and says so, when the sign-out fails', async () => {
-    const logout = '**/v1/auth/logout';
-    await page.route(logout, (route) =>
-      route.fulfill({
-        status: 503,
-        contentType: 'application/json',
-        body: JSON.stringify({ error: { code: 'service_unavailable', message: 'Try again shortly.' } }),
-      }),
-    );
-    try {
+    const unavailable = { status: 503, code: 'service_unavailable', message: 'Try again shortly.' };
+    await whileFailing(page, '**/v1/auth/logout', unavailable, async () => {
       await page.getByRole('button', { name: 'Sign out' }).click();
       await page.locator('[data-sign-out-failed]').waitFor();
       expect(await page.locator('[data-sign-out-failed]').textContent()).toBe(
         'You are still signed in: the sign-out failed. Try again shortly.',
       );
       expect(await page.getByRole('heading', { name: 'Sign in to svc' }).count()).toBe(0);
-    } finally {
-      await page.unroute(logout);
-    }
+    });
     // The session still works; signing out again ends it.
     await page.getByRole('button', { name: 'Sign out' }).click();
     await page.getByRole('heading', { name: 'Sign in to svc' }).waitFor();

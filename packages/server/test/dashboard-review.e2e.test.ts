@@ -6,6 +6,7 @@ import {
   focusedOn,
   type Organization,
   startDashboard,
+  whileFailing,
 } from './dashboard.js';
 import { gate } from './helpers.js';
 
@@ -79,21 +80,12 @@ describe('the dashboard as a reviewer uses it', () => {
   }, 120_000);
 
   it('says why the drafts could not be read, and stops saying it is loading them', async () => {
-    const drafts = '**/v1/policy-drafts';
-    await page.route(drafts, (r) =>
-      r.fulfill({
-        status: 503,
-        contentType: 'application/json',
-        body: JSON.stringify({ error: { code: 'unavailable', message: 'The store is busy' } }),
-      }),
-    );
-    try {
+    const busy = { status: 503, code: 'unavailable', message: 'The store is busy' };
+    await whileFailing(page, '**/v1/policy-drafts', busy, async () => {
       await open('Drafts', 'Policy drafts');
       await page.getByText('The store is busy').waitFor();
       expect(await page.locator('main [aria-busy="true"]').count()).toBe(0);
-    } finally {
-      await page.unroute(drafts);
-    }
+    });
   }, 120_000);
 
   it('reviews a draft from the keyboard, and says when approving it applied nothing', async () => {
@@ -217,21 +209,12 @@ describe('the dashboard as a reviewer uses it', () => {
     await eventually(() => focusOn('[data-status]')).toBe(true);
 
     // A list that could not be read says so, and is not said to be empty either.
-    const failing = '**/v1/charter/verifications';
-    await page.route(failing, (r) =>
-      r.fulfill({
-        status: 503,
-        contentType: 'application/json',
-        body: JSON.stringify({ error: { code: 'unavailable', message: 'Charter is resting' } }),
-      }),
-    );
-    try {
+    const resting = { status: 503, code: 'unavailable', message: 'Charter is resting' };
+    await whileFailing(page, '**/v1/charter/verifications', resting, async () => {
       await page.getByRole('link', { name: '← Charter' }).click();
       await page.getByText('Charter is resting').waitFor();
       expect(await page.getByText('No change is waiting.').count()).toBe(0);
-    } finally {
-      await page.unroute(failing);
-    }
+    });
   }, 120_000);
 
   it('offers no dry run for a policy that does not exist', async () => {

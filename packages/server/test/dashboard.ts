@@ -20,6 +20,30 @@ export const CHROMIUM = '/usr/bin/chromium';
 /** Polls until the expectation holds: pages on a busy machine can take seconds to render. */
 export const eventually = <T>(read: () => T | Promise<T>) => expect.poll(read, { timeout: 20_000 });
 
+/**
+ * Runs `run` while `page` gets, for every request to `glob`, the API's error answer (`{error: {code,
+ * message}}` with `status`): what the page shows when the service refuses or cannot answer.
+ */
+export async function whileFailing(
+  page: Page,
+  glob: string,
+  { status, code, message }: { status: number; code: string; message: string },
+  run: () => Promise<void>,
+): Promise<void> {
+  await page.route(glob, (route) =>
+    route.fulfill({
+      status,
+      contentType: 'application/json',
+      body: JSON.stringify({ error: { code, message } }),
+    }),
+  );
+  try {
+    await run();
+  } finally {
+    await page.unroute(glob);
+  }
+}
+
 /** The element of `page` that has the focus, as `tag|accessible label or text`; BODY when none has. */
 export const focusedOn = (page: Page) =>
   page.evaluate<string>(`(() => {
