@@ -201,6 +201,14 @@ export const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]
 export const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200 }) });
 export const Success = Type.Object({ success: Type.Literal(true) });
 
+/** The page a list answered (GET /v1/decisions, GET /v1/approvals/resolved): `hasMore` when rows follow it. */
+export const Pagination = Type.Object({
+  total: Type.Integer(),
+  limit: Type.Integer(),
+  offset: Type.Integer(),
+  hasMore: Type.Boolean(),
+});
+
 /** Marks a documented request body as optional in /openapi.json (see plugins/openapi.ts). */
 export const OPTIONAL_BODY = 'x-optional-body';
 

@@ -854,6 +854,21 @@ describe('envelope A answers and headers the audit found undocumented', () => {
     });
     expect(param('/v1/decisions', 'offset')).toMatchObject({ type: 'integer', minimum: 0, default: 0 });
     expect(param('/v1/decisions', 'decision').enum).toEqual(['allow', 'deny', 'require_approval']);
+    expect(param('/v1/approvals/resolved', 'limit')).toMatchObject({
+      type: 'integer',
+      minimum: 1,
+      maximum: 200,
+      default: 50,
+    });
+    expect(param('/v1/approvals/resolved', 'offset')).toMatchObject({
+      type: 'integer',
+      minimum: 0,
+      default: 0,
+    });
+    expect(
+      operation('GET', '/v1/approvals/resolved')!.responses['200']!.content!['application/json']!.schema!
+        .properties!.pagination!.required,
+    ).toEqual(['total', 'limit', 'offset', 'hasMore']);
     expect(param('/v1/decisions/stats', 'days')).toMatchObject({
       type: 'integer',
       minimum: 1,

@@ -21,6 +21,7 @@ import * as m0023 from './migrations/0023_checkpoint_origin.js';
 import * as m0024 from './migrations/0024_spend_receipt_claims.js';
 import * as m0025 from './migrations/0025_owed_receipt_indexes.js';
 import * as m0026 from './migrations/0026_idempotency_origin.js';
+import * as m0027 from './migrations/0027_resolved_approvals_index.js';
 
 /**
  * Migrations are listed in code (not read from a folder) so they run the same under tsx, a bundle
@@ -48,6 +49,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0024_spend_receipt_claims': m0024,
   '0025_owed_receipt_indexes': m0025,
   '0026_idempotency_origin': m0026,
+  '0027_resolved_approvals_index': m0027,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

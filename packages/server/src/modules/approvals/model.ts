@@ -68,6 +68,12 @@ export interface Approval {
   approvers: { resolvedBy: string; resolvedAt: string }[];
 }
 
+/** A page of resolved approvals: the rows and where they stand in the whole list. */
+export interface ResolvedPage {
+  data: Approval[];
+  pagination: { total: number; limit: number; offset: number; hasMore: boolean };
+}
+
 export function toApproval(row: ApprovalRow, now: string): Approval {
   const status = statusAt(row, now);
   const base = {

@@ -1,4 +1,4 @@
-import type { Kysely, Selectable } from 'kysely';
+import { type Kysely, type Selectable, sql } from 'kysely';
 import type { ApprovalsTable, Database } from '../../storage/schema.js';
 import type { DecisionJoin } from './model.js';
 
@@ -55,17 +55,31 @@ export function createApprovalRepository(db: Kysely<Database>) {
         .execute();
     },
 
-    /** Approved and denied approvals, most recently resolved first. */
-    async listResolved(organizationId: string, limit: number): Promise<ApprovalRow[]> {
-      return db
+    /**
+     * One page of the approved and denied approvals, most recently resolved first (equal times by
+     * id, newest first, so that pages neither repeat nor skip a row), and how many there are.
+     */
+    async listResolved(
+      organizationId: string,
+      limit: number,
+      offset: number,
+    ): Promise<{ rows: ApprovalRow[]; total: number }> {
+      const resolved = db
         .selectFrom('approvals')
-        .selectAll()
         .where('organization_id', '=', organizationId)
-        .where('status', 'in', ['approved', 'denied'])
-        .orderBy('resolved_at', 'desc')
-        .orderBy('id')
-        .limit(limit)
-        .execute();
+        // Word for word the condition of the partial index approvals_resolved (migration 0027).
+        .where(sql<boolean>`status in ('approved', 'denied')`);
+      const [rows, count] = await Promise.all([
+        resolved
+          .selectAll()
+          .orderBy('resolved_at', 'desc')
+          .orderBy('id', 'desc')
+          .limit(limit)
+          .offset(offset)
+          .execute(),
+        resolved.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow(),
+      ]);
+      return { rows, total: Number(count.n) };
     },
 
     /**

@@ -12,12 +12,20 @@ import {
   CreatedApproval,
   PendingApprovalSchema,
   ResolveBody,
+  ResolvedListResponse,
+  ResolvedQuery,
   ResolvedSchema,
 } from './schemas.js';
 
 /** An approver key reads what it is asked to decide; only it (or a user) resolves. */
 const READ: readonly KeyScope[] = ['api', 'approvals:resolve'];
 const RESOLVE: readonly KeyScope[] = ['approvals:resolve'];
+
+/** The query as the API document describes it: the handler checks these bounds (intParam). */
+const ResolvedQueryDocumented = Type.Object({
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+  offset: Type.Optional(Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 })),
+});
 
 /** The service lives on ctx (validation opens and uses approvals too); this module serves and sweeps. */
 export const approvalRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {
@@ -48,16 +56,18 @@ export const approvalRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = as
     {
       config: { scopes: READ },
       schema: {
-        // A string, as every integer query of the API: the query parser's own conversion reads 1.5 as 1.
-        querystring: Type.Object({
-          limit: Type.Optional(Type.String({ description: 'integer 1-200, default 50' })),
-        }),
-        response: { 200: Type.Object({ data: Type.Array(ApprovalSchema) }) },
+        querystring: ResolvedQuery,
+        response: { 200: ResolvedListResponse },
+        documented: { querystring: ResolvedQueryDocumented },
       },
     },
-    async (req) => ({
-      data: await service.listResolved(await ctx.scope(req), intParam('limit', req.query.limit, 1, 200, 50)),
-    }),
+    async (req) =>
+      service.listResolved(
+        await ctx.scope(req),
+        intParam('limit', req.query.limit, 1, 200, 50),
+        // Unbounded above as GET /v1/decisions' offset: a page past the end is empty, with the real total.
+        intParam('offset', req.query.offset, 0, Number.MAX_SAFE_INTEGER, 0),
+      ),
   );
 
   app.get(

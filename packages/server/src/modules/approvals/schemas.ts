@@ -1,5 +1,12 @@
 import { Type } from '@sinclair/typebox';
-import { JsonObject as Args, NO_CONTROL_CHARS, Nullable, OneOf, Uuid } from '../../lib/schemas.js';
+import {
+  JsonObject as Args,
+  NO_CONTROL_CHARS,
+  Nullable,
+  OneOf,
+  Pagination,
+  Uuid,
+} from '../../lib/schemas.js';
 import { ToolName } from '../tools/schemas.js';
 
 const Action = OneOf(['approve', 'deny']);
@@ -84,6 +91,18 @@ export const ApprovalSchema = Type.Object({
   expiresAt: Type.Optional(Type.String()),
   requiredApprovals: RequiredApprovals,
   approvers: Approvers,
+});
+
+// A string, as every integer query of the API: the query parser's own conversion reads 1.5 as 1.
+export const ResolvedQuery = Type.Object({
+  limit: Type.Optional(Type.String({ description: 'integer 1-200, default 50' })),
+  offset: Type.Optional(Type.String({ description: 'integer >= 0, default 0' })),
+});
+
+/** GET /v1/approvals/resolved: `data` as before, and the page as GET /v1/decisions answers it. */
+export const ResolvedListResponse = Type.Object({
+  data: Type.Array(ApprovalSchema),
+  pagination: Pagination,
 });
 
 /** `pending` when this was one approval of several (dual control) and more are needed. */

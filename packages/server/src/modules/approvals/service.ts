@@ -15,6 +15,7 @@ import {
   type NewApproval,
   type PendingApproval,
   pendingApprovalRow,
+  type ResolvedPage,
   statusAt,
   stepsOf,
   toApproval,
@@ -341,9 +342,14 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       return (await approvals.listPending(scope.organizationId, now())).map(toPending);
     },
 
-    async listResolved(scope: ApprovalTenant, limit: number): Promise<Approval[]> {
+    /** GET /v1/approvals/resolved: a page of the organization's resolved approvals, as GET /v1/decisions pages. */
+    async listResolved(scope: ApprovalTenant, limit: number, offset: number): Promise<ResolvedPage> {
       const at = now();
-      return (await approvals.listResolved(scope.organizationId, limit)).map((r) => toApproval(r, at));
+      const { rows, total } = await approvals.listResolved(scope.organizationId, limit, offset);
+      return {
+        data: rows.map((r) => toApproval(r, at)),
+        pagination: { total, limit, offset, hasMore: offset + rows.length < total },
+      };
     },
 
     async get(scope: ApprovalTenant, id: string): Promise<Approval> {

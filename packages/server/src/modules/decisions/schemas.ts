@@ -1,5 +1,5 @@
 import { Type } from '@sinclair/typebox';
-import { FailedConstraintSchema, JsonObject, Nullable, Uuid } from '../../lib/schemas.js';
+import { FailedConstraintSchema, JsonObject, Nullable, Pagination, Uuid } from '../../lib/schemas.js';
 import { ToolName } from '../tools/schemas.js';
 
 const Counts = {
@@ -48,12 +48,7 @@ export const ListQuery = Type.Object({
 
 export const ListResponse = Type.Object({
   data: Type.Array(DecisionSchema),
-  pagination: Type.Object({
-    total: Type.Integer(),
-    limit: Type.Integer(),
-    offset: Type.Integer(),
-    hasMore: Type.Boolean(),
-  }),
+  pagination: Pagination,
 });
 
 export const StatsQuery = Type.Object({
