@@ -13,6 +13,7 @@ import {
 import { PAGES, pageOf } from './pages.js';
 import { Link, usePath } from './router.js';
 import { SignIn } from './SignIn.js';
+import { Loading } from './ui.js';
 
 const orgKey = (userId: string) => `svc.organization.${userId}`;
 
@@ -49,7 +50,7 @@ export function App() {
         {error}
       </p>
     );
-  if (session === undefined) return <p aria-busy="true">Loading…</p>;
+  if (session === undefined) return <Loading />;
   if (session === null) return <SignIn ended={ended} />;
   return (
     <SignedIn
@@ -150,6 +151,8 @@ function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () 
             {signOutError}
           </p>
         )}
+        {/* No page until the organizations are read (a failure is said above). */}
+        {organizations === null && <Loading failed={error !== null} />}
         {organizations?.length === 0 && (
           <p>You belong to no organization yet. Create one with POST /v1/organizations, then reload.</p>
         )}

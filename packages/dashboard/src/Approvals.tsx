@@ -1,20 +1,52 @@
 import { useEffect, useMemo, useRef, useState } from 'react';
 import { ApprovalDetails, boundAction } from './ApprovalDetails.js';
-import { api, type BatchResult, messageOf, type PendingApproval, type ResolvedApproval } from './api.js';
+import {
+  api,
+  type BatchResult,
+  messageOf,
+  type PendingApproval,
+  query,
+  type ResolvedApproval,
+} from './api.js';
 import { useLiveEvents } from './live.js';
 import { batchOutcome, inBatches, queueChange, selectLabel, timeLeft } from './queue.js';
 import { inspect, jsonPieces, revealString } from './reveal.js';
 import { JsonBlock, Shown, Warnings } from './Shown.js';
-import { ErrorLine, isFirstClick, LiveStatus, TableHead, useFocusReturn, useReload } from './ui.js';
+import {
+  ErrorLine,
+  isFirstClick,
+  LiveStatus,
+  Loading,
+  PageRange,
+  Pager,
+  TableHead,
+  useFocusReturn,
+  usePageFocus,
+  useReload,
+} from './ui.js';
 
 type Action = 'approve' | 'deny';
 
 const EVENTS = ['approval.created', 'approval.resolved', 'approval.expired'];
+/** Resolved approvals shown per page. */
+const PAGE = 50;
 
-/** The pending queue (live over the event stream, polled as a fallback) and the resolved history. */
+interface Page {
+  total: number;
+  offset: number;
+}
+
+/**
+ * The pending queue (live over the event stream, polled as a fallback) and the resolved history, a
+ * page at a time. Both are read again whenever approvals change; a later page of the history stays
+ * where it is (its rows move down as new resolutions come in on top) rather than going back to the first.
+ */
 export function Approvals({ organizationId, userId }: { organizationId: string; userId: string }) {
   const [pending, setPending] = useState<PendingApproval[]>([]);
   const [resolved, setResolved] = useState<ResolvedApproval[]>([]);
+  /** Where the history page asked for starts; the rows shown start at `shownPage.offset` once read. */
+  const [resolvedOffset, setResolvedOffset] = useState(0);
+  const [shownPage, setShownPage] = useState<Page>({ total: 0, offset: 0 });
   /** Both lists have been read once: until then they are not known to be empty. */
   const [loaded, setLoaded] = useState(false);
   const [selected, setSelected] = useState<Set<string>>(new Set());
@@ -31,13 +63,17 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
   const focusAfter = useRef<{ id: string; index: number } | null>(null);
   const listRef = useRef<HTMLUListElement>(null);
   const headingRef = useRef<HTMLHeadingElement>(null);
+  const rangeRef = useRef<HTMLParagraphElement>(null);
 
   // Only the latest read's answer is shown.
   const reload = useReload(
     () =>
       Promise.all([
         api<{ data: PendingApproval[] }>('/v1/approvals/pending', { organizationId }),
-        api<{ data: ResolvedApproval[] }>('/v1/approvals/resolved?limit=50', { organizationId }),
+        api<{ data: ResolvedApproval[]; pagination: Page }>(
+          `/v1/approvals/resolved${query({ limit: PAGE, offset: resolvedOffset })}`,
+          { organizationId },
+        ),
       ]),
     ([p, r]) => {
       const change = queueChange(known.current, p.data);
@@ -45,12 +81,13 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
       if (change) setAnnouncement(change);
       setPending(p.data);
       setResolved(r.data);
+      setShownPage(r.pagination);
       setLoaded(true);
       setLoadError(null);
       setSelected((s) => new Set([...s].filter((id) => p.data.some((a) => a.id === id))));
     },
     setLoadError,
-    organizationId,
+    `${organizationId} ${resolvedOffset}`,
   );
   const live = useLiveEvents(organizationId, EVENTS, {
     onEvent: () => void reload(),
@@ -75,6 +112,7 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
   }, [pending]);
   // After the effect above (same render, later effect): a card it gave the focus to keeps it.
   const returnFocus = useFocusReturn();
+  const paged = usePageFocus(resolved, rangeRef);
 
   async function resolve(ids: string[], action: Action) {
     const index = ids.length === 1 ? pending.findIndex((a) => a.id === ids[0]) : -1;
@@ -147,7 +185,7 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
         <ErrorLine error={loadError} alert />
         <ErrorLine error={message} alert />
         {!loaded ? (
-          !loadError && <p aria-busy="true">Loading…</p>
+          <Loading failed={loadError !== null} />
         ) : pending.length === 0 ? (
           <p className="empty">Nothing is waiting for a decision.</p>
         ) : (
@@ -188,31 +226,51 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
       </section>
       <section aria-labelledby="history-title">
         <h2 id="history-title">Resolved</h2>
-        {!loaded ? null : resolved.length === 0 ? (
+        {/* Read with the queue: the "Loading…" above stands for both. */}
+        {!loaded ? null : shownPage.total === 0 ? (
           <p className="empty">No approval has been resolved yet.</p>
         ) : (
-          <div className="scroll">
-            <table>
-              <TableHead columns={['Tool', 'Decision', 'By', 'When']} scoped />
-              <tbody>
-                {resolved.map((a) => (
-                  <tr key={a.id} data-approval-id={a.id}>
-                    <td className="tool">
-                      <span className="name">
-                        <Shown text={a.toolName} />
-                      </span>
-                    </td>
-                    <td className={a.status}>{a.status}</td>
-                    <td className="wrap">
-                      <Shown text={a.resolvedBy} />
-                      {a.resolvedBy === userId ? ' (you)' : ''}
-                    </td>
-                    <td>{a.resolvedAt ? new Date(a.resolvedAt).toLocaleString() : ''}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
+          <>
+            <PageRange
+              ref={rangeRef}
+              offset={shownPage.offset}
+              count={resolved.length}
+              total={shownPage.total}
+            />
+            <div className="scroll">
+              <table>
+                <TableHead columns={['Tool', 'Decision', 'By', 'When']} scoped />
+                <tbody>
+                  {resolved.map((a) => (
+                    <tr key={a.id} data-approval-id={a.id}>
+                      <td className="tool">
+                        <span className="name">
+                          <Shown text={a.toolName} />
+                        </span>
+                      </td>
+                      <td className={a.status}>{a.status}</td>
+                      <td className="wrap">
+                        <Shown text={a.resolvedBy} />
+                        {a.resolvedBy === userId ? ' (you)' : ''}
+                      </td>
+                      <td>{a.resolvedAt ? new Date(a.resolvedAt).toLocaleString() : ''}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+            <Pager
+              label="Pages of resolved approvals"
+              offset={shownPage.offset}
+              count={resolved.length}
+              total={shownPage.total}
+              pageSize={PAGE}
+              onPage={(offset) => {
+                paged();
+                setResolvedOffset(offset);
+              }}
+            />
+          </>
         )}
       </section>
     </>

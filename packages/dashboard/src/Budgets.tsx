@@ -2,7 +2,7 @@ import { type FormEvent, useEffect, useId, useState } from 'react';
 import { usd } from './ApprovalDetails.js';
 import { api, type EconomicConfig, type EconomicStatus, type ScopeBudget } from './api.js';
 import type { PageProps } from './pages.js';
-import { ErrorLine, TableHead, useFocusReturn } from './ui.js';
+import { ErrorLine, Loading, TableHead, useFocusReturn } from './ui.js';
 
 const SCOPES = [
   ['session', 'Session'],
@@ -80,7 +80,7 @@ export function Budgets({ organizationId }: PageProps) {
         <ErrorLine error={configError} alert />
         <ErrorLine error={message} alert />
         {config === null ? (
-          !configError && <p aria-busy="true">Loading…</p>
+          <Loading failed={configError !== null} />
         ) : c === null ? (
           <p className="empty">
             No economic configuration: spend is not authorized against budgets. Set one with PUT

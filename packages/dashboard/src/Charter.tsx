@@ -14,7 +14,7 @@ import type { PageProps } from './pages.js';
 import { inspect, revealString } from './reveal.js';
 import { Link, usePath } from './router.js';
 import { CompactJson, Shown, Warnings } from './Shown.js';
-import { ErrorLine, TableHead, useFocusReturn, useReload } from './ui.js';
+import { ErrorLine, Loading, TableHead, useFocusReturn, useReload } from './ui.js';
 
 type Mode = 'auto' | 'chat' | 'compile';
 
@@ -168,7 +168,7 @@ function Chat({ organizationId }: { organizationId: string }) {
         <ErrorLine error={listError} alert />
         {pending === null ? (
           // Not read yet (or the read failed, as said above): not known to be none.
-          !listError && <p aria-busy="true">Loading…</p>
+          <Loading failed={listError !== null} />
         ) : pending.length === 0 ? (
           <p className="empty">No change is waiting.</p>
         ) : (
@@ -354,14 +354,7 @@ function Review({ id, organizationId, userId }: { id: string; organizationId: st
         </p>
       </section>
     );
-  if (!found)
-    return message ? (
-      <p role="alert" className="error">
-        {message}
-      </p>
-    ) : (
-      <p aria-busy="true">Loading…</p>
-    );
+  if (!found) return <Loading error={message} />;
   const { v, org } = found;
   return (
     <section aria-labelledby="review-title" data-verification-id={v.id}>

@@ -16,7 +16,17 @@ import { useCoalesced, useLiveEvents } from './live.js';
 import type { PageProps } from './pages.js';
 import { inspect, jsonPieces, revealString } from './reveal.js';
 import { JsonBlock, Shown, Warnings } from './Shown.js';
-import { ErrorLine, Field, focusLost, LiveStatus, ProjectOptions, useFocusReturn } from './ui.js';
+import {
+  ErrorLine,
+  Field,
+  focusLost,
+  LiveStatus,
+  Loading,
+  PageRange,
+  Pager,
+  ProjectOptions,
+  useFocusReturn,
+} from './ui.js';
 import { type ChainVerification, verifyChain, verifyOneReceipt } from './verify.js';
 
 interface Decision {
@@ -216,6 +226,8 @@ export function Decisions({ organizationId }: PageProps) {
       return;
     }
     setRefused(false);
+    // A new read: what the last one (or the refused dates) said no longer stands.
+    setError(null);
     setOffset(0);
     setFilters(draft);
     setAsked((n) => n + 1);
@@ -280,6 +292,7 @@ export function Decisions({ organizationId }: PageProps) {
               setDraft(NO_FILTERS);
               setFilters(NO_FILTERS);
               setRefused(false);
+              setError(null);
               setOffset(0);
               setAsked((n) => n + 1);
             }}
@@ -297,12 +310,12 @@ export function Decisions({ organizationId }: PageProps) {
           </button>
         </p>
       )}
+      {/* Null before the first answer, and after a read or filters refused (said above). */}
+      {rows === null && <Loading failed={error !== null} />}
       {rows?.length === 0 && <p className="empty">No decision matches.</p>}
       {rows && rows.length > 0 && (
         <>
-          <p className="meta" ref={summaryRef} tabIndex={-1} data-range>
-            {rowsAt + 1}–{rowsAt + rows.length} of {total}
-          </p>
+          <PageRange ref={summaryRef} offset={rowsAt} count={rows.length} total={total} />
           <div className="scroll">
             <table>
               {/* On a phone, time and reason go under the tool: decision and receipt stay on screen. */}
@@ -328,31 +341,18 @@ export function Decisions({ organizationId }: PageProps) {
               </tbody>
             </table>
           </div>
-          <nav className="pager" aria-label="Pages of decisions">
-            <button
-              type="button"
-              className="secondary"
-              disabled={offset === 0}
-              onClick={() => {
-                focusList.current = 'lost';
-                setOffset(Math.max(0, offset - PAGE));
-              }}
-            >
-              Newer
-            </button>
-            <button
-              type="button"
-              className="secondary"
-              disabled={offset + rows.length >= total}
-              onClick={() => {
-                // Disabled once on the last page, this button loses the focus: it goes to the range.
-                focusList.current = 'lost';
-                setOffset(offset + PAGE);
-              }}
-            >
-              Older
-            </button>
-          </nav>
+          <Pager
+            label="Pages of decisions"
+            offset={offset}
+            count={rows.length}
+            total={total}
+            pageSize={PAGE}
+            onPage={(next) => {
+              // A button disabled on the first or last page loses the focus: it goes to the range.
+              focusList.current = 'lost';
+              setOffset(next);
+            }}
+          />
         </>
       )}
     </>
@@ -485,11 +485,10 @@ function Receipt({ decision, organizationId }: { decision: Decision; organizatio
       />
       <JsonBlock view={view} label="The decision" />
       <h3>Receipt</h3>
-      <ErrorLine error={error} />
       {receiptView ? (
         <JsonBlock view={receiptView} label="The receipt" data-receipt />
       ) : (
-        !error && <p>Loading…</p>
+        <Loading error={error} />
       )}
       <div className="actions">
         <button type="button" onClick={verify} disabled={!receipt || busy}>

@@ -18,6 +18,7 @@ import {
   ConfirmButton,
   ErrorLine,
   Field,
+  Loading,
   TableHead,
   useBusy,
   useFocusReturn,
@@ -165,6 +166,7 @@ function PolicyList({ organizationId }: { organizationId: string }) {
       <p role="status" className="meta">
         {message}
       </p>
+      {policies === null && <Loading failed={error !== null} />}
       {policies?.length === 0 && <p className="empty">No policy yet: every tool call is allowed.</p>}
       {policies && policies.length > 0 && (
         <div className="scroll">
@@ -482,7 +484,7 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
           </Link>
         </p>
       )}
-      {toolName && !policy && !error && <p aria-busy="true">Loading…</p>}
+      {toolName && !policy && <Loading failed={error !== null} />}
       {conflict && policy && (
         <section className="panel conflict" role="alert" aria-labelledby={`${ids}-conflict`}>
           <h2 id={`${ids}-conflict`}>This policy changed since you opened it</h2>

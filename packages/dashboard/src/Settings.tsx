@@ -9,6 +9,7 @@ import {
   ErrorLine,
   Field,
   type FocusTarget,
+  Loading,
   ProjectOptions,
   TableHead,
   useBusy,
@@ -262,6 +263,8 @@ function OrganizationSection({ organizationId }: { organizationId: string }) {
 
   return (
     <Section title="Organization">
+      {/* Its error, when the read failed, is said below. */}
+      {!org && <Loading failed={error !== null} />}
       {org && (
         <form className="row-form" onSubmit={save}>
           <NameField id={`${ids}-name`} label="Name" value={name} onChange={setName} />
@@ -326,7 +329,7 @@ function ProjectsSection({
     <Section title="Projects">
       <ErrorLine error={loadError} alert />
       {projects === null ? (
-        !loadError && <p aria-busy="true">Loading…</p>
+        <Loading failed={loadError !== null} />
       ) : projects.length === 0 ? (
         <p className="empty">No project yet.</p>
       ) : (
@@ -413,6 +416,8 @@ function KeysSection({
 
   return (
     <Section title="API keys" headingId={`${ids}-heading`}>
+      {/* Until the keys are read, a failure (of the read, or of a change) is said in their place. */}
+      {keys === null && <Loading error={error} />}
       {keys?.length === 0 && <p className="empty">No API key yet.</p>}
       {keys && keys.length > 0 && (
         <div className="scroll">
@@ -480,7 +485,7 @@ function KeysSection({
       {projectsLoaded && projects.length === 0 && (
         <p className="meta">Create a project first: every key belongs to one.</p>
       )}
-      <ErrorLine error={error} />
+      {keys !== null && <ErrorLine error={error} />}
     </Section>
   );
 }
@@ -537,6 +542,7 @@ function UpstreamsSection({ organizationId, projects }: { organizationId: string
         MCP servers the gateway proxies at <code>/v1/mcp/&lt;slug&gt;</code>, every tool call checked against
         the policies.
       </p>
+      {upstreams === null && <Loading error={error} />}
       {upstreams?.length === 0 && <p className="empty">No upstream yet.</p>}
       {upstreams && upstreams.length > 0 && (
         <ul className="cards">
@@ -641,7 +647,7 @@ function UpstreamsSection({ organizationId, projects }: { organizationId: string
           </button>
         </div>
       </form>
-      <ErrorLine error={error} />
+      {upstreams !== null && <ErrorLine error={error} />}
     </Section>
   );
 }

@@ -1,9 +1,10 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
   arrivalText,
   dateQuery,
   datesAdmitNow,
   type Filters,
+  filterProblem,
   follows,
   mayList,
   NO_FILTERS,
@@ -125,6 +126,148 @@ describe('the dates of the filters, in the time zone the page shows times in', (
     expect(datesAdmitNow(filters({ endDate: '2030-06-15' }), evening)).toBe(true);
     expect(datesAdmitNow(filters({ startDate: '2030-06-16' }), evening)).toBe(false);
     expect(mayList(event, filters({ startDate: '2030-06-16' }), evening)).toBe(false);
+  });
+});
+
+/** The day instant `t` falls on in `tz`, `YYYY-MM-DD`, read through Intl (not the code under test). */
+const formats = new Map<string, Intl.DateTimeFormat>();
+const dayIn = (tz: string, t: number): string => {
+  let f = formats.get(tz);
+  if (!f) {
+    f = new Intl.DateTimeFormat('en-CA', { timeZone: tz, year: 'numeric', month: '2-digit', day: '2-digit' });
+    formats.set(tz, f);
+  }
+  return f.format(t);
+};
+/** The days from `from` to `to` (inclusive), `YYYY-MM-DD`. */
+const days = (from: string, to: string): string[] => {
+  const out: string[] = [];
+  for (let t = Date.parse(`${from}T00:00:00Z`); t <= Date.parse(`${to}T00:00:00Z`); t += 86_400_000)
+    out.push(new Date(t).toISOString().slice(0, 10));
+  return out;
+};
+/** A day's edges as dateQuery asks for them, as instants. */
+const edges = (day: string) => {
+  const q = dateQuery({ startDate: day, endDate: day });
+  return { start: Date.parse(q.startDate!), end: Date.parse(q.endDate!) };
+};
+
+describe('days the time zone skipped or started after midnight', () => {
+  it('refuses a day the zone skipped, in words, and asks for nothing (Samoa skipped 30 December 2011)', () => {
+    inZone('Pacific/Apia');
+    const day = { startDate: '2011-12-30', endDate: '2011-12-30' };
+    expect(filterProblem(day)).toBe(
+      '2011-12-30 does not exist in your time zone (Pacific/Apia): its clocks skipped that day, so no decision can match. Choose another day.',
+    );
+    // The days around it are whole, and meet: the 29th ends where the 31st starts.
+    expect(dateQuery({ startDate: '2011-12-29', endDate: '2011-12-29' })).toEqual({
+      startDate: '2011-12-29T10:00:00.000Z',
+      endDate: '2011-12-30T09:59:59.999Z',
+    });
+    expect(dateQuery({ startDate: '2011-12-31', endDate: '2011-12-31' })).toEqual({
+      startDate: '2011-12-30T10:00:00.000Z',
+      endDate: '2011-12-31T09:59:59.999Z',
+    });
+    // A range that holds other days too is fine: the skipped day adds nothing to it.
+    expect(filterProblem({ startDate: '2011-12-29', endDate: '2011-12-30' })).toBeNull();
+    expect(filterProblem({ startDate: '2011-12-30', endDate: '2011-12-31' })).toBeNull();
+    expect(dateQuery({ startDate: '2011-12-30', endDate: '2011-12-31' })).toEqual({
+      startDate: '2011-12-30T10:00:00.000Z',
+      endDate: '2011-12-31T09:59:59.999Z',
+    });
+    // From alone, or To alone, on the skipped day: from the day after, up to the day before.
+    expect(dateQuery({ startDate: '2011-12-30', endDate: '' }).startDate).toBe('2011-12-30T10:00:00.000Z');
+    expect(dateQuery({ startDate: '', endDate: '2011-12-30' }).endDate).toBe('2011-12-30T09:59:59.999Z');
+    // Kwajalein skipped 21 August 1993 the same way.
+    inZone('Pacific/Kwajalein');
+    expect(filterProblem({ startDate: '1993-08-21', endDate: '1993-08-21' })).toMatch(
+      /^1993-08-21 does not exist in your time zone \(Pacific\/Kwajalein\)/,
+    );
+    // Elsewhere the same day is an ordinary one.
+    inZone('Europe/Berlin');
+    expect(filterProblem(day)).toBeNull();
+  });
+
+  it('starts a day whose midnight the clocks skipped at the first time they show on it', () => {
+    // Santiago, Havana and Beirut moved their clocks from 23:59:59 to 01:00 on these days.
+    inZone('America/Santiago');
+    expect(dateQuery({ startDate: '2022-09-11', endDate: '2022-09-11' })).toEqual({
+      startDate: '2022-09-11T04:00:00.000Z',
+      endDate: '2022-09-12T02:59:59.999Z',
+    });
+    // The day before ends just before: nothing falls between the two.
+    expect(dateQuery({ startDate: '', endDate: '2022-09-10' }).endDate).toBe('2022-09-11T03:59:59.999Z');
+    inZone('America/Havana');
+    expect(dateQuery({ startDate: '2020-03-08', endDate: '' }).startDate).toBe('2020-03-08T05:00:00.000Z');
+    inZone('Asia/Beirut');
+    expect(dateQuery({ startDate: '2020-03-29', endDate: '' }).startDate).toBe('2020-03-28T22:00:00.000Z');
+    // São Paulo went back from midnight to 23:00: the 16th had 25 hours, its last one shown twice.
+    inZone('America/Sao_Paulo');
+    expect(dateQuery({ startDate: '2019-02-16', endDate: '2019-02-16' })).toEqual({
+      startDate: '2019-02-16T02:00:00.000Z',
+      endDate: '2019-02-17T02:59:59.999Z',
+    });
+  });
+
+  it('reads only what the clocks show, never where the browser puts a local time that does not exist', () => {
+    // Engines have placed a skipped midnight at the time after the gap, or an hour before it: the
+    // edges must not depend on which. Setting local times is not allowed here.
+    const local = ['setFullYear', 'setMonth', 'setDate', 'setHours', 'setMinutes'] as const;
+    const spies = local.map((name) =>
+      vi.spyOn(Date.prototype, name).mockImplementation(() => {
+        throw new Error(`Date.prototype.${name} was called`);
+      }),
+    );
+    try {
+      inZone('America/Santiago');
+      expect(dateQuery({ startDate: '2022-09-11', endDate: '2022-09-11' }).startDate).toBe(
+        '2022-09-11T04:00:00.000Z',
+      );
+      inZone('Pacific/Apia');
+      expect(filterProblem({ startDate: '2011-12-30', endDate: '2011-12-30' })).not.toBeNull();
+      expect(
+        datesAdmitNow({ startDate: '2011-12-31', endDate: '' }, Date.parse('2011-12-30T11:00:00Z')),
+      ).toBe(true);
+    } finally {
+      for (const spy of spies) spy.mockRestore();
+    }
+  });
+
+  it('gives every day of these zones from its first instant to its last, and no other instant', () => {
+    const cases: [string, string, string][] = [
+      ['Pacific/Apia', '2011-09-01', '2012-04-30'],
+      ['Pacific/Kwajalein', '1993-08-01', '1993-09-10'],
+      ['America/Santiago', '2022-03-25', '2022-09-20'],
+      ['America/Havana', '2020-03-01', '2020-11-10'],
+      ['Asia/Beirut', '2020-03-20', '2020-10-31'],
+      ['America/Sao_Paulo', '2018-10-28', '2019-02-24'],
+      // Half-hour daylight saving time, and an offset of 5 h 45 min.
+      ['Australia/Lord_Howe', '2020-03-30', '2020-10-10'],
+      ['Asia/Kathmandu', '1985-12-25', '1986-01-05'],
+      ['America/Los_Angeles', '2026-03-01', '2026-11-05'],
+    ];
+    for (const [tz, from, to] of cases) {
+      inZone(tz);
+      for (const day of days(from, to)) {
+        const { start, end } = edges(day);
+        // Does the zone show this day at all? Read every 15 minutes around it.
+        const noon = Date.parse(`${day}T12:00:00Z`);
+        let shown = false;
+        for (let t = noon - 40 * 3_600_000; t <= noon + 40 * 3_600_000 && !shown; t += 900_000)
+          shown = dayIn(tz, t) === day;
+        if (!shown) {
+          expect(start, `${tz} ${day}`).toBeGreaterThan(end);
+          expect(filterProblem({ startDate: day, endDate: day }), `${tz} ${day}`).not.toBeNull();
+          continue;
+        }
+        const at = `${tz} ${day}`;
+        expect(
+          [dayIn(tz, start - 1) < day, dayIn(tz, start), dayIn(tz, end), dayIn(tz, end + 1) > day],
+          at,
+        ).toEqual([true, day, day, true]);
+        expect(filterProblem({ startDate: day, endDate: day }), at).toBeNull();
+      }
+    }
   });
 });
 

@@ -18,11 +18,22 @@ export interface Filters {
 
 export const NO_FILTERS: Filters = { toolName: '', decision: '', projectId: '', startDate: '', endDate: '' };
 
-/** Why the filters cannot be applied as they are (a range that ends before it starts), else null. */
+/**
+ * Why the filters cannot be applied as they are, else null: a range that ends before it starts, or
+ * one whose days this browser's time zone skipped. Said rather than asked: an empty list would read
+ * as a day on which nothing happened, and the service refuses a start after the end.
+ */
 export function filterProblem(f: Pick<Filters, 'startDate' | 'endDate'>): string | null {
-  return f.startDate && f.endDate && f.startDate > f.endDate
-    ? 'From is after To: no decision can match. Change one of the dates.'
-    : null;
+  if (f.startDate && f.endDate && f.startDate > f.endDate)
+    return 'From is after To: no decision can match. Change one of the dates.';
+  if (noDayBetween(f)) {
+    const zone = timeZoneName();
+    const where = zone ? `your time zone (${zone})` : 'your time zone';
+    return f.startDate === f.endDate
+      ? `${f.startDate} does not exist in ${where}: its clocks skipped that day, so no decision can match. Choose another day.`
+      : `No day from ${f.startDate} to ${f.endDate} exists in ${where}: its clocks skipped them, so no decision can match. Choose other days.`;
+  }
+  return null;
 }
 
 /**
@@ -35,18 +46,102 @@ export const CLOCK_SKEW_MS = 5 * 60_000;
 const FIRST_MS = Date.parse('0000-01-01T00:00:00.000Z');
 const LAST_MS = Date.parse('9999-12-31T23:59:59.999Z');
 
+const HOUR_MS = 3_600_000;
 /**
- * The first instant (`start`) or the last (`end`) of a day of the date box, `YYYY-MM-DD`, in this
- * browser's time zone: the zone the page shows every time in. Null for what is not such a date.
+ * More than any offset from UTC a time zone has had (local mean times reached almost 16 hours): the
+ * instants a local day starts and ends lie within this of its wall-clock midnights read as UTC.
  */
-function localDayEdge(date: string, edge: 'start' | 'end'): number | null {
+const REACH_MS = 18 * HOUR_MS;
+
+/** The wall-clock time this browser's time zone shows at instant `t`, read as if it were UTC. */
+function wallAt(t: number): number {
+  const d = new Date(t);
+  const wall = new Date(0);
+  // setUTCFullYear, not Date.UTC, which reads the years 0-99 as 1900-1999.
+  wall.setUTCFullYear(d.getFullYear(), d.getMonth(), d.getDate());
+  wall.setUTCHours(d.getHours(), d.getMinutes(), d.getSeconds(), d.getMilliseconds());
+  return wall.getTime();
+}
+
+/** The zone's offset at `t`: what its clocks show minus UTC. */
+const offsetAt = (t: number): number => wallAt(t) - t;
+
+/**
+ * The first instant in (a, b] whose offset is not the offset at `a`: where the zone's clocks moved
+ * (once) between the two instants.
+ */
+function changeBetween(a: number, b: number): number {
+  const before = offsetAt(a);
+  let lo = a;
+  let hi = b;
+  while (hi - lo > 1) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (offsetAt(mid) === before) lo = mid;
+    else hi = mid;
+  }
+  return hi;
+}
+
+/*
+ * The two searches below walk the zone's clock an hour at a time, and find the exact instant where
+ * it passes a wall-clock time, the moment it moved included. They take no more from the browser than
+ * what its clocks show at a given instant: no rule of the zone is assumed (a gap at midnight, a day
+ * skipped across the date line, an hour repeated), only that no zone moves its clocks twice within
+ * one hour.
+ */
+
+/** The first instant at which this browser's clocks show `wall` (wall-clock time read as UTC) or later. */
+function firstAtOrAfter(wall: number): number {
+  // At wall - REACH_MS every clock still shows an earlier time; by wall + REACH_MS every one has passed it.
+  for (let a = wall - REACH_MS, b = a + HOUR_MS; b <= wall + REACH_MS; a = b, b += HOUR_MS) {
+    const after = offsetAt(b);
+    if (b + after < wall) continue;
+    // The clocks pass `wall` within (a, b].
+    const before = offsetAt(a);
+    if (before === after) return wall - after;
+    const moved = changeBetween(a, b);
+    // Before they moved, or else from the moment they moved (a gap: the first time shown past it).
+    return wall - before < moved ? wall - before : Math.max(moved, wall - after);
+  }
+  return wall + REACH_MS;
+}
+
+/** The last instant at which this browser's clocks show a time before `wall`. */
+function lastBefore(wall: number): number {
+  for (let b = wall + REACH_MS, a = b - HOUR_MS; a >= wall - REACH_MS; b = a, a -= HOUR_MS) {
+    const before = offsetAt(a);
+    if (a + before >= wall) continue;
+    // The clocks show a time before `wall` for the last time within [a, b).
+    const after = offsetAt(b);
+    if (before === after) return wall - before - 1;
+    const moved = changeBetween(a, b);
+    // After they moved (an hour shown twice: its second time), or else until they moved.
+    return wall - after - 1 >= moved ? wall - after - 1 : Math.min(moved - 1, wall - before - 1);
+  }
+  return wall - REACH_MS;
+}
+
+/** Midnight of a day of the date box, `YYYY-MM-DD` (`next`: of the day after), read as UTC; null if not such a date. */
+function midnight(date: string, next = false): number | null {
   const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(date);
   if (!m) return null;
   const d = new Date(0);
-  // setFullYear, not the Date constructor, which reads the years 0-99 as 1900-1999.
-  d.setFullYear(Number(m[1]), Number(m[2]) - 1, Number(m[3]) + (edge === 'end' ? 1 : 0));
-  d.setHours(0, 0, 0, 0);
-  return edge === 'start' ? d.getTime() : d.getTime() - 1;
+  d.setUTCFullYear(Number(m[1]), Number(m[2]) - 1, Number(m[3]) + (next ? 1 : 0));
+  return d.getTime();
+}
+
+/**
+ * The first instant (`start`) or the last (`end`) of a day of the date box, `YYYY-MM-DD`, in this
+ * browser's time zone (the zone the page shows every time in): the first instant its clocks show
+ * that day, and the last. Where midnight does not exist (the clocks jump from 23:59:59 to 01:00, as
+ * in Santiago, Havana or Beirut on some days) the day starts at 01:00. A day the zone skipped
+ * (30 December 2011 in Samoa) starts after it ends: the start of the day after, and the end of the
+ * day before. Null for what is not such a date.
+ */
+function localDayEdge(date: string, edge: 'start' | 'end'): number | null {
+  const wall = midnight(date, edge === 'end');
+  if (wall === null) return null;
+  return edge === 'start' ? firstAtOrAfter(wall) : lastBefore(wall);
 }
 
 /**
@@ -55,6 +150,8 @@ function localDayEdge(date: string, edge: 'start' | 'end'): number | null {
  * as a whole UTC day, which is not the day the page shows: a decision listed at 7 PM on the 27th in
  * California was made on the 28th in UTC, and a bare `2026-11-27` left it out. A bound beyond
  * what the service reads (years 0000-9999 in UTC) is left out (undefined), as no bound at all.
+ * Dates that hold no day of this zone (`noDayBetween`) give a start after the end: they are not
+ * sent (filterProblem says why).
  */
 export function dateQuery(f: Pick<Filters, 'startDate' | 'endDate'>): {
   startDate: string | undefined;
@@ -67,6 +164,27 @@ export function dateQuery(f: Pick<Filters, 'startDate' | 'endDate'>): {
       start !== null && start >= FIRST_MS && start <= LAST_MS ? new Date(start).toISOString() : undefined,
     endDate: end !== null && end >= FIRST_MS && end < LAST_MS ? new Date(end).toISOString() : undefined,
   };
+}
+
+/**
+ * Whether From to To (both set, From not after To) holds no day of this browser's time zone: each
+ * of its days was skipped (Samoa went from 29 to 31 December 2011). No decision can match, and the
+ * service refuses a start after the end.
+ */
+export function noDayBetween(f: Pick<Filters, 'startDate' | 'endDate'>): boolean {
+  if (!f.startDate || !f.endDate) return false;
+  const start = localDayEdge(f.startDate, 'start');
+  const end = localDayEdge(f.endDate, 'end');
+  return start !== null && end !== null && start > end;
+}
+
+/** The name of this browser's time zone (`Europe/Berlin`), or null where the browser does not say. */
+export function timeZoneName(): string | null {
+  try {
+    return Intl.DateTimeFormat().resolvedOptions().timeZone || null;
+  } catch {
+    return null;
+  }
 }
 
 /**

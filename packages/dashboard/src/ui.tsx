@@ -1,4 +1,4 @@
-import { type ReactNode, useCallback, useEffect, useRef, useState } from 'react';
+import { type ReactNode, type Ref, type RefObject, useCallback, useEffect, useRef, useState } from 'react';
 import { api, messageOf } from './api.js';
 import { type Live, liveText } from './live.js';
 import { latestOnly } from './reads.js';
@@ -10,13 +10,29 @@ import { latestOnly } from './reads.js';
  */
 export function useList<T>(path: string, organizationId: string, version = 0) {
   const [data, setData] = useState<T[] | null>(null);
-  const [error, setError] = useState<string | null>(null);
+  const [error, setShownError] = useState<string | null>(null);
+  /** The error shown is a failed read's: the next read that succeeds takes it away. */
+  const readFailed = useRef(false);
   const load = useReload(
     async () => (await api<{ data: T[] }>(path, { organizationId })).data,
-    setData,
-    setError,
+    (rows) => {
+      setData(rows);
+      if (readFailed.current) {
+        readFailed.current = false;
+        setShownError(null);
+      }
+    },
+    (message) => {
+      readFailed.current = true;
+      setShownError(message);
+    },
     `${organizationId} ${path} ${version}`,
   );
+  // An action's error (the page's own) stays until the page clears it: a read does not hide it.
+  const setError = useCallback((message: string | null) => {
+    readFailed.current = false;
+    setShownError(message);
+  }, []);
   return { data, load, error, setError };
 }
 
@@ -47,6 +63,84 @@ export function useReload<T>(
 
 /** Whether the focus is nowhere: on the page itself, as when the element that had it went away. */
 export const focusLost = (): boolean => !document.activeElement || document.activeElement === document.body;
+
+/**
+ * Newer and Older under a list read a page at a time, newest first. `offset` and `count` are those of
+ * the rows shown, so a button pressed twice before its page is read asks for the same page once.
+ */
+export function Pager({
+  label,
+  offset,
+  count,
+  total,
+  pageSize,
+  onPage,
+}: {
+  label: string;
+  offset: number;
+  count: number;
+  total: number;
+  pageSize: number;
+  onPage: (offset: number) => void;
+}) {
+  return (
+    <nav className="pager" aria-label={label}>
+      <button
+        type="button"
+        className="secondary"
+        disabled={offset === 0}
+        onClick={() => onPage(Math.max(0, offset - pageSize))}
+      >
+        Newer
+      </button>
+      <button
+        type="button"
+        className="secondary"
+        disabled={offset + count >= total}
+        onClick={() => onPage(offset + pageSize)}
+      >
+        Older
+      </button>
+    </nav>
+  );
+}
+
+/** The rows a page shows, "51–100 of 230"; focusable, for the focus a disabled pager button lost. */
+export function PageRange({
+  offset,
+  count,
+  total,
+  ref,
+}: {
+  offset: number;
+  count: number;
+  total: number;
+  ref?: Ref<HTMLParagraphElement>;
+}) {
+  return (
+    <p className="meta" ref={ref} tabIndex={-1} data-range>
+      {offset + 1}–{offset + count} of {total}
+    </p>
+  );
+}
+
+/**
+ * The focus after paging. Call the returned function as a pager button is pressed: once `shown` (the
+ * rows read) changes, the focus goes to `target` if the button lost it, as one disabled on the first
+ * or last page does; a focus elsewhere stays where it is.
+ */
+export function usePageFocus(shown: unknown, target: RefObject<HTMLElement | null>): () => void {
+  const asked = useRef(false);
+  // biome-ignore lint/correctness/useExhaustiveDependencies: `shown` stands for the page just shown
+  useEffect(() => {
+    if (!asked.current) return;
+    asked.current = false;
+    if (focusLost() || document.activeElement?.matches(':disabled')) target.current?.focus();
+  }, [shown, target]);
+  return useCallback(() => {
+    asked.current = true;
+  }, []);
+}
 
 /** Where the focus may go: an element, or a function that finds one once the page has rendered. */
 export type FocusTarget = HTMLElement | null | undefined | (() => HTMLElement | null | undefined);
@@ -129,6 +223,17 @@ export function ErrorLine({ error, alert = false }: { error: string | null | und
       {error}
     </p>
   );
+}
+
+/**
+ * What a list or panel shows in its place until its first read answers: "Loading…" while it is
+ * read, never its empty state ("No X yet" before anything is known is a claim, and a wrong one).
+ * Once that read failed: its `error`, given here to be said in the list's place; or nothing,
+ * `failed`, where the page says the error elsewhere.
+ */
+export function Loading({ error, failed = false }: { error?: string | null; failed?: boolean }) {
+  if (error) return <ErrorLine error={error} alert />;
+  return failed ? null : <p aria-busy="true">Loading…</p>;
 }
 
 /** Whether the page follows the event stream or polls, said once (a role=status of its own). */

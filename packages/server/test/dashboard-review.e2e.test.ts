@@ -42,7 +42,9 @@ const focused = () => focusedOn(page);
 const focusOn = (selector: string) =>
   page.evaluate<boolean>(`document.activeElement?.matches(${JSON.stringify(selector)}) === true`);
 /** Presses `name` from the keyboard: focused, then Enter. */
+/** Presses a button from the keyboard, once it can be pressed: Enter on a disabled one does nothing. */
 const press = async (button: ReturnType<Page['getByRole']>) => {
+  await eventually(() => button.isEnabled()).toBe(true);
   await button.focus();
   await page.keyboard.press('Enter');
 };
@@ -248,10 +250,8 @@ describe('the dashboard as a reviewer uses it', () => {
     await eventually(() => name.evaluate((e) => e === e.ownerDocument.activeElement)).toBe(true);
 
     await press(page.getByRole('button', { name: 'Revoke ci-bot' }));
-    // Confirm is enabled only after a short delay (a double press must not confirm).
-    const confirm = page.getByRole('button', { name: 'Confirm revoke' });
-    await eventually(() => confirm.isEnabled()).toBe(true);
-    await press(confirm);
+    // Confirm is enabled only after a short delay (a double press must not confirm): press waits for it.
+    await press(page.getByRole('button', { name: 'Confirm revoke' }));
     await eventually(() => page.locator('tr', { hasText: 'ci-bot' }).textContent()).toMatch(/revoked/);
     // The row's buttons are gone: the focus is on the section, not on the page.
     await eventually(focused).toBe('h2|API keys');

@@ -413,6 +413,93 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     expect(ids.every((id) => denied.has(id))).toBe(true);
   }, 180_000);
 
+  it('reaches older resolved approvals through the pager, and stays on a later page as approvals are resolved', async () => {
+    type Listed = { id: string };
+    const resolvedIds = async (): Promise<string[]> => {
+      const ids: string[] = [];
+      for (let offset = 0; ; offset += 200) {
+        const res = await h.call(`/v1/approvals/resolved?limit=200&offset=${offset}`, {
+          headers: alice.userAuth,
+        });
+        ids.push(...res.data.map((a: Listed) => a.id));
+        if (!res.pagination.hasMore) return ids;
+      }
+    };
+    // Three pages at least (the test before leaves 120; alone, this one makes them).
+    let all = await resolvedIds();
+    if (all.length < 101) {
+      const ids: string[] = [];
+      for (let i = all.length; i < 101; i++) ids.push((await openApproval('paged_tool', { i })).id);
+      for (let i = 0; i < ids.length; i += 100)
+        await h.call('/v1/approvals/batch-resolve', {
+          method: 'POST',
+          headers: alice.userAuth,
+          body: { ids: ids.slice(i, i + 100), action: 'deny' },
+        });
+      all = await resolvedIds();
+    }
+    const total = all.length;
+    const last = Math.floor((total - 1) / 50) * 50;
+
+    await open('Approvals', 'Pending approvals');
+    const history = page.locator('section[aria-labelledby="history-title"]');
+    const range = () => history.locator('[data-range]').textContent();
+    const rows = () =>
+      history
+        .locator('tr[data-approval-id]')
+        .evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-approval-id')));
+    const pager = page.getByRole('navigation', { name: 'Pages of resolved approvals' });
+    const press = async (name: 'Newer' | 'Older') => {
+      await pager.getByRole('button', { name }).focus();
+      await page.keyboard.press('Enter');
+    };
+    await eventually(range).toBe(`1–50 of ${total}`);
+    expect(await rows()).toEqual(all.slice(0, 50));
+    expect(await pager.getByRole('button', { name: 'Newer' }).isDisabled()).toBe(true);
+    // The oldest resolution is not on the first page: Older, from the keyboard, reaches it.
+    expect(await rows()).not.toContain(all[total - 1]);
+    await press('Older');
+    await eventually(range).toBe(`51–100 of ${total}`);
+    expect(await rows()).toEqual(all.slice(50, 100));
+    expect(await focused()).toBe('button|Older');
+    while (!(await range())!.startsWith(`${last + 1}–`)) {
+      const before = await range();
+      await press('Older');
+      await eventually(range).not.toBe(before);
+    }
+    expect(await range()).toBe(`${last + 1}–${total} of ${total}`);
+    expect(await rows()).toEqual(all.slice(last));
+    expect(await rows()).toContain(all[total - 1]);
+    // Disabled on the last page, Older lost the focus: it is on the range, not on the page.
+    expect(await pager.getByRole('button', { name: 'Older' }).isDisabled()).toBe(true);
+    await eventually(() => focusIn('section[aria-labelledby="history-title"] [data-range]')).toBe(true);
+
+    // An approval resolved meanwhile: the page is read again where it is, not sent back to the first.
+    const fresh = await openApproval('paged_fresh', { amount: 1 });
+    await h.call(`/v1/approvals/${fresh.id}/resolve`, {
+      method: 'POST',
+      headers: alice.userAuth,
+      body: { action: 'approve' },
+    });
+    all = await resolvedIds();
+    expect(all[0]).toBe(fresh.id);
+    await eventually(range).toBe(`${last + 1}–${Math.min(total + 1, last + 50)} of ${total + 1}`);
+    expect(await rows()).toEqual(all.slice(last, last + 50));
+    expect(await rows()).not.toContain(fresh.id);
+
+    // Back to the first page, where the new resolution is on top; Newer, disabled there, gave the
+    // focus to the range.
+    while (!(await range())!.startsWith('1–')) {
+      const before = await range();
+      await press('Newer');
+      await eventually(range).not.toBe(before);
+    }
+    expect(await range()).toBe(`1–50 of ${total + 1}`);
+    expect((await rows())[0]).toBe(fresh.id);
+    expect(await pager.getByRole('button', { name: 'Newer' }).isDisabled()).toBe(true);
+    await eventually(() => focusIn('section[aria-labelledby="history-title"] [data-range]')).toBe(true);
+  }, 180_000);
+
   it('disables an expired approval and says it expired', async () => {
     await open('Approvals', 'Pending approvals');
     const soon = await openApproval('expiring_tool', { amount: 13 });

@@ -44,6 +44,33 @@ export async function whileFailing(
   }
 }
 
+/**
+ * Runs `run` while every request of `page` to `glob` is held, unanswered: what the page shows while
+ * its reads are in flight. `run` gets `release`, which lets the held requests (and any later ones)
+ * go on to the server; they go on at the latest once `run` is done.
+ */
+export async function whileHeld(
+  page: Page,
+  glob: string | RegExp,
+  run: (release: () => void) => Promise<void>,
+): Promise<void> {
+  let release = () => {};
+  const released = new Promise<void>((done) => {
+    release = done;
+  });
+  await page.route(glob, async (route) => {
+    await released;
+    // The page may have gone elsewhere meanwhile: a request it dropped is no failure of the test.
+    await route.fallback().catch(() => {});
+  });
+  try {
+    await run(release);
+  } finally {
+    release();
+    await page.unroute(glob);
+  }
+}
+
 /** The element of `page` that has the focus, as `tag|accessible label or text`; BODY when none has. */
 export const focusedOn = (page: Page) =>
   page.evaluate<string>(`(() => {
