@@ -1,9 +1,11 @@
 import { useId, useMemo, useRef, useState } from 'react';
 import { ApiError, api, type DraftReplay, type DraftRule, messageOf, type PolicyDraft } from './api.js';
+import { type DraftView, draftChanges, heldText, nextViews, showCurrent } from './draftList.js';
+import { POLL_MS, useCoalesced, useLiveEvents } from './live.js';
 import type { PageProps } from './pages.js';
 import { inspect, revealString } from './reveal.js';
 import { CompactJson, Shown, Warnings } from './Shown.js';
-import { ErrorLine, isFirstClick, TableHead, useFocusReturn, useReload } from './ui.js';
+import { ErrorLine, isFirstClick, LiveStatus, Loading, TableHead, useFocusReturn, useReload } from './ui.js';
 
 const STATUS_LABEL: Record<PolicyDraft['status'], string> = {
   draft: 'Being written',
@@ -72,43 +74,100 @@ export function replaySummary(replay: Pick<DraftReplay, 'tools' | 'examined' | '
   return `Of the last ${replay.examined} decisions for ${tools}, ${replay.changed.length} would have ended differently.`;
 }
 
-/** Policy drafts agents proposed: their rules, what they would have changed, approve or reject. */
-export function Drafts({ organizationId }: PageProps) {
-  const [drafts, setDrafts] = useState<PolicyDraft[] | null>(null);
-  const [message, setMessage] = useState<string | null>(null);
+/** What the page follows: the events the service sends about drafts (SPEC §6, catalog A). */
+const EVENTS = ['draft.submitted', 'draft.approved', 'draft.rejected'];
+/** A burst of events causes at most one read a second. */
+const REFRESH_MS = 1000;
 
+/**
+ * Policy drafts agents proposed: their rules, what they would have changed, approve or reject.
+ * The list follows the organization (its event stream, a poll besides): drafts that come in are
+ * added on top; a draft someone else moves is shown as it is now, with a note saying so; a draft
+ * edited or deleted since it was read keeps what the person read until they ask for what it is now.
+ */
+export function Drafts({ organizationId, userId }: PageProps) {
+  const [views, setViews] = useState<DraftView[] | null>(null);
+  const [message, setMessage] = useState<string | null>(null);
+  /** The live region's words; `n` renews them, so that the same words are said again. */
+  const [announcement, setAnnouncement] = useState({ text: '', n: 0 });
+  /** The cards as last set: each read is compared with them. */
+  const shown = useRef<DraftView[] | null>(null);
+  /** Cards the person acted on: the next read shows their drafts as they are, whatever changed. */
+  const adopting = useRef(new Set<string>());
+  const headingRef = useRef<HTMLHeadingElement>(null);
+  const returnFocus = useFocusReturn();
+
+  const show = (next: DraftView[]) => {
+    shown.current = next;
+    setViews(next);
+  };
+
+  // Only the latest read's answer is shown: an earlier one answering later would undo a change.
   const reload = useReload(
-    async () => {
-      const { data } = await api<{ data: PolicyDraft[] }>('/v1/policy-drafts', { organizationId });
-      // Waiting for review first, then the newest.
-      const order = (d: PolicyDraft) => (d.status === 'pending_review' ? 0 : 1);
-      return [...data].sort((a, b) => order(a) - order(b) || b.updatedAt.localeCompare(a.updatedAt));
-    },
-    (sorted) => {
-      setDrafts(sorted);
+    async () => (await api<{ data: PolicyDraft[] }>('/v1/policy-drafts', { organizationId })).data,
+    (read) => {
+      const adopt = [...adopting.current];
+      adopting.current.clear();
+      const before = shown.current;
+      const next = nextViews(before, read, { adopt, userId });
+      show(next);
+      const said = draftChanges(before, next);
+      if (said) setAnnouncement((a) => ({ text: said, n: a.n + 1 }));
       setMessage(null);
     },
     setMessage,
     organizationId,
   );
+  const refresh = useCoalesced(() => void reload(), REFRESH_MS);
+  const live = useLiveEvents(organizationId, EVENTS, { onEvent: refresh, onStale: refresh });
+
+  /** Read again after the person acted on card `id`: it then shows its draft as it is now. */
+  const actedOn = (id: string) => {
+    adopting.current.add(id);
+    return reload();
+  };
+  const showCurrentOf = (id: string) => {
+    if (shown.current) show(showCurrent(shown.current, id, userId));
+    // A deleted draft's card is gone with the button pressed: the focus goes to the heading.
+    returnFocus(null, () => headingRef.current);
+  };
 
   return (
     <section aria-labelledby="drafts-title">
-      <h1 id="drafts-title">Policy drafts</h1>
+      <div className="heading">
+        <h1 id="drafts-title" ref={headingRef} tabIndex={-1}>
+          Policy drafts
+        </h1>
+        <LiveStatus live={live} />
+      </div>
+      {/* Drafts coming in and changing, said by screen readers (not a role=status: one is above). */}
+      <div className="visually-hidden" aria-live="polite" data-announcer>
+        <span key={announcement.n}>{announcement.text}</span>
+      </div>
       <p className="empty">
         Rules agents proposed. Nothing is enforced until a person approves; approving appends the rules to
         each tool's policy.
       </p>
+      <p className="meta">
+        Submissions, approvals and rejections show as they happen; new drafts being written, edits and
+        deletions within {POLL_MS / 1000} s.
+      </p>
       <ErrorLine error={message} alert />
-      {drafts === null ? (
+      {views === null ? (
         // A first read that failed is said above: not loading any more (it said so forever).
-        !message && <p aria-busy="true">Loading…</p>
-      ) : drafts.length === 0 ? (
+        <Loading failed={message !== null} />
+      ) : views.length === 0 ? (
         <p className="empty">No agent has proposed a draft.</p>
       ) : (
         <ul className="cards">
-          {drafts.map((d) => (
-            <DraftCard key={d.id} draft={d} organizationId={organizationId} onChanged={reload} />
+          {views.map((v) => (
+            <DraftCard
+              key={v.shown.id}
+              view={v}
+              organizationId={organizationId}
+              onChanged={() => actedOn(v.shown.id)}
+              onShowCurrent={() => showCurrentOf(v.shown.id)}
+            />
           ))}
         </ul>
       )}
@@ -117,14 +176,20 @@ export function Drafts({ organizationId }: PageProps) {
 }
 
 function DraftCard({
-  draft: d,
+  view,
   organizationId,
   onChanged,
+  onShowCurrent,
 }: {
-  draft: PolicyDraft;
+  view: DraftView;
   organizationId: string;
+  /** Reads the drafts again; this card then shows its draft as it is now. */
   onChanged: () => Promise<void>;
+  /** Shows the draft as it is now (edited since), or drops the card (deleted since). */
+  onShowCurrent: () => void;
 }) {
+  const d = view.shown;
+  const gone = view.current === null;
   const [limit, setLimit] = useState('100');
   /** The last replay, with the revision of the draft it ran on. */
   const [replay, setReplay] = useState<{ revision: string; data: DraftReplay } | null>(null);
@@ -206,6 +271,28 @@ function DraftCard({
         </h2>
         <span className="left">{STATUS_LABEL[d.status]}</span>
       </div>
+      {view.note && (
+        <p className="warn" data-draft-note>
+          {view.note}
+        </p>
+      )}
+      {view.current !== undefined && (
+        <div className="warn" data-draft-held={gone ? 'deleted' : 'edited'}>
+          <p>{heldText(view.current)}</p>
+          <button
+            type="button"
+            className="secondary"
+            onClick={() => {
+              // The button goes: the focus goes to the card (or, the card gone too, to the heading).
+              const from = document.activeElement;
+              onShowCurrent();
+              returnFocus(from, () => cardRef.current);
+            }}
+          >
+            {gone ? 'Remove it from the list' : 'Show the current version'}
+          </button>
+        </div>
+      )}
       <Warnings found={found} />
       {d.description && (
         <p className="description">
@@ -263,18 +350,22 @@ function DraftCard({
             aria-invalid={count === null || undefined}
           />
         </label>
-        <button type="button" disabled={busy} onClick={doReplay}>
+        <button type="button" disabled={busy || gone} onClick={doReplay}>
           Replay against decisions
         </button>
         {d.status === 'pending_review' && (
           <>
-            <button type="button" disabled={busy} onClick={(e) => isFirstClick(e) && decide('approve')}>
+            <button
+              type="button"
+              disabled={busy || gone}
+              onClick={(e) => isFirstClick(e) && decide('approve')}
+            >
               Approve draft
             </button>
             <button
               type="button"
               className="deny"
-              disabled={busy}
+              disabled={busy || gone}
               onClick={(e) => isFirstClick(e) && decide('reject')}
             >
               Reject draft

@@ -198,3 +198,120 @@ describe('the Decisions page, live', () => {
     await eventually(async () => (await rowIds())[0]).toBe(id);
   }, 120_000);
 });
+
+describe('the Drafts page, live', () => {
+  const agent = () => ({ 'x-service-api-key': org.apiKey });
+  const rule = (max: number) => ({
+    id: 'cap',
+    action: 'allow',
+    tools: ['pay'],
+    conditions: [{ field: 'arguments.amount', operator: 'less_than_or_equal', value: max }],
+    severity: 'high',
+  });
+  /** A draft written and submitted by the agent's key, as agents do; its id. */
+  const propose = async (name: string, max: number): Promise<string> => {
+    const { data } = await h.call('/v1/policy-drafts', {
+      method: 'POST',
+      headers: agent(),
+      body: { name, projectId: org.projectId, createdByAgentId: 'policy-bot', rules: [rule(max)] },
+    });
+    await h.call(`/v1/policy-drafts/${data.id}/submit`, { method: 'POST', headers: agent() });
+    return data.id;
+  };
+  const card = (id: string) => page.locator(`li[data-draft-id="${id}"]`);
+  /**
+   * Well within the 15 s poll of a page just opened: what shows by then came with the event stream,
+   * not with the poll.
+   */
+  const BY_EVENT = { timeout: 8_000 };
+
+  async function openDrafts() {
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Approvals' }).click();
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Drafts' }).click();
+    await page.getByRole('heading', { name: 'Policy drafts', exact: true }).waitFor();
+    await eventually(status).toBe('Live');
+  }
+
+  it('shows a draft submitted through the API without a reload, and keeps what the person was doing when someone else rejects it', async () => {
+    await openDrafts();
+    await page.getByText('No agent has proposed a draft.').waitFor();
+    await mark();
+
+    const id = await propose('Small payments', 100);
+    await card(id).waitFor(BY_EVENT);
+    await eventually(() => card(id).locator('.left').textContent()).toBe('Waiting for review');
+    await eventually(announced).toBe('1 new draft waiting for review.');
+
+    // The person works on the card: a replay count typed, a replay run.
+    await card(id).getByLabel('Recent decisions to replay').fill('7');
+    await card(id).getByRole('button', { name: 'Replay against decisions' }).click();
+    await card(id).locator('[data-replay]').waitFor();
+
+    // Another reviewer (a reviewer key relaying someone's click) rejects it meanwhile.
+    await h.call(`/v1/policy-drafts/${id}/reject`, { method: 'POST', headers: agent() });
+    await eventually(() => card(id).locator('.left').textContent()).toBe('Rejected');
+    expect(await card(id).locator('[data-draft-note]').textContent()).toMatch(
+      /^Rejected by apikey:\S+ on .+, since you read it\.$/,
+    );
+    await eventually(announced).toMatch(/^Small payments: Rejected by apikey:/);
+    expect(await card(id).getByRole('button', { name: 'Approve draft' }).count()).toBe(0);
+    // What the person was doing is still there.
+    expect(await card(id).getByLabel('Recent decisions to replay').inputValue()).toBe('7');
+    expect(await card(id).locator('[data-replay]').isVisible()).toBe(true);
+    expect(await stillMarked()).toBe(true);
+  }, 120_000);
+
+  it('keeps the rules the person read of a draft edited since, until they ask for the current version', async () => {
+    await openDrafts();
+    const id = await propose('Medium payments', 300);
+    await card(id).waitFor(BY_EVENT);
+    const when = () => card(id).locator('tbody tr').first().textContent();
+    expect(await when()).toMatch(/less than or equal 300/);
+
+    // The agent withdraws it, rewrites it and submits it again.
+    await h.call(`/v1/policy-drafts/${id}`, { method: 'PATCH', headers: agent(), body: { status: 'draft' } });
+    await h.call(`/v1/policy-drafts/${id}`, {
+      method: 'PATCH',
+      headers: agent(),
+      body: { rules: [rule(900)] },
+    });
+    await h.call(`/v1/policy-drafts/${id}/submit`, { method: 'POST', headers: agent() });
+    await card(id).locator('[data-draft-held="edited"]').waitFor(BY_EVENT);
+    expect(await when()).toMatch(/less than or equal 300/);
+    await eventually(announced).toBe('Medium payments was edited since you read it.');
+
+    await card(id).getByRole('button', { name: 'Show the current version' }).click();
+    await eventually(when).toMatch(/less than or equal 900/);
+    expect(await card(id).locator('[data-draft-held]').count()).toBe(0);
+    // The button went with the notice: the focus is on the card, not lost to the page.
+    expect(await page.evaluate(`document.activeElement?.getAttribute('data-draft-id')`)).toBe(id);
+  }, 120_000);
+
+  it('reads the drafts about once a second through a burst of events, never once each', async () => {
+    await openDrafts();
+    const ids: string[] = [];
+    for (let i = 0; i < 8; i++) ids.push(await propose(`Burst ${i}`, 10 + i));
+    for (const id of ids) await card(id).waitFor(BY_EVENT);
+    const reads: string[] = [];
+    const onRequest = (r: Request) => {
+      if (new URL(r.url()).pathname === '/v1/policy-drafts') reads.push(r.url());
+    };
+    page.on('request', onRequest);
+    const started = Date.now();
+    try {
+      // Eight events at once.
+      await Promise.all(
+        ids.map((id) => h.call(`/v1/policy-drafts/${id}/reject`, { method: 'POST', headers: agent() })),
+      );
+      for (const id of ids) await eventually(() => card(id).locator('.left').textContent()).toBe('Rejected');
+    } finally {
+      page.off('request', onRequest);
+    }
+    // At most one read a second while they arrive (and one that a late event of the submissions
+    // above, or the poll, may add); never one per event.
+    const seconds = Math.ceil((Date.now() - started) / 1000);
+    expect(reads.length).toBeGreaterThanOrEqual(1);
+    expect(reads.length).toBeLessThanOrEqual(seconds + 2);
+    expect(reads.length).toBeLessThan(ids.length);
+  }, 120_000);
+});
