@@ -201,6 +201,15 @@ export const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]
 export const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200 }) });
 export const Success = Type.Object({ success: Type.Literal(true) });
 
+/**
+ * `limit` (1 to `maxLimit`, default 50) and `offset` of a paged list as the API document describes
+ * them; the routes take them as strings and check these bounds themselves.
+ */
+export const documentedPage = (maxLimit: number) => ({
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: maxLimit, default: 50 })),
+  offset: Type.Optional(Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 })),
+});
+
 /** The page a list answered (GET /v1/decisions, GET /v1/approvals/resolved): `hasMore` when rows follow it. */
 export const Pagination = Type.Object({
   total: Type.Integer(),

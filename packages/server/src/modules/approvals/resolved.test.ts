@@ -1,3 +1,4 @@
+import { Kysely, SqliteDialect } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
 import {
   approverKey,
@@ -9,6 +10,8 @@ import {
 } from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
+import type { Database } from '../../storage/schema.js';
+import { createApprovalRepository } from './repository.js';
 
 // Resolutions made without moving the clock share their resolvedAt: the ties paging must order.
 const clock = new ManualClock();
@@ -196,4 +199,31 @@ describe('GET /v1/approvals/resolved', () => {
       },
     });
   });
+});
+
+describe('the query of a page of resolved approvals', () => {
+  // The index's condition must be repeated word for word: a condition with bound values (`status in
+  // (?, ?)`) would not be known to imply the index's, and every page would sort the whole history.
+  it.skipIf(process.env.SVC_TEST_DATABASE_URL)(
+    'reads the partial index approvals_resolved, in its order',
+    async () => {
+      const handle = t.store.sqlite!;
+      const sent: { sql: string; parameters: readonly unknown[] }[] = [];
+      const db = new Kysely<Database>({
+        dialect: new SqliteDialect({ database: handle }),
+        log: (e) => {
+          if (e.level === 'query') sent.push({ sql: e.query.sql, parameters: e.query.parameters });
+        },
+      });
+      await createApprovalRepository(db).listResolved(a.orgId, 50, 50);
+      const page = sent.find((q) => /order by/i.test(q.sql));
+      expect(page).toBeDefined();
+      const plan = handle.prepare(`explain query plan ${page!.sql}`).all(...page!.parameters) as {
+        detail: string;
+      }[];
+      expect(plan.map((p) => p.detail).join('\n')).toMatch(/USING INDEX approvals_resolved/);
+      // Read in the index's order: no sort of the organization's whole history.
+      expect(plan.map((p) => p.detail).join('\n')).not.toMatch(/TEMP B-TREE/);
+    },
+  );
 });

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { IdParams } from '../../lib/schemas.js';
+import { documentedPage, IdParams } from '../../lib/schemas.js';
 import type { KeyScope } from '../api-keys/model.js';
 import { intParam } from '../decisions/query.js';
 import {
@@ -22,10 +22,7 @@ const READ: readonly KeyScope[] = ['api', 'approvals:resolve'];
 const RESOLVE: readonly KeyScope[] = ['approvals:resolve'];
 
 /** The query as the API document describes it: the handler checks these bounds (intParam). */
-const ResolvedQueryDocumented = Type.Object({
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
-  offset: Type.Optional(Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 })),
-});
+const ResolvedQueryDocumented = Type.Object(documentedPage(200));
 
 /** The service lives on ctx (validation opens and uses approvals too); this module serves and sweeps. */
 export const approvalRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = async (app, { ctx }) => {

@@ -6,7 +6,7 @@ import { UnrecordedError } from '../../enforcement/pipeline.js';
 import { roundMs } from '../../lib/clock.js';
 import { AppError, invalid } from '../../lib/errors.js';
 import { recordError } from '../../lib/json.js';
-import { compileSchema } from '../../lib/schemas.js';
+import { compileSchema, documentedPage } from '../../lib/schemas.js';
 import { isStoreUnavailable } from '../../storage/db.js';
 import { isUniqueViolation } from '../../storage/errors.js';
 import type { KeyPrincipal } from '../api-keys/authenticator.js';
@@ -41,8 +41,7 @@ const checkLogBody = compileSchema(LogBody);
  */
 const ListQueryDocumented = Type.Object({
   ...ListQuery.properties,
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50 })),
-  offset: Type.Optional(Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 })),
+  ...documentedPage(100),
   decision: Type.Optional(
     Type.String({
       enum: ['allow', 'deny', 'require_approval'],
