@@ -245,6 +245,10 @@ describe('days the time zone skipped or started after midnight', () => {
       ['Australia/Lord_Howe', '2020-03-30', '2020-10-10'],
       ['Asia/Kathmandu', '1985-12-25', '1986-01-05'],
       ['America/Los_Angeles', '2026-03-01', '2026-11-05'],
+      // Daylight time ended at 00:01, back to 23:01: the clocks passed midnight, then showed the day
+      // before again for 59 minutes.
+      ['America/Moncton', '2006-10-25', '2006-11-01'],
+      ['America/St_Johns', '1987-10-22', '1987-10-28'],
     ];
     for (const [tz, from, to] of cases) {
       inZone(tz);
@@ -265,6 +269,10 @@ describe('days the time zone skipped or started after midnight', () => {
           [dayIn(tz, start - 1) < day, dayIn(tz, start), dayIn(tz, end), dayIn(tz, end + 1) > day],
           at,
         ).toEqual([true, day, day, true]);
+        // Nowhere outside the edges do the clocks show the day (read every 15 minutes).
+        for (let t = noon - 40 * 3_600_000; t <= noon + 40 * 3_600_000; t += 900_000)
+          if (t < start || t > end)
+            expect(dayIn(tz, t), `${at} at ${new Date(t).toISOString()}`).not.toBe(day);
         expect(filterProblem({ startDate: day, endDate: day }), at).toBeNull();
       }
     }

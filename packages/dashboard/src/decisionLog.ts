@@ -93,30 +93,35 @@ function changeBetween(a: number, b: number): number {
 /** The first instant at which this browser's clocks show `wall` (wall-clock time read as UTC) or later. */
 function firstAtOrAfter(wall: number): number {
   // At wall - REACH_MS every clock still shows an earlier time; by wall + REACH_MS every one has passed it.
+  // Each step starts where the clocks show a time before `wall` (the previous step found no later one).
   for (let a = wall - REACH_MS, b = a + HOUR_MS; b <= wall + REACH_MS; a = b, b += HOUR_MS) {
-    const after = offsetAt(b);
-    if (b + after < wall) continue;
-    // The clocks pass `wall` within (a, b].
     const before = offsetAt(a);
-    if (before === after) return wall - after;
-    const moved = changeBetween(a, b);
-    // Before they moved, or else from the moment they moved (a gap: the first time shown past it).
-    return wall - before < moved ? wall - before : Math.max(moved, wall - after);
+    const after = offsetAt(b);
+    if (before !== after) {
+      const moved = changeBetween(a, b);
+      // Before they moved: they pass `wall` there, though they may step back below it when they move.
+      if (wall - before < moved) return wall - before;
+      // From the moment they moved (a gap: the first time shown past it).
+      if (b + after >= wall) return Math.max(moved, wall - after);
+    } else if (b + after >= wall) return wall - after;
   }
   return wall + REACH_MS;
 }
 
 /** The last instant at which this browser's clocks show a time before `wall`. */
 function lastBefore(wall: number): number {
+  // Each step ends where the clocks show `wall` or later (the previous step found no earlier time).
   for (let b = wall + REACH_MS, a = b - HOUR_MS; a >= wall - REACH_MS; b = a, a -= HOUR_MS) {
     const before = offsetAt(a);
-    if (a + before >= wall) continue;
-    // The clocks show a time before `wall` for the last time within [a, b).
     const after = offsetAt(b);
-    if (before === after) return wall - before - 1;
-    const moved = changeBetween(a, b);
-    // After they moved (an hour shown twice: its second time), or else until they moved.
-    return wall - after - 1 >= moved ? wall - after - 1 : Math.min(moved - 1, wall - before - 1);
+    if (before !== after) {
+      const moved = changeBetween(a, b);
+      // After they moved: below `wall` there (an hour shown twice: its second time), though they may
+      // have shown `wall` or later before they moved.
+      if (wall - after - 1 >= moved) return wall - after - 1;
+      // Until they moved.
+      if (a + before < wall) return Math.min(moved - 1, wall - before - 1);
+    } else if (a + before < wall) return wall - before - 1;
   }
   return wall - REACH_MS;
 }

@@ -133,13 +133,21 @@ describe('the date filters on days the time zone skipped', () => {
     const sent: string[] = [];
     const onRequest = (r: Request) => {
       const url = new URL(r.url());
-      if (url.pathname === '/v1/decisions' && url.searchParams.get('limit') !== '1') sent.push(url.search);
+      // Only reads of the dates applied: not the page's own refreshes (the event stream connecting,
+      // the poll), which read the list with the filters it had.
+      if (
+        url.pathname === '/v1/decisions' &&
+        (url.searchParams.has('startDate') || url.searchParams.has('endDate'))
+      )
+        sent.push(url.search);
     };
     const cdp = await h.context.newCDPSession(page);
     try {
       await cdp.send('Emulation.setTimezoneOverride', { timezoneId: zone });
       await open('Decisions', 'Decisions');
       await page.getByText('No decision matches.').waitFor();
+      // Connected: the read the stream's connection makes is done before the dates are applied.
+      await eventually(() => page.locator('.heading [role=status]').textContent()).toBe('Live');
       page.on('request', onRequest);
       await page.getByLabel('From', { exact: true }).fill(from);
       await page.getByLabel('To', { exact: true }).fill(to);
