@@ -267,7 +267,9 @@ export function Approvals({ organizationId, userId }: { organizationId: string; 
               pageSize={PAGE}
               onPage={(offset) => {
                 paged();
-                setResolvedOffset(offset);
+                // The page asked for already (its read failed, or a later one read another): read it again.
+                if (offset === resolvedOffset) void reload();
+                else setResolvedOffset(offset);
               }}
             />
           </>

@@ -343,7 +343,7 @@ export function Decisions({ organizationId }: PageProps) {
           </div>
           <Pager
             label="Pages of decisions"
-            offset={offset}
+            offset={rowsAt}
             count={rows.length}
             total={total}
             pageSize={PAGE}

@@ -81,6 +81,24 @@ describe('the cards after a read of the drafts', () => {
     expect(draftChanges(next, again)).toBeNull();
   });
 
+  it('counts new drafts by their status: waiting, being written, or already decided', () => {
+    const first = nextViews(null, [draft('a')], { userId: me });
+    const next = nextViews(
+      first,
+      [
+        draft('a'),
+        draft('b'),
+        draft('c', { status: 'draft' }),
+        draft('d', { status: 'rejected', reviewedBy: 'bob' }),
+        draft('e', { status: 'approved', reviewedBy: 'bob' }),
+      ],
+      { userId: me },
+    );
+    expect(draftChanges(first, next)).toBe(
+      '1 new draft waiting for review. 1 new draft being written. 2 new drafts already approved or rejected.',
+    );
+  });
+
   it('says nothing of what the person did themselves', () => {
     const first = nextViews(null, [draft('a')], { userId: me });
     const mine = draft('a', { status: 'approved', reviewedBy: me });

@@ -109,13 +109,15 @@ export function draftChanges(prev: readonly DraftView[] | null, next: readonly D
   if (prev === null) return null;
   const before = new Map(prev.map((v) => [v.shown.id, v]));
   const said: string[] = [];
-  const arrived = { review: 0, draft: 0 };
+  const arrived = { review: 0, draft: 0, decided: 0 };
   for (const v of next) {
     const name = revealString(v.shown.name);
     const was = before.get(v.shown.id);
     if (!was) {
       if (v.shown.status === 'pending_review') arrived.review++;
-      else arrived.draft++;
+      else if (v.shown.status === 'draft') arrived.draft++;
+      // Submitted and decided between two reads (the event stream down meanwhile).
+      else arrived.decided++;
       continue;
     }
     if (v.current === null && was.current !== null) said.push(`${name} was deleted since you read it.`);
@@ -127,6 +129,7 @@ export function draftChanges(prev: readonly DraftView[] | null, next: readonly D
   const head = [
     ...(arrived.review > 0 ? [count(arrived.review, 'waiting for review')] : []),
     ...(arrived.draft > 0 ? [count(arrived.draft, 'being written')] : []),
+    ...(arrived.decided > 0 ? [count(arrived.decided, 'already approved or rejected')] : []),
   ];
   const rest =
     said.length > MAX_SAID ? [...said.slice(0, MAX_SAID), `${said.length - MAX_SAID} more changed.`] : said;

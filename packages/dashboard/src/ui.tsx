@@ -53,16 +53,27 @@ export function useReload<T>(
   const runs = useRef(latestOnly());
   // biome-ignore lint/correctness/useExhaustiveDependencies: `key` stands for everything `read` depends on
   const reload = useCallback(() => runs.current(read, show, (err) => onError(messageOf(err))), [key]);
+  const latest = useRef(reload);
+  latest.current = reload;
 
   useEffect(() => {
     void reload();
   }, [reload]);
 
-  return reload;
+  // One function for the page's whole life, reading with what `key` is now: a handler that kept it
+  // from an earlier render (an action still under way when the page moved on) does not read what
+  // the page showed then, over what it shows now.
+  return useCallback(() => latest.current(), []);
 }
 
-/** Whether the focus is nowhere: on the page itself, as when the element that had it went away. */
-export const focusLost = (): boolean => !document.activeElement || document.activeElement === document.body;
+/**
+ * Whether the focus is nowhere: on the page itself, as when the element that had it went away, or
+ * on a control just disabled, which the browser takes it from once it renders.
+ */
+export const focusLost = (): boolean =>
+  !document.activeElement ||
+  document.activeElement === document.body ||
+  document.activeElement.matches(':disabled');
 
 /**
  * Newer and Older under a list read a page at a time, newest first. `offset` and `count` are those of
@@ -135,7 +146,7 @@ export function usePageFocus(shown: unknown, target: RefObject<HTMLElement | nul
   useEffect(() => {
     if (!asked.current) return;
     asked.current = false;
-    if (focusLost() || document.activeElement?.matches(':disabled')) target.current?.focus();
+    if (focusLost()) target.current?.focus();
   }, [shown, target]);
   return useCallback(() => {
     asked.current = true;

@@ -6,6 +6,7 @@ import {
   focusedOn,
   type Organization,
   startDashboard,
+  whileHeld,
 } from './dashboard.js';
 import { gate } from './helpers.js';
 
@@ -498,6 +499,31 @@ describe('the dashboard shows what agents sent as it is, and acts only when aske
     expect((await rows())[0]).toBe(fresh.id);
     expect(await pager.getByRole('button', { name: 'Newer' }).isDisabled()).toBe(true);
     await eventually(() => focusIn('section[aria-labelledby="history-title"] [data-range]')).toBe(true);
+
+    // A denial still under way when the person pages on: once it is done, the lists read are those
+    // of the page shown now, not of the page it started on.
+    const held = await openApproval('paged_held', { amount: 2 });
+    const card = page.locator(`li[data-approval-id="${held.id}"]`);
+    await card.waitFor({ timeout: 10_000 });
+    await whileHeld(page, '**/v1/approvals/*/resolve', async (release) => {
+      await card.getByRole('button', { name: /^Deny/ }).click();
+      await press('Older');
+      await eventually(range).toBe(`51–100 of ${total + 1}`);
+      // Every range the page shows from now on.
+      await page.evaluate(`(() => {
+        const shown = (window.rangesShown = []);
+        const section = document.querySelector('section[aria-labelledby="history-title"]');
+        new MutationObserver(() => shown.push(section.querySelector('[data-range]')?.textContent ?? ''))
+          .observe(section, { subtree: true, childList: true, characterData: true });
+      })()`);
+      release();
+      await card.waitFor({ state: 'detached' });
+    });
+    // Read after the denial: the page moved on stays where it is, and never went back meanwhile.
+    await eventually(range).toBe(`51–100 of ${total + 2}`);
+    expect(await rows()).toEqual((await resolvedIds()).slice(50, 100));
+    const shown = await page.evaluate<string[]>('window.rangesShown');
+    expect(shown.filter((r) => !r.startsWith('51–'))).toEqual([]);
   }, 180_000);
 
   it('disables an expired approval and says it expired', async () => {
