@@ -26,8 +26,7 @@ beforeAll(async () => {
   page = h.page;
   alice = await h.organization('alice', 'alice-flows');
   await h.organization('mallory', 'mallory-flows');
-  await page.goto(await h.loginLink('alice'));
-  await page.getByRole('heading', { name: 'Pending approvals' }).waitFor();
+  await h.signIn('alice');
 }, 120_000);
 
 afterAll(async () => {
@@ -342,8 +341,7 @@ describe('the dashboard review pages in a browser', () => {
     await page.goto(h.base);
     await page.getByRole('button', { name: 'Sign out' }).click();
     await page.getByRole('heading', { name: 'Sign in to svc' }).waitFor();
-    await page.goto(await h.loginLink('mallory'));
-    await page.getByRole('heading', { name: 'Pending approvals' }).waitFor();
+    await h.signIn('mallory');
     await eventually(() => page.getByText('Nothing is waiting for a decision.').isVisible()).toBe(true);
     await open('Drafts', 'Policy drafts');
     await eventually(() => page.getByText('No agent has proposed a draft.').isVisible()).toBe(true);

@@ -4,6 +4,7 @@ import {
   type DashboardHarness,
   eventually,
   type Organization,
+  openPage,
   startDashboard,
   whileFailing,
 } from './dashboard.js';
@@ -20,14 +21,7 @@ let alice: Organization;
 const key = () => ({ 'x-service-api-key': alice.apiKey });
 const openApproval = (toolName: string, args: Record<string, unknown>) =>
   h.call('/v1/approvals', { method: 'POST', headers: key(), body: { toolName, arguments: args } });
-/** Opens a page afresh (from another one if it is open already: pages read when they mount). */
-const open = async (label: string, heading: string) => {
-  const nav = page.getByRole('navigation', { name: 'Main' });
-  if ((await nav.getByRole('link', { name: label }).getAttribute('aria-current')) === 'page')
-    await nav.getByRole('link', { name: label === 'Approvals' ? 'Decisions' : 'Approvals' }).click();
-  await nav.getByRole('link', { name: label }).click();
-  await page.getByRole('heading', { name: heading, exact: true }).first().waitFor();
-};
+const open = (label: string, heading: string) => openPage(page, label, heading);
 /** Presses the mouse at the middle of `selector` as the `count`th click of a run (2: a double click's second). */
 const press = async (selector: string, count: number) => {
   const box = await page.locator(selector).first().boundingBox();
@@ -56,8 +50,7 @@ beforeAll(async () => {
   h = await startDashboard();
   page = h.page;
   alice = await h.organization('alice', 'alice-guards');
-  await page.goto(await h.loginLink('alice'));
-  await page.getByRole('heading', { name: 'Pending approvals' }).waitFor();
+  await h.signIn('alice');
 }, 120_000);
 
 afterAll(async () => {

@@ -63,8 +63,7 @@ beforeAll(async () => {
   page = h.page;
   org = await h.organization('alice', 'alice-live');
   other = await h.organization('mallory', 'mallory-live');
-  await page.goto(await h.loginLink('alice'));
-  await page.getByRole('heading', { name: 'Pending approvals' }).waitFor();
+  await h.signIn('alice');
 }, 120_000);
 
 afterAll(async () => {

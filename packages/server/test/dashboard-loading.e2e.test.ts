@@ -1,6 +1,13 @@
 import type { Page, Request } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type DashboardHarness, eventually, startDashboard, whileFailing, whileHeld } from './dashboard.js';
+import {
+  type DashboardHarness,
+  eventually,
+  openPage,
+  startDashboard,
+  whileFailing,
+  whileHeld,
+} from './dashboard.js';
 
 /**
  * What the pages show before their lists are read, in a real browser against a real server process:
@@ -11,16 +18,7 @@ import { type DashboardHarness, eventually, startDashboard, whileFailing, whileH
 let h: DashboardHarness;
 let page: Page;
 
-const nav = () => page.getByRole('navigation', { name: 'Main' });
-/** Opens a page afresh (from another one if it is open already: pages read when they mount). */
-const open = async (label: string, heading: string) => {
-  if ((await nav().getByRole('link', { name: label }).getAttribute('aria-current')) === 'page')
-    await nav()
-      .getByRole('link', { name: label === 'Approvals' ? 'Decisions' : 'Approvals' })
-      .click();
-  await nav().getByRole('link', { name: label }).click();
-  await page.getByRole('heading', { name: heading, exact: true }).first().waitFor();
-};
+const open = (label: string, heading: string) => openPage(page, label, heading);
 /** The section (a panel of Settings) under the heading `title`. */
 const section = (title: string) =>
   page.locator('section').filter({ has: page.getByRole('heading', { name: title, exact: true }) });
@@ -30,8 +28,7 @@ beforeAll(async () => {
   h = await startDashboard();
   page = h.page;
   await h.organization('alice', 'alice-loading');
-  await page.goto(await h.loginLink('alice'));
-  await page.getByRole('heading', { name: 'Pending approvals' }).waitFor();
+  await h.signIn('alice');
 }, 120_000);
 
 afterAll(async () => {

@@ -40,8 +40,7 @@ beforeAll(async () => {
   h = await startDashboard({ SVC_CHECKPOINT_INTERVAL: '0' });
   page = h.page;
   org = await h.organization('alice', 'alice-pages');
-  await page.goto(await h.loginLink('alice'));
-  await page.getByRole('heading', { name: 'Pending approvals' }).waitFor();
+  await h.signIn('alice');
 }, 120_000);
 
 afterAll(async () => {

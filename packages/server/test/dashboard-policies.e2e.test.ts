@@ -42,8 +42,7 @@ beforeAll(async () => {
   h = await startDashboard();
   page = h.page;
   org = await h.organization('carol', 'carol-policies');
-  await page.goto(await h.loginLink('carol'));
-  await page.getByRole('heading', { name: 'Pending approvals' }).waitFor();
+  await h.signIn('carol');
 }, 120_000);
 
 afterAll(async () => {

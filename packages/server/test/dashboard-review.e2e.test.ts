@@ -5,6 +5,7 @@ import {
   eventually,
   focusedOn,
   type Organization,
+  openPage,
   startDashboard,
   whileFailing,
 } from './dashboard.js';
@@ -28,20 +29,12 @@ const validate = (tool: string, args: Record<string, unknown>) =>
     headers: key(),
     body: { tool_name: tool, arguments: args },
   });
-/** Opens a page afresh (from another one if it is open already: pages read when they mount). */
-const open = async (label: string, heading: string) => {
-  const nav = page.getByRole('navigation', { name: 'Main' });
-  if ((await nav.getByRole('link', { name: label }).getAttribute('aria-current')) === 'page')
-    await nav.getByRole('link', { name: label === 'Approvals' ? 'Decisions' : 'Approvals' }).click();
-  await nav.getByRole('link', { name: label }).click();
-  await page.getByRole('heading', { name: heading, exact: true }).first().waitFor();
-};
+const open = (label: string, heading: string) => openPage(page, label, heading);
 /** The focused element as `tag|accessible label or text`, BODY when nothing is. */
 const focused = () => focusedOn(page);
 /** Whether the focused element matches `selector`. */
 const focusOn = (selector: string) =>
   page.evaluate<boolean>(`document.activeElement?.matches(${JSON.stringify(selector)}) === true`);
-/** Presses `name` from the keyboard: focused, then Enter. */
 /** Presses a button from the keyboard, once it can be pressed: Enter on a disabled one does nothing. */
 const press = async (button: ReturnType<Page['getByRole']>) => {
   await eventually(() => button.isEnabled()).toBe(true);
@@ -61,8 +54,7 @@ beforeAll(async () => {
       constraints: [{ argumentName: 'amount', maximum: 100, action: 'require_approval' }],
     },
   });
-  await page.goto(await h.loginLink('alice'));
-  await page.getByRole('heading', { name: 'Pending approvals' }).waitFor();
+  await h.signIn('alice');
 }, 120_000);
 
 afterAll(async () => {

@@ -5,6 +5,7 @@ import {
   eventually,
   focusedOn,
   type Organization,
+  openPage,
   startDashboard,
   whileHeld,
 } from './dashboard.js';
@@ -36,14 +37,7 @@ const validate = (tool: string, args: Record<string, unknown>, context: Record<s
 /** An approval opened by hand (no policy needed): any tool name, any arguments. */
 const openApproval = (toolName: string, args: Record<string, unknown>) =>
   h.call('/v1/approvals', { method: 'POST', headers: key(), body: { toolName, arguments: args } });
-/** Opens a page afresh (from another one if it is open already: pages read when they mount). */
-const open = async (label: string, heading: string) => {
-  const nav = page.getByRole('navigation', { name: 'Main' });
-  if ((await nav.getByRole('link', { name: label }).getAttribute('aria-current')) === 'page')
-    await nav.getByRole('link', { name: label === 'Approvals' ? 'Decisions' : 'Approvals' }).click();
-  await nav.getByRole('link', { name: label }).click();
-  await page.getByRole('heading', { name: heading, exact: true }).first().waitFor();
-};
+const open = (label: string, heading: string) => openPage(page, label, heading);
 const pageWidth = () => page.locator('html').evaluate((html) => html.scrollWidth);
 /** The right edge of an element, in px from the left of the viewport. */
 const rightEdge = (selector: string) =>
@@ -78,8 +72,7 @@ beforeAll(async () => {
       constraints: [{ argumentName: 'cmd', maxLength: 10, action: 'require_approval' }],
     },
   });
-  await page.goto(await h.loginLink('alice'));
-  await page.getByRole('heading', { name: 'Pending approvals' }).waitFor();
+  await h.signIn('alice');
 }, 120_000);
 
 afterAll(async () => {

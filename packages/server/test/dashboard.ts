@@ -105,7 +105,21 @@ export interface DashboardHarness {
   /** A user's organization on the Team plan (approvals open) with a project and its API key. */
   organization(userId: string, slug: string): Promise<Organization>;
   loginLink(userId: string): Promise<string>;
+  /** Signs `userId` in through a login link and waits for the first page (Approvals). */
+  signIn(userId: string): Promise<void>;
   close(): Promise<void>;
+}
+
+/**
+ * Opens the dashboard page named `label` in the main navigation afresh, and waits for its heading:
+ * from another page if it is open already, since pages read when they mount.
+ */
+export async function openPage(page: Page, label: string, heading: string): Promise<void> {
+  const nav = page.getByRole('navigation', { name: 'Main' });
+  if ((await nav.getByRole('link', { name: label }).getAttribute('aria-current')) === 'page')
+    await nav.getByRole('link', { name: label === 'Approvals' ? 'Decisions' : 'Approvals' }).click();
+  await nav.getByRole('link', { name: label }).click();
+  await page.getByRole('heading', { name: heading, exact: true }).first().waitFor();
 }
 
 /**
@@ -231,5 +245,9 @@ export async function startDashboard(
       ),
     );
 
-  return { base, db, page, context, screenshots, call, organization, loginLink, close };
+  const signIn = async (userId: string): Promise<void> => {
+    await page.goto(await loginLink(userId));
+    await page.getByRole('heading', { name: 'Pending approvals' }).waitFor();
+  };
+  return { base, db, page, context, screenshots, call, organization, loginLink, signIn, close };
 }
