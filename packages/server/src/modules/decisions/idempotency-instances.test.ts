@@ -82,6 +82,15 @@ describe('POST /v1/decisions with an Idempotency-Key on two instances', () => {
     };
   }
 
+  /** The organization's log holds `ids` once each and nothing else, in a chain that verifies. */
+  async function expectRecordedOnce(orgId: string, ids: string[]) {
+    const after = await ledger(orgId, ids);
+    expect(after.each).toEqual(ids.map(() => 1));
+    expect([after.receipts, after.decisions]).toEqual([ids.length, ids.length]);
+    expect(after.chain.errors).toEqual([]);
+    expect(after.chain.ok).toBe(true);
+  }
+
   /** The answers every later send of the request gets, on either instance: the same 201, replayed. */
   async function expectReplays(headers: Record<string, string>, payload: unknown, ids: string[]) {
     for (const t of [a, b]) {
@@ -154,11 +163,7 @@ describe('POST /v1/decisions with an Idempotency-Key on two instances', () => {
         expect(idsOf(late)).toEqual(idsOf(second));
         expect(idsOf(second)).toHaveLength(count);
         await expectReplays(headers, payload, idsOf(second));
-        const after = await ledger(tenant.orgId, idsOf(second));
-        expect(after.each).toEqual(idsOf(second).map(() => 1));
-        expect([after.receipts, after.decisions]).toEqual([count, count]);
-        expect(after.chain.errors).toEqual([]);
-        expect(after.chain.ok).toBe(true);
+        await expectRecordedOnce(tenant.orgId, idsOf(second));
       } finally {
         held.release();
         await first?.catch(() => {});
@@ -192,11 +197,7 @@ describe('POST /v1/decisions with an Idempotency-Key on two instances', () => {
         expect([late.statusCode, late.headers['idempotent-replayed']]).toEqual([201, undefined]);
         expect(idsOf(late)).toEqual(idsOf(early));
         await expectReplays(headers, payload, idsOf(early));
-        const after = await ledger(tenant.orgId, idsOf(early));
-        expect(after.each).toEqual(idsOf(early).map(() => 1));
-        expect([after.receipts, after.decisions]).toEqual([count, count]);
-        expect(after.chain.errors).toEqual([]);
-        expect(after.chain.ok).toBe(true);
+        await expectRecordedOnce(tenant.orgId, idsOf(early));
       } finally {
         heldA.release();
         heldB?.release();
