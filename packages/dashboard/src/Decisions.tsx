@@ -25,6 +25,7 @@ import {
   PageRange,
   Pager,
   ProjectOptions,
+  useAnnouncer,
   useFocusReturn,
 } from './ui.js';
 import { type ChainVerification, verifyChain, verifyOneReceipt } from './verify.js';
@@ -81,8 +82,7 @@ export function Decisions({ organizationId }: PageProps) {
   const [refused, setRefused] = useState(false);
   /** Decisions the filters list that arrived since the list shown was read, and are not in it. */
   const [waiting, setWaiting] = useState(0);
-  /** The live region's words; `n` renews them, so that the same words are said again. */
-  const [announcement, setAnnouncement] = useState({ text: '', n: 0 });
+  const [announcer, say] = useAnnouncer();
   /** Reads under way: only the latest one's answer is shown. */
   const reads = useRef(0);
   /** The filters, offset and total of the list shown: new decisions are counted from that total. */
@@ -102,7 +102,7 @@ export function Decisions({ organizationId }: PageProps) {
     const text = arrivalText(heard.current);
     if (heard.current.waiting > 0) saidWaiting.current = heard.current.waiting;
     heard.current = { shown: 0, tools: [], waiting: 0 };
-    if (text) setAnnouncement((a) => ({ text, n: a.n + 1 }));
+    if (text) say(text);
   }, ANNOUNCE_MS);
 
   /** Reads the list; `byPerson` when the person asked (a failure then shows nothing, see below). */
@@ -254,9 +254,7 @@ export function Decisions({ organizationId }: PageProps) {
         <LiveStatus live={live} />
       </div>
       {/* New decisions, said once in a while by screen readers (not a role=status: one is above). */}
-      <div className="visually-hidden" aria-live="polite" data-announcer>
-        <span key={announcement.n}>{announcement.text}</span>
-      </div>
+      {announcer}
       <ChainCheck organizationId={organizationId} />
 
       <form className="filters" onSubmit={apply} aria-label="Filter decisions">

@@ -5,7 +5,16 @@ import { POLL_MS, useCoalesced, useLiveEvents } from './live.js';
 import type { PageProps } from './pages.js';
 import { inspect, revealString } from './reveal.js';
 import { CompactJson, Shown, Warnings } from './Shown.js';
-import { ErrorLine, isFirstClick, LiveStatus, Loading, TableHead, useFocusReturn, useReload } from './ui.js';
+import {
+  ErrorLine,
+  isFirstClick,
+  LiveStatus,
+  Loading,
+  TableHead,
+  useAnnouncer,
+  useFocusReturn,
+  useReload,
+} from './ui.js';
 
 const STATUS_LABEL: Record<PolicyDraft['status'], string> = {
   draft: 'Being written',
@@ -88,8 +97,7 @@ const REFRESH_MS = 1000;
 export function Drafts({ organizationId, userId }: PageProps) {
   const [views, setViews] = useState<DraftView[] | null>(null);
   const [message, setMessage] = useState<string | null>(null);
-  /** The live region's words; `n` renews them, so that the same words are said again. */
-  const [announcement, setAnnouncement] = useState({ text: '', n: 0 });
+  const [announcer, say] = useAnnouncer();
   /** The cards as last set: each read is compared with them. */
   const shown = useRef<DraftView[] | null>(null);
   /** Cards the person acted on: the next read shows their drafts as they are, whatever changed. */
@@ -112,7 +120,7 @@ export function Drafts({ organizationId, userId }: PageProps) {
       const next = nextViews(before, read, { adopt, userId });
       show(next);
       const said = draftChanges(before, next);
-      if (said) setAnnouncement((a) => ({ text: said, n: a.n + 1 }));
+      if (said) say(said);
       setMessage(null);
     },
     setMessage,
@@ -141,9 +149,7 @@ export function Drafts({ organizationId, userId }: PageProps) {
         <LiveStatus live={live} />
       </div>
       {/* Drafts coming in and changing, said by screen readers (not a role=status: one is above). */}
-      <div className="visually-hidden" aria-live="polite" data-announcer>
-        <span key={announcement.n}>{announcement.text}</span>
-      </div>
+      {announcer}
       <p className="empty">
         Rules agents proposed. Nothing is enforced until a person approves; approving appends the rules to
         each tool's policy.

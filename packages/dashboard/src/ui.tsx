@@ -247,6 +247,21 @@ export function Loading({ error, failed = false }: { error?: string | null; fail
   return failed ? null : <p aria-busy="true">Loading…</p>;
 }
 
+/**
+ * A polite live region for what arrives or changes on a page, and the function that says something
+ * there. The same words said again are said again (each one renews the region's content).
+ */
+export function useAnnouncer(): [ReactNode, (text: string) => void] {
+  const [said, setSaid] = useState({ text: '', n: 0 });
+  const say = useCallback((text: string) => setSaid((a) => ({ text, n: a.n + 1 })), []);
+  const region = (
+    <div className="visually-hidden" aria-live="polite" data-announcer>
+      <span key={said.n}>{said.text}</span>
+    </div>
+  );
+  return [region, say];
+}
+
 /** Whether the page follows the event stream or polls, said once (a role=status of its own). */
 export function LiveStatus({ live }: { live: Live }) {
   return (
