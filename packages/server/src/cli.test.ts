@@ -19,14 +19,14 @@ import { promisify } from 'node:util';
 import { jwtVerify } from 'jose';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SOURCE_FLAGS, SVC_BIN } from '../test/bin.js';
+import { SVC_BIN, SVC_FLAGS } from '../test/bin.js';
 import { useTestApp } from '../test/fixture.js';
 import { createTenant, freshDatabase, keyHeader, TEST_PG_URL, type Tenant } from '../test/helpers.js';
 import { openStore } from './storage/db.js';
 
 const run = promisify(execFile);
-/** SOURCE_FLAGS that work from any directory: tsx found where this repository keeps it, not in the cwd. */
-const SOURCE_FLAGS_ANYWHERE = SOURCE_FLAGS.map((flag) =>
+/** SVC_FLAGS that work from any directory: tsx found where this repository keeps it, not in the cwd. */
+const SVC_FLAGS_ANYWHERE = SVC_FLAGS.map((flag) =>
   flag === 'tsx' ? pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href : flag,
 );
 const dir = mkdtempSync(join(tmpdir(), 'svc-cli-'));
@@ -53,18 +53,16 @@ async function fourAtATime<C, R>(cases: readonly C[], start: (c: C) => Promise<R
 
 describe('svc command', () => {
   it('migrates, then reports nothing left to do', async () => {
-    const first = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'migrate'], { env: env() });
+    const first = await run('node', [...SVC_FLAGS, SVC_BIN, 'migrate'], { env: env() });
     expect(first.stdout).toMatch(/applied: 0001_tenancy/);
-    const second = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'migrate'], { env: env() });
+    const second = await run('node', [...SVC_FLAGS, SVC_BIN, 'migrate'], { env: env() });
     expect(second.stdout).toMatch(/already up to date/);
   });
 
   it('prints a token signed with the secret generated beside the embedded store', async () => {
-    const { stdout } = await run(
-      'node',
-      [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'alice', '--ttl', '10m'],
-      { env: env() },
-    );
+    const { stdout } = await run('node', [...SVC_FLAGS, SVC_BIN, 'token', '--sub', 'alice', '--ttl', '10m'], {
+      env: env(),
+    });
     const secretFile = join(dir, 'jwt-secret');
     expect(statSync(secretFile).mode & 0o777).toBe(0o600);
     const secret = readFileSync(secretFile, 'utf8').trim();
@@ -76,7 +74,7 @@ describe('svc command', () => {
 
   it('uses SVC_JWT_SECRET when set, without the store (here one that cannot be reached)', async () => {
     const secret = 'configured-secret-of-at-least-32-bytes';
-    const { stdout } = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'bob'], {
+    const { stdout } = await run('node', [...SVC_FLAGS, SVC_BIN, 'token', '--sub', 'bob'], {
       env: env({ SVC_JWT_SECRET: secret, SVC_DATABASE_URL: 'postgres://postgres@127.0.0.1:1/nowhere' }),
     });
     const { payload } = await jwtVerify(stdout.trim(), new TextEncoder().encode(secret));
@@ -86,7 +84,7 @@ describe('svc command', () => {
   it('mints tokens living 1 second to 366 days', async () => {
     const [year, second] = await Promise.all(
       ['366d', '1s'].map((ttl) =>
-        run('node', [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'carol', '--ttl', ttl], { env: env() }),
+        run('node', [...SVC_FLAGS, SVC_BIN, 'token', '--sub', 'carol', '--ttl', ttl], { env: env() }),
       ),
     );
     const secret = new TextEncoder().encode(readFileSync(join(dir, 'jwt-secret'), 'utf8').trim());
@@ -125,7 +123,7 @@ describe('svc command', () => {
     ];
     type Result = { code: number | null; stdout: string; stderr: string };
     const results = await fourAtATime(cases, ([args]) =>
-      run('node', [...SOURCE_FLAGS, SVC_BIN, ...args], {
+      run('node', [...SVC_FLAGS, SVC_BIN, ...args], {
         env: env({ SVC_DATABASE_URL: `sqlite:${store}`, PORT: '0' }),
         timeout: 30_000,
       }).then(
@@ -152,7 +150,7 @@ describe('svc command', () => {
         ['login-link', '--sub', 'alice'],
         ['keys', 'rotate'],
       ].map((args) =>
-        run('node', [...SOURCE_FLAGS, SVC_BIN, ...args], {
+        run('node', [...SVC_FLAGS, SVC_BIN, ...args], {
           env: env({ SVC_DATABASE_URL: 'sqlite::memory:' }),
         }).catch((e) => e),
       ),
@@ -165,20 +163,20 @@ describe('svc command', () => {
     }
     // With SVC_JWT_SECRET the token does not depend on the store.
     const secret = 'configured-secret-of-at-least-32-bytes';
-    const { stdout } = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'alice'], {
+    const { stdout } = await run('node', [...SVC_FLAGS, SVC_BIN, 'token', '--sub', 'alice'], {
       env: env({ SVC_DATABASE_URL: 'sqlite::memory:', SVC_JWT_SECRET: secret }),
     });
     expect((await jwtVerify(stdout.trim(), new TextEncoder().encode(secret))).payload.sub).toBe('alice');
   });
 
   it('prints the usage of a command named after help', async () => {
-    const { stdout } = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'help', 'keys'], { env: env() });
+    const { stdout } = await run('node', [...SVC_FLAGS, SVC_BIN, 'help', 'keys'], { env: env() });
     expect(stdout).toMatch(/^usage: svc keys list\|rotate/);
   });
 
   it('refuses a signing key overlap past its bound before rotating', async () => {
     const own = join(dir, 'overlap');
-    const r = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'keys', 'rotate'], {
+    const r = await run('node', [...SVC_FLAGS, SVC_BIN, 'keys', 'rotate'], {
       env: env({
         SVC_DATABASE_URL: `sqlite:${join(own, 'svc.db')}`,
         SVC_SIGNING_KEY_OVERLAP: '99999999999d',
@@ -196,7 +194,7 @@ describe('svc command', () => {
     const db = await freshDatabase();
     try {
       const svc = (...args: string[]) =>
-        run('node', [...SOURCE_FLAGS, SVC_BIN, ...args], { env: env({ SVC_DATABASE_URL: db.url }) });
+        run('node', [...SVC_FLAGS, SVC_BIN, ...args], { env: env({ SVC_DATABASE_URL: db.url }) });
       // The commands administer an existing store: the server (or svc migrate) creates it.
       await svc('migrate');
       const first = await svc('keys', 'rotate');
@@ -237,7 +235,7 @@ describe('svc command', () => {
   ];
   type Outcome = { code: number | null; stdout: string; stderr: string };
   const outcomeOf = (args: string[], options: { env: NodeJS.ProcessEnv; cwd?: string }) =>
-    run('node', [...SOURCE_FLAGS_ANYWHERE, SVC_BIN, ...args], { ...options, timeout: 30_000 }).then(
+    run('node', [...SVC_FLAGS_ANYWHERE, SVC_BIN, ...args], { ...options, timeout: 30_000 }).then(
       (r) => ({ code: 0 as number | null, stdout: r.stdout, stderr: r.stderr }),
       (e: Outcome) => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
     );
@@ -387,17 +385,17 @@ describe('svc command', () => {
   });
 
   it('fails clearly on a missing --sub and on unknown commands', async () => {
-    await expect(run('node', [...SOURCE_FLAGS, SVC_BIN, 'token'], { env: env() })).rejects.toMatchObject({
+    await expect(run('node', [...SVC_FLAGS, SVC_BIN, 'token'], { env: env() })).rejects.toMatchObject({
       code: 2,
       stderr: expect.stringContaining('--sub'),
     });
     // A sub the server would refuse (lib/jwt.ts) gets no token.
     await expect(
-      run('node', [...SOURCE_FLAGS, SVC_BIN, 'token', '--sub', 'e'.repeat(201)], { env: env() }),
+      run('node', [...SVC_FLAGS, SVC_BIN, 'token', '--sub', 'e'.repeat(201)], { env: env() }),
     ).rejects.toMatchObject({ code: 2, stderr: expect.stringContaining('--sub must be 1-200 characters') });
-    await expect(run('node', [...SOURCE_FLAGS, SVC_BIN, 'frobnicate'], { env: env() })).rejects.toMatchObject(
-      { code: 2 },
-    );
+    await expect(run('node', [...SVC_FLAGS, SVC_BIN, 'frobnicate'], { env: env() })).rejects.toMatchObject({
+      code: 2,
+    });
   });
 
   it("prints a command's usage for --help or -h and does nothing else", async () => {
@@ -418,7 +416,7 @@ describe('svc command', () => {
     const results = await fourAtATime(
       calls.flatMap((args) => ['--help', '-h'].map((flag) => [args, flag] as const)),
       ([args, flag]) =>
-        run('node', [...SOURCE_FLAGS, SVC_BIN, ...args, flag], {
+        run('node', [...SVC_FLAGS, SVC_BIN, ...args, flag], {
           env: env({ SVC_DATABASE_URL: `sqlite:${store}`, PORT: '0' }),
           timeout: 30_000,
         }).then(
@@ -434,12 +432,12 @@ describe('svc command', () => {
     }
     expect(existsSync(store)).toBe(false);
     // After `--` it is a file name, not a flag.
-    const file = await run('node', [...SOURCE_FLAGS, SVC_BIN, 'receipts', 'verify', '--', '--help'], {
+    const file = await run('node', [...SVC_FLAGS, SVC_BIN, 'receipts', 'verify', '--', '--help'], {
       env: env(),
     }).catch((e) => e);
     expect(file.code).toBe(2);
     expect(file.stderr).toContain('ENOENT');
-    const top = await run('node', [...SOURCE_FLAGS, SVC_BIN, '-h'], { env: env() });
+    const top = await run('node', [...SVC_FLAGS, SVC_BIN, '-h'], { env: env() });
     expect(top.stdout).toMatch(/^Usage: svc <command>/);
   }, 200_000);
 });
@@ -454,7 +452,7 @@ describe('svc receipts verify', () => {
     return path;
   };
   const verify = (args: string[], extra: Record<string, string> = {}) =>
-    run('node', [...SOURCE_FLAGS, SVC_BIN, 'receipts', 'verify', ...args], {
+    run('node', [...SVC_FLAGS, SVC_BIN, 'receipts', 'verify', ...args], {
       env: env({ SVC_API_KEY: '', ...extra }),
     });
   /** Resolves with the exit code and output, whatever the code. */
@@ -557,9 +555,9 @@ describe('svc receipts verify', () => {
     ];
     const starts: (() => Promise<{ code: number; stderr: string }>)[] = [
       ...cases.map((args) => () => outcome(args)),
-      () => run('node', [...SOURCE_FLAGS, SVC_BIN, 'receipts', 'frob'], { env: env() }).catch((e) => e),
+      () => run('node', [...SVC_FLAGS, SVC_BIN, 'receipts', 'frob'], { env: env() }).catch((e) => e),
       () =>
-        run('node', [...SOURCE_FLAGS, SVC_BIN, 'receipts', 'verify', '--bogus', 'x'], { env: env() }).catch(
+        run('node', [...SVC_FLAGS, SVC_BIN, 'receipts', 'verify', '--bogus', 'x'], { env: env() }).catch(
           (e) => e,
         ),
     ];

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { createServer, connect as tcpConnect } from 'node:net';
 import { afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
-import { SOURCE_FLAGS, SVC_BIN } from '../test/bin.js';
+import { SVC_BIN, SVC_FLAGS } from '../test/bin.js';
 import { freshDatabase, JWT_SECRET, TEST_PG_URL, type TestDatabase } from '../test/helpers.js';
 import { PausingProxy } from '../test/pausing-proxy.js';
 import { organizationWithProject } from '../test/serve.js';
@@ -185,7 +185,7 @@ describe('svc serve', () => {
     database = await freshDatabase();
     const url = new URL(TEST_REDIS_URL);
     url.pathname = '/99';
-    const child = spawn(process.execPath, [...SOURCE_FLAGS, SVC_BIN, 'serve'], {
+    const child = spawn(process.execPath, [...SVC_FLAGS, SVC_BIN, 'serve'], {
       env: {
         PATH: process.env.PATH,
         SVC_DATABASE_URL: database.url,

@@ -6,7 +6,7 @@ import { type BrowserContext, chromium, type Page } from 'playwright-core';
 import { expect } from 'vitest';
 import { loadConfig } from '../src/config.js';
 import { signUserToken } from '../src/lib/jwt.js';
-import { SOURCE_FLAGS, SVC_BIN } from './bin.js';
+import { SVC_BIN, SVC_FLAGS } from './bin.js';
 import { ADMIN_TOKEN, freshDatabase, JWT_SECRET, type TestDatabase } from './helpers.js';
 import { freePort, REPO_ROOT, type StartedServer, startServerProcess } from './readme.js';
 
@@ -153,7 +153,7 @@ export async function startDashboard(
   };
   if (db.url.startsWith('sqlite:'))
     mkdirSync(db.url.slice('sqlite:'.length, db.url.lastIndexOf('/')), { recursive: true });
-  const command = ['node', ...SOURCE_FLAGS, SVC_BIN, 'serve'].map((a) => `'${a}'`).join(' ');
+  const command = ['node', ...SVC_FLAGS, SVC_BIN, 'serve'].map((a) => `'${a}'`).join(' ');
   let server: StartedServer | undefined;
   let context: BrowserContext | undefined;
   const profile = mkdtempSync(join(tmpdir(), 'svc-chromium-'));
@@ -239,7 +239,7 @@ export async function startDashboard(
     new Promise((done, fail) =>
       execFile(
         process.execPath,
-        [...SOURCE_FLAGS, SVC_BIN, 'login-link', '--sub', userId],
+        [...SVC_FLAGS, SVC_BIN, 'login-link', '--sub', userId],
         { cwd: REPO_ROOT, env },
         (err, stdout) => (err ? fail(err) : done(stdout.trim())),
       ),

@@ -1,8 +1,8 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { SOURCE_FLAGS, SVC_FLAGS } from './bin.js';
 
 /** The repository root: the README's commands run there, as a user runs them after cloning. */
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -115,40 +115,13 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-/** Newest modification time of the non-test TypeScript sources under `dir`. */
-function newestSource(dir: string): number {
-  let newest = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) newest = Math.max(newest, newestSource(path));
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.test.ts'))
-      newest = Math.max(newest, statSync(path).mtimeMs);
-  }
-  return newest;
-}
-
-/** Whether every package's compiled output (`npm install` builds it) is there and not older than its sources. */
-function builtOutputIsCurrent(): boolean {
-  const packages = join(REPO_ROOT, 'packages');
-  return readdirSync(packages).every((name) => {
-    const src = join(packages, name, 'src');
-    if (!existsSync(src)) return true;
-    const dist = join(packages, name, 'dist');
-    if (!existsSync(dist)) return false;
-    const built = readdirSync(dist)
-      .filter((f) => f.endsWith('.js'))
-      .map((f) => statSync(join(dist, f)).mtimeMs);
-    return built.length > 0 && Math.min(...built) >= newestSource(src);
-  });
-}
-
 /**
  * Extra environment under which the README's commands (`npm start`, `npx svc`) run as written: none
  * when the compiled output is current, as after `npm install`; otherwise (sources edited since, or
  * never built) the commands load the sources, as `npm run dev` does, so the test checks this tree.
  */
 export function runtimeEnv(): NodeJS.ProcessEnv {
-  return builtOutputIsCurrent() ? {} : { NODE_OPTIONS: '--conditions=@svc/source --import tsx' };
+  return SVC_FLAGS.length === 0 ? {} : { NODE_OPTIONS: SOURCE_FLAGS.join(' ') };
 }
 
 export interface StartedServer {

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SOURCE_FLAGS, SVC_BIN } from '../../test/bin.js';
+import { SVC_BIN, SVC_FLAGS } from '../../test/bin.js';
 import {
   createTenant,
   createTestApp,
@@ -22,7 +22,7 @@ const verify = (app: TestApp, apiKey: string) =>
   run(
     'node',
     [
-      ...SOURCE_FLAGS,
+      ...SVC_FLAGS,
       SVC_BIN,
       'receipts',
       'verify',

@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Checkpoint, checkCheckpoints, verifyReceiptChain as verifyReceipts } from '@svc/sdk/verify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SOURCE_FLAGS, SVC_BIN } from '../../test/bin.js';
+import { SVC_BIN, SVC_FLAGS } from '../../test/bin.js';
 import { ADMIN_TOKEN, freshDatabase, JWT_SECRET, type TestDatabase } from '../../test/helpers.js';
 import { signUserToken } from '../lib/jwt.js';
 import { openStore } from '../storage/db.js';
@@ -10,7 +10,7 @@ import { migrateToLatest } from '../storage/migrate.js';
 
 /** Starts `svc serve` on a free port and resolves with its address once it listens. */
 function start(databaseUrl: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [...SOURCE_FLAGS, SVC_BIN, 'serve'], {
+  const child = spawn(process.execPath, [...SVC_FLAGS, SVC_BIN, 'serve'], {
     env: {
       ...process.env,
       PORT: '0',

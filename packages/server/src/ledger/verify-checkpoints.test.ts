@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SOURCE_FLAGS, SVC_BIN } from '../../test/bin.js';
+import { SVC_BIN, SVC_FLAGS } from '../../test/bin.js';
 import { useTestApp } from '../../test/fixture.js';
 import { createTenant, keyHeader, type Tenant } from '../../test/helpers.js';
 import { rewriteChain } from '../../test/ledger.js';
@@ -16,7 +16,7 @@ let tenant: Tenant;
 
 /** Exit code and output of `svc receipts verify`, whatever the code. */
 const verify = (args: string[]) =>
-  run('node', [...SOURCE_FLAGS, SVC_BIN, 'receipts', 'verify', ...args], {
+  run('node', [...SVC_FLAGS, SVC_BIN, 'receipts', 'verify', ...args], {
     env: { ...process.env, SVC_API_KEY: tenant.apiKey },
   }).then(
     (r) => ({ code: 0, stdout: r.stdout, stderr: r.stderr }),

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SOURCE_FLAGS, SVC_BIN } from '../../test/bin.js';
+import { SVC_BIN, SVC_FLAGS } from '../../test/bin.js';
 import { freshDatabase, JWT_SECRET, TEST_PG_URL, type TestDatabase } from '../../test/helpers.js';
 import {
   dropRedisKeys,
@@ -25,7 +25,7 @@ const children: ChildProcess[] = [];
 
 /** Starts `svc serve` on a free port and resolves with its address once it listens. */
 function startInstance(env: Record<string, string>): Promise<Instance> {
-  const child = spawn(process.execPath, [...SOURCE_FLAGS, SVC_BIN, 'serve'], {
+  const child = spawn(process.execPath, [...SVC_FLAGS, SVC_BIN, 'serve'], {
     env: { ...process.env, ...env, PORT: '0', HOST: '127.0.0.1', SVC_LOG_LEVEL: 'info' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

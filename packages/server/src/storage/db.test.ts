@@ -7,7 +7,7 @@ import SQLite from 'better-sqlite3';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SOURCE_FLAGS, SVC_BIN } from '../../test/bin.js';
+import { SVC_BIN, SVC_FLAGS } from '../../test/bin.js';
 import { freshDatabase, TEST_PG_URL, type TestDatabase } from '../../test/helpers.js';
 import { closedPort, PausingProxy, timed } from '../../test/pausing-proxy.js';
 import {
@@ -145,7 +145,7 @@ describe('the SQLite store', () => {
           '--regid=65534',
           '--clear-groups',
           process.execPath,
-          ...SOURCE_FLAGS,
+          ...SVC_FLAGS,
           SVC_BIN,
           'migrate',
         ],
