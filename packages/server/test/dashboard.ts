@@ -8,7 +8,8 @@ import { loadConfig } from '../src/config.js';
 import { signUserToken } from '../src/lib/jwt.js';
 import { SVC_BIN, SVC_FLAGS } from './bin.js';
 import { ADMIN_TOKEN, freshDatabase, JWT_SECRET, type TestDatabase } from './helpers.js';
-import { freePort, REPO_ROOT, type StartedServer, startServerProcess } from './readme.js';
+import { freePort } from './ports.js';
+import { REPO_ROOT, type StartedServer, startServerProcess } from './readme.js';
 
 /**
  * What browser tests of the dashboard share: a real server process on a fresh store, Debian's

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
+import { freePort } from './ports.js';
 
 /**
  * The reference MCP server `@modelcontextprotocol/server-everything`, run as it ships (its own
@@ -15,17 +15,6 @@ export interface Everything {
 export type EverythingMode = 'streamableHttp' | 'sse';
 
 const entry = createRequire(import.meta.url).resolve('@modelcontextprotocol/server-everything/dist/index.js');
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 export async function startEverything(mode: EverythingMode): Promise<Everything> {
   const port = await freePort();

@@ -2,9 +2,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freshDatabase, type TestDatabase } from './helpers.js';
+import { freePort } from './ports.js';
 import {
   firstUnmatched,
-  freePort,
   REPO_ROOT,
   readWalkthrough,
   runBlocks,

@@ -1,5 +1,4 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { SOURCE_FLAGS, SVC_FLAGS } from './bin.js';
@@ -105,14 +104,6 @@ export async function runBlocks(
   const re = new RegExp(`\\n${marker} start (\\d+)\\n([\\s\\S]*?)\\n${marker} end \\1 (\\d+)\\n`, 'g');
   for (const m of stdout.matchAll(re)) runs[Number(m[1])] = { stdout: m[2]!, status: Number(m[3]) };
   return { runs, stderr };
-}
-
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((r) => server.close(() => r()));
-  return port;
 }
 
 /**
