@@ -9,22 +9,21 @@ export const SOURCE_FLAGS = ['--conditions=@svc/source', '--import', 'tsx'];
 
 const PACKAGES = join(import.meta.dirname, '..', '..');
 
-/** Newest modification time of the non-test TypeScript sources under `dir`. */
+/** Newest modification time of the files under `dir` but tests. */
 function newestSource(dir: string): number {
   let newest = 0;
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name);
     if (entry.isDirectory()) newest = Math.max(newest, newestSource(path));
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.test.ts'))
-      newest = Math.max(newest, statSync(path).mtimeMs);
+    else if (!entry.name.endsWith('.test.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
   }
   return newest;
 }
 
 /**
  * Whether the compiled output Node runs (`dist/` of every package built with tsc; `npm install`
- * builds them) is there and no older than its sources. The dashboard is not among them: the server
- * serves its build whichever way the server itself runs.
+ * builds them) is there and no older than its sources and build settings. The dashboard is not among
+ * them: the server serves its build whichever way the server itself runs.
  */
 function builtOutputIsCurrent(): boolean {
   return readdirSync(PACKAGES)
@@ -35,7 +34,13 @@ function builtOutputIsCurrent(): boolean {
       const built = readdirSync(dist)
         .filter((f) => f.endsWith('.js'))
         .map((f) => statSync(join(dist, f)).mtimeMs);
-      return built.length > 0 && Math.min(...built) >= newestSource(join(PACKAGES, name, 'src'));
+      const newest = Math.max(
+        newestSource(join(PACKAGES, name, 'src')),
+        statSync(join(PACKAGES, name, 'tsconfig.build.json')).mtimeMs,
+        statSync(join(PACKAGES, '..', 'tsconfig.build.json')).mtimeMs,
+        statSync(join(PACKAGES, '..', 'tsconfig.json')).mtimeMs,
+      );
+      return built.length > 0 && Math.min(...built) >= newest;
     });
 }
 
