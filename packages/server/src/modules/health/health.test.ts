@@ -66,12 +66,21 @@ describe('GET /readyz deadlines', () => {
   });
 
   it('checks both at once: one deadline for the answer, not one per dependency', async () => {
-    // Margins wide enough for a loaded machine: one after the other would take the sum (1 s), and
-    // the deadline is well past what each takes.
-    const slow = () => new Promise<void>((r) => setTimeout(r, 500));
-    const { ms, value } = await ready(slow, slow, 2000);
-    expect(value.statusCode).toBe(200);
-    expect(ms).toBeLessThan(1000);
+    // Each check answers only once the other has started: one after the other, the first would
+    // wait for the deadline.
+    let storeStarted = () => {};
+    let redisStarted = () => {};
+    const storeGo = new Promise<void>((r) => (storeStarted = r));
+    const redisGo = new Promise<void>((r) => (redisStarted = r));
+    const store = () => {
+      storeStarted();
+      return redisGo;
+    };
+    const redis = () => {
+      redisStarted();
+      return storeGo;
+    };
+    expect((await ready(store, redis, 2000)).value.statusCode).toBe(200);
     const down = await ready(never, never, 1000);
     expect(down.value.json().error.message).toBe('The store is not answering');
     expect(down.ms).toBeLessThan(2000);
