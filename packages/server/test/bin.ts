@@ -9,39 +9,39 @@ export const SOURCE_FLAGS = ['--conditions=@svc/source', '--import', 'tsx'];
 
 const PACKAGES = join(import.meta.dirname, '..', '..');
 
-/** Newest modification time of the files under `dir` but tests. */
-function newestSource(dir: string): number {
-  let newest = 0;
+/** Modification times of the files under `dir`, but tests. */
+function mtimes(dir: string, times: number[] = []): number[] {
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name);
-    if (entry.isDirectory()) newest = Math.max(newest, newestSource(path));
-    else if (!entry.name.endsWith('.test.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
+    if (entry.isDirectory()) mtimes(path, times);
+    else if (!entry.name.endsWith('.test.ts')) times.push(statSync(path).mtimeMs);
   }
-  return newest;
+  return times;
 }
 
 /**
  * Whether the compiled output Node runs (`dist/` of every package built with tsc; `npm install`
- * builds them) is there and no older than its sources and build settings. The dashboard is not among
- * them: the server serves its build whichever way the server itself runs.
+ * builds them) is there and no file of it older than the sources and build settings. The dashboard
+ * is not among them: the server serves its build whichever way the server itself runs. Anything
+ * that cannot be read (a file gone while it is looked at) counts as outdated, and so does a `dist/`
+ * holding files an older build left (a fresh `npm run build` after removing `dist/` clears them).
  */
 function builtOutputIsCurrent(): boolean {
-  return readdirSync(PACKAGES)
-    .filter((name) => existsSync(join(PACKAGES, name, 'tsconfig.build.json')))
-    .every((name) => {
-      const dist = join(PACKAGES, name, 'dist');
-      if (!existsSync(dist)) return false;
-      const built = readdirSync(dist)
-        .filter((f) => f.endsWith('.js'))
-        .map((f) => statSync(join(dist, f)).mtimeMs);
-      const newest = Math.max(
-        newestSource(join(PACKAGES, name, 'src')),
-        statSync(join(PACKAGES, name, 'tsconfig.build.json')).mtimeMs,
-        statSync(join(PACKAGES, '..', 'tsconfig.build.json')).mtimeMs,
-        statSync(join(PACKAGES, '..', 'tsconfig.json')).mtimeMs,
-      );
-      return built.length > 0 && Math.min(...built) >= newest;
-    });
+  try {
+    const settings = [join(PACKAGES, '..', 'tsconfig.build.json'), join(PACKAGES, '..', 'tsconfig.json')];
+    return readdirSync(PACKAGES)
+      .filter((name) => existsSync(join(PACKAGES, name, 'tsconfig.build.json')))
+      .every((name) => {
+        const built = mtimes(join(PACKAGES, name, 'dist'));
+        const sources = [
+          ...mtimes(join(PACKAGES, name, 'src')),
+          ...[...settings, join(PACKAGES, name, 'tsconfig.build.json')].map((f) => statSync(f).mtimeMs),
+        ];
+        return built.length > 0 && Math.min(...built) >= Math.max(...sources);
+      });
+  } catch {
+    return false;
+  }
 }
 
 /**
