@@ -85,15 +85,6 @@ export class PausingProxy {
   }
 }
 
-/** A loopback port nothing listens on. */
-export async function closedPort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
-
 /** How long `run` took, in ms, and how it settled: its value, or its error. */
 export async function timed<T>(run: () => Promise<T>): Promise<{ ms: number; value?: T; error?: Error }> {
   const started = performance.now();

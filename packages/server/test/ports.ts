@@ -35,6 +35,11 @@ export async function freePort(): Promise<number> {
       if (await canListen(port)) return port;
     }
   }
+  return closedPort();
+}
+
+/** A loopback port nothing listens on: one the system chose for port 0, given back. */
+export async function closedPort(): Promise<number> {
   const server = createServer();
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const { port } = server.address() as { port: number };

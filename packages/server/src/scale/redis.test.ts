@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { closedPort, PausingProxy, timed } from '../../test/pausing-proxy.js';
+import { PausingProxy, timed } from '../../test/pausing-proxy.js';
+import { closedPort } from '../../test/ports.js';
 import { dropRedisKeys, redisPrefix, TEST_REDIS_URL, waitFor } from '../../test/streams.js';
 import { describeRedisUrl, RedisLink } from './redis.js';
 

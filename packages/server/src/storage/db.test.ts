@@ -9,7 +9,8 @@ import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SVC_BIN, SVC_FLAGS } from '../../test/bin.js';
 import { freshDatabase, TEST_PG_URL, type TestDatabase } from '../../test/helpers.js';
-import { closedPort, PausingProxy, timed } from '../../test/pausing-proxy.js';
+import { PausingProxy, timed } from '../../test/pausing-proxy.js';
+import { closedPort } from '../../test/ports.js';
 import {
   isStoreUnavailable,
   openStore,
