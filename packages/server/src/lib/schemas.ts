@@ -1,4 +1,11 @@
-import { FormatRegistry, Kind, type TSchema, type TUnsafe, Type } from '@sinclair/typebox';
+import {
+  FormatRegistry,
+  Kind,
+  type ObjectOptions,
+  type TSchema,
+  type TUnsafe,
+  Type,
+} from '@sinclair/typebox';
 import { type TypeCheck, TypeCompiler } from '@sinclair/typebox/compiler';
 import {
   DefaultErrorFunction,
@@ -139,6 +146,12 @@ function errorMessage(e: ErrorFunctionParameter): string {
       return DefaultErrorFunction({ ...e, schema: { ...e.schema, format: bounds.format } });
     }
   }
+  if (e.errorType === ValueErrorType.ObjectAdditionalProperties) {
+    const names = Object.keys((e.schema as { patternProperties?: object }).patternProperties ?? {});
+    if (names.length === 1) {
+      return `is not an allowed name: ${PATTERN_MESSAGES.get(names[0] as string) ?? `names match ${names[0]}`}`;
+    }
+  }
   const closed =
     e.errorType === ValueErrorType.Union ||
     e.errorType === ValueErrorType.StringPattern ||
@@ -160,6 +173,8 @@ SetErrorFunction(errorMessage);
 /** No C0 control characters (U+0000-U+001F): PostgreSQL rejects NUL in text, and none belong in a name. */
 export const NO_CONTROL_CHARS = '^[^\\u0000-\\u001f]*$';
 const NO_CONTROL_CHARS_RE = new RegExp(NO_CONTROL_CHARS);
+/** As NO_CONTROL_CHARS, and not empty: for names that are property names, where minLength cannot apply. */
+export const NONEMPTY_NO_CONTROL_CHARS = '^[^\\u0000-\\u001f]+$';
 
 /**
  * A name the API addresses in a path (`/v1/policies/:toolName`): no control characters, and not `.`
@@ -173,6 +188,7 @@ export const PATH_NAME =
 /** What a failed pattern says, for the patterns shared by names (TypeBox would show the expression). */
 const PATTERN_MESSAGES = new Map([
   [NO_CONTROL_CHARS, 'must not contain control characters (U+0000-U+001F)'],
+  [NONEMPTY_NO_CONTROL_CHARS, 'must not be empty or contain control characters (U+0000-U+001F)'],
   [
     PATH_NAME,
     'must not contain control characters (U+0000-U+001F) and must not be "." or ".." (a URL path cannot name those)',
@@ -239,6 +255,14 @@ export const VersionNumber = Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 });
 
 /** A JSON object with any members: tool arguments, call context. */
 export const JsonObject = Type.Record(Type.String(), Type.Unknown());
+
+/**
+ * An object whose property names match `pattern`, each value checked against `value`. TypeBox's
+ * Record with a patterned key checks only the properties whose names match and lets any other
+ * through, its value unchecked; this one refuses them ("is not an allowed name", at their path).
+ */
+export const PatternRecord = <V extends TSchema>(pattern: string, value: V, options: ObjectOptions = {}) =>
+  Type.Record(Type.String({ pattern }), value, { ...options, additionalProperties: false });
 
 /** One failed constraint of a decision, as validate answers it and the decision log stores it. */
 export const FailedConstraintSchema = Type.Object({

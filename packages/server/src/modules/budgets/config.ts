@@ -1,10 +1,16 @@
 import type { Static } from '@sinclair/typebox';
-import { type CategoryPolicy, combineConfigs, type EconomicConfig, toMicros } from '@svc/policy-engine';
+import {
+  type CategoryPolicy,
+  codePointLength,
+  combineConfigs,
+  type EconomicConfig,
+  toMicros,
+} from '@svc/policy-engine';
 import { AppError, forbidden, invalid } from '../../lib/errors.js';
 import type { OrgScope } from '../../lib/scope.js';
 import { type Authority, type ConfigAnswer, toConfigView } from './model.js';
 import type { EconomicConfigRepository } from './repository.js';
-import type { ConfigBody } from './schemas.js';
+import { type ConfigBody, MAX_ID_CHARS } from './schemas.js';
 
 export type ConfigInput = Static<typeof ConfigBody>;
 type Caller = Pick<OrgScope, 'organizationId' | 'projectId' | 'principal'>;
@@ -69,6 +75,13 @@ export async function saveConfig(
   }
   const categoryPolicies: Record<string, CategoryPolicy> = {};
   for (const [name, p] of Object.entries(body.categoryPolicies ?? {})) {
+    // A longer name could never be an action's category (the schemas' Id), so its policy never applies.
+    const length = codePointLength(name);
+    if (length > MAX_ID_CHARS) {
+      throw invalid(
+        `body/categoryPolicies: a category name of ${length} characters; names are at most ${MAX_ID_CHARS}`,
+      );
+    }
     categoryPolicies[name] = {
       limitMicros: micros(`body/categoryPolicies/${name}/limitUsd`, p.limitUsd),
       approvalThresholdMicros: micros(

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { collectEvents, ManualClock, setTier } from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
@@ -156,6 +157,11 @@ describe('economic config', () => {
       [{ ...ORG_CONFIG, agentWindow: 'week' }, 'agentWindow'],
       [{ ...ORG_CONFIG, categoryPolicies: { x: { limitUsd: 0.0000001 } } }, 'categoryPolicies'],
       [{ ...ORG_CONFIG, categoryPolicies: { x: { cap: 1 } } }, 'categoryPolicies'],
+      // Keys that could never be an action's category; a null policy under such a key answered 500.
+      [{ ...ORG_CONFIG, categoryPolicies: { 'a\u0001': null } }, 'categoryPolicies/a\u0001'],
+      [{ ...ORG_CONFIG, categoryPolicies: { 'a\u0001': { limitUsd: 1 } } }, 'not an allowed name'],
+      [{ ...ORG_CONFIG, categoryPolicies: { '': { limitUsd: 1 } } }, 'not an allowed name'],
+      [{ ...ORG_CONFIG, categoryPolicies: { ['c'.repeat(201)]: { limitUsd: 1 } } }, 'at most 200'],
       [{ ...ORG_CONFIG, extra: 1 }, 'extra'],
       [{ defaultPayer: 'x' }, 'approvedPayers'],
     ];
@@ -572,6 +578,26 @@ describe('authorize and commit', () => {
       spentUsd: 70,
       reservedUsd: 0,
     });
+  });
+
+  it('keeps running sums exact past 2^53 micros', async () => {
+    const tenant = await tenantWithConfig({ approvedPayers: ['corp-card'], defaultPayer: 'corp-card' });
+    const agentId = `agent-big-${++seq}`;
+    const spend = async (actual: number) => {
+      const req = action({ agentId, sessionId: `s-big-${++seq}`, estimatedSpendUsd: 0 });
+      expect((await authorize(tenant, req)).json().decision).toBe('allow');
+      expect((await commit(tenant, commitOf(req, actual))).statusCode).toBe(200);
+    };
+    for (let i = 0; i < 10; i++) await spend(1_000_000_000);
+    for (let i = 0; i < 3; i++) await spend(0.000001);
+    // Read as text: a JavaScript number cannot hold 10^16 + 3.
+    const balance = await t.store.db
+      .selectFrom('spend_balances')
+      .select(sql<string>`CAST(spent_micros AS TEXT)`.as('spent'))
+      .where('organization_id', '=', tenant.orgId)
+      .where('scope', '=', 'agent')
+      .executeTakeFirstOrThrow();
+    expect(balance.spent).toBe('10000000000000003');
   });
 
   it('expires an uncommitted reservation after approvalWindowSeconds, then authorizes again', async () => {

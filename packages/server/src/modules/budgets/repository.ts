@@ -135,8 +135,10 @@ export class LedgerTx {
         })
         .onConflict((oc) =>
           oc.columns(['organization_id', 'scope', 'scope_key', 'period']).doUpdateSet({
-            spent_micros: sql`spend_balances.spent_micros + ${s.spent}`,
-            reserved_micros: sql`spend_balances.reserved_micros + ${s.reserved}`,
+            // Integer addition: better-sqlite3 binds a number as REAL, and a sum in double
+            // precision drops micros once a balance passes 2^53 (about $9 billion).
+            spent_micros: sql`spend_balances.spent_micros + CAST(${s.spent} AS BIGINT)`,
+            reserved_micros: sql`spend_balances.reserved_micros + CAST(${s.reserved} AS BIGINT)`,
           }),
         )
         .execute();

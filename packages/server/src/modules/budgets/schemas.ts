@@ -1,8 +1,17 @@
 import { Type } from '@sinclair/typebox';
-import { JsonObject, NO_CONTROL_CHARS, Nullable, OneOf } from '../../lib/schemas.js';
+import {
+  JsonObject,
+  NO_CONTROL_CHARS,
+  NONEMPTY_NO_CONTROL_CHARS,
+  Nullable,
+  OneOf,
+  PatternRecord,
+} from '../../lib/schemas.js';
 
+/** The longest identifier, in characters. */
+export const MAX_ID_CHARS = 200;
 /** Identifiers of actions, sessions, agents, categories, payers and tools. */
-const Id = Type.String({ minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS });
+const Id = Type.String({ minLength: 1, maxLength: MAX_ID_CHARS, pattern: NO_CONTROL_CHARS });
 /** Dollars; exactness (at most six decimals) is checked by the service. */
 const Usd = Type.Number({ minimum: 0, maximum: 1_000_000_000 });
 const Scope = OneOf(['session', 'agent', 'category']);
@@ -58,14 +67,9 @@ export const ConfigBody = Type.Object(
     perActionApprovalThresholdUsd: Type.Optional(Nullable(Usd)),
     sessionLimitUsd: Type.Optional(Nullable(Usd)),
     agentLimitUsd: Type.Optional(Nullable(Usd)),
+    /** Keyed by category names: at most 200 characters each, checked by the service (config.ts). */
     categoryPolicies: Type.Optional(
-      Type.Record(
-        Type.String({ minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS }),
-        CategoryPolicyBody,
-        {
-          maxProperties: 100,
-        },
-      ),
+      PatternRecord(NONEMPTY_NO_CONTROL_CHARS, CategoryPolicyBody, { maxProperties: 100 }),
     ),
     approvalWindowSeconds: Type.Optional(Type.Integer({ minimum: 60, maximum: 86_400 })),
     agentWindow: Type.Optional(Window),

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { compileSchema } from '../../lib/schemas.js';
+import { compileSchema, PatternRecord } from '../../lib/schemas.js';
 import type { DocumentedOnly } from '../../plugins/openapi.js';
 import { flowError } from './flow-model.js';
 import type { InvoiceService } from './invoices.js';
@@ -83,13 +83,9 @@ export const MAX_PROVIDER_TIMEOUT_MS = 120_000;
 
 const HeaderName = "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$";
 const Credentials = Type.Union([
-  Type.Record(
-    Type.String({ pattern: HeaderName }),
-    Type.String({ minLength: 1, maxLength: 4096, pattern: '^[\\x20-\\x7e]*$' }),
-    {
-      maxProperties: 16,
-    },
-  ),
+  PatternRecord(HeaderName, Type.String({ minLength: 1, maxLength: 4096, pattern: '^[\\x20-\\x7e]*$' }), {
+    maxProperties: 16,
+  }),
   Type.Null(),
 ]);
 const ProviderFields = {

@@ -158,6 +158,19 @@ describe('provider connections', () => {
       400,
       'invalid_request',
     );
+    // A name that is no header name was stored, its value unchecked, and sent with every payment.
+    for (const credentials of [{ 'bad header': 'v' }, { 'bad header': 5 }]) {
+      k.expectB(
+        await k.inject('POST', '/v1/gateway/providers', asUser(a), {
+          name: 'x',
+          rail: 'z',
+          url: provider.url,
+          credentials,
+        }),
+        400,
+        'invalid_request',
+      );
+    }
     // Another organization neither sees nor changes it.
     k.expectB(await k.inject('GET', `/v1/gateway/providers/${conn.id}`, k.key(b)), 404, 'provider_not_found');
     k.expectB(
