@@ -19,11 +19,19 @@ export interface CallScope {
   tier: string;
   /** The API key making the call; an approval it opens cannot be resolved by that key. */
   keyId?: string | null;
+  /** That key's lineage: no key of it may resolve an approval the call opens. */
+  keyLineageId?: string | null;
 }
 
 /** The scope of a call made with an API key: its organization, project, tier and the key itself. */
 export function callScopeOf(key: KeyPrincipal): CallScope {
-  return { organizationId: key.organizationId, projectId: key.projectId, tier: key.tier, keyId: key.keyId };
+  return {
+    organizationId: key.organizationId,
+    projectId: key.projectId,
+    tier: key.tier,
+    keyId: key.keyId,
+    keyLineageId: key.lineageId,
+  };
 }
 
 /** What the pipeline has decided so far about one call; each step may leave a different one. */

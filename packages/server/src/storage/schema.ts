@@ -43,6 +43,11 @@ export interface ApiKeysTable {
   updated_at: string | null;
   /** JSON array of KeyScope, sorted; null only on rows written outside the service (read as the default). */
   scopes: string | null;
+  /**
+   * The key's lineage: the id of the key a person (or the service) minted, which every key minted by
+   * a key of the lineage shares. Null only on rows written outside the service (read as the key's id).
+   */
+  lineage_id: string | null;
 }
 
 export interface SettingsTable {
@@ -153,6 +158,8 @@ export interface ApprovalsTable {
   created_at: string;
   /** The API key whose call (or request) opened the approval; that key may not resolve it. Null for users. */
   requested_by_key_id: string | null;
+  /** The lineage of requested_by_key_id: no key of it may resolve the approval. */
+  requested_by_lineage_id: string | null;
   /** The API key that resolved it, relaying the person in resolved_by; null when a user resolved it. */
   resolved_by_key_id: string | null;
   /** JSON Escalation: the policy and constraint that asked for it; null when opened by hand. */
@@ -182,6 +189,8 @@ export interface PolicyDraftsTable {
   updated_at: string;
   /** The API key that created the draft; that key may not approve it. Null for users. */
   created_by_key_id: string | null;
+  /** The lineage of created_by_key_id: no key of it may approve the draft. */
+  created_by_lineage_id: string | null;
 }
 
 export interface McpUpstreamsTable {

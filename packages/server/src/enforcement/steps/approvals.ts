@@ -43,6 +43,7 @@ export function approvalsStep(approvals: Pick<ApprovalService, 'use' | 'open'>):
                 toolName: call.toolName,
                 arguments: call.arguments,
                 requestedByKeyId: scope.keyId ?? null,
+                requestedByLineageId: scope.keyLineageId ?? null,
               });
             },
             release: () => {},

@@ -13,6 +13,8 @@ export interface KeyPrincipal {
   rateLimitPerMinute: number | null;
   /** What the key may do; routes declare the scopes they accept (plugins/auth.ts). */
   scopes: readonly KeyScope[];
+  /** The key's lineage (storage/migrations/0028_key_lineage.ts): what it asks for, no key of it approves. */
+  lineageId: string;
 }
 
 const MAX_CACHED = 50_000;
@@ -64,6 +66,7 @@ export class ApiKeyAuthenticator {
           'k.project_id',
           'k.is_revoked',
           'k.scopes',
+          'k.lineage_id',
           'o.tier',
           'o.rate_limit_per_minute',
         ])
@@ -78,6 +81,7 @@ export class ApiKeyAuthenticator {
         tier: row.tier,
         rateLimitPerMinute: row.rate_limit_per_minute,
         scopes: parseScopes(row.scopes),
+        lineageId: row.lineage_id ?? row.id,
       };
       if (generation === this.generation && !this.paused) {
         if (this.cache.size >= MAX_CACHED) this.cache.delete(this.cache.keys().next().value!);

@@ -58,18 +58,23 @@ export function createApiKeyService({ keys, authenticator, clock, projects }: Ap
   }
 
   return {
-    /** Mints a key for a project; the full key exists only in the returned value. */
+    /**
+     * Mints a key for a project; the full key exists only in the returned value. A key minted by a
+     * key joins that key's lineage (`lineageId`); otherwise it starts its own.
+     */
     async mint(
       organizationId: string,
       projectId: string,
       name: string,
       trx?: Db,
       scopes: readonly KeyScope[] = DEFAULT_KEY_SCOPES,
+      lineageId?: string,
     ): Promise<CreatedApiKey> {
       const key = generateApiKey();
       const granted = normalizeScopes(scopes);
+      const id = uuidv7();
       const row: ApiKeyRow = {
-        id: uuidv7(),
+        id,
         organization_id: organizationId,
         project_id: projectId,
         name,
@@ -80,6 +85,7 @@ export function createApiKeyService({ keys, authenticator, clock, projects }: Ap
         created_at: clock.now().toISOString(),
         updated_at: null,
         scopes: JSON.stringify(granted),
+        lineage_id: lineageId ?? id,
       };
       await keys.insert(row, trx);
       return {
@@ -95,8 +101,9 @@ export function createApiKeyService({ keys, authenticator, clock, projects }: Ap
     },
 
     /**
-     * A user of the organization may grant any scope; an API key only scopes it has itself, so an
-     * agent's key cannot mint the approver key that would approve its own calls.
+     * A user of the organization may grant any scope; an API key only scopes it has itself, and what
+     * it mints joins its lineage: no key of a lineage approves what a key of it asked for, so an
+     * agent's key cannot mint the approver key (nor the requester) that would approve its own calls.
      */
     async create(
       scope: OrgScope,
@@ -123,7 +130,8 @@ export function createApiKeyService({ keys, authenticator, clock, projects }: Ap
         )
           throw new AppError('invalid_api_key', 'Invalid or revoked API key');
         if (!(await projects.exists(scope.organizationId, input.projectId, trx))) throw notFound('Project');
-        return this.mint(scope.organizationId, input.projectId, input.name, trx, scopes);
+        const lineage = principal.kind === 'apiKey' ? principal.lineageId : undefined;
+        return this.mint(scope.organizationId, input.projectId, input.name, trx, scopes, lineage);
       });
     },
 

@@ -445,6 +445,47 @@ describe('who may resolve', () => {
     ).toBe(200);
     expect((await resolveApproval(t, tenant, requested, 'deny')).statusCode).toBe(200);
   });
+
+  it('nor does a key it minted, the key that minted it, or a sibling: keys a key mints share its lineage', async () => {
+    const tenant = await teamTenant();
+    const both = await createKey(t, tenant, ['api', 'approvals:resolve'], 'agent and approver');
+    const mint = async (by: string, scopes: string[]) => {
+      const res = await t.inject({
+        method: 'POST',
+        url: '/v1/api-keys',
+        headers: keyHeader(by),
+        payload: { name: 'minted', projectId: tenant.projectId, scopes },
+      });
+      expect(res.statusCode).toBe(201);
+      return res.json().key as string;
+    };
+    const child = await mint(both, ['approvals:resolve']);
+    const agent = await mint(both, ['api']);
+    const grandchild = await mint(agent, ['api']);
+    // What the key asked for, its approver child cannot resolve.
+    const own = await pendingId({ ...tenant, apiKey: both });
+    const byChild = await resolveApproval(t, child, own, 'approve');
+    expectError(byChild, 403, 'authorization_error');
+    expect(byChild.json().error.message).toBe('an API key cannot resolve an approval it requested');
+    // What keys it minted ask for (down to a grandchild), neither it nor a sibling resolves.
+    const fromAgent = await pendingId({ ...tenant, apiKey: agent });
+    const fromGrandchild = await pendingId({ ...tenant, apiKey: grandchild });
+    for (const [by, id] of [
+      [both, fromAgent],
+      [child, fromAgent],
+      [both, fromGrandchild],
+      [child, fromGrandchild],
+    ] as const) {
+      expectError(await resolveApproval(t, by, id, 'approve'), 403, 'authorization_error');
+    }
+    // An approver key a person made is of another lineage, and a person may resolve any.
+    const approver = await approverKey(t, tenant);
+    expect((await resolveApproval(t, approver, own, 'approve', 'bob')).statusCode).toBe(200);
+    expect((await resolveApproval(t, approver, fromAgent, 'deny', 'bob')).statusCode).toBe(200);
+    expect((await resolveApproval(t, tenant, fromGrandchild, 'approve')).statusCode).toBe(200);
+    // The lineage's approver key still resolves what other lineages asked for.
+    expect((await resolveApproval(t, child, await pendingId(tenant), 'approve')).statusCode).toBe(200);
+  });
 });
 
 describe('POST /v1/approvals/batch-resolve', () => {

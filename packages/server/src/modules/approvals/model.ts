@@ -218,6 +218,8 @@ export interface NewApproval {
   expiresInSeconds?: number;
   /** The API key whose call or request opens it; that key may not resolve it. */
   requestedByKeyId?: string | null;
+  /** That key's lineage: no key of it may resolve it. */
+  requestedByLineageId?: string | null;
   /** Why it is asked for, when its opener is not a recorded validation (which the decision explains). */
   escalation?: Escalation;
   /** The person whose request opens it; under dual control they may not approve it. */
@@ -248,6 +250,7 @@ export function pendingApprovalRow(
     used_at: null,
     created_at: created.toISOString(),
     requested_by_key_id: input.requestedByKeyId ?? null,
+    requested_by_lineage_id: input.requestedByLineageId ?? input.requestedByKeyId ?? null,
     resolved_by_key_id: null,
     escalation: input.escalation ? JSON.stringify(input.escalation) : null,
     required_approvals: input.requiredApprovals ?? 1,

@@ -37,6 +37,8 @@ export const SELF_RESOLVE = 'an API key cannot resolve an approval it requested'
 export interface Resolver {
   resolvedBy: string;
   byKeyId: string | null;
+  /** The relaying key's lineage: it may not resolve what a key of its lineage requested. */
+  byLineageId: string | null;
 }
 
 export function resolverOf(scope: OrgScope, resolvedBy: string | undefined): Resolver {
@@ -47,7 +49,7 @@ export function resolverOf(scope: OrgScope, resolvedBy: string | undefined): Res
         `resolvedBy "${resolvedBy}" is not the signed-in user: a user token resolves as its own user ("${p.userId}"); omit resolvedBy`,
       );
     }
-    return { resolvedBy: p.userId, byKeyId: null };
+    return { resolvedBy: p.userId, byKeyId: null, byLineageId: null };
   }
   if (!p.scopes.includes('approvals:resolve')) {
     throw forbidden('This API key cannot resolve approvals: it needs the approvals:resolve scope');
@@ -60,7 +62,7 @@ export function resolverOf(scope: OrgScope, resolvedBy: string | undefined): Res
   if (resolvedBy.trim() === '') {
     throw invalid('body/resolvedBy must name the person whose decision the key relays, not only spaces');
   }
-  return { resolvedBy, byKeyId: p.keyId };
+  return { resolvedBy, byKeyId: p.keyId, byLineageId: p.lineageId };
 }
 
 /**
@@ -159,7 +161,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
     scope: ApprovalTenant,
     id: string,
     action: ApprovalAction,
-    { resolvedBy, byKeyId }: Resolver,
+    { resolvedBy, byKeyId, byLineageId }: Resolver,
   ): Promise<Stepped> {
     for (let attempt = 0; attempt < 8; attempt++) {
       const at = now();
@@ -169,7 +171,12 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       if (state !== 'pending') {
         throw new AppError('invalid_status', `Approval is already ${state}; it can be resolved only once`);
       }
-      if (byKeyId !== null && current.requested_by_key_id === byKeyId) throw forbidden(SELF_RESOLVE);
+      if (
+        byKeyId !== null &&
+        (current.requested_by_key_id === byKeyId || current.requested_by_lineage_id === byLineageId)
+      ) {
+        throw forbidden(SELF_RESOLVE);
+      }
       const required = Number(current.required_approvals ?? 1);
       const steps = stepsOf(current);
       if (required > 1) {
@@ -332,6 +339,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
         toolName: input.toolName,
         arguments: args ?? {},
         requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
+        requestedByLineageId: scope.principal.kind === 'apiKey' ? scope.principal.lineageId : null,
         requestedBy: scope.principal.kind === 'user' ? scope.principal.userId : null,
         ...(input.expiresInSeconds !== undefined ? { expiresInSeconds: input.expiresInSeconds } : {}),
       });

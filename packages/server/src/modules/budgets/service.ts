@@ -597,6 +597,7 @@ export function createBudgetService(deps: BudgetServiceDeps) {
             constraint: outcome.message,
           },
           requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
+          requestedByLineageId: scope.principal.kind === 'apiKey' ? scope.principal.lineageId : null,
         },
         new Date(tx.now),
       );

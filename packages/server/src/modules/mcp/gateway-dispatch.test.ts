@@ -18,6 +18,7 @@ const key: KeyPrincipal = {
   tier: 'team',
   rateLimitPerMinute: null,
   scopes: [],
+  lineageId: 'k1',
 };
 const upstreamRow: UpstreamRow = {
   id: 'u1',

@@ -354,6 +354,7 @@ export function createPaymentService(deps: PaymentServiceDeps) {
             toolName: CAPSULE_APPROVAL_TOOL,
             arguments: approvalPayload,
             requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
+            requestedByLineageId: scope.principal.kind === 'apiKey' ? scope.principal.lineageId : null,
             escalation,
             requestedBy: scope.principal.kind === 'user' ? scope.principal.userId : null,
             requiredApprovals: required,

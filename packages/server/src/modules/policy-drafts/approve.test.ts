@@ -67,6 +67,47 @@ describe('POST /v1/policy-drafts/:id/approve', () => {
     expect(res.json().error.message).toMatch(/policy-drafts:approve/);
   });
 
+  it("nor does a key of the creator's lineage: one it minted, or one that minted it", async () => {
+    const tenant = await createTenant(t);
+    const both = await createKey(t, tenant, ['api', 'policy-drafts:approve'], 'agent and reviewer');
+    const mint = async (by: string, scopes: string[]) => {
+      const res = await t.inject({
+        method: 'POST',
+        url: '/v1/api-keys',
+        headers: keyHeader(by),
+        payload: { name: 'minted', projectId: tenant.projectId, scopes },
+      });
+      expect(res.statusCode).toBe(201);
+      return res.json().key as string;
+    };
+    const reviewerChild = await mint(both, ['policy-drafts:approve']);
+    const writerChild = await mint(both, ['api']);
+    const approveAs = async (key: string, id: string) => {
+      const shown = await t.inject({
+        method: 'GET',
+        url: `/v1/policy-drafts/${id}`,
+        headers: keyHeader(key),
+      });
+      return t.inject({
+        method: 'POST',
+        url: `/v1/policy-drafts/${id}/approve`,
+        headers: { ...keyHeader(key), 'if-match': shown.headers.etag as string },
+      });
+    };
+    const own = await pendingDraft(tenant, RULES, both);
+    const byChild = await approveAs(reviewerChild, own);
+    expectError(byChild, 403, 'authorization_error');
+    expect(byChild.json().error.message).toBe('an API key cannot approve a policy draft it created');
+    const childs = await pendingDraft(tenant, RULES, writerChild);
+    expectError(await approveAs(both, childs), 403, 'authorization_error');
+    expectError(await approveAs(reviewerChild, childs), 403, 'authorization_error');
+    // A reviewer key a person made approves both; the lineage's reviewer approves other lineages' drafts.
+    const reviewer = await createKey(t, tenant, ['policy-drafts:approve'], 'reviewer');
+    expect((await approveAs(reviewer, own)).statusCode).toBe(200);
+    expect((await approveAs(reviewer, childs)).statusCode).toBe(200);
+    expect((await approveAs(reviewerChild, await pendingDraft(tenant))).statusCode).toBe(200);
+  });
+
   it('a key with policy-drafts:approve approves drafts of others, never its own', async () => {
     const tenant = await createTenant(t);
     const reviewer = await createKey(t, tenant, ['policy-drafts:approve'], 'reviewer');

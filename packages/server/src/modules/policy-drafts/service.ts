@@ -128,6 +128,7 @@ export function createDraftService(deps: DraftServiceDeps) {
         created_at: at,
         updated_at: at,
         created_by_key_id: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
+        created_by_lineage_id: scope.principal.kind === 'apiKey' ? scope.principal.lineageId : null,
       };
       await drafts.insert(row);
       return toDraft(row);
@@ -243,8 +244,9 @@ export function createDraftService(deps: DraftServiceDeps) {
             'Approving a draft needs a user token, or an API key with the policy-drafts:approve scope',
           );
         }
-        // created_by_key_id never changes, so reading it before the guarded update is enough.
-        if ((await load(scope, id)).created_by_key_id === p.keyId) {
+        // The creator's key and lineage never change, so reading them before the guarded update is enough.
+        const created = await load(scope, id);
+        if (created.created_by_key_id === p.keyId || created.created_by_lineage_id === p.lineageId) {
           throw forbidden('an API key cannot approve a policy draft it created');
         }
         // A key relays a person's click on what it showed them: it must say which revision that was,

@@ -54,7 +54,10 @@ describe('migration 0006 (key scopes)', () => {
     expect(await migrateToLatest(store)).toContain('0006_key_scopes');
     const keys = new ApiKeyAuthenticator(store, systemClock);
     try {
-      expect((await keys.authenticate('svc_old'))?.scopes).toEqual(['api', 'approvals:resolve']);
+      const principal = await keys.authenticate('svc_old');
+      expect(principal?.scopes).toEqual(['api', 'approvals:resolve']);
+      // Who minted it was not recorded: it is a lineage of its own (0028_key_lineage).
+      expect(principal?.lineageId).toBe('k1');
     } finally {
       await keys.close();
     }
