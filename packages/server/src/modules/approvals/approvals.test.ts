@@ -70,6 +70,12 @@ describe('POST /v1/approvals', () => {
     expect(got.json()).toMatchObject({ decisionId, arguments: { amount: 7 } });
 
     expectError(await openApproval(t, tenant, { toolName: 'other', decisionId }), 400, 'validation_failed');
+    // Linked, it shows that decision's escalation: it must bind that call's arguments.
+    const moved = await openApproval(t, tenant, { toolName: 'wire', decisionId, arguments: { amount: 999 } });
+    expectError(moved, 400, 'validation_failed');
+    expect(moved.json().error.message).toContain('body/arguments differ');
+    const same = await openApproval(t, tenant, { toolName: 'wire', decisionId, arguments: { amount: 7 } });
+    expect(same.statusCode).toBe(201);
     expectError(await openApproval(t, tenant, { toolName: 'wire', decisionId: UNKNOWN }), 404, 'not_found');
     const b = await teamTenant();
     expectError(await openApproval(t, b, { toolName: 'wire', decisionId }), 404, 'not_found');

@@ -12,6 +12,7 @@ import {
   approvalHash,
   approvalsAllowed,
   approversOf,
+  type Escalation,
   type NewApproval,
   type PendingApproval,
   pendingApprovalRow,
@@ -332,6 +333,12 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
             `body/toolName "${input.toolName}" does not match tool "${decision.toolName}" of decision ${input.decisionId}`,
           );
         }
+        // A linked approval shows the decision's escalation: it must be for the call that decision was.
+        if (args !== undefined && argumentHash(args) !== argumentHash(decision.arguments)) {
+          throw invalid(
+            `body/arguments differ from the arguments of decision ${input.decisionId}: omit them to approve that call, or omit decisionId`,
+          );
+        }
         args ??= decision.arguments;
       }
       const row = await open(scope, {
@@ -437,6 +444,11 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       if (status === 'denied') return refuse(`was denied by ${row.resolved_by}`);
       if (row.used_at !== null)
         return refuse(`was already used at ${row.used_at}; an approval allows one call`);
+      const opener = row.escalation ? (JSON.parse(row.escalation) as Escalation).source : 'policy';
+      if (opener !== 'policy') {
+        const what = opener === 'economic' ? 'a spend authorization' : 'a capsule mint';
+        return refuse(`was opened for ${what}, which it allows, not for a tool call`);
+      }
       if (row.tool_name !== call.toolName)
         return refuse(`was granted for tool "${row.tool_name}", not "${call.toolName}"`);
       const hash = argumentHash(call.arguments);

@@ -756,6 +756,30 @@ describe('approvals', () => {
     expect((await resolve(tenant, approvalId, 'approve')).statusCode).toBe(200);
     // Approved but not presented: still the first answer.
     expect((await authorize(tenant, req)).json().decision).toBe('require_approval');
+    // It allows this action, not a tool call with the same tool and its arguments (the agent can
+    // read them back): a person approved a priced action.
+    await t.inject({
+      method: 'POST',
+      url: '/v1/policies',
+      headers: keyHeader(tenant.apiKey),
+      payload: {
+        toolName: 'buy_ticket',
+        constraints: [{ argumentName: 'estimatedSpendUsd', maximum: 50, action: 'require_approval' }],
+      },
+    });
+    const bound = pending.json().data[0].arguments;
+    const asCall = await t.inject({
+      method: 'POST',
+      url: '/v1/tools/validate',
+      headers: keyHeader(tenant.apiKey),
+      payload: {
+        tool_name: 'buy_ticket',
+        arguments: bound,
+        context: { approval_id: approvalId },
+      },
+    });
+    expect(asCall.json(), asCall.body).toMatchObject({ decision: 'deny' });
+    expect(asCall.json().reason).toContain('was opened for a spend authorization');
     const allowed = await authorize(tenant, { ...req, approvalId });
     expect(allowed.json()).toMatchObject({
       decision: 'allow',
