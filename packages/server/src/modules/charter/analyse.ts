@@ -290,8 +290,9 @@ export function describeChange(
   tool: ToolInfo | null,
   current: CurrentPolicy | null,
   rules: CompiledRule[],
+  /** The policy proposed, when it is not the current one with the rules added (a starter policy). */
+  proposed: PolicyDefinition = proposeDefinition(current?.definition ?? null, rules),
 ): PolicyChange {
-  const proposed = proposeDefinition(current?.definition ?? null, rules);
   // More patterns than a policy may hold: a PUT refuses it before compiling any, and so does this,
   // neither scored nor analysed (both compile every pattern), as the dry run of a PUT answers.
   const tooMany = patternCountProblem(proposed);

@@ -371,13 +371,9 @@ export function createCharterService(deps: CharterServiceDeps) {
             );
           }
           const info = { name: t.name, description: t.description ?? null, arguments: t.arguments };
-          const change = describeChange(t.name, info, null, []);
-          return {
-            ...change,
-            proposed: def,
-            quality: change.quality,
-            rules: ['starter policy from the declared arguments'],
-          };
+          // Scored and analysed as the policy that goes live: the starter policy, not an empty one.
+          const change = describeChange(t.name, info, null, [], def);
+          return { ...change, rules: ['starter policy from the declared arguments'] };
         });
       const summary = `Register ${tools.map((t) => t.name).join(', ')}`;
       return {

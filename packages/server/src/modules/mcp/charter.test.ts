@@ -73,6 +73,19 @@ describe('POST /v1/mcp/charter', () => {
       verification: { required: true, status: 'pending' },
     });
     expect(sc.verification.linkUrl.startsWith(`${t.config.baseUrl}/charter/verify/`)).toBe(true);
+    // The review reads the starter policy that goes live: `to` is required, so not every call passes.
+    const review = await t.inject({
+      method: 'GET',
+      url: `/v1/charter/verifications/${sc.verification.id}`,
+      headers: asUser(tenant),
+    });
+    const email = review.json().changes.find((c: { toolName: string }) => c.toolName === 'send_email');
+    expect(email.proposed.constraints).toEqual(
+      expect.arrayContaining([expect.objectContaining({ argumentName: 'to', required: true })]),
+    );
+    expect(email.analysis.findings.map((f: { kind: string }) => f.kind)).not.toContain('allows_everything');
+    expect(email.analysis.examples.map((e: { decision: string }) => e.decision)).toContain('deny');
+    expect(email.quality.issues.join(' ')).not.toMatch(/constrains nothing/);
     // Nothing is live before approval.
     const before = await t.inject({ method: 'GET', url: '/v1/tools', headers: keyHeader(tenant.apiKey) });
     expect(before.json().data).toEqual([]);
