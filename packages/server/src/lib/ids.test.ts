@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { derivedUuidv7, isUuid, uuidv7 } from './ids.js';
+import { derivedUuidv7, isUuid, isUuidAnyCase, uuidv7 } from './ids.js';
 
 describe('derivedUuidv7', () => {
   const ms = Date.parse('2026-11-28T01:02:03.456Z');
@@ -19,6 +19,8 @@ describe('derivedUuidv7', () => {
     const ids = [0, 1, 255, 256, 499].map((i) => derivedUuidv7(ms, 'seed', i));
     for (const id of ids) {
       expect(isUuid(id)).toBe(true);
+      expect(isUuid(id.toUpperCase())).toBe(false);
+      expect(isUuidAnyCase(id.toUpperCase())).toBe(true);
       expect(id[14]).toBe('7');
       expect('89ab').toContain(id[19]);
       expect(Number.parseInt(id.replace(/-/g, '').slice(0, 12), 16)).toBe(ms);

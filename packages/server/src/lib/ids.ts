@@ -1,6 +1,7 @@
 import { hash, randomFillSync } from 'node:crypto';
 
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const ANY_CASE_UUID_RE = new RegExp(UUID_RE.source, 'i');
 
 // Random bytes are drawn 4 KiB at a time: one system call per 256 ids instead of one per id.
 const POOL = Buffer.alloc(4096);
@@ -57,8 +58,18 @@ function formatV7(b: Buffer, ms: number, randA: number): string {
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
+/**
+ * A UUID as the service writes ids: in lower case. Ids are stored and compared as text, so an id
+ * written in upper case would name nothing; requests are refused (or, for X-Organization-Id,
+ * lowered) rather than answered 404 for what exists.
+ */
 export function isUuid(value: string): boolean {
   return UUID_RE.test(value);
+}
+
+/** A UUID in any case (RFC 9562 reads them case-insensitively). */
+export function isUuidAnyCase(value: string): boolean {
+  return ANY_CASE_UUID_RE.test(value);
 }
 
 /**

@@ -16,7 +16,7 @@ import {
 import { Value } from '@sinclair/typebox/value';
 import { codePointLength, wellFormed } from '@svc/policy-engine';
 import type { FastifySchemaCompiler } from 'fastify';
-import { isUuid } from './ids.js';
+import { isUuid, isUuidAnyCase } from './ids.js';
 
 // TypeBox's compiler knows no formats by itself; these are the ones the API uses.
 if (!FormatRegistry.Has('uuid')) FormatRegistry.Set('uuid', isUuid);
@@ -145,6 +145,11 @@ function errorMessage(e: ErrorFunctionParameter): string {
     if (e.errorType === ValueErrorType.StringFormat) {
       return DefaultErrorFunction({ ...e, schema: { ...e.schema, format: bounds.format } });
     }
+  }
+  if (e.errorType === ValueErrorType.StringFormat && (e.schema as { format?: unknown }).format === 'uuid') {
+    return typeof e.value === 'string' && isUuidAnyCase(e.value)
+      ? 'must be written in lower case, as the API writes ids'
+      : 'must be a UUID';
   }
   if (e.errorType === ValueErrorType.ObjectAdditionalProperties) {
     const names = Object.keys((e.schema as { patternProperties?: object }).patternProperties ?? {});

@@ -2,6 +2,7 @@ import type { FastifyRequest } from 'fastify';
 import type { KeyPrincipal } from '../modules/api-keys/authenticator.js';
 import type { UserPrincipal } from '../plugins/auth.js';
 import { AppError } from './errors.js';
+import { isUuidAnyCase } from './ids.js';
 
 /** The tenant a request acts in. Every repository call takes one; there is no unscoped read. */
 export interface OrgScope {
@@ -34,7 +35,9 @@ export function createScopeResolver(roleOf: RoleLookup): ScopeResolver {
       return { organizationId: principal.organizationId, projectId: principal.projectId, principal };
     }
     const header = request.headers['x-organization-id'];
-    const organizationId = explicit || (typeof header === 'string' && header !== '' ? header : null);
+    // A header is no JSON field the schemas check: an id in upper case is read as the id it is.
+    const given = typeof header === 'string' && header !== '' ? header : null;
+    const organizationId = explicit || (given !== null && isUuidAnyCase(given) ? given.toLowerCase() : given);
     if (!organizationId) {
       throw new AppError(
         'missing_organization',

@@ -69,6 +69,24 @@ describe('envelope A on every error', () => {
     }
   });
 
+  it('refuses ids in upper case, which would name nothing, and reads X-Organization-Id in any case', async () => {
+    const tenant = await createTenant(t);
+    const upper = tenant.projectId.toUpperCase();
+    for (const url of [`/v1/decisions/${upper}`, `/v1/decisions?projectId=${upper}`]) {
+      const res = await t.inject({ method: 'GET', url, headers: asUser(tenant) });
+      expectError(res, 400, 'validation_failed');
+      expect(res.json().error.message).toContain('must be written in lower case');
+    }
+    const bad = await t.inject({ method: 'GET', url: '/v1/decisions/not-an-id', headers: asUser(tenant) });
+    expect(bad.json().error.message).toContain('must be a UUID');
+    const listed = await t.inject({
+      method: 'GET',
+      url: '/v1/decisions',
+      headers: { ...asUser(tenant), 'x-organization-id': tenant.orgId.toUpperCase() },
+    });
+    expect(listed.statusCode).toBe(200);
+  });
+
   it('answers a wrong content type with 415', async () => {
     const res = await t.inject({
       method: 'POST',
