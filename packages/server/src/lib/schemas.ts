@@ -171,7 +171,28 @@ function errorMessage(e: ErrorFunctionParameter): string {
     const said = PATTERN_MESSAGES.get((e.schema as { pattern?: unknown }).pattern as string);
     if (said) return said;
   }
+  if (e.errorType === ValueErrorType.Union && e.value !== null) {
+    const said = nullableMismatch(e.schema);
+    if (said) return said(e.value);
+  }
   return DefaultErrorFunction(e);
+}
+
+/**
+ * For a value that is not null, a nullable schema (a union of one schema and null) says what that
+ * schema finds wrong, and where inside the value, instead of TypeBox's "Expected union value".
+ */
+function nullableMismatch(schema: TSchema): ((value: unknown) => string) | null {
+  const variants = schema.anyOf as TSchema[] | undefined;
+  if (!Array.isArray(variants) || variants.length !== 2) return null;
+  const other = variants.filter((v) => v[Kind] !== 'Null');
+  if (other.length !== 1) return null;
+  const [only] = other as [TSchema];
+  return (value) => {
+    const inner = Value.Errors(only, value).First();
+    if (!inner) return 'Expected union value';
+    return inner.path === '' ? inner.message : `at ${inner.path}: ${inner.message}`;
+  };
 }
 SetErrorFunction(errorMessage);
 

@@ -3,7 +3,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { describe, expect, it } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
 import { asUser, createTenant, expectError, keyHeader } from '../../test/helpers.js';
-import { compileSchema, isUserId, Nullable, OneOf } from '../lib/schemas.js';
+import { compileSchema, isUserId, Nullable, OneOf, PatternRecord } from '../lib/schemas.js';
 
 const t = useTestApp();
 
@@ -168,6 +168,19 @@ describe('validation messages of closed sets name the allowed values', () => {
     expect(nullable.Errors({ n: 2 }).First()?.message).toBe('must be one of: 1, b, null');
     const oneOf = TypeCompiler.Compile(OneOf(['x', 'y']));
     expect(oneOf.Errors(3).First()?.message).toBe('must be one of: x, y');
+    // A nullable schema says what its schema finds wrong, and where.
+    const record = TypeCompiler.Compile(
+      Type.Object({ c: Nullable(PatternRecord('^[a-z]+$', Type.String(), { maxProperties: 2 })) }),
+    );
+    expect(record.Errors({ c: { 'Bad Name': 'v' } }).First()?.message).toBe(
+      'at /Bad Name: is not an allowed name: names match ^[a-z]+$',
+    );
+    expect(record.Errors({ c: 5 }).First()?.message).toBe('Expected object');
+    expect(
+      TypeCompiler.Compile(Nullable(Type.Number({ minimum: 0 })))
+        .Errors(-1)
+        .First()?.message,
+    ).toBe('Expected number to be greater or equal to 0');
     // Any other union keeps TypeBox's message.
     const open = TypeCompiler.Compile(Type.Union([Type.String(), Type.Number()]));
     expect(open.Errors(true).First()?.message).toBe('Expected union value');

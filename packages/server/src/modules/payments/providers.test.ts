@@ -160,7 +160,7 @@ describe('provider connections', () => {
     );
     // A name that is no header name was stored, its value unchecked, and sent with every payment.
     for (const credentials of [{ 'bad header': 'v' }, { 'bad header': 5 }]) {
-      k.expectB(
+      const bad = k.expectB(
         await k.inject('POST', '/v1/gateway/providers', asUser(a), {
           name: 'x',
           rail: 'z',
@@ -170,6 +170,7 @@ describe('provider connections', () => {
         400,
         'invalid_request',
       );
+      expect(bad['message']).toContain('at /bad header: is not an allowed name');
     }
     // Another organization neither sees nor changes it.
     k.expectB(await k.inject('GET', `/v1/gateway/providers/${conn.id}`, k.key(b)), 404, 'provider_not_found');
