@@ -163,7 +163,8 @@ describe('MCP gateway: large streamed answers and replays', () => {
       headers,
       report(3, { progress: 10, progressBytes: 150_000, resultBytes: 2_000_000 }),
     );
-    const first = await call.waitForEvent(() => true, 'the first progress event');
+    // As long as the other waits here: the app, the upstream and the client share this process.
+    const first = await call.waitForEvent(() => true, 'the first progress event', 20_000);
     call.close();
     // Wait for the whole answer to be recorded: a second resumption after the response replays nothing.
     const resumed = await get({ ...headers, 'last-event-id': first.id! });

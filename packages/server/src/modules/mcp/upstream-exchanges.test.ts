@@ -47,7 +47,8 @@ beforeEach(async () => {
   warnings.length = 0;
   process.on('warning', onWarning);
   ({ session } = await UpstreamSession.open(
-    { id: 'u1', transport: 'mcp-streamable-http', url: upstream.url, headers: {}, timeoutMs: 300 },
+    // Far enough for a loaded machine; the calls that must time out set a short timeout of their own.
+    { id: 'u1', transport: 'mcp-streamable-http', url: upstream.url, headers: {}, timeoutMs: 10_000 },
     { allowPrivate: true, fetch: http.fetch, request: http.request, standaloneStream: false },
     DEFAULT_UPSTREAM_LIMITS,
     { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'test', version: '1' } },
@@ -61,7 +62,8 @@ afterEach(async () => {
   for (const res of held.splice(0)) res.destroy();
 });
 
-const call = (name: string) => session.request('tools/call', { name, arguments: {} }).done;
+const call = (name: string, timeoutMs?: number) =>
+  session.request('tools/call', { name, arguments: {} }, timeoutMs).done;
 
 /** Waits until the upstream has at most `n` connections open (or fails after `ms`). */
 async function openAtMost(n: number, ms = 3000): Promise<number> {
@@ -76,7 +78,7 @@ describe('an upstream session over Streamable HTTP', () => {
     ['sends no answer at all', 'silent'],
     ['opens an answer stream and sends nothing on it', 'open-stream'],
   ])('closes the connection of a request that times out when the upstream %s', async (_what, tool) => {
-    const outcomes = await Promise.allSettled(Array.from({ length: 30 }, () => call(tool)));
+    const outcomes = await Promise.allSettled(Array.from({ length: 30 }, () => call(tool, 300)));
     for (const o of outcomes) expect(o).toMatchObject({ status: 'rejected', reason: { kind: 'timeout' } });
     // 30 timed-out calls hold nothing: what is left is the idle kept-alive connection or two.
     expect(await openAtMost(3)).toBeLessThanOrEqual(3);
@@ -115,7 +117,9 @@ describe('an upstream session over Streamable HTTP', () => {
     const idle = upstream.connections().open;
     const pending = Array.from({ length: 10 }, () => call('silent').catch(() => {}));
     const streams = Array.from({ length: 10 }, () => call('open-stream').catch(() => {}));
-    await new Promise((r) => setTimeout(r, 100));
+    const deadline = Date.now() + 10_000;
+    while (upstream.connections().open < 20 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 25));
     expect(upstream.connections().open).toBeGreaterThanOrEqual(20);
     await session.close();
     await Promise.all([...pending, ...streams]);
