@@ -89,6 +89,13 @@ function numberOption(
 
 const ABOVE_ZERO = [(n: number) => n > 0, 'a number above 0'] as const;
 const AT_LEAST_ZERO = [(n: number) => n >= 0, 'a number of at least 0'] as const;
+/** A time between timer ticks: a timer cannot wait Infinity (Node fires it at once). */
+const FINITE_ABOVE_ZERO = [(n: number) => n > 0 && Number.isFinite(n), 'a finite number above 0'] as const;
+const FINITE_AT_LEAST_ZERO = [
+  (n: number) => n >= 0 && Number.isFinite(n),
+  'a finite number of at least 0',
+] as const;
+const COUNT = [(n: number) => Number.isSafeInteger(n) && n >= 1, 'a whole number of at least 1'] as const;
 
 export function createClient(options: ClientOptions): Client {
   if (!options?.apiKey || !options.baseUrl) throw new SvcError('createClient needs apiKey and baseUrl');
@@ -130,9 +137,18 @@ export function createClient(options: ClientOptions): Client {
     (n) => Number.isSafeInteger(n) && n >= 0,
     'a whole number of at least 0',
   );
-  const maxRetryDelayMs = options.maxRetryDelayMs ?? 5000;
-  const approvalDefaults = options.approvals ?? {};
-  const maxStalenessMs = options.maxStalenessMs ?? 30_000;
+  const maxRetryDelayMs = numberOption('maxRetryDelayMs', options.maxRetryDelayMs, 5000, ...AT_LEAST_ZERO);
+  // Checked here and per wait: a NaN interval would poll without pause, a NaN timeout never end.
+  const approvalDefaults = {
+    pollIntervalMs: numberOption(
+      'approvals.pollIntervalMs',
+      options.approvals?.pollIntervalMs,
+      2000,
+      ...FINITE_ABOVE_ZERO,
+    ),
+    timeoutMs: numberOption('approvals.timeoutMs', options.approvals?.timeoutMs, 300_000, ...AT_LEAST_ZERO),
+  };
+  const maxStalenessMs = numberOption('maxStalenessMs', options.maxStalenessMs, 30_000, ...AT_LEAST_ZERO);
   // Unset, it is never shorter than maxStalenessMs.
   const maxPolicyAgeMs = numberOption(
     'maxPolicyAgeMs',
@@ -145,14 +161,20 @@ export function createClient(options: ClientOptions): Client {
     http,
     maxStalenessMs,
     undefined,
-    options.maxCachedPolicies ?? MAX_CACHED_POLICIES,
+    // NaN would make the cache's eviction loop run for ever.
+    numberOption('maxCachedPolicies', options.maxCachedPolicies, MAX_CACHED_POLICIES, ...COUNT),
     maxPolicyAgeMs,
   );
   const closeTimeoutMs = numberOption('closeTimeoutMs', options.closeTimeoutMs, 30_000, ...AT_LEAST_ZERO);
   const log = new DecisionLog(http, {
-    batchSize: options.log?.batchSize ?? 500,
-    flushIntervalMs: options.log?.flushIntervalMs ?? 1000,
-    maxBuffered: options.log?.maxBuffered ?? 100_000,
+    batchSize: numberOption('log.batchSize', options.log?.batchSize, 500, ...COUNT),
+    flushIntervalMs: numberOption(
+      'log.flushIntervalMs',
+      options.log?.flushIntervalMs,
+      1000,
+      ...FINITE_AT_LEAST_ZERO,
+    ),
+    maxBuffered: numberOption('log.maxBuffered', options.log?.maxBuffered, 100_000, ...COUNT),
     exitTimeoutMs: closeTimeoutMs,
     onError,
   });
@@ -501,8 +523,13 @@ export function createClient(options: ClientOptions): Client {
   }
 
   async function waitForApproval(approvalId: string, opts: ApprovalWaitOptions = {}): Promise<Approval> {
-    const interval = opts.pollIntervalMs ?? approvalDefaults.pollIntervalMs ?? 2000;
-    const timeout = opts.timeoutMs ?? approvalDefaults.timeoutMs ?? 300_000;
+    const interval = numberOption(
+      'pollIntervalMs',
+      opts.pollIntervalMs,
+      approvalDefaults.pollIntervalMs,
+      ...FINITE_ABOVE_ZERO,
+    );
+    const timeout = numberOption('timeoutMs', opts.timeoutMs, approvalDefaults.timeoutMs, ...AT_LEAST_ZERO);
     const deadline = Date.now() + timeout;
     const path = `/v1/approvals/${encodeURIComponent(approvalId)}`;
     for (;;) {

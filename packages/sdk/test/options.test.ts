@@ -58,6 +58,20 @@ describe('timing options', () => {
       { closeTimeoutMs: Number.NaN },
       { closeTimeoutMs: -1 },
       { streamIdleMs: Number.NaN },
+      // NaN here would spin the policy cache's eviction, or the decision log's flush, for ever; a
+      // NaN poll interval or timeout would poll the service without pause or end.
+      { maxCachedPolicies: Number.NaN },
+      { maxCachedPolicies: 0 },
+      { log: { batchSize: Number.NaN } },
+      { log: { batchSize: 0 } },
+      { log: { maxBuffered: Number.NaN } },
+      { log: { flushIntervalMs: Number.NaN } },
+      { log: { flushIntervalMs: Number.POSITIVE_INFINITY } },
+      { approvals: { pollIntervalMs: Number.NaN } },
+      { approvals: { pollIntervalMs: 0 } },
+      { approvals: { timeoutMs: Number.NaN } },
+      { maxStalenessMs: Number.NaN },
+      { maxRetryDelayMs: Number.NaN },
     ]) {
       expect(() => createClient({ ...base, ...(bad as object) }), JSON.stringify(bad)).toThrow(SvcError);
     }
@@ -65,6 +79,15 @@ describe('timing options', () => {
     expect(() =>
       createClient({ ...base, requestTimeoutMs: undefined, maxRetries: null as unknown as number }),
     ).not.toThrow();
+  });
+
+  it('refuses a NaN poll interval or timeout of one approval wait', async () => {
+    const client = createClient({ apiKey: 'svc_x', baseUrl: t.url, live: false });
+    clients.push(client);
+    const id = '00000000-0000-7000-8000-000000000000';
+    for (const bad of [{ pollIntervalMs: Number.NaN }, { timeoutMs: Number.NaN }, { pollIntervalMs: -1 }]) {
+      await expect(client.waitForApproval(id, bad), JSON.stringify(bad)).rejects.toThrow(SvcError);
+    }
   });
 
   it('waits as long as it takes with a close timeout of Infinity', async () => {
