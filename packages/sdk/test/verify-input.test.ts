@@ -6,6 +6,7 @@ import {
   formatCheckpointResults,
   GENESIS_HASH,
   leafHash,
+  linesOf,
   MerkleFrontier,
   type PublicJwk,
   receiptHash,
@@ -150,6 +151,25 @@ describe('a line that holds a member name twice', () => {
     expect(duplicateMember('{"a":[{"b":1,"b":2}]}')).toBe('b');
     expect(duplicateMember('{"a":{"b":{}},"a":1}')).toBe('a');
     expect(duplicateMember('{"\\u00e9":1,"é":2}')).toBe('é');
+  });
+});
+
+describe('a byte order mark before the first line', () => {
+  it('is read as no part of it, as text, as lines of strings and as bytes alike', async () => {
+    const text = `\uFEFF${(await chainOf(3)).map(lineOf).join('\n')}\n`;
+    const asText = await verifyReceiptChain(text);
+    expect(asText).toMatchObject({ ok: true, count: 3 });
+    const strings = async function* () {
+      yield text.slice(0, 5);
+      yield text.slice(5);
+    };
+    const bytes = async function* () {
+      yield new TextEncoder().encode(text);
+    };
+    expect(await verifyReceiptChain(linesOf(strings()))).toEqual(asText);
+    expect(await verifyReceiptChain(linesOf(bytes()))).toEqual(asText);
+    // Anywhere else it is a character of the line, which then is no JSON.
+    expect((await verifyReceiptChain(text.replace('\n', '\n\uFEFF'))).ok).toBe(false);
   });
 });
 

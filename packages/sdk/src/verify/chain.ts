@@ -76,7 +76,8 @@ export async function verifyReceiptChain(
   }
   const v = new ChainVerifier(options.start, new Set(options.treeSizes ?? []));
   let line = 0;
-  const items = typeof input === 'string' ? input.split('\n') : input;
+  // A byte order mark before the first line is no part of it, as when the bytes are read (linesOf).
+  const items = typeof input === 'string' ? input.replace(/^\uFEFF/, '').split('\n') : input;
   for await (const item of items as AsyncIterable<string | Json>) {
     line++;
     await v.item(item, line);
