@@ -48,6 +48,34 @@ describe('loadConfig: upper bounds of durations', () => {
     expect(loadConfig({}).signingKeyOverlapSeconds).toBe(30 * 86_400);
   });
 
+  it('refuses a provider base URL the provider paths cannot be appended to', () => {
+    for (const v of [
+      'http://bad host:11434/v1',
+      'http://',
+      'http://x/v1?key=1',
+      'http://x/v1#f',
+      'ftp://x',
+    ]) {
+      expect(refusal({ SVC_LLM_OPENAI_BASE_URL: v })).toMatch(
+        /^SVC_LLM_OPENAI_BASE_URL must be an http\(s\) URL/,
+      );
+    }
+    expect(
+      loadConfig({ SVC_LLM_OPENAI_BASE_URL: 'http://127.0.0.1:11434/v1/' }).llm.providers.openai,
+    ).toMatchObject({
+      baseUrl: 'http://127.0.0.1:11434/v1',
+    });
+  });
+
+  it('refuses any SVC_OIDC_* setting without SVC_OIDC_ISSUER, naming what is set', () => {
+    expect(refusal({ SVC_OIDC_SCOPES: 'profile email', SVC_OIDC_NAME: 'Corp' })).toBe(
+      'SVC_OIDC_SCOPES, SVC_OIDC_NAME are set but SVC_OIDC_ISSUER is not',
+    );
+    expect(refusal({ SVC_OIDC_USER_CLAIM: 'email' })).toBe(
+      'SVC_OIDC_USER_CLAIM is set but SVC_OIDC_ISSUER is not',
+    );
+  });
+
   it('refuses the SVC_LLM_* numbers past their bounds, naming the variable', () => {
     // 3000000000 made every judgement time out at once; 5000000000 made AbortSignal.timeout throw.
     for (const v of ['3000000000', '5000000000', '600001']) {
@@ -95,6 +123,22 @@ describe('loadConfig: SVC_DATABASE_URL', () => {
     for (const v of ['sqlite:', 'sqlite:  ']) {
       expect(refusal({ SVC_DATABASE_URL: v })).toMatch(/^SVC_DATABASE_URL "sqlite:" names no file/);
     }
+  });
+
+  it('refuses a PostgreSQL timeout in the URL that is not whole milliseconds (pg would read "5s" as 5 ms)', () => {
+    for (const [name, v] of [
+      ['statement_timeout', '200s'],
+      ['statement_timeout', 'abc'],
+      ['statement_timeout', ''],
+      ['idle_in_transaction_session_timeout', '1min'],
+    ]) {
+      expect(refusal({ SVC_DATABASE_URL: `postgres://u@127.0.0.1:5432/db?${name}=${v}` })).toBe(
+        `SVC_DATABASE_URL: ${name} must be a whole number of milliseconds, got "${v}"`,
+      );
+    }
+    const ok =
+      'postgres://u@127.0.0.1:5432/db?statement_timeout=200000&idle_in_transaction_session_timeout=0';
+    expect(loadConfig({ SVC_DATABASE_URL: ok }).databaseUrl).toBe(ok);
   });
 
   it('accepts a file, PostgreSQL, and an explicit sqlite::memory:', () => {

@@ -82,9 +82,15 @@ export function loadOidcSettings(env: Record<string, string | undefined>): OidcS
   const issuer = nonEmpty(env.SVC_OIDC_ISSUER);
   const clientId = nonEmpty(env.SVC_OIDC_CLIENT_ID);
   if (issuer === null) {
-    if (clientId !== null || nonEmpty(env.SVC_OIDC_CLIENT_SECRET) !== null) {
-      throw new Error('SVC_OIDC_CLIENT_ID/SVC_OIDC_CLIENT_SECRET are set but SVC_OIDC_ISSUER is not');
-    }
+    const set = [
+      'SVC_OIDC_CLIENT_ID',
+      'SVC_OIDC_CLIENT_SECRET',
+      'SVC_OIDC_SCOPES',
+      'SVC_OIDC_USER_CLAIM',
+      'SVC_OIDC_NAME',
+    ].filter((name) => nonEmpty(env[name]) !== null);
+    if (set.length > 0)
+      throw new Error(`${set.join(', ')} ${set.length > 1 ? 'are' : 'is'} set but SVC_OIDC_ISSUER is not`);
     return null;
   }
   if (clientId === null) throw new Error('SVC_OIDC_ISSUER is set: SVC_OIDC_CLIENT_ID is required too');
@@ -323,6 +329,21 @@ function databaseUrl(value: string | undefined): string {
   const url = nonEmpty(value) ?? DEFAULT_DATABASE_URL;
   if (!/^(sqlite:|postgres(ql)?:\/\/)/.test(url)) {
     throw new Error('SVC_DATABASE_URL must start with sqlite: or postgres://');
+  }
+  if (!url.startsWith('sqlite:')) {
+    // pg reads these with parseInt: "5s", PostgreSQL's own way to write 5 seconds, would be 5 ms.
+    let params: URLSearchParams | null = null;
+    try {
+      params = new URL(url).searchParams;
+    } catch {
+      // pg reports a URL it cannot read when it connects
+    }
+    for (const name of ['statement_timeout', 'idle_in_transaction_session_timeout']) {
+      const v = params?.get(name);
+      if (v != null && !/^\d+$/.test(v)) {
+        throw new Error(`SVC_DATABASE_URL: ${name} must be a whole number of milliseconds, got "${v}"`);
+      }
+    }
   }
   // "sqlite:" alone used to open a store in memory, silently losing everything at exit.
   if (url.startsWith('sqlite:') && url.slice('sqlite:'.length).trim() === '') {

@@ -54,7 +54,9 @@ describe('startServer', () => {
         port,
         host: '127.0.0.1',
       };
-      await expect(startServer(config)).rejects.toThrow(/EADDRINUSE|address already in use/);
+      await expect(startServer(config)).rejects.toThrow(
+        /^cannot listen on HOST 127\.0\.0\.1, PORT \d+: .*EADDRINUSE/,
+      );
       expect(closed).toEqual(TEST_PG_URL ? ['migration store', 'store'] : ['store']);
     } finally {
       await new Promise((r) => blocker.close(r));

@@ -94,7 +94,9 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   } catch (err) {
     // The port is taken, the host is wrong…: close what buildApp opened (Redis, writer) and the store.
     await closeAll().catch(() => {});
-    throw err;
+    throw new Error(`cannot listen on HOST ${config.host}, PORT ${config.port}: ${(err as Error).message}`, {
+      cause: err,
+    });
   }
   const stopTimeoutMs = options.stopTimeoutMs ?? STOP_TIMEOUT_MS;
   const bounded = async () => {

@@ -429,8 +429,11 @@ function openPostgres(url: string, options: StoreOptions): Store {
 function connectError(err: unknown, target: string, connectMs: number): StoreUnavailableError {
   const e = err as { message?: string; code?: string };
   const message = e?.message ?? String(err);
-  // The cause (pg's own words) stays attached for the logs.
-  const why = /timeout/i.test(message) ? `no connection within ${connectMs} ms` : message;
+  // The cause (pg's own words) stays attached for the logs. These are pg's and its pool's words for
+  // their connect timeout; a server's error naming a *_timeout setting is no such timeout.
+  const why = /^timeout (expired|exceeded when trying to connect)$|connection timeout/i.test(message)
+    ? `no connection within ${connectMs} ms`
+    : message;
   const out = new StoreUnavailableError(
     `cannot connect to the database at SVC_DATABASE_URL (${target}): ${why}`,
     { cause: err },

@@ -38,13 +38,25 @@ function positiveInt(name: keyof typeof LLM_LIMITS, value: string | undefined, f
  * A provider counts as configured when it has an API key or a base URL: an OpenAI-compatible server
  * (vLLM, Ollama, LiteLLM) often needs no key.
  */
+/** A URL the provider's paths are appended to: http(s), a host, nothing after the path. */
+function isBaseUrl(value: string): boolean {
+  if (!/^https?:\/\//i.test(value) || /[?#]/.test(value)) return false;
+  try {
+    return new URL(value).hostname !== '';
+  } catch {
+    return false;
+  }
+}
+
 function provider(env: NodeJS.ProcessEnv, name: ProviderName): ProviderSettings | null {
   const prefix = `SVC_LLM_${name.toUpperCase()}`;
   const apiKey = nonEmpty(env[`${prefix}_API_KEY`]);
   const baseUrl = nonEmpty(env[`${prefix}_BASE_URL`]);
   if (apiKey === null && baseUrl === null) return null;
-  if (baseUrl !== null && !/^https?:\/\//.test(baseUrl)) {
-    throw new Error(`${prefix}_BASE_URL must be an http(s) URL, got "${baseUrl}"`);
+  if (baseUrl !== null && !isBaseUrl(baseUrl)) {
+    throw new Error(
+      `${prefix}_BASE_URL must be an http(s) URL with a host and no query or fragment, got "${baseUrl}"`,
+    );
   }
   return {
     apiKey,
