@@ -90,12 +90,10 @@ function numberOption(
 const ABOVE_ZERO = [(n: number) => n > 0, 'a number above 0'] as const;
 const AT_LEAST_ZERO = [(n: number) => n >= 0, 'a number of at least 0'] as const;
 /** A time between timer ticks: a timer cannot wait Infinity (Node fires it at once). */
-const FINITE_ABOVE_ZERO = [(n: number) => n > 0 && Number.isFinite(n), 'a finite number above 0'] as const;
 const FINITE_AT_LEAST_ZERO = [
   (n: number) => n >= 0 && Number.isFinite(n),
   'a finite number of at least 0',
 ] as const;
-const COUNT = [(n: number) => Number.isSafeInteger(n) && n >= 1, 'a whole number of at least 1'] as const;
 
 export function createClient(options: ClientOptions): Client {
   if (!options?.apiKey || !options.baseUrl) throw new SvcError('createClient needs apiKey and baseUrl');
@@ -144,7 +142,7 @@ export function createClient(options: ClientOptions): Client {
       'approvals.pollIntervalMs',
       options.approvals?.pollIntervalMs,
       2000,
-      ...FINITE_ABOVE_ZERO,
+      ...FINITE_AT_LEAST_ZERO,
     ),
     timeoutMs: numberOption('approvals.timeoutMs', options.approvals?.timeoutMs, 300_000, ...AT_LEAST_ZERO),
   };
@@ -162,19 +160,19 @@ export function createClient(options: ClientOptions): Client {
     maxStalenessMs,
     undefined,
     // NaN would make the cache's eviction loop run for ever.
-    numberOption('maxCachedPolicies', options.maxCachedPolicies, MAX_CACHED_POLICIES, ...COUNT),
+    numberOption('maxCachedPolicies', options.maxCachedPolicies, MAX_CACHED_POLICIES, ...AT_LEAST_ZERO),
     maxPolicyAgeMs,
   );
   const closeTimeoutMs = numberOption('closeTimeoutMs', options.closeTimeoutMs, 30_000, ...AT_LEAST_ZERO);
   const log = new DecisionLog(http, {
-    batchSize: numberOption('log.batchSize', options.log?.batchSize, 500, ...COUNT),
+    batchSize: numberOption('log.batchSize', options.log?.batchSize, 500, ...AT_LEAST_ZERO),
     flushIntervalMs: numberOption(
       'log.flushIntervalMs',
       options.log?.flushIntervalMs,
       1000,
       ...FINITE_AT_LEAST_ZERO,
     ),
-    maxBuffered: numberOption('log.maxBuffered', options.log?.maxBuffered, 100_000, ...COUNT),
+    maxBuffered: numberOption('log.maxBuffered', options.log?.maxBuffered, 100_000, ...AT_LEAST_ZERO),
     exitTimeoutMs: closeTimeoutMs,
     onError,
   });
@@ -527,7 +525,7 @@ export function createClient(options: ClientOptions): Client {
       'pollIntervalMs',
       opts.pollIntervalMs,
       approvalDefaults.pollIntervalMs,
-      ...FINITE_ABOVE_ZERO,
+      ...FINITE_AT_LEAST_ZERO,
     );
     const timeout = numberOption('timeoutMs', opts.timeoutMs, approvalDefaults.timeoutMs, ...AT_LEAST_ZERO);
     const deadline = Date.now() + timeout;

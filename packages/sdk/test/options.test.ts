@@ -61,14 +61,13 @@ describe('timing options', () => {
       // NaN here would spin the policy cache's eviction, or the decision log's flush, for ever; a
       // NaN poll interval or timeout would poll the service without pause or end.
       { maxCachedPolicies: Number.NaN },
-      { maxCachedPolicies: 0 },
+      { maxCachedPolicies: -1 },
       { log: { batchSize: Number.NaN } },
-      { log: { batchSize: 0 } },
       { log: { maxBuffered: Number.NaN } },
       { log: { flushIntervalMs: Number.NaN } },
       { log: { flushIntervalMs: Number.POSITIVE_INFINITY } },
       { approvals: { pollIntervalMs: Number.NaN } },
-      { approvals: { pollIntervalMs: 0 } },
+      { approvals: { pollIntervalMs: Number.POSITIVE_INFINITY } },
       { approvals: { timeoutMs: Number.NaN } },
       { maxStalenessMs: Number.NaN },
       { maxRetryDelayMs: Number.NaN },
@@ -81,13 +80,36 @@ describe('timing options', () => {
     ).not.toThrow();
   });
 
-  it('refuses a NaN poll interval or timeout of one approval wait', async () => {
-    const client = createClient({ apiKey: 'svc_x', baseUrl: t.url, live: false });
+  it('refuses a NaN poll interval or timeout of one approval wait, before asking the service', async () => {
+    let requests = 0;
+    const client = createClient({
+      apiKey: 'svc_x',
+      baseUrl: t.url,
+      live: false,
+      fetch: (input, init) => {
+        requests++;
+        return fetch(input, init);
+      },
+    });
     clients.push(client);
     const id = '00000000-0000-7000-8000-000000000000';
     for (const bad of [{ pollIntervalMs: Number.NaN }, { timeoutMs: Number.NaN }, { pollIntervalMs: -1 }]) {
-      await expect(client.waitForApproval(id, bad), JSON.stringify(bad)).rejects.toThrow(SvcError);
+      await expect(client.waitForApproval(id, bad), JSON.stringify(bad)).rejects.toThrow(
+        /^(pollIntervalMs|timeoutMs) must be/,
+      );
     }
+    expect(requests).toBe(0);
+    // What used to work still does: 0 and Infinity where they mean something.
+    expect(() =>
+      createClient({
+        apiKey: 'svc_x',
+        baseUrl: t.url,
+        live: false,
+        maxCachedPolicies: 0,
+        log: { batchSize: 0, maxBuffered: Number.POSITIVE_INFINITY },
+        approvals: { pollIntervalMs: 0, timeoutMs: Number.POSITIVE_INFINITY },
+      }),
+    ).not.toThrow();
   });
 
   it('waits as long as it takes with a close timeout of Infinity', async () => {
