@@ -35,6 +35,8 @@ export interface ApprovalStep {
   resolvedAt: string;
   /** The API key that relayed this person's approval; null when they used their own token. */
   byKeyId: string | null;
+  /** That key's lineage (absent on steps stored before lineages): it relays one approval at most. */
+  byLineageId?: string | null;
 }
 
 /** The approvals given so far; a row approved before approvers were kept shows its one resolver. */
@@ -228,6 +230,16 @@ export interface NewApproval {
   requiredApprovals?: number;
 }
 
+/** The requesting key's lineage: a caller naming the key must name its lineage, or the check is void. */
+function lineageOf(input: NewApproval): string | null {
+  const key = input.requestedByKeyId ?? null;
+  if (key === null) return null;
+  if (!input.requestedByLineageId) {
+    throw new Error(`approval opened by API key ${key} without its lineage: no key of it could be refused`);
+  }
+  return input.requestedByLineageId;
+}
+
 /** The row of a new pending approval, created at `created`. */
 export function pendingApprovalRow(
   scope: { organizationId: string; projectId: string | null },
@@ -250,7 +262,7 @@ export function pendingApprovalRow(
     used_at: null,
     created_at: created.toISOString(),
     requested_by_key_id: input.requestedByKeyId ?? null,
-    requested_by_lineage_id: input.requestedByLineageId ?? input.requestedByKeyId ?? null,
+    requested_by_lineage_id: lineageOf(input),
     resolved_by_key_id: null,
     escalation: input.escalation ? JSON.stringify(input.escalation) : null,
     required_approvals: input.requiredApprovals ?? 1,

@@ -29,6 +29,13 @@ import { createApprovalSweeper } from './sweeper.js';
 export type ApprovalTenant = Pick<OrgScope, 'organizationId' | 'projectId'>;
 
 export const SELF_RESOLVE = 'an API key cannot resolve an approval it requested';
+/** What opened an approval other than a tool call, in words. */
+const OPENERS: Partial<Record<Escalation['source'], string>> = {
+  economic: 'a spend authorization',
+  gateway: 'a capsule mint',
+};
+export const LINEAGE_RESOLVE =
+  'an API key cannot resolve an approval a key of its lineage requested (the key that minted it, or one minted by it or by the same key)';
 
 /**
  * Who resolves, as recorded. A user resolves as the token's `sub` (a body `resolvedBy` may only
@@ -172,11 +179,9 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       if (state !== 'pending') {
         throw new AppError('invalid_status', `Approval is already ${state}; it can be resolved only once`);
       }
-      if (
-        byKeyId !== null &&
-        (current.requested_by_key_id === byKeyId || current.requested_by_lineage_id === byLineageId)
-      ) {
-        throw forbidden(SELF_RESOLVE);
+      if (byKeyId !== null && current.requested_by_key_id === byKeyId) throw forbidden(SELF_RESOLVE);
+      if (byKeyId !== null && current.requested_by_lineage_id === byLineageId) {
+        throw forbidden(LINEAGE_RESOLVE);
       }
       const required = Number(current.required_approvals ?? 1);
       const steps = stepsOf(current);
@@ -196,14 +201,21 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
             `${resolvedBy} already approved approval ${id}; it needs ${required} distinct people (${steps.length} so far)`,
           );
         }
-        if (byKeyId !== null && steps.some((s) => s.byKeyId === byKeyId)) {
+        // Keys of one lineage are one relay: a key could otherwise mint a second approver key.
+        const relayed = steps.find(
+          (s) => byKeyId !== null && (s.byKeyId === byKeyId || (s.byLineageId ?? s.byKeyId) === byLineageId),
+        );
+        if (relayed) {
           throw new AppError(
             'approval_already_resolved',
-            `API key ${byKeyId} already relayed an approval of approval ${id}; another person must approve with their own token or another approver key`,
+            relayed.byKeyId === byKeyId
+              ? `API key ${byKeyId} already relayed an approval of approval ${id}; another person must approve with their own token or another approver key`
+              : `API key ${relayed.byKeyId}, of the lineage of API key ${byKeyId}, already relayed an approval of approval ${id}; another person must approve with their own token or an approver key of another lineage`,
           );
         }
       }
-      const next = action === 'approve' ? [...steps, { resolvedBy, resolvedAt: at, byKeyId }] : steps;
+      const step: ApprovalStep = { resolvedBy, resolvedAt: at, byKeyId, byLineageId };
+      const next = action === 'approve' ? [...steps, step] : steps;
       const decided = action === 'deny' || next.length >= required;
       const row = await approvals.advance(
         scope.organizationId,
@@ -222,7 +234,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
         },
         at,
       );
-      if (row) return { row, step: { resolvedBy, resolvedAt: at, byKeyId }, decided };
+      if (row) return { row, step, decided };
       // Another resolution (or the expiry) came first: decide again on what it left.
     }
     throw new AppError('conflict', 'The approval is being resolved concurrently; send the request again');
@@ -444,9 +456,10 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
       if (status === 'denied') return refuse(`was denied by ${row.resolved_by}`);
       if (row.used_at !== null)
         return refuse(`was already used at ${row.used_at}; an approval allows one call`);
+      // What opened it, as stored since migration 0019 (older ones read as a tool call's).
       const opener = row.escalation ? (JSON.parse(row.escalation) as Escalation).source : 'policy';
       if (opener !== 'policy') {
-        const what = opener === 'economic' ? 'a spend authorization' : 'a capsule mint';
+        const what = OPENERS[opener] ?? `a ${String(opener)} request`;
         return refuse(`was opened for ${what}, which it allows, not for a tool call`);
       }
       if (row.tool_name !== call.toolName)

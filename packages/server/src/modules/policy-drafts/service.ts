@@ -246,8 +246,13 @@ export function createDraftService(deps: DraftServiceDeps) {
         }
         // The creator's key and lineage never change, so reading them before the guarded update is enough.
         const created = await load(scope, id);
-        if (created.created_by_key_id === p.keyId || created.created_by_lineage_id === p.lineageId) {
+        if (created.created_by_key_id === p.keyId) {
           throw forbidden('an API key cannot approve a policy draft it created');
+        }
+        if (created.created_by_lineage_id === p.lineageId) {
+          throw forbidden(
+            'an API key cannot approve a policy draft a key of its lineage created (the key that minted it, or one minted by it or by the same key)',
+          );
         }
         // A key relays a person's click on what it showed them: it must say which revision that was,
         // or a draft rewritten meanwhile would be applied unseen. (A user token may omit it, as the
