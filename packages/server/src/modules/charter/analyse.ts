@@ -178,9 +178,15 @@ function judge(def: PolicyDefinition, args: Record<string, unknown>): ExampleCal
 /**
  * Reads a proposed policy as a careful reviewer would: arguments the tool does not have, rules that
  * can never match a call the tool accepts, a policy that stops every call or none, and example calls
- * (decided by the engine itself) that it allows and stops.
+ * (decided by the engine itself) that it allows and stops. `starter`: the policy is the one made from
+ * the tool's declarations, so it is what enforces them, and a rule equal to one is no redundant rule.
  */
-export function analyse(tool: ToolInfo | null, def: PolicyDefinition, rules: CompiledRule[]): Analysis {
+export function analyse(
+  tool: ToolInfo | null,
+  def: PolicyDefinition,
+  rules: CompiledRule[],
+  starter = false,
+): Analysis {
   const findings: Finding[] = [];
   const declared = new Map((tool?.arguments ?? []).map((a) => [a.name, a]));
   const active = enabled(def);
@@ -202,7 +208,7 @@ export function analyse(tool: ToolInfo | null, def: PolicyDefinition, rules: Com
   }
   for (const c of active) {
     const arg = declared.get(c.argumentName);
-    if (!arg) continue;
+    if (!arg || starter) continue;
     const max = c.maximum ?? c.lessThanOrEqual;
     if (max !== undefined && arg.maximum !== undefined && max >= arg.maximum) {
       findings.push({
@@ -290,9 +296,10 @@ export function describeChange(
   tool: ToolInfo | null,
   current: CurrentPolicy | null,
   rules: CompiledRule[],
-  /** The policy proposed, when it is not the current one with the rules added (a starter policy). */
-  proposed: PolicyDefinition = proposeDefinition(current?.definition ?? null, rules),
+  /** The starter policy made from the tool's declarations, proposed instead of rules added to the current one. */
+  starter?: PolicyDefinition,
 ): PolicyChange {
+  const proposed = starter ?? proposeDefinition(current?.definition ?? null, rules);
   // More patterns than a policy may hold: a PUT refuses it before compiling any, and so does this,
   // neither scored nor analysed (both compile every pattern), as the dry run of a PUT answers.
   const tooMany = patternCountProblem(proposed);
@@ -301,7 +308,7 @@ export function describeChange(
   const analysis: Analysis =
     tooMany || checkPolicyDefinition(proposed).length > 0
       ? { findings: [], examples: [] }
-      : analyse(tool, proposed, rules);
+      : analyse(tool, proposed, rules, starter !== undefined);
   if (current?.definition.mode === 'llm') {
     analysis.findings.unshift({
       kind: 'replaces_llm_policy',

@@ -83,7 +83,11 @@ describe('POST /v1/mcp/charter', () => {
     expect(email.proposed.constraints).toEqual(
       expect.arrayContaining([expect.objectContaining({ argumentName: 'to', required: true })]),
     );
-    expect(email.analysis.findings.map((f: { kind: string }) => f.kind)).not.toContain('allows_everything');
+    // Nor are its rules taken for redundant ones: they are what enforces the declared enum.
+    expect(email.proposed.constraints).toEqual(
+      expect.arrayContaining([expect.objectContaining({ argumentName: 'priority', enum: ['low', 'high'] })]),
+    );
+    expect(email.analysis.findings).toEqual([]);
     expect(email.analysis.examples.map((e: { decision: string }) => e.decision)).toContain('deny');
     expect(email.quality.issues.join(' ')).not.toMatch(/constrains nothing/);
     // Nothing is live before approval.
