@@ -73,6 +73,18 @@ const TABLE: [string, Expect][] = [
   ['Never allow send_payment of $2,000 or more', pay({ lessThan: 2000 })],
   ['Block send_payment at least 100000', pay({ lessThan: 100000 })],
   ['Block send_payment of 50 or less', pay({ greaterThan: 50 })],
+  // Inclusive bounds written with "at or" / "or equal to": the bound itself is on their side.
+  ['Block send_payment at or above $1,000', pay({ lessThan: 1000 })],
+  ['Block send_payment equal to or greater than 1000', pay({ lessThan: 1000 })],
+  ['Block send_payment greater than or equal to 1000', pay({ lessThan: 1000 })],
+  ['Block send_payment at or below 10', pay({ greaterThan: 10 })],
+  ['send_payment amount must be at or above 5', pay({ minimum: 5 })],
+  ['send_payment amount must be equal to or less than 500', pay({ maximum: 500 })],
+  ['send_payment amount must be less than or equal to 500', pay({ maximum: 500 })],
+  [
+    'For send_payment, ask a person when the amount is at or above $500',
+    pay({ lessThan: 500, action: 'require_approval' }),
+  ],
   ['send_payment amount up to £200', pay({ maximum: 200 })],
   ['Payments over $5,000 need approval on send_payment', pay({ maximum: 5000, action: 'require_approval' })],
   [

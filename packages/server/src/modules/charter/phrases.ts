@@ -13,7 +13,7 @@ export const BOUNDS: { re: RegExp; kind: BoundKind; inherent: boolean }[] = [
   { re: new RegExp(String.raw`\bfrom\s+${NUM}\s+to\s+${NUM}`, 'i'), kind: 'between', inherent: true },
   {
     re: new RegExp(
-      String.raw`(?:\bat most|\bno more than|\bnot more than|\bup to|\bmaximum(?: of)?|\bmax(?:imum)?(?: of)?|\bno greater than|\bnot greater than|\bnot (?:to )?exceed(?:ing)?|\b(?:must|may|should|can|could|will) ?not exceed|\bcan't exceed|\bcannot exceed|\bnever exceed|\bcap(?:ped)?(?:\s+[\w$]+){0,4}?\s+at|\blimit(?:ed)?(?:\s+[\w$]+){0,4}?\s+to|\bno higher than|\bno larger than|<=|≤|=<)\s*${NUM}`,
+      String.raw`(?:\bat or (?:below|under)|\bequal to or (?:less|lower|fewer|smaller) than|\bequal to or (?:below|under)|\b(?:less|lower|fewer|smaller) than or equal to|\bup to and including|\bat most|\bno more than|\bnot more than|\bup to|\bmaximum(?: of)?|\bmax(?:imum)?(?: of)?|\bno greater than|\bnot greater than|\bnot (?:to )?exceed(?:ing)?|\b(?:must|may|should|can|could|will) ?not exceed|\bcan't exceed|\bcannot exceed|\bnever exceed|\bcap(?:ped)?(?:\s+[\w$]+){0,4}?\s+at|\blimit(?:ed)?(?:\s+[\w$]+){0,4}?\s+to|\bno higher than|\bno larger than|<=|≤|=<)\s*${NUM}`,
       'i',
     ),
     kind: 'le',
@@ -26,7 +26,7 @@ export const BOUNDS: { re: RegExp; kind: BoundKind; inherent: boolean }[] = [
   },
   {
     re: new RegExp(
-      String.raw`(?:\bat least|\bno less than|\bnot less than|\bno fewer than|\bminimum(?: of)?|\bmin(?:imum)?(?: of)?|\bno lower than|>=|≥|=>)\s*${NUM}`,
+      String.raw`(?:\bat or (?:above|over)|\bequal to or (?:greater|more|higher|larger|bigger) than|\bequal to or (?:above|over)|\b(?:greater|more|higher|larger|bigger) than or equal to|\bat least|\bno less than|\bnot less than|\bno fewer than|\bminimum(?: of)?|\bmin(?:imum)?(?: of)?|\bno lower than|>=|≥|=>)\s*${NUM}`,
       'i',
     ),
     kind: 'ge',
