@@ -168,6 +168,7 @@ describe('a byte order mark before the first line', () => {
     };
     expect(await verifyReceiptChain(linesOf(strings()))).toEqual(asText);
     expect(await verifyReceiptChain(linesOf(bytes()))).toEqual(asText);
+    expect(await verifyReceiptChain(text.split('\n'))).toEqual(asText);
     // Anywhere else it is a character of the line, which then is no JSON.
     expect((await verifyReceiptChain(text.replace('\n', '\n\uFEFF'))).ok).toBe(false);
   });

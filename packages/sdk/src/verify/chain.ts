@@ -76,11 +76,11 @@ export async function verifyReceiptChain(
   }
   const v = new ChainVerifier(options.start, new Set(options.treeSizes ?? []));
   let line = 0;
-  // A byte order mark before the first line is no part of it, as when the bytes are read (linesOf).
-  const items = typeof input === 'string' ? input.replace(/^\uFEFF/, '').split('\n') : input;
+  const items = typeof input === 'string' ? input.split('\n') : input;
   for await (const item of items as AsyncIterable<string | Json>) {
     line++;
-    await v.item(item, line);
+    // A byte order mark before the first line is no part of it, as when bytes are read (linesOf).
+    await v.item(line === 1 && typeof item === 'string' ? item.replace(/^\uFEFF/, '') : item, line);
   }
   return v.report();
 }

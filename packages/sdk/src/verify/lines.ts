@@ -5,14 +5,10 @@
 export async function* linesOf(
   source: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array | string>,
 ): AsyncGenerator<string> {
-  // The decoder drops a byte order mark at the start of the bytes; text given as strings drops it too.
   const decoder = new TextDecoder();
   let buf = '';
-  let first = true;
   for await (const chunk of 'getReader' in source ? chunksOf(source) : source) {
-    const text = typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true });
-    buf += first && typeof chunk === 'string' ? text.replace(/^\uFEFF/, '') : text;
-    if (text !== '') first = false;
+    buf += typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true });
     let start = 0;
     for (let nl = buf.indexOf('\n'); nl !== -1; nl = buf.indexOf('\n', start)) {
       yield buf.slice(start, nl);

@@ -146,7 +146,11 @@ function errorMessage(e: ErrorFunctionParameter): string {
       return DefaultErrorFunction({ ...e, schema: { ...e.schema, format: bounds.format } });
     }
   }
-  if (e.errorType === ValueErrorType.StringFormat && (e.schema as { format?: unknown }).format === 'uuid') {
+  const uuid =
+    (e.errorType === ValueErrorType.StringFormat && (e.schema as { format?: unknown }).format === 'uuid') ||
+    (e.errorType === ValueErrorType.StringPattern &&
+      (e.schema as { pattern?: unknown }).pattern === UUID_PATTERN);
+  if (uuid) {
     return typeof e.value === 'string' && isUuidAnyCase(e.value)
       ? 'must be written in lower case, as the API writes ids'
       : 'must be a UUID';
@@ -191,7 +195,7 @@ function nullableMismatch(schema: TSchema): ((value: unknown) => string) | null 
   return (value) => {
     const inner = Value.Errors(only, value).First();
     if (!inner) return 'Expected union value';
-    return inner.path === '' ? inner.message : `at ${inner.path}: ${inner.message}`;
+    return inner.path === '' ? `${inner.message} (or null)` : `at ${inner.path}: ${inner.message}`;
   };
 }
 SetErrorFunction(errorMessage);
@@ -211,8 +215,12 @@ export const NONEMPTY_NO_CONTROL_CHARS = '^[^\\u0000-\\u001f]+$';
 export const PATH_NAME =
   '^([^\\u0000-\\u001f.]|\\.[^\\u0000-\\u001f.]|\\.\\.[^\\u0000-\\u001f])[^\\u0000-\\u001f]*$';
 
+/** An HTTP header name (RFC 9110 token), at most 100 characters. */
+export const HEADER_NAME = "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$";
+
 /** What a failed pattern says, for the patterns shared by names (TypeBox would show the expression). */
 const PATTERN_MESSAGES = new Map([
+  [HEADER_NAME, "must be an HTTP header name: 1-100 letters, digits or !#$%&'*+.^_`|~-"],
   [NO_CONTROL_CHARS, 'must not contain control characters (U+0000-U+001F)'],
   [NONEMPTY_NO_CONTROL_CHARS, 'must not be empty or contain control characters (U+0000-U+001F)'],
   [
@@ -238,7 +246,9 @@ export function isUserId(value: unknown): value is string {
 }
 export const Name = Type.String({ minLength: 1, maxLength: 100, pattern: NO_CONTROL_CHARS });
 export const Slug = Type.String({ minLength: 1, maxLength: 100, pattern: '^[a-z0-9-]+$' });
-export const Uuid = Type.String({ format: 'uuid' });
+/** Ids as the service writes them; the pattern tells readers of /openapi.json that case counts. */
+export const UUID_PATTERN = '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
+export const Uuid = Type.String({ format: 'uuid', pattern: UUID_PATTERN });
 export const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 export const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200 }) });
 export const Success = Type.Object({ success: Type.Literal(true) });

@@ -35,9 +35,9 @@ export function createScopeResolver(roleOf: RoleLookup): ScopeResolver {
       return { organizationId: principal.organizationId, projectId: principal.projectId, principal };
     }
     const header = request.headers['x-organization-id'];
-    // A header is no JSON field the schemas check: an id in upper case is read as the id it is.
-    const given = typeof header === 'string' && header !== '' ? header : null;
-    const organizationId = explicit || (given !== null && isUuidAnyCase(given) ? given.toLowerCase() : given);
+    // An id in upper case (the header, or a field no schema checks as a UUID) is read as the id it is.
+    const given = explicit || (typeof header === 'string' && header !== '' ? header : null);
+    const organizationId = given !== null && isUuidAnyCase(given) ? given.toLowerCase() : given;
     if (!organizationId) {
       throw new AppError(
         'missing_organization',

@@ -175,12 +175,12 @@ describe('validation messages of closed sets name the allowed values', () => {
     expect(record.Errors({ c: { 'Bad Name': 'v' } }).First()?.message).toBe(
       'at /Bad Name: is not an allowed name: names match ^[a-z]+$',
     );
-    expect(record.Errors({ c: 5 }).First()?.message).toBe('Expected object');
+    expect(record.Errors({ c: 5 }).First()?.message).toBe('Expected object (or null)');
     expect(
       TypeCompiler.Compile(Nullable(Type.Number({ minimum: 0 })))
         .Errors(-1)
         .First()?.message,
-    ).toBe('Expected number to be greater or equal to 0');
+    ).toBe('Expected number to be greater or equal to 0 (or null)');
     // Any other union keeps TypeBox's message.
     const open = TypeCompiler.Compile(Type.Union([Type.String(), Type.Number()]));
     expect(open.Errors(true).First()?.message).toBe('Expected union value');

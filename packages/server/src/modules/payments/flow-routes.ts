@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.js';
-import { compileSchema, PatternRecord } from '../../lib/schemas.js';
+import { compileSchema, HEADER_NAME, PatternRecord } from '../../lib/schemas.js';
 import type { DocumentedOnly } from '../../plugins/openapi.js';
 import { flowError } from './flow-model.js';
 import type { InvoiceService } from './invoices.js';
@@ -81,9 +81,8 @@ const TransitionBody = Type.Object(
 /** The longest a provider may take to answer a payment (`timeout_ms`). */
 export const MAX_PROVIDER_TIMEOUT_MS = 120_000;
 
-const HeaderName = "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$";
 const Credentials = Type.Union([
-  PatternRecord(HeaderName, Type.String({ minLength: 1, maxLength: 4096, pattern: '^[\\x20-\\x7e]*$' }), {
+  PatternRecord(HEADER_NAME, Type.String({ minLength: 1, maxLength: 4096, pattern: '^[\\x20-\\x7e]*$' }), {
     maxProperties: 16,
   }),
   Type.Null(),
