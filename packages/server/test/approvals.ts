@@ -48,6 +48,18 @@ export async function createKey(t: TestApp, tenant: Tenant, scopes: string[], na
   return res.json().key;
 }
 
+/** A new key of the tenant's project minted by the API key `by` (so of its lineage). */
+export async function mintKey(t: TestApp, tenant: Tenant, by: string, scopes: string[]): Promise<string> {
+  const res = await t.inject({
+    method: 'POST',
+    url: '/v1/api-keys',
+    headers: keyHeader(by),
+    payload: { name: 'minted', projectId: tenant.projectId, scopes },
+  });
+  if (res.statusCode !== 201) throw new Error(`key mint failed: ${res.body}`);
+  return res.json().key;
+}
+
 const approverKeys = new WeakMap<Tenant, Promise<string>>();
 
 /** The tenant's approver key (scope approvals:resolve), created once. */

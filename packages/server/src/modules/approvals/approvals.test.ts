@@ -4,6 +4,7 @@ import {
   approverKey,
   collectEvents,
   createKey,
+  mintKey,
   openApproval,
   receiptsOf,
   resolveApproval,
@@ -455,16 +456,7 @@ describe('who may resolve', () => {
   it('nor does a key it minted, the key that minted it, or a sibling: keys a key mints share its lineage', async () => {
     const tenant = await teamTenant();
     const both = await createKey(t, tenant, ['api', 'approvals:resolve'], 'agent and approver');
-    const mint = async (by: string, scopes: string[]) => {
-      const res = await t.inject({
-        method: 'POST',
-        url: '/v1/api-keys',
-        headers: keyHeader(by),
-        payload: { name: 'minted', projectId: tenant.projectId, scopes },
-      });
-      expect(res.statusCode).toBe(201);
-      return res.json().key as string;
-    };
+    const mint = (by: string, scopes: string[]) => mintKey(t, tenant, by, scopes);
     const child = await mint(both, ['approvals:resolve']);
     const agent = await mint(both, ['api']);
     const grandchild = await mint(agent, ['api']);

@@ -1,6 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { approverKey, collectEvents, createKey, resolveApproval, setTier } from '../../../test/approvals.js';
+import {
+  approverKey,
+  collectEvents,
+  createKey,
+  mintKey,
+  resolveApproval,
+  setTier,
+} from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
 import { createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { CSRF_HEADER } from '../sessions/model.js';
@@ -114,17 +121,11 @@ describe('dual control: one person is one approver, however they reach the servi
     const id = await dualControl(tenant);
     // A key that may also mint keys (api); an approver-only key cannot mint any.
     const relay = await createKey(t, tenant, ['api', 'approvals:resolve'], 'relay');
-    const minted = await t.inject({
-      method: 'POST',
-      url: '/v1/api-keys',
-      headers: keyHeader(relay),
-      payload: { name: 'second relay', projectId: tenant.projectId, scopes: ['approvals:resolve'] },
-    });
-    expect(minted.statusCode).toBe(201);
+    const minted = await mintKey(t, tenant, relay, ['approvals:resolve']);
     expect((await resolveApproval(t, relay, id, 'approve', 'alice')).json()).toMatchObject({
       status: 'pending',
     });
-    const second = await resolveApproval(t, minted.json().key, id, 'approve', 'bob');
+    const second = await resolveApproval(t, minted, id, 'approve', 'bob');
     expectError(second, 409, 'approval_already_resolved');
     expect(second.json().error.message).toMatch(/of the lineage of API key/);
     // A person's own token is a second approver.

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { collectEvents, createKey } from '../../../test/approvals.js';
+import { collectEvents, createKey, mintKey } from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
 import { createDraftRepository } from './repository.js';
@@ -70,16 +70,7 @@ describe('POST /v1/policy-drafts/:id/approve', () => {
   it("nor does a key of the creator's lineage: one it minted, or one that minted it", async () => {
     const tenant = await createTenant(t);
     const both = await createKey(t, tenant, ['api', 'policy-drafts:approve'], 'agent and reviewer');
-    const mint = async (by: string, scopes: string[]) => {
-      const res = await t.inject({
-        method: 'POST',
-        url: '/v1/api-keys',
-        headers: keyHeader(by),
-        payload: { name: 'minted', projectId: tenant.projectId, scopes },
-      });
-      expect(res.statusCode).toBe(201);
-      return res.json().key as string;
-    };
+    const mint = (by: string, scopes: string[]) => mintKey(t, tenant, by, scopes);
     const reviewerChild = await mint(both, ['policy-drafts:approve']);
     const writerChild = await mint(both, ['api']);
     const approveAs = async (key: string, id: string) => {
