@@ -1,5 +1,5 @@
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, createServer as createNetServer, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type McpUpstream, startMcpUpstream } from '../../../test/mcp-upstream.js';
 import { createHttpFetch, MAX_SOCKETS_PER_ORIGIN, ownMessage, type ResolveAll } from './http-fetch.js';
@@ -26,6 +26,77 @@ const resolvingTo =
   (address: string): ResolveAll =>
   (_host, _options, callback) =>
     callback(null, [{ address, family: address.includes(':') ? 6 : 4 }]);
+
+/**
+ * An upstream that closes each connection when its second request arrives, unanswered: what a
+ * server whose idle timeout ends just as a kept-alive connection is used again does. `seen` counts
+ * the requests it answered.
+ */
+async function closingOnReuse(): Promise<{ url: URL; seen: string[]; close(): Promise<void> }> {
+  const seen: string[] = [];
+  const sockets = new Set<Socket>();
+  const tcp = createNetServer((socket) => {
+    sockets.add(socket);
+    let requests = 0;
+    let buffer = '';
+    socket.on('data', (chunk) => {
+      buffer += chunk.toString('utf8');
+      const end = buffer.indexOf('\r\n\r\n');
+      if (end === -1) return;
+      const length = Number(/content-length: (\d+)/i.exec(buffer.slice(0, end))?.[1] ?? 0);
+      if (buffer.length < end + 4 + length) return;
+      const body = buffer.slice(end + 4, end + 4 + length);
+      buffer = buffer.slice(end + 4 + length);
+      if (++requests > 1) return void socket.destroy();
+      seen.push(body);
+      socket.write(
+        'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n{}',
+      );
+    });
+    socket.on('close', () => sockets.delete(socket));
+  });
+  await new Promise<void>((r) => tcp.listen(0, '127.0.0.1', () => r()));
+  return {
+    url: new URL(`http://127.0.0.1:${(tcp.address() as AddressInfo).port}/mcp`),
+    seen,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => tcp.close(r));
+    },
+  };
+}
+
+describe('a kept-alive upstream connection closed as it is used again', () => {
+  it('carries the request on a new connection, except a tool call, which is never sent twice', async () => {
+    const up = await closingOnReuse();
+    const http = createHttpFetch({ allowPrivate: true });
+    const post = (method: string) => ({
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method }),
+    });
+    try {
+      for (const send of [
+        (m: string) => http.request(up.url, post(m)).then((res) => res.resume()),
+        (m: string) => http.fetch(up.url.href, post(m)).then((res) => res.text()),
+      ]) {
+        await send('initialize');
+        // The second request goes out on the kept-alive connection, which the upstream closes.
+        await send('resources/list');
+        await expect(send('tools/call')).rejects.toMatchObject({ code: 'ECONNRESET' });
+      }
+      expect(up.seen.map((b) => JSON.parse(b).method)).toEqual([
+        'initialize',
+        'resources/list',
+        'initialize',
+        'resources/list',
+      ]);
+    } finally {
+      http.close();
+      await up.close();
+    }
+  });
+});
 
 describe('createHttpFetch (pooled upstream sockets)', () => {
   it('refuses a name that resolves to a blocked address at connect time', async () => {

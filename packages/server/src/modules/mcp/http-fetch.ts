@@ -61,6 +61,25 @@ export function checkedLookup(resolveAll: ResolveAll = dnsLookup as ResolveAll):
  */
 export const MAX_SOCKETS_PER_ORIGIN = 256;
 
+/**
+ * Whether a request that failed may be sent once more on another connection: it went out on a kept-
+ * alive connection the upstream closed meanwhile (its idle timeout ending as the request left), so
+ * the upstream never read it. A tool call is never sent twice: were the connection reset after the
+ * upstream read it, the tool would run again.
+ */
+export function staleConnection(
+  req: { reusedSocket: boolean },
+  err: unknown,
+  body: string | undefined,
+): boolean {
+  return (
+    req.reusedSocket &&
+    (err as NodeJS.ErrnoException)?.code === 'ECONNRESET' &&
+    !(body !== undefined && TOOL_CALL.test(body))
+  );
+}
+const TOOL_CALL = /"method"\s*:\s*"tools\/call"/;
+
 /** Set (run) while the gateway sends a message of its own upstream: it goes outside the bounded pool. */
 export const ownMessage = new AsyncLocalStorage<true>();
 
@@ -120,31 +139,37 @@ export function createHttpFetch(options: HttpFetchOptions): {
     const headers = Object.fromEntries(new Headers(init.headers).entries());
     if (typeof body === 'string') headers['content-length'] = String(Buffer.byteLength(body));
     const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
-    return new Promise<Response>((resolve, reject) => {
-      const req = send(
-        url,
-        {
-          method,
-          headers,
-          agent: agentFor(url.protocol, method),
-          ...(init.signal ? { signal: init.signal } : {}),
-        },
-        (res) => {
-          const status = res.statusCode ?? 502;
-          const stream = NULL_BODY.has(status) || method === 'HEAD' ? null : Readable.toWeb(res);
-          if (!stream) res.resume();
-          resolve(
-            new Response(stream as ReadableStream<Uint8Array> | null, {
-              status,
-              statusText: res.statusMessage ?? '',
-              headers: toHeaders(res),
-            }),
-          );
-        },
-      );
-      req.on('error', reject);
-      req.end(typeof body === 'string' ? body : undefined);
-    });
+    const attempt = (retried: boolean): Promise<Response> =>
+      new Promise<Response>((resolve, reject) => {
+        const req = send(
+          url,
+          {
+            method,
+            headers,
+            agent: agentFor(url.protocol, method),
+            ...(init.signal ? { signal: init.signal } : {}),
+          },
+          (res) => {
+            const status = res.statusCode ?? 502;
+            const stream = NULL_BODY.has(status) || method === 'HEAD' ? null : Readable.toWeb(res);
+            if (!stream) res.resume();
+            resolve(
+              new Response(stream as ReadableStream<Uint8Array> | null, {
+                status,
+                statusText: res.statusMessage ?? '',
+                headers: toHeaders(res),
+              }),
+            );
+          },
+        );
+        req.on('error', (err) => {
+          const text = typeof body === 'string' ? body : undefined;
+          if (!retried && staleConnection(req, err, text)) resolve(attempt(true));
+          else reject(err);
+        });
+        req.end(typeof body === 'string' ? body : undefined);
+      });
+    return attempt(false);
   };
   const request: RawRequest = (url, init) => {
     if (!(url.protocol in agents))
@@ -152,17 +177,22 @@ export function createHttpFetch(options: HttpFetchOptions): {
     const headers = { ...init.headers };
     if (init.body !== undefined) headers['content-length'] = String(Buffer.byteLength(init.body));
     const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
-    return new Promise<IncomingMessage>((resolve, reject) => {
-      const req = send(url, {
-        method: init.method,
-        headers,
-        agent: agentFor(url.protocol, init.method.toUpperCase()),
-        ...(init.signal ? { signal: init.signal } : {}),
+    const attempt = (retried: boolean): Promise<IncomingMessage> =>
+      new Promise<IncomingMessage>((resolve, reject) => {
+        const req = send(url, {
+          method: init.method,
+          headers,
+          agent: agentFor(url.protocol, init.method.toUpperCase()),
+          ...(init.signal ? { signal: init.signal } : {}),
+        });
+        req.on('response', resolve);
+        req.on('error', (err) => {
+          if (!retried && staleConnection(req, err, init.body)) resolve(attempt(true));
+          else reject(err);
+        });
+        req.end(init.body);
       });
-      req.on('response', resolve);
-      req.on('error', reject);
-      req.end(init.body);
-    });
+    return attempt(false);
   };
   return {
     fetch: fetchImpl,
