@@ -74,6 +74,8 @@ const TABLE: [string, Expect][] = [
   ['Block send_payment at least 100000', pay({ lessThan: 100000 })],
   ['Block send_payment of 50 or less', pay({ greaterThan: 50 })],
   // Inclusive bounds written with "at or" / "or equal to": the bound itself is on their side.
+  ['Block send_payment up to and including 500', pay({ greaterThan: 500 })],
+  ['send_payment amount must be equal to or bigger than 5', pay({ minimum: 5 })],
   ['Block send_payment at or above $1,000', pay({ lessThan: 1000 })],
   ['Block send_payment equal to or greater than 1000', pay({ lessThan: 1000 })],
   ['Block send_payment greater than or equal to 1000', pay({ lessThan: 1000 })],
@@ -189,6 +191,21 @@ describe('compileMessage: messages with several rules', () => {
   it('uses the conversation tool when a follow-up names none', () => {
     const out = compileMessage('Also block amounts over 50', TOOLS, 'send_payment');
     expect(out.rules[0]).toMatchObject({ toolName: 'send_payment', constraint: { maximum: 50 } });
+  });
+
+  it('keeps both of two inclusive bounds joined by "and"', () => {
+    for (const text of [
+      'send_payment amount must be at or above 10 and at or below 20',
+      'send_payment amount must be greater than or equal to 10 and less than or equal to 20',
+    ]) {
+      expect(
+        compileMessage(text, TOOLS, null).rules.map((r) => r.constraint),
+        text,
+      ).toEqual([
+        { argumentName: 'amount', enabled: true, minimum: 10 },
+        { argumentName: 'amount', enabled: true, maximum: 20 },
+      ]);
+    }
   });
 
   it('does not split "between X and Y"', () => {

@@ -94,6 +94,13 @@ export function clauseJoiner(keywords: readonly string[]): RegExp {
     'cap',
     'at most',
     'at least',
+    'at or',
+    'equal to or',
+    'greater than or equal',
+    'more than or equal',
+    'less than or equal',
+    'lower than or equal',
+    'up to',
     'no more than',
     'escalate',
     'make',
@@ -216,7 +223,8 @@ const STOP = new Set(
     'need needs require requires required ask person human someone review approval approve escalate instead please ' +
     'than more less over under above below between and or but also then call calls payment payments amount amounts ' +
     'value values sum transfer transfers transaction transactions charge charges money spend spending exceed exceeds ' +
-    'exceeding up most least maximum minimum max min equal greater lower higher larger smaller fewer times once twice ' +
+    'exceeding up most least maximum minimum max min equal greater lower higher larger bigger smaller fewer times once twice ' +
+    'including inclusive ' +
     'dollars dollar usd eur euros gbp pounds bucks k thousand million billion make sure always any ' +
     'total totals cumulative cumulatively combined altogether aggregate overall session sessions conversation run'
   ).split(' '),
