@@ -89,11 +89,6 @@ function numberOption(
 
 const ABOVE_ZERO = [(n: number) => n > 0, 'a number above 0'] as const;
 const AT_LEAST_ZERO = [(n: number) => n >= 0, 'a number of at least 0'] as const;
-/** A time between timer ticks: a timer cannot wait Infinity (Node fires it at once). */
-const FINITE_AT_LEAST_ZERO = [
-  (n: number) => n >= 0 && Number.isFinite(n),
-  'a finite number of at least 0',
-] as const;
 
 export function createClient(options: ClientOptions): Client {
   if (!options?.apiKey || !options.baseUrl) throw new SvcError('createClient needs apiKey and baseUrl');
@@ -142,7 +137,7 @@ export function createClient(options: ClientOptions): Client {
       'approvals.pollIntervalMs',
       options.approvals?.pollIntervalMs,
       2000,
-      ...FINITE_AT_LEAST_ZERO,
+      ...AT_LEAST_ZERO,
     ),
     timeoutMs: numberOption('approvals.timeoutMs', options.approvals?.timeoutMs, 300_000, ...AT_LEAST_ZERO),
   };
@@ -170,7 +165,7 @@ export function createClient(options: ClientOptions): Client {
       'log.flushIntervalMs',
       options.log?.flushIntervalMs,
       1000,
-      ...FINITE_AT_LEAST_ZERO,
+      ...AT_LEAST_ZERO,
     ),
     maxBuffered: numberOption('log.maxBuffered', options.log?.maxBuffered, 100_000, ...AT_LEAST_ZERO),
     exitTimeoutMs: closeTimeoutMs,
@@ -525,7 +520,7 @@ export function createClient(options: ClientOptions): Client {
       'pollIntervalMs',
       opts.pollIntervalMs,
       approvalDefaults.pollIntervalMs,
-      ...FINITE_AT_LEAST_ZERO,
+      ...AT_LEAST_ZERO,
     );
     const timeout = numberOption('timeoutMs', opts.timeoutMs, approvalDefaults.timeoutMs, ...AT_LEAST_ZERO);
     const deadline = Date.now() + timeout;

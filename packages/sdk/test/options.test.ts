@@ -65,9 +65,8 @@ describe('timing options', () => {
       { log: { batchSize: Number.NaN } },
       { log: { maxBuffered: Number.NaN } },
       { log: { flushIntervalMs: Number.NaN } },
-      { log: { flushIntervalMs: Number.POSITIVE_INFINITY } },
       { approvals: { pollIntervalMs: Number.NaN } },
-      { approvals: { pollIntervalMs: Number.POSITIVE_INFINITY } },
+      { approvals: { pollIntervalMs: -1 } },
       { approvals: { timeoutMs: Number.NaN } },
       { maxStalenessMs: Number.NaN },
       { maxRetryDelayMs: Number.NaN },
@@ -106,8 +105,12 @@ describe('timing options', () => {
         baseUrl: t.url,
         live: false,
         maxCachedPolicies: 0,
-        log: { batchSize: 0, maxBuffered: Number.POSITIVE_INFINITY },
-        approvals: { pollIntervalMs: 0, timeoutMs: Number.POSITIVE_INFINITY },
+        log: {
+          batchSize: 0,
+          maxBuffered: Number.POSITIVE_INFINITY,
+          flushIntervalMs: Number.POSITIVE_INFINITY,
+        },
+        approvals: { pollIntervalMs: Number.POSITIVE_INFINITY, timeoutMs: Number.POSITIVE_INFINITY },
       }),
     ).not.toThrow();
   });

@@ -55,6 +55,7 @@ describe('loadConfig: upper bounds of durations', () => {
       'http://x/v1?key=1',
       'http://x/v1#f',
       'ftp://x',
+      'http://u:p@x/v1',
     ]) {
       expect(refusal({ SVC_LLM_OPENAI_BASE_URL: v })).toMatch(
         /^SVC_LLM_OPENAI_BASE_URL must be an http\(s\) URL/,
@@ -133,8 +134,16 @@ describe('loadConfig: SVC_DATABASE_URL', () => {
       ['idle_in_transaction_session_timeout', '1min'],
     ]) {
       expect(refusal({ SVC_DATABASE_URL: `postgres://u@127.0.0.1:5432/db?${name}=${v}` })).toBe(
-        `SVC_DATABASE_URL: ${name} must be a whole number of milliseconds, got "${v}"`,
+        `SVC_DATABASE_URL: ${name} must be a whole number of milliseconds up to 2147482647, got "${v}"`,
       );
+    }
+    // A socket URL, a repeated parameter (pg takes the last), a bound past a Node timer.
+    for (const url of [
+      'postgres://u@/db?host=/var/run/postgresql&statement_timeout=5s',
+      'postgres://u@127.0.0.1:5432/db?statement_timeout=5000&statement_timeout=5s',
+      'postgres://u@127.0.0.1:5432/db?statement_timeout=2147483000',
+    ]) {
+      expect(refusal({ SVC_DATABASE_URL: url }), url).toMatch(/^SVC_DATABASE_URL: statement_timeout must be/);
     }
     const ok =
       'postgres://u@127.0.0.1:5432/db?statement_timeout=200000&idle_in_transaction_session_timeout=0';

@@ -331,17 +331,19 @@ function databaseUrl(value: string | undefined): string {
     throw new Error('SVC_DATABASE_URL must start with sqlite: or postgres://');
   }
   if (!url.startsWith('sqlite:')) {
-    // pg reads these with parseInt: "5s", PostgreSQL's own way to write 5 seconds, would be 5 ms.
-    let params: URLSearchParams | null = null;
-    try {
-      params = new URL(url).searchParams;
-    } catch {
-      // pg reports a URL it cannot read when it connects
-    }
+    // pg reads these with parseInt: "5s", PostgreSQL's own way to write 5 seconds, would be 5 ms. The
+    // query is read as such (a socket URL, postgres://u@/db?host=/run/..., is no WHATWG URL), every
+    // value of a repeated parameter (pg takes the last). The client's own bound is the statement
+    // timeout plus 1 s, on a Node timer.
+    const query = url.includes('?') ? url.slice(url.indexOf('?') + 1).split('#')[0]! : '';
+    const params = new URLSearchParams(query);
     for (const name of ['statement_timeout', 'idle_in_transaction_session_timeout']) {
-      const v = params?.get(name);
-      if (v != null && !/^\d+$/.test(v)) {
-        throw new Error(`SVC_DATABASE_URL: ${name} must be a whole number of milliseconds, got "${v}"`);
+      for (const v of params.getAll(name)) {
+        if (!/^\d+$/.test(v) || Number(v) > MAX_TIMER_MS - 1000) {
+          throw new Error(
+            `SVC_DATABASE_URL: ${name} must be a whole number of milliseconds up to ${MAX_TIMER_MS - 1000}, got "${v}"`,
+          );
+        }
       }
     }
   }

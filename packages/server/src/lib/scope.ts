@@ -28,16 +28,16 @@ export function createScopeResolver(roleOf: RoleLookup): ScopeResolver {
     const principal = request.principal;
     if (!principal || principal.kind === 'admin')
       throw new AppError('unauthorized', 'Authentication required');
+    // An id in upper case (the header, or a field no schema checks as a UUID) is read as the id it is.
+    const lower = (id: string | null | undefined) => (id && isUuidAnyCase(id) ? id.toLowerCase() : id);
     if (principal.kind === 'apiKey') {
-      if (explicit && explicit !== principal.organizationId) {
+      if (explicit && lower(explicit) !== principal.organizationId) {
         throw new AppError('authorization_error', 'This API key belongs to another organization');
       }
       return { organizationId: principal.organizationId, projectId: principal.projectId, principal };
     }
     const header = request.headers['x-organization-id'];
-    // An id in upper case (the header, or a field no schema checks as a UUID) is read as the id it is.
-    const given = explicit || (typeof header === 'string' && header !== '' ? header : null);
-    const organizationId = given !== null && isUuidAnyCase(given) ? given.toLowerCase() : given;
+    const organizationId = lower(explicit || (typeof header === 'string' && header !== '' ? header : null));
     if (!organizationId) {
       throw new AppError(
         'missing_organization',

@@ -85,6 +85,15 @@ describe('envelope A on every error', () => {
       headers: { ...asUser(tenant), 'x-organization-id': tenant.orgId.toUpperCase() },
     });
     expect(listed.statusCode).toBe(200);
+    // So is an organizationId field that no schema checks as a UUID, with a user token or a key.
+    for (const headers of [{ authorization: `Bearer ${tenant.token}` }, keyHeader(tenant.apiKey)]) {
+      const projects = await t.inject({
+        method: 'GET',
+        url: `/v1/projects?organizationId=${tenant.orgId.toUpperCase()}`,
+        headers,
+      });
+      expect(projects.statusCode, projects.body).toBe(200);
+    }
   });
 
   it('answers a wrong content type with 415', async () => {

@@ -180,7 +180,9 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
         throw new AppError('invalid_status', `Approval is already ${state}; it can be resolved only once`);
       }
       if (byKeyId !== null && current.requested_by_key_id === byKeyId) throw forbidden(SELF_RESOLVE);
-      if (byKeyId !== null && current.requested_by_lineage_id === byLineageId) {
+      // An approval an older version opened has no lineage recorded: its key's own id is its lineage.
+      const requesterLineage = current.requested_by_lineage_id ?? current.requested_by_key_id;
+      if (byKeyId !== null && requesterLineage === byLineageId) {
         throw forbidden(LINEAGE_RESOLVE);
       }
       const required = Number(current.required_approvals ?? 1);

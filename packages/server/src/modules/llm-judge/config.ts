@@ -34,20 +34,22 @@ function positiveInt(name: keyof typeof LLM_LIMITS, value: string | undefined, f
   return n;
 }
 
-/**
- * A provider counts as configured when it has an API key or a base URL: an OpenAI-compatible server
- * (vLLM, Ollama, LiteLLM) often needs no key.
- */
-/** A URL the provider's paths are appended to: http(s), a host, nothing after the path. */
+/** A URL the provider's paths are appended to: http(s), a host, no credentials, nothing after the path. */
 function isBaseUrl(value: string): boolean {
   if (!/^https?:\/\//i.test(value) || /[?#]/.test(value)) return false;
   try {
-    return new URL(value).hostname !== '';
+    const url = new URL(value);
+    // fetch refuses a URL with credentials in it.
+    return url.hostname !== '' && url.username === '' && url.password === '';
   } catch {
     return false;
   }
 }
 
+/**
+ * A provider counts as configured when it has an API key or a base URL: an OpenAI-compatible server
+ * (vLLM, Ollama, LiteLLM) often needs no key.
+ */
 function provider(env: NodeJS.ProcessEnv, name: ProviderName): ProviderSettings | null {
   const prefix = `SVC_LLM_${name.toUpperCase()}`;
   const apiKey = nonEmpty(env[`${prefix}_API_KEY`]);
@@ -55,7 +57,7 @@ function provider(env: NodeJS.ProcessEnv, name: ProviderName): ProviderSettings 
   if (apiKey === null && baseUrl === null) return null;
   if (baseUrl !== null && !isBaseUrl(baseUrl)) {
     throw new Error(
-      `${prefix}_BASE_URL must be an http(s) URL with a host and no query or fragment, got "${baseUrl}"`,
+      `${prefix}_BASE_URL must be an http(s) URL with a host, no credentials and no query or fragment, got "${baseUrl}"`,
     );
   }
   return {

@@ -157,7 +157,9 @@ describe('MCP gateway: large streamed answers and replays', () => {
     }
   });
 
-  it('replays a POST answer stream of about 3.5 MB on resumption, then ends', async () => {
+  it('replays a POST answer stream of about 3.5 MB on resumption, then ends', {
+    timeout: 70_000,
+  }, async () => {
     const headers = await session();
     const call = await post(
       headers,

@@ -249,7 +249,7 @@ export function createDraftService(deps: DraftServiceDeps) {
         if (created.created_by_key_id === p.keyId) {
           throw forbidden('an API key cannot approve a policy draft it created');
         }
-        if (created.created_by_lineage_id === p.lineageId) {
+        if ((created.created_by_lineage_id ?? created.created_by_key_id) === p.lineageId) {
           throw forbidden(
             'an API key cannot approve a policy draft a key of its lineage created (the key that minted it, or one minted by it or by the same key)',
           );
