@@ -67,11 +67,7 @@ export const MAX_SOCKETS_PER_ORIGIN = 256;
  * the upstream never read it. A tool call is never sent twice: were the connection reset after the
  * upstream read it, the tool would run again.
  */
-export function staleConnection(
-  req: { reusedSocket: boolean },
-  err: unknown,
-  body: string | undefined,
-): boolean {
+function staleConnection(req: { reusedSocket: boolean }, err: unknown, body: string | undefined): boolean {
   return (
     req.reusedSocket &&
     (err as NodeJS.ErrnoException)?.code === 'ECONNRESET' &&
@@ -126,51 +122,6 @@ export function createHttpFetch(options: HttpFetchOptions): {
     (method === 'GET' || ownMessage.getStore() === true ? streamAgents : agents)[
       protocol as 'http:' | 'https:'
     ];
-  const fetchImpl: FetchLike = (input, init = {}) => {
-    const url = new URL(input);
-    const body = init.body;
-    if ((body !== undefined && body !== null && typeof body !== 'string') || !(url.protocol in agents)) {
-      // Global fetch would bypass the checked lookup; the SDK transports never send anything else.
-      return Promise.reject(
-        new TypeError(`unsupported upstream request: ${url.protocol} with a non-string body`),
-      );
-    }
-    const method = (init.method ?? 'GET').toUpperCase();
-    const headers = Object.fromEntries(new Headers(init.headers).entries());
-    if (typeof body === 'string') headers['content-length'] = String(Buffer.byteLength(body));
-    const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
-    const attempt = (retried: boolean): Promise<Response> =>
-      new Promise<Response>((resolve, reject) => {
-        const req = send(
-          url,
-          {
-            method,
-            headers,
-            agent: agentFor(url.protocol, method),
-            ...(init.signal ? { signal: init.signal } : {}),
-          },
-          (res) => {
-            const status = res.statusCode ?? 502;
-            const stream = NULL_BODY.has(status) || method === 'HEAD' ? null : Readable.toWeb(res);
-            if (!stream) res.resume();
-            resolve(
-              new Response(stream as ReadableStream<Uint8Array> | null, {
-                status,
-                statusText: res.statusMessage ?? '',
-                headers: toHeaders(res),
-              }),
-            );
-          },
-        );
-        req.on('error', (err) => {
-          const text = typeof body === 'string' ? body : undefined;
-          if (!retried && staleConnection(req, err, text)) resolve(attempt(true));
-          else reject(err);
-        });
-        req.end(typeof body === 'string' ? body : undefined);
-      });
-    return attempt(false);
-  };
   const request: RawRequest = (url, init) => {
     if (!(url.protocol in agents))
       return Promise.reject(new TypeError(`unsupported upstream scheme ${url.protocol}`));
@@ -193,6 +144,30 @@ export function createHttpFetch(options: HttpFetchOptions): {
         req.end(init.body);
       });
     return attempt(false);
+  };
+  /** fetch over `request`: the same sockets, and the same second attempt on a stale connection. */
+  const fetchImpl: FetchLike = async (input, init = {}) => {
+    const url = new URL(input);
+    const body = init.body;
+    if ((body !== undefined && body !== null && typeof body !== 'string') || !(url.protocol in agents)) {
+      // Global fetch would bypass the checked lookup; the SDK transports never send anything else.
+      throw new TypeError(`unsupported upstream request: ${url.protocol} with a non-string body`);
+    }
+    const method = (init.method ?? 'GET').toUpperCase();
+    const res = await request(url, {
+      method,
+      headers: Object.fromEntries(new Headers(init.headers).entries()),
+      ...(typeof body === 'string' ? { body } : {}),
+      ...(init.signal ? { signal: init.signal } : {}),
+    });
+    const status = res.statusCode ?? 502;
+    const stream = NULL_BODY.has(status) || method === 'HEAD' ? null : Readable.toWeb(res);
+    if (!stream) res.resume();
+    return new Response(stream as ReadableStream<Uint8Array> | null, {
+      status,
+      statusText: res.statusMessage ?? '',
+      headers: toHeaders(res),
+    });
   };
   return {
     fetch: fetchImpl,
