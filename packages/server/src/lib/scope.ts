@@ -23,13 +23,14 @@ export type ScopeResolver = (
  * An API key acts in its own organization. A user names the organization (query or body field where
  * the spec has one, else the X-Organization-Id header) and must be a member of it.
  */
+/** An organization id in upper case (the header, or a field no schema checks as a UUID) read as the id it is. */
+const lower = (id: string | null | undefined) => (id && isUuidAnyCase(id) ? id.toLowerCase() : id);
+
 export function createScopeResolver(roleOf: RoleLookup): ScopeResolver {
   return async (request, explicit) => {
     const principal = request.principal;
     if (!principal || principal.kind === 'admin')
       throw new AppError('unauthorized', 'Authentication required');
-    // An id in upper case (the header, or a field no schema checks as a UUID) is read as the id it is.
-    const lower = (id: string | null | undefined) => (id && isUuidAnyCase(id) ? id.toLowerCase() : id);
     if (principal.kind === 'apiKey') {
       if (explicit && lower(explicit) !== principal.organizationId) {
         throw new AppError('authorization_error', 'This API key belongs to another organization');
