@@ -116,6 +116,14 @@ const TABLE: [string, Expect][] = [
   ['Allow send_email only twice per session', { toolName: 'send_email', maxCalls: 2 }],
   ['Block delete_user after 1 call per session', { toolName: 'delete_user', maxCalls: 1 }],
   ['send_payment no more than five times in a session', { toolName: 'send_payment', maxCalls: 5 }],
+  ['Block send_payment at 5 or more calls per session', { toolName: 'send_payment', maxCalls: 4 }],
+  ['send_email fewer than 3 times per session', { toolName: 'send_email', maxCalls: 2 }],
+  ['Block delete_user more than 2 times per session', { toolName: 'delete_user', maxCalls: 2 }],
+  ['delete_user must never exceed 4 calls per session', { toolName: 'delete_user', maxCalls: 4 }],
+  [
+    'The total send_payment amount per session must never exceed $5,000',
+    { toolName: 'send_payment', cumulative: { argumentName: 'amount', maxValue: 5000 } },
+  ],
   [
     'The total send_payment amount per session must not exceed $5,000',
     { toolName: 'send_payment', cumulative: { argumentName: 'amount', maxValue: 5000 } },
@@ -145,6 +153,9 @@ const REFUSE: string[] = [
   'Block send_payment amounts between 10 and 20',
   'Require approval for send_payment',
   'Limit send_payment calls per session',
+  'Block send_payment when the total amount per session is at or above $5,000',
+  'Keep the send_payment total per session under $5,000',
+  'Allow send_payment at least 3 times per session',
   'Block everything',
 ];
 
@@ -205,6 +216,17 @@ describe('compileMessage: messages with several rules', () => {
         { argumentName: 'amount', enabled: true, minimum: 10 },
         { argumentName: 'amount', enabled: true, maximum: 20 },
       ]);
+    }
+  });
+
+  it('refuses a session total that leaves its limit out, saying how to write it', () => {
+    for (const text of [
+      'Block send_payment when the total amount per session is at or above $5,000',
+      'Keep the send_payment total per session under $5,000',
+    ]) {
+      const out = compileMessage(text, TOOLS, null);
+      expect(out.rules, text).toEqual([]);
+      expect(out.notUnderstood[0]?.why, text).toMatch(/including the limit itself.*at most 5000 in total/);
     }
   });
 

@@ -264,6 +264,15 @@ function pickArgument(ctx: Ctx, types: string[], hint: string): ToolArgument | {
   };
 }
 
+/** The allowed side of a bound that describes the stopped calls: stopping over X allows at most X. */
+const ALLOWED_SIDE: Record<BoundKind, BoundKind | null> = {
+  gt: 'le',
+  ge: 'lt',
+  le: 'gt',
+  lt: 'ge',
+  between: null,
+};
+
 function sessionRule(ctx: Ctx): Outcome {
   if (!SESSION.test(ctx.clause)) return null;
   const total = TOTAL.test(ctx.clause);
@@ -271,17 +280,19 @@ function sessionRule(ctx: Ctx): Outcome {
     const bound = findBound(ctx.clause);
     if (!bound || bound.kind === 'between')
       return { why: 'a session total needs an upper limit, such as "at most $5,000 in total per session"' };
-    const polarity = polarityOf(ctx.clause, bound.inherent);
+    const polarity = polarityOf(ctx.clause.replace(bound.text, ' '), bound.inherent);
     if (!polarity) return { why: 'it does not say whether totals like this are allowed or stopped' };
     if (polarity.action === 'require_approval')
       return { why: 'session totals can only be enforced by blocking, not by asking a person' };
-    // "stop when the total goes over X" and "total at most X" both cap the total at X.
-    if (
-      polarity.restricted
-        ? bound.kind !== 'gt' && bound.kind !== 'ge'
-        : bound.kind !== 'le' && bound.kind !== 'lt'
-    ) {
-      return { why: 'a session total needs an upper limit' };
+    // "stop when the total goes over X" and "total at most X" both cap the total at X. A cap that
+    // leaves X itself out ("stop at or above X", "under X") has no exact form: a cumulative limit
+    // lets a total equal to it through.
+    const cap = polarity.restricted ? ALLOWED_SIDE[bound.kind] : bound.kind;
+    if (cap !== 'le' && cap !== 'lt') return { why: 'a session total needs an upper limit' };
+    if (cap === 'lt') {
+      return {
+        why: `a session total can only be capped including the limit itself; write "at most ${bound.values[0]} in total per session" to let a total of exactly ${bound.values[0]} through, or name a lower cap`,
+      };
     }
     const arg = pickArgument(ctx, ['number'], 'a number');
     if ('why' in arg) return arg;
@@ -296,12 +307,19 @@ function sessionRule(ctx: Ctx): Outcome {
   const m = CALLS.exec(ctx.clause.replace(SESSION, ' '));
   const n = m ? countOf(m[1]!) : null;
   if (n === null) return { why: 'it mentions a session but no number of calls' };
-  const polarity = polarityOf(ctx.clause, true);
+  // The bound, when it is the one on the number of calls ("no more than 5 calls", "5 or more calls").
+  const found = findBound(ctx.clause);
+  const bound = found && found.kind !== 'between' && found.values[0] === n ? found.kind : null;
+  const polarity = polarityOf(bound ? ctx.clause.replace(found!.text, ' ') : ctx.clause, true);
   if (polarity?.action === 'require_approval')
     return { why: 'calls per session can only be limited by blocking, not by asking a person' };
-  const bound = findBound(ctx.clause);
-  // "block after 5 calls", "no more than 5 calls", "5 times per session": at most n; "fewer than n": n-1.
-  const max = bound?.kind === 'lt' && !polarity?.restricted ? n - 1 : n;
+  // "block after 5 calls", "no more than 5 calls", "block more than 5 calls", "5 times per session":
+  // at most n; "fewer than 5 calls", "block 5 or more calls": at most n - 1.
+  const cap = bound && polarity?.restricted ? ALLOWED_SIDE[bound] : bound;
+  if (cap === 'ge' || cap === 'gt') {
+    return { why: 'a session limit needs an upper limit on calls, such as "at most 5 calls per session"' };
+  }
+  const max = cap === 'lt' ? n - 1 : n;
   if (max < 1) return { why: 'a session limit below one call would block every call' };
   return { rule: { summary: `at most ${max} call${max === 1 ? '' : 's'} per session`, maxCalls: max } };
 }
