@@ -102,9 +102,15 @@ const TABLE: [string, Expect][] = [
   ],
   ['Block send_payment currency RUB', on('send_payment', 'currency', { notEnum: ['RUB'] })],
   ['send_payment currency must not be GBP', on('send_payment', 'currency', { notEnum: ['GBP'] })],
-  ['send_email to must be an @example.com address', on('send_email', 'to', { regex: '@example\\.com$' })],
-  ['Only allow send_email to addresses at acme.io', on('send_email', 'to', { regex: '@acme\\.io$' })],
-  ['Block send_email to gmail.com addresses', on('send_email', 'to', { notRegex: '@gmail\\.com$' })],
+  [
+    'send_email to must be an @example.com address',
+    on('send_email', 'to', { regex: '(?i)@(?:example\\.com)$' }),
+  ],
+  ['Only allow send_email to addresses at acme.io', on('send_email', 'to', { regex: '(?i)@(?:acme\\.io)$' })],
+  [
+    'Block send_email to gmail.com addresses',
+    on('send_email', 'to', { notRegex: '(?i)[@.](?:gmail\\.com)(?:$|[^a-z0-9.-])' }),
+  ],
   ['send_email subject must start with "[ext]"', on('send_email', 'subject', { regex: '^\\[ext\\]' })],
   ['send_payment memo must match `^INV-[0-9]+$`', on('send_payment', 'memo', { regex: '^INV-[0-9]+$' })],
   ['send_payment memo is required', on('send_payment', 'memo', { required: true })],
@@ -136,6 +142,27 @@ const TABLE: [string, Expect][] = [
     'send_payment: at most $1,000 in total per session',
     { toolName: 'send_payment', cumulative: { argumentName: 'amount', maxValue: 1000 } },
   ],
+  ['send_payment amount should not go over 100', pay({ maximum: 100 })],
+  ['Payments on send_payment must not go above $1,000', pay({ maximum: 1000 })],
+  ['send_email cc must not have more than 2 entries', on('send_email', 'cc', { maxItems: 2 })],
+  ['send_email subject must not exceed 10 characters', on('send_email', 'subject', { maxLength: 10 })],
+  ['send_payment memo must not contain "secret"', on('send_payment', 'memo', { notRegex: 'secret' })],
+  ['send_payment memo can\'t contain "password"', on('send_payment', 'memo', { notRegex: 'password' })],
+  ['send_payment currency must not equal GBP', on('send_payment', 'currency', { notEnum: ['GBP'] })],
+  [
+    'send_payment amounts above $100 should be escalated to a person',
+    pay({ maximum: 100, action: 'require_approval' }),
+  ],
+  ['send_payment over 100 must be approved by a manager', pay({ maximum: 100, action: 'require_approval' })],
+  [
+    'Block send_payment when the session total exceeds $5,000',
+    { toolName: 'send_payment', cumulative: { argumentName: 'amount', maxValue: 5000 } },
+  ],
+  ['send_payment memo must never be empty', on('send_payment', 'memo', { required: true, minLength: 1 })],
+  [
+    'Only allow send_email to addresses at acme.io or acme.com',
+    on('send_email', 'to', { regex: '(?i)@(?:acme\\.io|acme\\.com)$' }),
+  ],
   ['send payment amount must be below 400', pay({ lessThan: 400 })],
   ['sendPayment amount <= 80', pay({ maximum: 80 })],
 ];
@@ -156,6 +183,18 @@ const REFUSE: string[] = [
   'Block send_payment when the total amount per session is at or above $5,000',
   'Keep the send_payment total per session under $5,000',
   'Allow send_payment at least 3 times per session',
+  'Block send_payment unless currency is USD',
+  'Block send_payment currency other than USD',
+  'Block send_email to addresses outside acme.io',
+  'send_payment over 100 should go to someone in finance',
+  'Block send_payment amounts over $1,000 and under $10',
+  'send_payment amount must be more than 0 and less than 1000',
+  'Limit send_payment to 3 calls',
+  'At most 5 send_payment calls',
+  'For send_payment over $100, allow at most 3 calls per session',
+  'Allow at most 3 send_payment calls per session for amounts over 100',
+  'Require approval for send_payment calls that include a memo',
+  'Block send_payment of 1 000 or more',
   'Block everything',
 ];
 
@@ -228,6 +267,44 @@ describe('compileMessage: messages with several rules', () => {
       expect(out.rules, text).toEqual([]);
       expect(out.notUnderstood[0]?.why, text).toMatch(/including the limit itself.*at most 5000 in total/);
     }
+  });
+
+  it('splits at a comma before a rule verb once the part before gives a limit', () => {
+    const out = compileMessage(
+      'send_payment: block payments over $1,000, ask a person above $500',
+      TOOLS,
+      null,
+    );
+    expect(out.notUnderstood).toEqual([]);
+    expect(out.rules.map((r) => r.constraint)).toEqual([
+      { argumentName: 'amount', enabled: true, maximum: 1000 },
+      { argumentName: 'amount', enabled: true, maximum: 500, action: 'require_approval' },
+    ]);
+  });
+
+  it('blocks a domain in any case, with a display name, and its subdomains', () => {
+    const rule = compileMessage('Block send_email to gmail.com and yahoo.com addresses', TOOLS, null)
+      .rules[0]!;
+    const re = new RegExp(rule.constraint!.notRegex!.replace('(?i)', ''), 'i');
+    for (const to of ['bob@GMAIL.COM', 'Bob <bob@gmail.com>', 'bob@gmail.com ', 'a@mail.yahoo.com'])
+      expect(re.test(to), to).toBe(true);
+    for (const to of ['bob@notgmail.com', 'bob@gmail.company.example', 'bob@acme.io'])
+      expect(re.test(to), to).toBe(false);
+  });
+
+  it('does not take a tool named by a rule word for that word', () => {
+    const tools: ToolInfo[] = [
+      ...TOOLS,
+      { name: 'block', description: null, arguments: [{ name: 'minutes', type: 'number' }] },
+      { name: 'ask', description: null, arguments: [{ name: 'budget', type: 'number' }] },
+    ];
+    const follow = compileMessage('Also block amounts over 50', tools, 'send_payment');
+    expect(follow.rules.map((r) => r.toolName)).toEqual(['send_payment']);
+    const ask = compileMessage('Ask a person above $500', tools, 'send_payment');
+    expect(ask.rules.map((r) => r.toolName)).toEqual(['send_payment']);
+    expect(compileMessage('Block send_payment over $1,000', tools, null).rules).toHaveLength(1);
+    const named = compileMessage('Block `block` minutes over 60', tools, 'send_payment');
+    expect(named.rules.map((r) => [r.toolName, r.constraint?.maximum])).toEqual([['block', 60]]);
   });
 
   it('does not split "between X and Y"', () => {

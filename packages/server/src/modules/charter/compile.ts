@@ -1,14 +1,17 @@
 import type { Constraint, ConstraintAction, ToolArgument } from '@svc/policy-engine';
 import type { CompiledRule, CompileResult, NotUnderstood, ToolInfo } from './model.js';
-import { countOf, isMoney, numberOf } from './numbers.js';
+import { countOf, isMoney, NUM, numberOf } from './numbers.js';
 import {
   AFFIX,
   APPROVAL,
+  APPROVAL_HINT,
   BOUNDS,
   type BoundKind,
+  CALL_COUNT,
   CALLS,
   DOMAIN,
   DOMAIN_WORDS,
+  EXCEPTION,
   EXPLICIT_REGEX,
   ITEMS_UNIT,
   LENGTH_UNIT,
@@ -16,10 +19,12 @@ import {
   POSITIVE,
   REQUIRED,
   SESSION,
+  SPACED_THOUSANDS,
   TOTAL,
 } from './phrases.js';
 
 const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const DOMAINS = new RegExp(DOMAIN.source, 'gi');
 
 /** Matches nothing: what a name that cannot be told in a message (empty, or spaces only) is looked for with. */
 const NOTHING = /[^\s\S]/;
@@ -60,6 +65,25 @@ function mentioned<T extends { name: string }>(items: readonly T[], text: string
     }
   }
   return found;
+}
+
+/**
+ * Tools named by a word that rules are written with ("block", "ask", "limit"): such a word in a
+ * sentence is that word, not the tool, unless the tool is written as code (`block`, "block") or
+ * called a tool ("the block tool", "tool block").
+ */
+const RULE_VERBS = new Set(
+  'block deny reject forbid prevent stop disallow refuse ban allow limit cap ask require approve escalate review never only must should'.split(
+    ' ',
+  ),
+);
+
+function toolsNamed(tools: readonly ToolInfo[], text: string): ToolInfo[] {
+  return mentioned(tools, text).filter((t) => {
+    if (!RULE_VERBS.has(t.name.toLowerCase())) return true;
+    const n = escapeRegex(t.name);
+    return new RegExp(String.raw`[\`"']${n}[\`"']|tool\s+${n}|${n}\s+tool`, 'i').test(text);
+  });
 }
 
 /*
@@ -114,7 +138,24 @@ export function clauseJoiner(keywords: readonly string[]): RegExp {
   );
 }
 
-/** Sentences, then parts joined by "and" / "also" where the next part starts a new rule. */
+/** A comma before a rule verb: "block payments over $1,000, ask a person above $500". */
+const COMMA_VERB =
+  /,\s*(?=(?:block|deny|reject|require|ask|limit|never|forbid|prevent|disallow|escalate)\b)/i;
+
+/**
+ * A part split at each comma before a rule verb, where what precedes it already gives a number: a
+ * rule with its limit. "For send_payment, ask a person above $500" stays one rule.
+ */
+function splitAtCommas(part: string): string[] {
+  const out: string[] = [];
+  for (const piece of part.split(COMMA_VERB)) {
+    if (out.length > 0 && !/\d/.test(out[out.length - 1]!)) out[out.length - 1] += `, ${piece}`;
+    else out.push(piece);
+  }
+  return out;
+}
+
+/** Sentences, then parts joined by "and" / "also" (or a comma) where the next part starts a new rule. */
 export function splitClauses(message: string, keywords: string[]): string[] {
   const joiner = clauseJoiner(keywords);
   return message
@@ -122,6 +163,7 @@ export function splitClauses(message: string, keywords: string[]): string[] {
     .replace(/[\u201c\u201d]/g, '"')
     .split(/(?<=[.!?;])\s+|\n+|;\s*/)
     .flatMap((s) => s.split(joiner))
+    .flatMap(splitAtCommas)
     .map((s) => s.trim().replace(CLAUSE_END, '').trim())
     .filter((s) => s.length > 0);
 }
@@ -153,6 +195,24 @@ function findBound(clause: string): Bound | null {
   }
   return null;
 }
+
+const BOUNDS_ALL = BOUNDS.map((b) => new RegExp(b.re.source, `${b.re.flags}g`));
+
+/** How many bounds the clause writes, each part of it read once ("no more than 5" is one bound, not two). */
+function boundCount(clause: string): number {
+  const taken: [number, number][] = [];
+  for (const re of BOUNDS_ALL) {
+    for (const m of clause.matchAll(re)) {
+      const start = m.index;
+      const end = start + m[0].length;
+      if (!taken.some(([s, e]) => start < e && s < end)) taken.push([start, end]);
+    }
+  }
+  return taken.length;
+}
+
+const TWO_BOUNDS =
+  'it gives two limits in one rule; write one sentence per limit, or "between X and Y" for a range of allowed values';
 
 type Field = 'minimum' | 'maximum' | 'greaterThan' | 'lessThan';
 
@@ -226,7 +286,8 @@ const STOP = new Set(
     'exceeding up most least maximum minimum max min equal greater lower higher larger bigger smaller fewer times once twice ' +
     'including inclusive ' +
     'dollars dollar usd eur euros gbp pounds bucks k thousand million billion make sure always any ' +
-    'total totals cumulative cumulatively combined altogether aggregate overall session sessions conversation run'
+    'total totals cumulative cumulatively combined altogether aggregate overall session sessions conversation run ' +
+    'before after get getting approved reviewed'
   ).split(' '),
 );
 
@@ -304,9 +365,16 @@ function sessionRule(ctx: Ctx): Outcome {
       },
     };
   }
-  const m = CALLS.exec(ctx.clause.replace(SESSION, ' '));
-  const n = m ? countOf(m[1]!) : null;
+  // The count of calls: a number written with "calls" or "times" first, else the first number.
+  const counted = ctx.body.match(CALL_COUNT) ?? ctx.body.match(CALLS);
+  const n = counted ? countOf(counted[0].match(/^\S+/)![0]) : null;
   if (n === null) return { why: 'it mentions a session but no number of calls' };
+  const rest = ctx.body.slice(0, counted!.index) + ' ' + ctx.body.slice(counted!.index! + counted![0].length);
+  if (isMoney(ctx.body) || new RegExp(NUM, 'i').test(rest)) {
+    return {
+      why: 'a limit on calls per session counts every call of the tool; it cannot depend on the arguments (write that limit on its own)',
+    };
+  }
   // The bound, when it is the one on the number of calls ("no more than 5 calls", "5 or more calls").
   const found = findBound(ctx.clause);
   const bound = found && found.kind !== 'between' && found.values[0] === n ? found.kind : null;
@@ -330,7 +398,8 @@ function lengthRule(ctx: Ctx): Outcome {
   if (!isLength && !isItems) return null;
   const bound = findBound(ctx.clause);
   if (!bound) return null;
-  const polarity = polarityOf(ctx.clause, bound.inherent);
+  if (boundCount(ctx.clause) > 1) return { why: TWO_BOUNDS };
+  const polarity = polarityOf(ctx.clause.replace(bound.text, ' '), bound.inherent);
   if (!polarity) return { why: 'it does not say whether such values are allowed or stopped' };
   const arg = pickArgument(ctx, isLength ? ['string'] : ['array'], isLength ? 'a string' : 'an array');
   if ('why' in arg) return isItems ? null : arg;
@@ -359,6 +428,7 @@ function lengthRule(ctx: Ctx): Outcome {
 function numericRule(ctx: Ctx): Outcome {
   const bound = findBound(ctx.clause);
   if (!bound) return null;
+  if (boundCount(ctx.clause) > 1) return { why: TWO_BOUNDS };
   const polarity = polarityOf(ctx.clause.replace(bound.text, ' '), bound.inherent);
   if (!polarity) {
     return { why: 'it does not say whether such calls are allowed, blocked or sent to a person' };
@@ -386,6 +456,9 @@ function patternRule(ctx: Ctx): Outcome {
   const explicit = EXPLICIT_REGEX.exec(ctx.clause);
   const affix = explicit ? null : AFFIX.exec(ctx.clause);
   const domain = explicit || affix || !DOMAIN_WORDS.test(ctx.clause) ? null : DOMAIN.exec(ctx.clause);
+  const domains = domain
+    ? [...new Set([...ctx.clause.matchAll(DOMAINS)].map((m) => m[1]!.toLowerCase()))]
+    : [];
   if (!explicit && !affix && !domain) return null;
   const polarity =
     polarityOf(ctx.clause, false) ??
@@ -418,14 +491,16 @@ function patternRule(ctx: Ctx): Outcome {
       sample = { allowed: `a ${value} b`, denied: 'example' };
     }
   } else {
-    const d = domain![1]!.toLowerCase();
-    regex = `@${escapeRegex(d)}$`;
-    words = `be an address at ${d}`;
-    sample = { allowed: `someone@${d}`, denied: 'someone@elsewhere.example' };
+    // Domains are matched in any case. An allowed address ends with one of them; a blocked one is
+    // refused wherever the domain (or a subdomain of it) ends a name: "Bob <bob@GMAIL.com>" too.
+    const alts = domains.map(escapeRegex).join('|');
+    regex = `(?i)@(?:${alts})$`;
+    words = `be an address at ${domains.join(' or ')}`;
+    sample = { allowed: `someone@${domains[0]}`, denied: 'someone@elsewhere.example' };
   }
   const c: Constraint = { argumentName: arg.name, enabled: true };
   if (polarity.restricted && polarity.action === 'deny') {
-    c.notRegex = regex;
+    c.notRegex = domain ? `(?i)[@.](?:${domains.map(escapeRegex).join('|')})(?:$|[^a-z0-9.-])` : regex;
     sample = { allowed: sample.denied, denied: sample.allowed };
     return {
       rule: {
@@ -516,12 +591,24 @@ function requiredRule(ctx: Ctx): Outcome {
   if (args.length === 0)
     return { why: `it does not name an argument of "${ctx.tool.name}" (${argNames(ctx.tool.arguments)})` };
   if (args.length > 1) return { why: 'write one required argument per sentence' };
+  if (APPROVAL.test(ctx.clause)) {
+    return {
+      why: 'asking a person depending on whether an argument is given cannot be written as a rule; say which argument is required',
+    };
+  }
   const arg = args[0]!;
+  // "never empty" asks for more than presence: a string of at least one character.
+  const nonEmpty = /\b(?:empty|blank)\b/i.test(ctx.clause) && arg.type === 'string';
   return {
     rule: {
-      summary: `"${arg.name}" is required`,
-      constraint: { argumentName: arg.name, enabled: true, required: true },
-      samples: { argumentName: arg.name, denied: undefined },
+      summary: nonEmpty ? `"${arg.name}" is required and not empty` : `"${arg.name}" is required`,
+      constraint: {
+        argumentName: arg.name,
+        enabled: true,
+        required: true,
+        ...(nonEmpty ? { minLength: 1 } : {}),
+      },
+      samples: { argumentName: arg.name, denied: nonEmpty ? '' : undefined },
     },
   };
 }
@@ -529,8 +616,36 @@ function requiredRule(ctx: Ctx): Outcome {
 /** Each clause becomes at most one rule; the first reading that applies wins, in this order. */
 const READINGS = [sessionRule, lengthRule, numericRule, patternRule, requiredRule, enumRule];
 
+/** What a clause says that Charter does not read, so that no reading of the rest may guess it. */
+function unreadable(tool: ToolInfo, clause: string): string | null {
+  let words = clause.replace(namePattern(tool.name), ' ');
+  for (const a of tool.arguments) words = words.replace(namePattern(a.name), ' ');
+  if (SPACED_THOUSANDS.test(words)) return 'write numbers without spaces inside them ("1000" or "1,000")';
+  const exception = EXCEPTION.exec(words);
+  if (exception) {
+    return `Charter does not read "${exception[0]}": write the values that are allowed ("only allow …") or the ones that are blocked ("block …")`;
+  }
+  if (!APPROVAL.test(clause) && APPROVAL_HINT.test(words)) {
+    return 'it speaks of a person or an approval in words Charter does not read; write "ask a person for …" or "require approval for …"';
+  }
+  const count = CALL_COUNT.exec(words);
+  if (count && !SESSION.test(words)) {
+    const n = countOf(count[0].match(/^\S+/)![0]) ?? 1;
+    return `calls are counted per session: write "at most ${n} call${n === 1 ? '' : 's'} per session"`;
+  }
+  return null;
+}
+
+/** An approval phrase and whom it names ("approval from finance"): none of it names an argument. */
+const APPROVAL_WHO = new RegExp(
+  String.raw`${APPROVAL.source}(?:\s+(?:from|by)\s+(?:an?\s+|the\s+)?[\w-]+)?`,
+  'i',
+);
+
 function compileClause(tool: ToolInfo, clause: string): Outcome {
-  const body = clause.replace(namePattern(tool.name), ' ');
+  const why = unreadable(tool, clause);
+  if (why) return { why };
+  const body = clause.replace(namePattern(tool.name), ' ').replace(APPROVAL_WHO, ' ');
   const ctx = { tool, clause, body };
   for (const read of READINGS) {
     const out = read(ctx);
@@ -558,11 +673,11 @@ export function compileMessage(
   const clauses = splitClauses(message, keywords);
   const rules: CompiledRule[] = [];
   const notUnderstood: NotUnderstood[] = [];
-  const messageTools = mentioned(tools, message);
+  const messageTools = toolsNamed(tools, message);
   let current: ToolInfo | null =
     messageTools[0] ?? tools.find((t) => t.name === fallbackTool) ?? (tools.length === 1 ? tools[0]! : null);
   for (const clause of clauses) {
-    const named = mentioned(tools, clause);
+    const named = toolsNamed(tools, clause);
     if (named.length > 1) {
       notUnderstood.push({
         text: clause,

@@ -57,18 +57,37 @@ export const BOUNDS: { re: RegExp; kind: BoundKind; inherent: boolean }[] = [
 
 /** "Ask a person" and its many forms: the described calls go to a human instead of being blocked. */
 export const APPROVAL =
-  /\b(?:ask (?:a |the |an? )?(?:person|human|someone|somebody|me|us|manager|admin|administrator|reviewer|supervisor|owner)|(?:require|requires|required|need|needs|needing|get|getting|with) (?:an? |the )?(?:human |manual |explicit |prior )?(?:approval|review|sign-?off|confirmation)|(?:human|manual) (?:approval|review|sign-?off)|escalate|escalation|approval (?:is )?(?:required|needed)|check with (?:a |the )?(?:person|human|someone|manager|me|us)|(?:have|let) (?:a |the )?(?:person|human|someone|manager) (?:approve|review|check|decide)|(?:must|should|to) be (?:approved|reviewed)|hold for (?:approval|review))\b/i;
+  /\b(?:ask (?:a |the |an? )?(?:person|human|someone|somebody|me|us|manager|admin|administrator|reviewer|supervisor|owner)|(?:require|requires|required|need|needs|needing|get|getting|with) (?:an? |the )?(?:human |manual |explicit |prior )?(?:approval|review|sign-?off|confirmation)|(?:human|manual) (?:approval|review|sign-?off)|escalat(?:e|es|ed|ing|ion)|approval (?:is )?(?:required|needed)|check with (?:a |the )?(?:person|human|someone|manager|me|us)|(?:have|let) (?:a |the )?(?:person|human|someone|manager) (?:approve|review|check|decide)|(?:must|should|to) be (?:approved|reviewed|signed off)|(?:approved|reviewed|signed off) by (?:a |an |the )?(?:person|human|someone|somebody|manager|admin|administrator|reviewer|supervisor|owner)|(?:go|goes|sent|send) to (?:a |an |the )?(?:person|human|manager|reviewer|supervisor|admin|administrator)|hold for (?:approval|review))\b/i;
+
+/**
+ * Words about a person or an approval. A clause that has one and no APPROVAL phrase says something
+ * about people that is not read: it is refused, never taken for a block.
+ */
+export const APPROVAL_HINT =
+  /\b(?:approv\w*|escalat\w*|review\w*|sign(?:ed|s)?[- ]?off|human|humans|person|people|manager|supervisor|someone|somebody|administrator)\b/i;
 
 /** Words saying the described calls are not allowed. */
 export const NEGATIVE =
-  /\b(?:block|blocks|blocked|deny|denied|denies|reject|rejected|rejects|forbid|forbidden|forbids|prohibit|prohibited|prevent|stop|disallow|disallowed|refuse|refused|never allow|don't allow|do not allow|dont allow|not allowed|not permitted|must never|should never|never|ban|banned|must not be|may not be|cannot be|can't be|should not be|shouldn't be)\b/i;
+  /\b(?:block|blocks|blocked|deny|denied|denies|reject|rejected|rejects|forbid|forbidden|forbids|prohibit|prohibited|prevent|stop|disallow|disallowed|refuse|refused|never allow|don't allow|do not allow|dont allow|not allowed|not permitted|must never|should never|never|ban|banned|(?:must|should|may|can|could|will|would|shall|do|does|is|are|has to|have to|needs? to) not|mustn't|shouldn't|can't|cannot|couldn't|won't|wouldn't|isn't|aren't|doesn't|don't|dont)\b/i;
+
+/** Words that make a clause an exception or a condition: "unless", "other than", "outside". */
+export const EXCEPTION =
+  /\b(?:unless|except|excepting|other than|outside|apart from|aside from|besides|anything but|but not|if not|only if|only when)\b/i;
+
+/** A count of calls ("3 calls", "five times", "twice"). */
+export const CALL_COUNT =
+  /\b(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|fifty|hundred)\s+(?:calls?|times|requests?|uses|invocations?)\b|\b(?:once|twice|thrice)\b/i;
+
+/** Thousands written with spaces ("1 000"): read as two numbers, so refused. */
+export const SPACED_THOUSANDS = /\d\s\d{3}(?!\d)/;
 
 /** Words saying the described calls are the allowed ones. */
 export const POSITIVE =
   /\b(?:must|should|only|allow|allowed|permit|permitted|limit|limited|restrict|restricted|can|may|has to|have to|needs? to|keep|always|require|requires|required|cap|capped|at most|at least)\b/i;
 
+/** A session, however it is named ("per session", "the session total", "in one conversation"). */
 export const SESSION =
-  /\b(?:per|a|each|every|in (?:a|one|each)|within (?:a|one)) (?:session|conversation|run)\b/i;
+  /\b(?:sessions?|conversations?)\b|\b(?:per|a|each|every|in (?:a|one|each)|within (?:a|one)) run\b/i;
 export const CALLS =
   /\b(\d+|once|twice|thrice|one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|fifty|hundred)(?:\s+(?:calls?|times?|requests?|uses?|invocations?|runs?))?\b/i;
 export const TOTAL =
