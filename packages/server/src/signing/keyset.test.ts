@@ -92,6 +92,32 @@ describe('signing key set', () => {
     expect((await set.sign(data)).kid).toBe(r.kid);
   });
 
+  it('another process verifies and publishes a key rotated in by one process at once or within a second', async () => {
+    const storage = memoryKeySetStorage();
+    const clock = movableClock();
+    const a = new SigningKeySet({ storage, clock, overlapSeconds: 3600 });
+    const b = new SigningKeySet({ storage, clock, overlapSeconds: 3600 });
+    await a.open();
+    await b.open();
+    const { kid } = await a.rotate();
+    const sig = await a.sign(data);
+    expect(sig.kid).toBe(kid);
+    // b read the set just now: a signature by the key it lacks makes it read the set again.
+    expect(await b.verify(data, sig)).toBe(true);
+    const c = new SigningKeySet({ storage, clock, overlapSeconds: 3600 });
+    await c.open();
+    await a.rotate();
+    const newer = await a.activeKid();
+    expect((await c.published(newer!)).map((k) => k.kid)).toContain(newer);
+    // Without a kid, what is published is at most a second old.
+    const d = new SigningKeySet({ storage, clock, overlapSeconds: 3600 });
+    await d.open();
+    await a.rotate();
+    const newest = await a.activeKid();
+    await new Promise((r) => setTimeout(r, 1_050));
+    expect((await d.published()).map((k) => k.kid)[0]).toBe(newest);
+  });
+
   it('two processes rotating at once: both answer, one key signs, nothing is lost', async () => {
     const file = join(tempDir(), 'signing-keys.json');
     const clock = movableClock();

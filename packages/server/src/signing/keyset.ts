@@ -22,6 +22,12 @@ import type { KeySetStorage } from './storage.js';
 
 /** How long a cached key set is trusted before it is read again (rotation by another process). */
 const REFRESH_MS = 10_000;
+/**
+ * What is published, and what verifies, is read again once this old, or at once (at most this
+ * often) when asked for a key the cached copy lacks: another instance may have just rotated, and
+ * signs with its new key already.
+ */
+const PUBLISH_REFRESH_MS = 1_000;
 const EMPTY: KeySetDocument = { version: 1, keys: [] };
 
 interface Loaded {
@@ -106,6 +112,8 @@ export class SigningKeySet {
   private loading: Promise<{ loaded: Loaded; generation: number }> | null = null;
   /** Bumped by each rotation this process makes: a read begun before it may hold the set it replaced. */
   private generation = 0;
+  /** When the set was last read again because a key was asked for that the cached copy lacks. */
+  private unknownReadAt = 0;
 
   constructor(private readonly opts: KeySetOptions) {}
 
@@ -237,6 +245,21 @@ export class SigningKeySet {
     }
   }
 
+  /**
+   * The key set for publishing and verifying: no older than PUBLISH_REFRESH_MS, and read again when
+   * `kid` is not in it (at most once per PUBLISH_REFRESH_MS, so unknown kids cannot flood the store).
+   */
+  private async recent(kid?: string): Promise<Loaded> {
+    const l = await this.current();
+    const now = Date.now();
+    const stale = now - l.readAt >= PUBLISH_REFRESH_MS;
+    const unknown =
+      kid !== undefined && !l.publicKeys.has(kid) && now - this.unknownReadAt >= PUBLISH_REFRESH_MS;
+    if (!stale && !unknown) return l;
+    if (unknown) this.unknownReadAt = now;
+    return this.reload().catch(() => l);
+  }
+
   /** Signs bytes with the active key; throws SigningKeyMissingError when no key can be loaded. */
   async sign(data: Uint8Array): Promise<Signature> {
     const l = await this.current().catch(() => null);
@@ -276,15 +299,18 @@ export class SigningKeySet {
 
   /** Verifies against the published keys only: a retired key past its overlap no longer verifies. */
   async verify(data: Uint8Array, sig: Signature): Promise<boolean> {
-    const l = await this.current();
+    const l = await this.recent(sig.kid);
     const entry = l.publicKeys.get(sig.kid);
     if (!entry || !this.isPublished(entry.record)) return false;
     return verify(null, data, entry.key, Buffer.from(sig.signature, 'base64url'));
   }
 
-  /** The public key set (JWKS), the signing key first. Throws SigningKeyMissingError when nothing signs. */
-  async published(): Promise<PublishedKey[]> {
-    const l = await this.current().catch(() => null);
+  /**
+   * The public key set (JWKS), the signing key first, read within the last second (with `kid`: also
+   * read again when that key is not in it). Throws SigningKeyMissingError when nothing signs.
+   */
+  async published(kid?: string): Promise<PublishedKey[]> {
+    const l = await this.recent(kid).catch(() => null);
     if (!l?.active) throw new SigningKeyMissingError();
     return l.doc.keys
       .filter((k) => this.isPublished(k))

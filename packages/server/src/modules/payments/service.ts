@@ -5,6 +5,7 @@ import {
   type CapsulePayload,
   capsuleSigningInput,
   compactCapsule,
+  fromBase64url,
   payloadProblems,
   verifyCapsule,
 } from '@svc/capsules';
@@ -248,8 +249,16 @@ export function createPaymentService(deps: PaymentServiceDeps) {
 
   /** Everything a consume checks before it takes the lock: signature, body, rail, payee hash, amount. */
   async function precheck(scope: Caller, input: ConsumeInput) {
-    const keys = await deps.signing.published();
+    let keys = await deps.signing.published();
     let check = await verifyCapsule(input.capsule, keys, { now: clock.now() });
+    if (!check.ok && check.code === 'capsule_kid_unknown') {
+      // Another instance may have just rotated and minted with its new key: read the set again.
+      const kid = capsuleKid(input.capsule);
+      if (kid !== undefined) {
+        keys = await deps.signing.published(kid);
+        check = await verifyCapsule(input.capsule, keys, { now: clock.now() });
+      }
+    }
     let expired = false;
     if (!check.ok && check.code === 'capsule_expired') {
       // A payment handed to a provider before the capsule expired may have been made: its retry
@@ -1008,3 +1017,14 @@ export function createPaymentService(deps: PaymentServiceDeps) {
 }
 
 export type PaymentService = ReturnType<typeof createPaymentService>;
+
+/** The kid a capsule's header names, or undefined when it names none that can be read. */
+function capsuleKid(jws: string): string | undefined {
+  try {
+    const header: unknown = JSON.parse(new TextDecoder().decode(fromBase64url(jws.split('.')[0] ?? '')));
+    const kid = (header as { kid?: unknown } | null)?.kid;
+    return typeof kid === 'string' ? kid : undefined;
+  } catch {
+    return undefined;
+  }
+}
