@@ -150,6 +150,17 @@ describe('policy packs', () => {
     expectB(await inject('GET', '/v1/gateway/packs/nope', key(a)), 404, 'policy_pack_not_found');
   });
 
+  it('saves every one of many concurrent PUTs of one pack, each as a version of its own', async () => {
+    const saves = await Promise.all(
+      Array.from({ length: 24 }, (_, i) =>
+        inject('PUT', '/v1/gateway/packs/busy', asUser(a), { ...PACK, max_ttl_seconds: 100 + i }),
+      ),
+    );
+    expect(saves.map((r) => r.statusCode)).toEqual(saves.map(() => 201));
+    const versions = saves.map((r) => r.json().version as number).sort((x, y) => x - y);
+    expect(versions).toEqual(Array.from({ length: 24 }, (_, i) => i + 1));
+  });
+
   it('compiles CEL conditions when saved: a bad expression answers 400 with its param', async () => {
     const bad = await inject('PUT', '/v1/gateway/packs/bad', asUser(a), {
       ...PACK,
@@ -408,6 +419,25 @@ describe('capsules', () => {
       'active',
     );
     expect((await consume(a, c.capsule)).statusCode).toBe(200);
+  });
+
+  it('names the issuer when a capsule was issued under another service address', async () => {
+    const packId = await pack(a);
+    await payee(a, PAYEE);
+    const c = (await mint(a, packId)).json();
+    const payload = { ...c.payload, issuer: 'https://other.example' };
+    let input = '';
+    const sig = await t.ctx.signing.signNaming((kid) => {
+      input = capsuleSigningInput(payload, kid);
+      return new TextEncoder().encode(input);
+    });
+    const err = expectB(
+      await consume(a, compactCapsule(input, sig.signature)),
+      400,
+      'capsule_payload_invalid',
+    );
+    expect(err['param']).toBe('issuer');
+    expect(err['message']).toContain('"https://other.example", not by this service');
   });
 
   it('answers capsule_payload_invalid naming the member for a consume body that fails validation', async () => {

@@ -285,8 +285,15 @@ export function createPaymentService(deps: PaymentServiceDeps) {
       throw map[check.code](check.message, check.param);
     }
     const p = check.payload;
-    if (p.organization_id !== scope.organizationId || p.issuer !== deps.issuer) {
+    if (p.organization_id !== scope.organizationId) {
       throw gatewayError.payloadInvalid('the capsule was not issued to this organization', 'organization_id');
+    }
+    if (p.issuer !== deps.issuer) {
+      // Instances that do not share SVC_BASE_URL issue capsules under different names (deploy.md).
+      throw gatewayError.payloadInvalid(
+        `the capsule was issued by ${JSON.stringify(p.issuer)}, not by this service (${JSON.stringify(deps.issuer)})`,
+        'issuer',
+      );
     }
     // A body member that fails validation answers capsule_payload_invalid (param: the member).
     const invalid = gatewayError.payloadInvalid;
@@ -550,8 +557,10 @@ export function createPaymentService(deps: PaymentServiceDeps) {
       // A pack governs the agents that mint under it: only a person may write one, never their keys.
       personOf(scope, 'writing a policy pack');
       const content = packContent(input);
-      // Versions are immutable; a concurrent save of the same pack retries on the next number.
-      for (let attempt = 0; attempt < 5; attempt++) {
+      // Versions are immutable; a concurrent save of the same pack retries on the next number. Each
+      // lost attempt is another save of this pack that succeeded, so every save of a burst of up to
+      // 100 at once (people saving, never a hot path) gets its version.
+      for (let attempt = 0; attempt < 100; attempt++) {
         const latest = await repo.latestPack(scope.organizationId, packId);
         const row: PackRow = {
           organization_id: scope.organizationId,
