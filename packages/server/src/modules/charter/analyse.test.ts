@@ -35,6 +35,26 @@ describe('analyse', () => {
     expect(findings.filter((f) => f.kind === 'never_matches')).toHaveLength(3);
   });
 
+  it('flags the looser of two bounds on one side of a rule: a limit raised into a rule that keeps the lower one', () => {
+    const messages = analyse(
+      TOOL,
+      {
+        mode: 'deterministic',
+        constraints: [
+          { argumentName: 'amount', maximum: 1000, lessThan: 2000 },
+          { argumentName: 'amount', minimum: 5, greaterThan: 10 },
+        ],
+      },
+      [],
+    )
+      .findings.filter((f) => f.kind === 'never_matches')
+      .map((f) => f.message);
+    expect(messages).toEqual([
+      '"amount" less than 2000 never stops a call: at most 1000 already stops more.',
+      '"amount" at least 5 never stops a call: more than 10 already stops more.',
+    ]);
+  });
+
   it('flags a policy that stops every call, and one that stops none', () => {
     expect(
       kinds({

@@ -207,6 +207,28 @@ export function analyse(
     }
   }
   for (const c of active) {
+    // Two bounds on one side of one rule: the tighter decides, and the other never stops a call (a
+    // limit "raised" into a rule that keeps the lower one changes nothing).
+    const upper = c.maximum ?? c.lessThanOrEqual;
+    if (upper !== undefined && c.lessThan !== undefined) {
+      findings.push({
+        kind: 'never_matches',
+        message:
+          c.lessThan > upper
+            ? `"${c.argumentName}" less than ${c.lessThan} never stops a call: at most ${upper} already stops more.`
+            : `"${c.argumentName}" at most ${upper} never stops a call: less than ${c.lessThan} already stops more.`,
+      });
+    }
+    const lower = c.minimum ?? c.greaterThanOrEqual;
+    if (lower !== undefined && c.greaterThan !== undefined) {
+      findings.push({
+        kind: 'never_matches',
+        message:
+          c.greaterThan < lower
+            ? `"${c.argumentName}" more than ${c.greaterThan} never stops a call: at least ${lower} already stops more.`
+            : `"${c.argumentName}" at least ${lower} never stops a call: more than ${c.greaterThan} already stops more.`,
+      });
+    }
     const arg = declared.get(c.argumentName);
     if (!arg || starter) continue;
     const max = c.maximum ?? c.lessThanOrEqual;
