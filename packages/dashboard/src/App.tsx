@@ -6,13 +6,14 @@ import {
   messageOf,
   ORGANIZATION_SAVED,
   type Organization,
+  onSessionChanged,
   onSessionEnded,
   type Session,
   signOut,
 } from './api.js';
 import { PAGES, pageOf } from './pages.js';
 import { Link, usePath } from './router.js';
-import { SignIn } from './SignIn.js';
+import { SignIn, signInFailure } from './SignIn.js';
 import { Loading } from './ui.js';
 
 const orgKey = (userId: string) => `svc.organization.${userId}`;
@@ -22,6 +23,8 @@ export function App() {
   const [error, setError] = useState<string | null>(null);
   /** Set when the session ended while the page was open (a request answered 401). */
   const [ended, setEnded] = useState(false);
+  /** The person whose session the page showed before the cookie came to name another's. */
+  const [replaced, setReplaced] = useState<string | null>(null);
 
   useEffect(() => {
     loadSession().then(setSession, (err: unknown) =>
@@ -44,6 +47,17 @@ export function App() {
     [],
   );
 
+  // Someone signed in as another person in another tab of this browser (the cookie replaced): the
+  // page starts again as that person, saying so, rather than keep showing the previous person's data.
+  useEffect(
+    () =>
+      onSessionChanged((now, before) => {
+        setReplaced(before.userId);
+        setSession(now);
+      }),
+    [],
+  );
+
   if (error)
     return (
       <p role="alert" className="error">
@@ -53,21 +67,55 @@ export function App() {
   if (session === undefined) return <Loading />;
   if (session === null) return <SignIn ended={ended} />;
   return (
+    // Keyed by person: another person's session drops everything read for the previous one.
     <SignedIn
+      key={session.userId}
       session={session}
+      replaced={replaced}
       onSignedOut={() => {
         setEnded(false);
+        setReplaced(null);
         setSession(null);
       }}
     />
   );
 }
 
-function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () => void }) {
+/**
+ * What the address says of a sign-in that failed (`?signin=<reason>`, where the service sends a
+ * browser back after a used, expired or mistyped link), taken out of the address so that a reload
+ * does not say it again; null when there is none.
+ */
+function takeSignInFailure(): string | null {
+  const params = new URLSearchParams(window.location.search);
+  const reason = params.get('signin');
+  if (reason === null) return null;
+  params.delete('signin');
+  const rest = params.toString();
+  window.history.replaceState(
+    window.history.state,
+    '',
+    `${window.location.pathname}${rest ? `?${rest}` : ''}${window.location.hash}`,
+  );
+  return signInFailure(reason);
+}
+
+function SignedIn({
+  session,
+  replaced,
+  onSignedOut,
+}: {
+  session: Session;
+  /** The person signed in before, when another person's sign-in in this browser replaced the session. */
+  replaced: string | null;
+  onSignedOut: () => void;
+}) {
   const [organizations, setOrganizations] = useState<Organization[] | null>(null);
   const [current, setCurrent] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [signOutError, setSignOutError] = useState<string | null>(null);
+  /** A sign-in that failed in this browser while this session stays (a used link opened again). */
+  const [signInFailed] = useState(takeSignInFailure);
   const page = pageOf(usePath());
   const Current = page.component;
 
@@ -145,6 +193,17 @@ function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () 
         </button>
       </header>
       <main>
+        {signInFailed && (
+          <p role="alert" className="error" data-sign-in-failed>
+            {signInFailed} You are still signed in as {session.userId}.
+          </p>
+        )}
+        {replaced !== null && replaced !== session.userId && (
+          <p role="alert" className="error" data-session-changed>
+            The session changed: {session.userId} signed in in another tab or window of this browser, which
+            ended the session of {replaced} here. This page now shows what {session.userId} can see.
+          </p>
+        )}
         {error && <p role="alert">{error}</p>}
         {signOutError && (
           <p role="alert" className="error" data-sign-out-failed>
@@ -157,7 +216,14 @@ function SignedIn({ session, onSignedOut }: { session: Session; onSignedOut: () 
           <p>You belong to no organization yet. Create one with POST /v1/organizations, then reload.</p>
         )}
         {/* Keyed by organization: switching drops everything shown for the previous one. */}
-        {current && <Current key={current} organizationId={current} userId={session.userId} />}
+        {current && (
+          <Current
+            key={current}
+            organizationId={current}
+            userId={session.userId}
+            tier={organizations?.find((o) => o._id === current)?.tier}
+          />
+        )}
       </main>
     </>
   );

@@ -71,6 +71,11 @@ export function approvalOutcome(res: Approved): { text: string; applied: boolean
   };
 }
 
+/** What a draft's card says when approving or rejecting it answered 404: it was deleted meanwhile. */
+export function refusedAsDeleted(action: 'approve' | 'reject'): string {
+  return `Nothing was ${action === 'approve' ? 'approved' : 'rejected'}: the draft was deleted since you read it.`;
+}
+
 /**
  * The first line of a replay's result. A replay with no tool to read (every rule of the draft left
  * out, as listed below it) examined nothing because there was nothing to replay, not for want of
@@ -257,8 +262,11 @@ function DraftCard({
       ).catch(async (err: unknown) => {
         // Edited (409) or decided (400) since it was shown: show what it is now, with the reason
         // nothing was done.
-        if (err instanceof ApiError && err.status >= 400 && err.status < 500 && err.status !== 401)
+        if (err instanceof ApiError && err.status >= 400 && err.status < 500 && err.status !== 401) {
           await onChanged();
+          // Deleted since it was shown: the card stays, held as deleted, and says what was not done.
+          if (err.status === 404) throw new Error(refusedAsDeleted(action));
+        }
         throw err;
       });
       if (res.applied) {

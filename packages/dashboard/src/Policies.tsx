@@ -9,7 +9,10 @@ import {
 } from '@svc/policy-engine';
 import { type FormEvent, useCallback, useEffect, useId, useState } from 'react';
 import { ApiError, api, messageOf, request } from './api.js';
+import { type DryRunAnswer, serviceAnswer } from './dryRun.js';
 import type { PageProps } from './pages.js';
+import { currentEntry, historyOrder } from './policyHistory.js';
+import { readAgainIfRefused } from './reads.js';
 import { revealString } from './reveal.js';
 import { Link, navigate, usePath } from './router.js';
 import { Shown } from './Shown.js';
@@ -129,11 +132,14 @@ const STARTER = JSON.stringify(
  * Policies: the list, one policy's editor (/policies/<tool>) or a new one (/policies/-/new, with
  * `?tool=` to fill in the name).
  */
-export function Policies({ organizationId }: PageProps) {
+export function Policies({ organizationId, tier }: PageProps) {
   const route = routeOf(usePath());
-  if (route.page === 'new') return <Editor key={NEW_PATH} organizationId={organizationId} toolName={null} />;
+  if (route.page === 'new')
+    return <Editor key={NEW_PATH} organizationId={organizationId} toolName={null} tier={tier} />;
   if (route.page === 'policy') {
-    return <Editor key={route.toolName} organizationId={organizationId} toolName={route.toolName} />;
+    return (
+      <Editor key={route.toolName} organizationId={organizationId} toolName={route.toolName} tier={tier} />
+    );
   }
   return <PolicyList organizationId={organizationId} />;
 }
@@ -148,10 +154,12 @@ function PolicyList({ organizationId }: { organizationId: string }) {
   const toggle = (p: Policy) =>
     run(async () => {
       const action = p.isActive ? 'deactivate' : 'activate';
-      const res = await api<{ message: string }>(`${apiPathOf(p.toolName)}/${action}`, {
-        method: 'POST',
-        organizationId,
-      });
+      // Deleted (or changed) elsewhere since the list was read: the list is read again.
+      const res = await readAgainIfRefused(
+        () =>
+          api<{ message: string }>(`${apiPathOf(p.toolName)}/${action}`, { method: 'POST', organizationId }),
+        load,
+      );
       setMessage(res.message);
       await load();
     });
@@ -233,7 +241,16 @@ interface Conflict extends Read {
   outcome: string;
 }
 
-function Editor({ organizationId, toolName }: { organizationId: string; toolName: string | null }) {
+function Editor({
+  organizationId,
+  toolName,
+  tier,
+}: {
+  organizationId: string;
+  toolName: string | null;
+  /** The organization's plan, when known: the dry run applies the service's rule for approvals. */
+  tier: string | undefined;
+}) {
   const ids = useId();
   // The New-policy form may come with the name filled in (`?tool=`), from a policy that does not exist.
   const [name, setName] = useState(() =>
@@ -269,7 +286,7 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
           readPolicy(toolName, organizationId),
           api<{ data: PolicyVersion[] }>(`${apiPathOf(toolName)}/versions`, { organizationId }),
         ]);
-        setVersions([...v.data].sort((a, b) => b.version - a.version));
+        setVersions(historyOrder(v.data));
         return current;
       } catch (err) {
         if (err instanceof ApiError && err.status === 404) {
@@ -455,6 +472,8 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
   };
 
   const current = conflict?.policy ?? policy;
+  /** The live version's entry: version numbers repeat across a policy deleted and created again. */
+  const currentVersion = currentEntry(versions, current);
   return (
     <>
       <p>
@@ -594,7 +613,10 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
       )}
 
       {/* Only beside a definition: without one (no such policy, or not read yet) there is nothing to try. */}
-      {(!toolName || policy) && <DryRun text={text} />}
+      {(!toolName || policy) && (
+        // A new policy is created active.
+        <DryRun text={text} toolName={target} isActive={policy?.isActive ?? true} tier={tier} />
+      )}
 
       {toolName && versions.length > 0 && (
         <section aria-labelledby={`${ids}-history`}>
@@ -606,7 +628,7 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
                 <details>
                   <summary>
                     Version {v.version} · {new Date(v.createdAt).toLocaleString()}
-                    {current?.version === v.version ? ' (current)' : ''}
+                    {v === currentVersion ? ' (current)' : ''}
                   </summary>
                   <p className="meta">policy_hash {v.policyHash}</p>
                   <pre>{JSON.stringify(v.definition, null, 2)}</pre>
@@ -627,14 +649,26 @@ function Editor({ organizationId, toolName }: { organizationId: string; toolName
   );
 }
 
-type DryRunResult = { ok: true; evaluation: Evaluation } | { ok: false; problem: string };
+type DryRunResult =
+  | { ok: true; evaluation: Evaluation; answer: DryRunAnswer }
+  | { ok: false; problem: string };
 
 /**
  * A call tried against the definition being edited, evaluated in this browser with the policy
  * engine the server runs: nothing is saved or recorded. Session limits apply as to a session's
  * first call.
  */
-function DryRun({ text }: { text: string }) {
+function DryRun({
+  text,
+  toolName,
+  isActive,
+  tier,
+}: {
+  text: string;
+  toolName: string;
+  isActive: boolean;
+  tier: string | undefined;
+}) {
   const ids = useId();
   const [args, setArgs] = useState('{\n  "amount": 50\n}');
   const [result, setResult] = useState<DryRunResult | null>(null);
@@ -657,7 +691,8 @@ function DryRun({ text }: { text: string }) {
       const compiled = compilePolicy(definition);
       const a = callArgs as Record<string, unknown>;
       const session = evaluateSession(definition.sessionConstraints, { calls: 0, cumulative: {} }, a);
-      setResult({ ok: true, evaluation: mergeEvaluation(evaluate(compiled, a), session) });
+      const evaluation = mergeEvaluation(evaluate(compiled, a), session);
+      setResult({ ok: true, evaluation, answer: serviceAnswer(evaluation, { toolName, isActive, tier }) });
     } catch (err) {
       const problem =
         err instanceof PolicyDefinitionError ? err.problems.join(' ') : `Cannot evaluate: ${messageOf(err)}`;
@@ -670,7 +705,8 @@ function DryRun({ text }: { text: string }) {
       <h2 id={`${ids}-heading`}>Try a call</h2>
       <p className="meta">
         Evaluates a call against the definition above, saved or not, with the service's policy engine in this
-        browser. Nothing is recorded.
+        browser, and answers as the service would: an inactive policy lets every call through unchecked, and
+        below the Team plan a call that requires approval is denied. Nothing is recorded.
       </p>
       <form onSubmit={run}>
         <Field id={`${ids}-args`} label="Arguments (JSON)">
@@ -690,10 +726,24 @@ function DryRun({ text }: { text: string }) {
         {result && !result.ok && <p className="error">{result.problem}</p>}
         {result?.ok && (
           <>
-            <p className={`verdict ${result.evaluation.decision}`} data-dry-run={result.evaluation.decision}>
-              Decision: {result.evaluation.decision}
-              {result.evaluation.reason ? ` — ${result.evaluation.reason}` : ''}
+            <p className={`verdict ${result.answer.decision}`} data-dry-run={result.answer.decision}>
+              Decision: {result.answer.decision}
+              {result.answer.reason ? ` — ${revealString(result.answer.reason)}` : ''}
             </p>
+            {result.answer.note && (
+              <p className="warn" data-dry-run-note>
+                {result.answer.note}
+              </p>
+            )}
+            {result.answer.whenActive && (
+              <p
+                className={`verdict ${result.answer.whenActive.decision}`}
+                data-dry-run-when-active={result.answer.whenActive.decision}
+              >
+                When active: {result.answer.whenActive.decision}
+                {result.answer.whenActive.reason ? ` — ${revealString(result.answer.whenActive.reason)}` : ''}
+              </p>
+            )}
             {result.evaluation.failedConstraints.length > 1 && (
               <ul>
                 {result.evaluation.failedConstraints.map((f) => (

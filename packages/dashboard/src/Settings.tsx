@@ -1,6 +1,7 @@
 import { type FormEvent, type ReactNode, useEffect, useId, useRef, useState } from 'react';
 import { api, messageOf, ORGANIZATION_SAVED, type Organization, query } from './api.js';
 import type { PageProps } from './pages.js';
+import { readAgainIfRefused } from './reads.js';
 import { keyPrefixShown, revealString } from './reveal.js';
 import { Shown } from './Shown.js';
 import {
@@ -400,7 +401,11 @@ function KeysSection({
   const revoke = (id: string) =>
     run(
       async () => {
-        await api(`/v1/api-keys/${id}/revoke`, { method: 'POST', organizationId });
+        // Revoked or deleted elsewhere since the list was read (404): the list is read again.
+        await readAgainIfRefused(
+          () => api(`/v1/api-keys/${id}/revoke`, { method: 'POST', organizationId }),
+          load,
+        );
         await load();
       },
       () => setConfirm(null),
@@ -530,7 +535,11 @@ function UpstreamsSection({ organizationId, projects }: { organizationId: string
   const remove = (id: string) =>
     run(
       async () => {
-        await api(`/v1/mcp/upstreams/${id}`, { method: 'DELETE', organizationId });
+        // Deleted elsewhere since the list was read (404): the list is read again.
+        await readAgainIfRefused(
+          () => api(`/v1/mcp/upstreams/${id}`, { method: 'DELETE', organizationId }),
+          load,
+        );
         await load();
       },
       () => setConfirm(null),

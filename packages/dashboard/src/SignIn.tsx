@@ -18,6 +18,11 @@ const FAILURES: Record<string, string> = {
     'The identity provider did not say who you are (no usable user claim, or an email address it has not verified).',
 };
 
+/** What the page says of a sign-in that failed for `reason` (the `signin` of the address). */
+export const signInFailure = (reason: string): string =>
+  (Object.hasOwn(FAILURES, reason) ? FAILURES[reason] : undefined) ??
+  'The sign-in did not work. Start again.';
+
 /** `ended`: the session ended while the dashboard was open (signed out elsewhere, or expired). */
 export function SignIn({ ended = false }: { ended?: boolean }) {
   const reason = new URLSearchParams(window.location.search).get('signin');
@@ -40,7 +45,7 @@ export function SignIn({ ended = false }: { ended?: boolean }) {
       )}
       {reason && (
         <p role="alert" className="error">
-          {FAILURES[reason] ?? 'The sign-in did not work. Start again.'}
+          {signInFailure(reason)}
         </p>
       )}
       {methods?.oidc && (

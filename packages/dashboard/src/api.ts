@@ -205,6 +205,8 @@ export class ApiError extends Error {
 }
 
 let csrfToken: string | null = null;
+/** The session the page works with: the one read at start, or since (see `onSessionChanged`). */
+let loaded: Session | null = null;
 
 /** What a failed request says when the service did not answer at all (network down, service stopped). */
 export const UNREACHABLE =
@@ -221,17 +223,80 @@ export function onSessionEnded(listener: () => void): () => void {
   return () => sessionEndedListeners.delete(listener);
 }
 
+const sessionChangedListeners = new Set<(now: Session, before: Session) => void>();
+
+/**
+ * Calls `listener` when the session cookie now names another person's session than the page's:
+ * someone signed in as another user in another tab or window of this browser, which replaced the
+ * cookie. Every request of the page then answers as that person (403 "not a member", or a CSRF
+ * refusal), so the page must show whose session it is. Returns the unsubscribe.
+ */
+export function onSessionChanged(listener: (now: Session, before: Session) => void): () => void {
+  sessionChangedListeners.add(listener);
+  return () => sessionChangedListeners.delete(listener);
+}
+
+/**
+ * How the session the cookie names now (`now`, null when none: 401) stands to the one the page works
+ * with (`before`): the same one, a new session of the same person (signed in again elsewhere: only
+ * the CSRF token changed), another person's, or none.
+ */
+export function sessionChange(
+  before: Session,
+  now: Session | null,
+): 'same' | 'renewed' | 'changed' | 'ended' {
+  if (now === null) return 'ended';
+  if (now.userId !== before.userId) return 'changed';
+  return now.csrfToken === before.csrfToken ? 'same' : 'renewed';
+}
+
 /** Called with every answer of a request made with the session cookie. */
 function noticeSessionEnd(status: number): void {
   // Only once signed in (the session read before sign-in answers 401 by design), and only once.
   if (status !== 401 || csrfToken === null) return;
   csrfToken = null;
+  loaded = null;
   for (const listener of [...sessionEndedListeners]) listener();
+}
+
+/** The re-read of the session under way, if any: a burst of refusals reads it once. */
+let checking: Promise<void> | null = null;
+
+/**
+ * A request answered 403 (a CSRF refusal, or "not a member" of the organization shown): the cookie
+ * may name another session than the page's. Reads the session as the page did at start and compares.
+ */
+function recheckSession(): Promise<void> {
+  if (checking) return checking;
+  const before = loaded;
+  if (before === null || csrfToken === null) return Promise.resolve();
+  checking = (async () => {
+    try {
+      const res = await fetch('/v1/auth/session', {
+        credentials: 'same-origin',
+        headers: { accept: 'application/json' },
+      });
+      if (res.status === 401) return noticeSessionEnd(401);
+      if (!res.ok || loaded !== before) return;
+      const now = (await res.json()) as Session;
+      const change = sessionChange(before, now);
+      if (change === 'same') return;
+      csrfToken = now.csrfToken;
+      loaded = now;
+      if (change === 'changed') for (const listener of [...sessionChangedListeners]) listener(now, before);
+    } catch {
+      // Not answered: nothing is known, nothing changes.
+    } finally {
+      checking = null;
+    }
+  })();
+  return checking;
 }
 
 /**
  * `fetch` for the dashboard's own requests: a failure to connect becomes an ApiError saying the
- * service cannot be reached (status 0), and a 401 once signed in tells the page that the session ended.
+ * service cannot be reached (status 0), a 401 once signed in tells the page that the session ended,
+ * and a 403 has the session read again, in case the cookie now names another person's.
  */
 export async function request(path: string, init: RequestInit = {}): Promise<Response> {
   let res: Response;
@@ -243,6 +308,8 @@ export async function request(path: string, init: RequestInit = {}): Promise<Res
     throw new ApiError(0, 'unreachable', UNREACHABLE);
   }
   noticeSessionEnd(res.status);
+  // Known before the refusal reaches the page: a page whose session changed is replaced as a whole.
+  if (res.status === 403) await recheckSession();
   return res;
 }
 
@@ -293,6 +360,7 @@ export async function loadSession(): Promise<Session | null> {
   try {
     const session = await api<Session>('/v1/auth/session');
     csrfToken = session.csrfToken;
+    loaded = session;
     return session;
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) return null;
@@ -303,4 +371,5 @@ export async function loadSession(): Promise<Session | null> {
 export async function signOut(): Promise<void> {
   await api('/v1/auth/logout', { method: 'POST' });
   csrfToken = null;
+  loaded = null;
 }

@@ -3,6 +3,7 @@ import type { PolicyDraft } from './api.js';
 import {
   type DraftView,
   draftChanges,
+  heldText,
   nextViews,
   reviewOrder,
   showCurrent,
@@ -134,7 +135,25 @@ describe('the cards after a read of the drafts', () => {
     ]);
     expect(draftChanges(first, next)).toBe('Draft a was deleted since you read it.');
     expect(ids(showCurrent(next, 'a', me))).toEqual(['b']);
-    expect(ids(nextViews(next, [draft('b')], { adopt: ['a'], userId: me }))).toEqual(['b']);
+    // Acting on it (an approval refused: the draft is gone) keeps it too, saying it was deleted.
+    expect(nextViews(next, [draft('b')], { adopt: ['a'], userId: me }).map((v) => v.current)).toEqual([
+      null,
+      undefined,
+    ]);
+  });
+
+  it('keeps the card of a draft deleted in another tab when approving it is refused, saying so', () => {
+    const first = nextViews(null, [draft('a'), draft('b')], { userId: me });
+    // Approve answered 404: the page reads the drafts again with the card adopted.
+    const next = nextViews(first, [draft('b')], { adopt: ['a'], userId: me });
+    expect(next.map((v) => [v.shown.id, v.current])).toEqual([
+      ['a', null],
+      ['b', undefined],
+    ]);
+    expect(heldText(next[0]!.current ?? null)).toBe(
+      'This draft was deleted since you read it: nothing of it can be approved.',
+    );
+    expect(draftChanges(first, next)).toBe('Draft a was deleted since you read it.');
   });
 
   it('notes a draft withdrawn from review, and reveals what others wrote', () => {

@@ -61,7 +61,7 @@ function showing(view: DraftView, now: PolicyDraft, userId: string): DraftView {
  * unchanged (the same revision) shows the draft as read, its status included, with a note when
  * someone else moved it. A card whose draft was edited or deleted since keeps what the person
  * read, with the draft as it is now beside it (`current`): it changes only when they ask, or act on
- * it (`adopt`, the ids of such cards). New drafts come first, in review order; the cards shown keep
+ * it (`adopt`, the ids of such cards); a deleted draft's card goes only when they ask. New drafts come first, in review order; the cards shown keep
  * their places, so that nothing moves under the person but what comes in above.
  */
 export function nextViews(
@@ -75,8 +75,10 @@ export function nextViews(
   const fresh = reviewOrder(read.filter((d) => !known.has(d.id))).map((shown) => ({ shown, note: null }));
   const kept = prev.flatMap((view): DraftView[] => {
     const d = now.get(view.shown.id) ?? null;
-    if (adopt.includes(view.shown.id)) return d ? [showing(view, d, userId)] : [];
+    // A draft deleted since: its card stays, saying so, also when the person acted on it (an
+    // approval refused with 404 must not take the card, and with it the reason, away).
     if (d === null) return [{ ...view, current: null }];
+    if (adopt.includes(view.shown.id)) return [showing(view, d, userId)];
     if (d.revision !== view.shown.revision) return [{ ...view, current: d }];
     return [showing(view, d, userId)];
   });

@@ -11,6 +11,8 @@ import { Settings } from './Settings.js';
 export interface PageProps {
   organizationId: string;
   userId: string;
+  /** The organization's plan (`tier`), when the page knows it. */
+  tier?: string;
 }
 
 export interface Page {

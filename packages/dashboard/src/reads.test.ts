@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { latestOnly } from './reads.js';
+import { latestOnly, readAgainIfRefused } from './reads.js';
 
 /** A read that answers when told to. */
 function held<T>() {
@@ -78,5 +78,57 @@ describe('reads where the latest wins', () => {
       ),
     ]);
     expect(errors.map((e) => (e as Error).message)).toEqual(['new']);
+  });
+});
+
+describe('an action on a row of a list', () => {
+  const refusal = (status: number) => Object.assign(new Error(`HTTP ${status}`), { status });
+
+  it('reads the list again when the service refuses it with 404 (deleted elsewhere), and passes the refusal on', async () => {
+    let reads = 0;
+    const load = async () => {
+      reads++;
+    };
+    await expect(
+      readAgainIfRefused(async () => {
+        throw refusal(404);
+      }, load),
+    ).rejects.toThrow('HTTP 404');
+    expect(reads).toBe(1);
+    await expect(
+      readAgainIfRefused(async () => {
+        throw refusal(409);
+      }, load),
+    ).rejects.toThrow('HTTP 409');
+    expect(reads).toBe(2);
+  });
+
+  it('does not read again when it worked, the session ended (401), or the service did not answer', async () => {
+    let reads = 0;
+    const load = async () => {
+      reads++;
+    };
+    expect(await readAgainIfRefused(async () => 'done', load)).toBe('done');
+    for (const status of [401, 500, 0]) {
+      await expect(
+        readAgainIfRefused(async () => {
+          throw refusal(status);
+        }, load),
+      ).rejects.toThrow();
+    }
+    expect(reads).toBe(0);
+  });
+
+  it('passes the refusal on even when the read again fails', async () => {
+    await expect(
+      readAgainIfRefused(
+        async () => {
+          throw refusal(404);
+        },
+        async () => {
+          throw new Error('read failed');
+        },
+      ),
+    ).rejects.toThrow('HTTP 404');
   });
 });

@@ -28,3 +28,26 @@ export function latestOnly() {
     }
   };
 }
+
+/** The HTTP status of a refused request (an ApiError's), else null. */
+const statusOf = (err: unknown): number | null =>
+  typeof err === 'object' && err !== null && typeof (err as { status?: unknown }).status === 'number'
+    ? (err as { status: number }).status
+    : null;
+
+/**
+ * Runs an action on a row of a list (revoke, delete, activate…); when the service refuses it with a
+ * 4xx other than 401 (404: the thing was deleted elsewhere meanwhile; 409: it changed), the list is
+ * read again with `load` before the refusal is passed on, so that the row shows what is now (or goes)
+ * while the refusal's message is said. A 401 ends the session instead; a failed read again is left to
+ * the list's own error.
+ */
+export async function readAgainIfRefused<T>(action: () => Promise<T>, load: () => Promise<void>): Promise<T> {
+  try {
+    return await action();
+  } catch (err) {
+    const status = statusOf(err);
+    if (status !== null && status >= 400 && status < 500 && status !== 401) await load().catch(() => {});
+    throw err;
+  }
+}

@@ -55,6 +55,7 @@ export {
   wellFormed,
 } from './json-limits.js';
 export { codePointLength, MAX_REGEX_LENGTH } from './limits.js';
+export { APPROVALS_NEED_TEAM, approvalsAllowed, deniedWithoutApprovals } from './plans.js';
 export { INVALID_SCORE_CAP, PENALTY, type QualityReport, scorePolicy } from './quality.js';
 export { evaluateSession, mergeEvaluation, sessionIncrements } from './session.js';
 export { type StarterPolicy, starterPolicy } from './starter.js';

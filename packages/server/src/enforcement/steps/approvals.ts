@@ -1,5 +1,5 @@
+import { approvalsAllowed, deniedWithoutApprovals } from '@svc/policy-engine';
 import { uuidv7 } from '../../lib/ids.js';
-import { APPROVALS_NEED_TEAM, approvalsAllowed } from '../../modules/approvals/model.js';
 import type { ApprovalService } from '../../modules/approvals/service.js';
 import type { Step, StepResult } from '../model.js';
 import { NOT_EVALUATED } from './constraints.js';
@@ -26,7 +26,7 @@ export function approvalsStep(approvals: Pick<ApprovalService, 'use' | 'open'>):
       if (approvalId === null) {
         if (verdict.decision !== 'require_approval') return { verdict };
         if (!approvalsAllowed(scope.tier)) {
-          const reason = `${verdict.reason}: human approval is required, but ${APPROVALS_NEED_TEAM}; denied`;
+          const reason = deniedWithoutApprovals(verdict.reason);
           return { verdict: { ...verdict, decision: 'deny', reason } };
         }
         // Preassigned so the decision's receipt binds the approval it opens.

@@ -8,12 +8,7 @@ export type ApprovalAction = 'approve' | 'deny';
 
 export const DEFAULT_APPROVAL_TTL_SECONDS = 3600;
 
-/** SPEC §8: human-in-the-loop approvals need the Team plan or above. */
-export const APPROVALS_NEED_TEAM = 'human-in-the-loop approvals need the Team plan or above';
-
-export function approvalsAllowed(tier: string): boolean {
-  return tier !== 'free';
-}
+export { APPROVALS_NEED_TEAM, approvalsAllowed } from '@svc/policy-engine';
 
 /** Expiry is computed on read: a pending approval past expiresAt is expired before the sweeper marks it. */
 export function statusAt(row: ApprovalRow, now: string): ApprovalStatus {
