@@ -104,9 +104,12 @@ const TABLE: [string, Expect][] = [
   ['send_payment currency must not be GBP', on('send_payment', 'currency', { notEnum: ['GBP'] })],
   [
     'send_email to must be an @example.com address',
-    on('send_email', 'to', { regex: '(?i)@(?:example\\.com)$' }),
+    on('send_email', 'to', { regex: `(?i)^[^\\s@,;<>"']+@(?:example\\.com)$` }),
   ],
-  ['Only allow send_email to addresses at acme.io', on('send_email', 'to', { regex: '(?i)@(?:acme\\.io)$' })],
+  [
+    'Only allow send_email to addresses at acme.io',
+    on('send_email', 'to', { regex: `(?i)^[^\\s@,;<>"']+@(?:acme\\.io)$` }),
+  ],
   [
     'Block send_email to gmail.com addresses',
     on('send_email', 'to', { notRegex: '(?i)[@.](?:gmail\\.com)(?:$|[^a-z0-9.-])' }),
@@ -161,8 +164,38 @@ const TABLE: [string, Expect][] = [
   ['send_payment memo must never be empty', on('send_payment', 'memo', { required: true, minLength: 1 })],
   [
     'Only allow send_email to addresses at acme.io or acme.com',
-    on('send_email', 'to', { regex: '(?i)@(?:acme\\.io|acme\\.com)$' }),
+    on('send_email', 'to', { regex: `(?i)^[^\\s@,;<>"']+@(?:acme\\.io|acme\\.com)$` }),
   ],
+  ['At or above $1,000, block send_payment', pay({ lessThan: 1000 })],
+  [
+    'For send_payment amounts of $500 or more, ask a person',
+    pay({ lessThan: 500, action: 'require_approval' }),
+  ],
+  [
+    'Block send_email to gmail.com',
+    on('send_email', 'to', { notRegex: '(?i)[@.](?:gmail\\.com)(?:$|[^a-z0-9.-])' }),
+  ],
+  [
+    'Block send_email to addresses ending with gmail.com',
+    on('send_email', 'to', { notRegex: '(?i)gmail\\.com$' }),
+  ],
+  ['send_email fewer than three times per session', { toolName: 'send_email', maxCalls: 2 }],
+  ['Block send_payment at five or more calls per session', { toolName: 'send_payment', maxCalls: 4 }],
+  ['Block delete_user twice or more per session', { toolName: 'delete_user', maxCalls: 1 }],
+  ['Only allow send_payment amounts from $10 up to $1,000', pay({ minimum: 10, maximum: 1000 })],
+  [
+    'send_email subject must start with "Dear customer"',
+    on('send_email', 'subject', { regex: '^Dear customer' }),
+  ],
+  ['Block send_payment once the amount exceeds $1,000', pay({ maximum: 1000 })],
+  ['Limit send_email subject to 100 characters', on('send_email', 'subject', { maxLength: 100 })],
+  ['Block send_email to more than 5 recipients', on('send_email', 'cc', { maxItems: 5 })],
+  [
+    'send_email subject must not be longer than 80 characters',
+    on('send_email', 'subject', { maxLength: 80 }),
+  ],
+  ['Escalate send_payment above 750 to a manager', pay({ maximum: 750, action: 'require_approval' })],
+  ["delete_user reason can't be empty", on('delete_user', 'reason', { required: true, minLength: 1 })],
   ['send payment amount must be below 400', pay({ lessThan: 400 })],
   ['sendPayment amount <= 80', pay({ maximum: 80 })],
 ];
@@ -195,6 +228,32 @@ const REFUSE: string[] = [
   'Allow at most 3 send_payment calls per session for amounts over 100',
   'Require approval for send_payment calls that include a memo',
   'Block send_payment of 1 000 or more',
+  'No send_payment over $1,000 is allowed',
+  'No send_payment may exceed $1,000',
+  'Allow send_payment amounts not above $500',
+  'send_payment amount must be not lower than 10',
+  'send_payment currency must be not GBP',
+  'Only allow send_payment currency not GBP',
+  "Don't block send_payment amounts below 100",
+  'Never deny send_payment under $100',
+  "Don't require approval for send_payment under $100",
+  'No need to ask a person for send_payment under $100',
+  'Block send_payment over $500 with no human review',
+  'For send_payment up to $100, never ask a person',
+  'send_email: nothing to gmail.com addresses',
+  'send_email to acme.io addresses and no others',
+  'send_payment amount per session must not exceed 5000',
+  'Block send_payment amounts above 5000 per session',
+  'Allow delete_user at least once per session',
+  'send_payment: at most $1,000 in total',
+  'Combined send_payment amounts must stay under $10,000',
+  'Block send_payment when the amount is over $1,000 or the currency is GBP',
+  'send_payment memo should be optional',
+  'delete_user reason is not required',
+  'Block send_payment over €1.000',
+  'Block send_payment over 1,00,000',
+  'Block send_payment over 1,5k',
+  "Block send_payment over 1'000 dollars",
   'Block everything',
 ];
 
@@ -292,6 +351,33 @@ describe('compileMessage: messages with several rules', () => {
       expect(re.test(to), to).toBe(false);
   });
 
+  it('reads rules without the names of arguments: an argument named "stop" or "block" says nothing', () => {
+    const tools: ToolInfo[] = [
+      { name: 'get_blocks', description: null, arguments: [{ name: 'block', type: 'number' }] },
+      { name: 'book_train', description: null, arguments: [{ name: 'stop', type: 'string' }] },
+    ];
+    expect(compileMessage('get_blocks block must be at most 500', tools, null).rules[0]?.constraint).toEqual({
+      argumentName: 'block',
+      enabled: true,
+      maximum: 500,
+    });
+    expect(compileMessage('book_train stop must be Paris or Lyon', tools, null).rules[0]?.constraint).toEqual(
+      {
+        argumentName: 'stop',
+        enabled: true,
+        enum: ['Paris', 'Lyon'],
+      },
+    );
+  });
+
+  it('allows one address at an allowed domain, not a list that ends with one', () => {
+    const rule = compileMessage('Only allow send_email to acme.io', TOOLS, null).rules[0]!;
+    const re = new RegExp(rule.constraint!.regex!.replace('(?i)', ''), 'i');
+    expect(re.test('bob@ACME.io')).toBe(true);
+    expect(re.test('eve@evil.com, bob@acme.io')).toBe(false);
+    expect(re.test('Bob <bob@acme.io>')).toBe(false);
+  });
+
   it('does not take a tool named by a rule word for that word', () => {
     const tools: ToolInfo[] = [
       ...TOOLS,
@@ -305,6 +391,8 @@ describe('compileMessage: messages with several rules', () => {
     expect(compileMessage('Block send_payment over $1,000', tools, null).rules).toHaveLength(1);
     const named = compileMessage('Block `block` minutes over 60', tools, 'send_payment');
     expect(named.rules.map((r) => [r.toolName, r.constraint?.maximum])).toEqual([['block', 60]]);
+    const called = compileMessage('For the block tool, minutes must be at most 60', tools, 'send_payment');
+    expect(called.rules.map((r) => [r.toolName, r.constraint?.maximum])).toEqual([['block', 60]]);
   });
 
   it('does not split "between X and Y"', () => {

@@ -3,6 +3,7 @@ import type { CompiledRule, CompileResult, NotUnderstood, ToolInfo } from './mod
 import { countOf, isMoney, NUM, numberOf } from './numbers.js';
 import {
   AFFIX,
+  AMBIGUOUS_NUMBER,
   APPROVAL,
   APPROVAL_HINT,
   BOUNDS,
@@ -15,11 +16,11 @@ import {
   EXPLICIT_REGEX,
   ITEMS_UNIT,
   LENGTH_UNIT,
+  NEGATION_WORD,
   NEGATIVE,
   POSITIVE,
   REQUIRED,
   SESSION,
-  SPACED_THOUSANDS,
   TOTAL,
 } from './phrases.js';
 
@@ -82,7 +83,7 @@ function toolsNamed(tools: readonly ToolInfo[], text: string): ToolInfo[] {
   return mentioned(tools, text).filter((t) => {
     if (!RULE_VERBS.has(t.name.toLowerCase())) return true;
     const n = escapeRegex(t.name);
-    return new RegExp(String.raw`[\`"']${n}[\`"']|tool\s+${n}|${n}\s+tool`, 'i').test(text);
+    return new RegExp(String.raw`[\`"']${n}[\`"']|\btool\s+${n}\b|\b${n}\s+tool\b`, 'i').test(text);
   });
 }
 
@@ -142,14 +143,21 @@ export function clauseJoiner(keywords: readonly string[]): RegExp {
 const COMMA_VERB =
   /,\s*(?=(?:block|deny|reject|require|ask|limit|never|forbid|prevent|disallow|escalate)\b)/i;
 
+/** A verb that makes a rule of what it is in: what precedes a comma is a rule of its own only with one. */
+const RULE_VERB =
+  /\b(?:block|blocks|deny|reject|forbid|prevent|disallow|refuse|ban|stop|never|allow|only|must|should|limit|cap|ask|require|requires|escalate)\b/i;
+
 /**
- * A part split at each comma before a rule verb, where what precedes it already gives a number: a
- * rule with its limit. "For send_payment, ask a person above $500" stays one rule.
+ * A part split at each comma before a rule verb, where what precedes it is already a rule: a verb and
+ * a limit. "For send_payment, ask a person above $500" and "At or above $1,000, block send_payment"
+ * stay one rule (the first part is the condition of the second).
  */
 function splitAtCommas(part: string): string[] {
   const out: string[] = [];
   for (const piece of part.split(COMMA_VERB)) {
-    if (out.length > 0 && !/\d/.test(out[out.length - 1]!)) out[out.length - 1] += `, ${piece}`;
+    const before = out[out.length - 1];
+    if (before !== undefined && !(/\d/.test(before) && RULE_VERB.test(before)))
+      out[out.length - 1] += `, ${piece}`;
     else out.push(piece);
   }
   return out;
@@ -265,6 +273,7 @@ function sampleFor(fields: Partial<Record<Field, number>>): { allowed: number; d
 
 interface Ctx {
   tool: ToolInfo;
+  /** The clause without the names of the tool and its arguments, where the rule is read. */
   clause: string;
   /** The clause without the tool's name, where arguments are looked for. */
   body: string;
@@ -287,9 +296,16 @@ const STOP = new Set(
     'including inclusive ' +
     'dollars dollar usd eur euros gbp pounds bucks k thousand million billion make sure always any ' +
     'total totals cumulative cumulatively combined altogether aggregate overall session sessions conversation run ' +
-    'before after get getting approved reviewed'
+    'before after get getting approved reviewed anything everything ' +
+    'characters character chars letters items item entries elements recipients recipient addresses attachments files'
   ).split(' '),
 );
+
+/** An argument name that is also a short common word ("to", "for"): in a sentence, read as the word. */
+function commonWord(name: string): boolean {
+  const n = name.toLowerCase();
+  return STOP.has(n) && n.length <= 4 && !RULE_VERBS.has(n);
+}
 
 /** A word the clause uses for its subject that is no registered argument ("the fee"), or null. */
 function unknownSubject(body: string): string | null {
@@ -303,14 +319,27 @@ function unknownSubject(body: string): string | null {
 /** The argument a clause is about: the one it names, else the only one of the wanted type. */
 function pickArgument(ctx: Ctx, types: string[], hint: string): ToolArgument | { why: string } {
   const named = mentioned(ctx.tool.arguments, ctx.body);
-  const typed = named.filter((a) => types.includes(a.type));
-  if (typed.length === 1) return typed[0]!;
+  let typed = named.filter((a) => types.includes(a.type));
+  // Beside another, an argument named like a common word ("to") is only that word.
+  if (typed.length > 1 && typed.some((a) => !commonWord(a.name)))
+    typed = typed.filter((a) => !commonWord(a.name));
+  if (typed.length === 1) {
+    // Another argument named beside it is a condition this rule would drop ("… or the currency is GBP").
+    const other = named.find((a) => a !== typed[0] && !commonWord(a.name));
+    if (other) {
+      return {
+        why: `it also speaks of "${other.name}"; write one rule per argument (a rule cannot depend on another argument)`,
+      };
+    }
+    return typed[0]!;
+  }
   if (typed.length > 1) {
     return { why: `it names several arguments (${argNames(typed)}); write one rule per argument` };
   }
-  if (named.length > 0) {
+  const wrong = named.find((a) => !commonWord(a.name));
+  if (wrong) {
     return {
-      why: `argument "${named[0]!.name}" of "${ctx.tool.name}" is a ${named[0]!.type}, and this rule needs ${hint}`,
+      why: `argument "${wrong.name}" of "${ctx.tool.name}" is a ${wrong.type}, and this rule needs ${hint}`,
     };
   }
   const candidates = ctx.tool.arguments.filter((a) => types.includes(a.type));
@@ -319,7 +348,7 @@ function pickArgument(ctx: Ctx, types: string[], hint: string): ToolArgument | {
     return { why: `"${other}" is not an argument of "${ctx.tool.name}" (${argNames(ctx.tool.arguments)})` };
   }
   if (candidates.length === 1) return candidates[0]!;
-  if (candidates.length === 0) return { why: `tool "${ctx.tool.name}" has no ${hint} argument` };
+  if (candidates.length === 0) return { why: `tool "${ctx.tool.name}" has no argument that is ${hint}` };
   return {
     why: `it does not say which argument of "${ctx.tool.name}" it is about (${argNames(candidates)})`,
   };
@@ -365,20 +394,30 @@ function sessionRule(ctx: Ctx): Outcome {
       },
     };
   }
+  // A limit on an argument "per session" is neither a count of calls nor (without "total") a total.
+  if (!/\b(?:calls?|times?|requests?|uses?|invocations?|once|twice|thrice)\b/i.test(ctx.clause)) {
+    return {
+      why: 'say "in total per session" for a limit on the sum over a session, or leave out "per session" for a limit on each call',
+    };
+  }
   // The count of calls: a number written with "calls" or "times" first, else the first number.
-  const counted = ctx.body.match(CALL_COUNT) ?? ctx.body.match(CALLS);
-  const n = counted ? countOf(counted[0].match(/^\S+/)![0]) : null;
+  const counted = ctx.clause.match(CALL_COUNT) ?? ctx.clause.match(CALLS);
+  const word = counted ? counted[0].match(/^\S+/)![0] : '';
+  const n = counted ? countOf(word) : null;
   if (n === null) return { why: 'it mentions a session but no number of calls' };
-  const rest = ctx.body.slice(0, counted!.index) + ' ' + ctx.body.slice(counted!.index! + counted![0].length);
-  if (isMoney(ctx.body) || new RegExp(NUM, 'i').test(rest)) {
+  const at = counted!.index!;
+  const rest = ctx.clause.slice(0, at) + ' ' + ctx.clause.slice(at + counted![0].length);
+  if (isMoney(ctx.clause) || new RegExp(NUM, 'i').test(rest)) {
     return {
       why: 'a limit on calls per session counts every call of the tool; it cannot depend on the arguments (write that limit on its own)',
     };
   }
+  // The count in digits, so that a bound reads it however it is written ("fewer than three times").
+  const numbered = ctx.clause.slice(0, at) + String(n) + ctx.clause.slice(at + word.length);
   // The bound, when it is the one on the number of calls ("no more than 5 calls", "5 or more calls").
-  const found = findBound(ctx.clause);
+  const found = findBound(numbered);
   const bound = found && found.kind !== 'between' && found.values[0] === n ? found.kind : null;
-  const polarity = polarityOf(bound ? ctx.clause.replace(found!.text, ' ') : ctx.clause, true);
+  const polarity = polarityOf(bound ? numbered.replace(found!.text, ' ') : numbered, true);
   if (polarity?.action === 'require_approval')
     return { why: 'calls per session can only be limited by blocking, not by asking a person' };
   // "block after 5 calls", "no more than 5 calls", "block more than 5 calls", "5 times per session":
@@ -455,16 +494,12 @@ function numericRule(ctx: Ctx): Outcome {
 function patternRule(ctx: Ctx): Outcome {
   const explicit = EXPLICIT_REGEX.exec(ctx.clause);
   const affix = explicit ? null : AFFIX.exec(ctx.clause);
-  const domain = explicit || affix || !DOMAIN_WORDS.test(ctx.clause) ? null : DOMAIN.exec(ctx.clause);
+  const domain = explicit || affix || !DOMAIN_WORDS.test(ctx.body) ? null : DOMAIN.exec(ctx.clause);
   const domains = domain
     ? [...new Set([...ctx.clause.matchAll(DOMAINS)].map((m) => m[1]!.toLowerCase()))]
     : [];
   if (!explicit && !affix && !domain) return null;
-  const polarity =
-    polarityOf(ctx.clause, false) ??
-    (domain
-      ? { action: 'deny' as const, restricted: /\bto\b/i.test(ctx.clause) && /\bno\b/i.test(ctx.clause) }
-      : null);
+  const polarity = polarityOf(ctx.clause, false);
   if (!polarity) return { why: 'it does not say whether matching values are allowed or stopped' };
   const arg = pickArgument(ctx, ['string'], 'a string');
   if ('why' in arg) return arg;
@@ -475,26 +510,29 @@ function patternRule(ctx: Ctx): Outcome {
     regex = (explicit[1] ?? explicit[2])!;
     words = `match ${regex}`;
   } else if (affix) {
-    const verb = (affix[1] ?? affix[3])!.toLowerCase();
-    const value = (affix[2] ?? affix[4])!;
+    const verb = (affix[1] ?? affix[4])!.toLowerCase();
+    const value = (affix[2] ?? affix[3] ?? affix[5])!;
+    // A domain is matched in any case ("ends with gmail.com" also stops bob@GMAIL.COM).
+    const any = /^@?[a-z0-9-]+(?:\.[a-z0-9-]+)+$/i.test(value) ? '(?i)' : '';
     if (/^(?:start|begin)/.test(verb)) {
-      regex = `^${escapeRegex(value)}`;
+      regex = `${any}^${escapeRegex(value)}`;
       words = `start with "${value}"`;
       sample = { allowed: `${value}example`, denied: `example${value === 'x' ? 'y' : 'x'}` };
     } else if (/^end/.test(verb)) {
-      regex = `${escapeRegex(value)}$`;
+      regex = `${any}${escapeRegex(value)}$`;
       words = `end with "${value}"`;
       sample = { allowed: `example${value}`, denied: `${value}example-` };
     } else {
-      regex = escapeRegex(value);
+      regex = `${any}${escapeRegex(value)}`;
       words = `contain "${value}"`;
       sample = { allowed: `a ${value} b`, denied: 'example' };
     }
   } else {
-    // Domains are matched in any case. An allowed address ends with one of them; a blocked one is
-    // refused wherever the domain (or a subdomain of it) ends a name: "Bob <bob@GMAIL.com>" too.
+    // Domains are matched in any case. An allowed value is one address, ending with one of them
+    // (not "eve@evil.com, bob@acme.io"); a blocked one is refused wherever the domain (or a
+    // subdomain of it) ends a name: "Bob <bob@GMAIL.com>" too.
     const alts = domains.map(escapeRegex).join('|');
-    regex = `(?i)@(?:${alts})$`;
+    regex = String.raw`(?i)^[^\s@,;<>"']+@(?:${alts})$`;
     words = `be an address at ${domains.join(' or ')}`;
     sample = { allowed: `someone@${domains[0]}`, denied: 'someone@elsewhere.example' };
   }
@@ -524,6 +562,12 @@ function patternRule(ctx: Ctx): Outcome {
     },
   };
 }
+
+const VAGUE = new Set(
+  'optional required mandatory necessary needed empty blank present missing provided given valid invalid safe unsafe reasonable sensible meaningful small large big short long positive negative anything something everything nothing set unset'.split(
+    ' ',
+  ),
+);
 
 const FILLER =
   /^(?:(?:must|should|has to|have to|can|may|could|will|only|always|never|not|be|is|are|one|of|either|in|limited|restricted|to|allowed|permitted|set|equal|exactly|the|values?|value|:|=|any|other|than|allow|accept|use|block|deny|reject|forbid|disallow|prevent|stop|don't|do|dont|a|an|with|where|whose|when|if|for|that|which)\b\s*|[:=]\s*)+/i;
@@ -558,6 +602,13 @@ function enumRule(ctx: Ctx): Outcome {
     .filter((v) => v !== '' && !/^(?:either|etc|only)$/i.test(v));
   if (values.length === 0 || values.length > 50 || values.some((v) => !/^[\w.+\-@:#]{1,100}$/.test(v)))
     return null;
+  // Words that describe values rather than list them ("memo should be optional").
+  const vague = arg.enum ? undefined : values.find((v) => VAGUE.has(v.toLowerCase()));
+  if (vague) {
+    return {
+      why: `"${vague}" describes values rather than naming one; list the allowed or blocked values, or give a limit`,
+    };
+  }
   // Values the tool declares are written as declared ("usd" → "USD").
   const declared = arg.enum ?? [];
   const written = values.map((v) => declared.find((d) => d.toLowerCase() === v.toLowerCase()) ?? v);
@@ -616,17 +667,46 @@ function requiredRule(ctx: Ctx): Outcome {
 /** Each clause becomes at most one rule; the first reading that applies wins, in this order. */
 const READINGS = [sessionRule, lengthRule, numericRule, patternRule, requiredRule, enumRule];
 
-/** What a clause says that Charter does not read, so that no reading of the rest may guess it. */
-function unreadable(tool: ToolInfo, clause: string): string | null {
-  let words = clause.replace(namePattern(tool.name), ' ');
-  for (const a of tool.arguments) words = words.replace(namePattern(a.name), ' ');
-  if (SPACED_THOUSANDS.test(words)) return 'write numbers without spaces inside them ("1000" or "1,000")';
+const NEGATIVE_ALL = new RegExp(NEGATIVE.source, 'gi');
+/** Counts written as words, read as digits where bounds are looked for ("no more than five times"). */
+const COUNT_WORDS = /\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|fifty|hundred)\b/gi;
+
+/**
+ * What a clause says that Charter does not read, so that no reading of the rest may guess it.
+ * `words` is the clause without the names of the tool and of its arguments.
+ */
+function unreadable(clause: string): string | null {
+  // Quoted values and patterns are values, not words: "must not contain "no"", `a{2,1}`.
+  const words = clause.replace(/`[^`]*`|"[^"]*"|\/[^/\s][^/]*\//g, ' ');
+  if (AMBIGUOUS_NUMBER.test(words)) {
+    return 'write numbers as 1000 or 1,000 (a point only before decimals: 2.5); this one reads two ways';
+  }
   const exception = EXCEPTION.exec(words);
   if (exception) {
     return `Charter does not read "${exception[0]}": write the values that are allowed ("only allow …") or the ones that are blocked ("block …")`;
   }
-  if (!APPROVAL.test(clause) && APPROVAL_HINT.test(words)) {
+  const approval = APPROVAL.test(words);
+  if (!approval && APPROVAL_HINT.test(words)) {
     return 'it speaks of a person or an approval in words Charter does not read; write "ask a person for …" or "require approval for …"';
+  }
+  // Every negation must be one a reading places: in a bound ("no more than"), a required phrase
+  // ("never empty"), or the one phrase that says the calls are stopped. Any other ("No payment over
+  // $1,000 is allowed", "not above", "don't block") would be read as its opposite.
+  let rest = words.replace(REQUIRED, ' ').replace(COUNT_WORDS, (w) => String(countOf(w)));
+  for (const re of BOUNDS_ALL) rest = rest.replace(re, ' ');
+  if (approval && (NEGATIVE.test(rest) || NEGATION_WORD.test(rest))) {
+    return 'it both asks a person and says "not" or "no"; write the calls to send to a person as a sentence of their own ("ask a person for …")';
+  }
+  const stops = rest.match(NEGATIVE_ALL) ?? [];
+  if (stops.length > 1) {
+    return `it says "${stops[0]}" and "${stops[1]}": write what is blocked, or what is allowed, without a double negation`;
+  }
+  const left = NEGATION_WORD.exec(rest.replace(NEGATIVE, ' '));
+  if (left) {
+    return `Charter cannot tell what "${left[0]}" applies to here; write what is blocked ("block … over 1,000") or what is allowed ("… must be at most 1,000")`;
+  }
+  if (TOTAL.test(words) && !SESSION.test(words)) {
+    return 'totals are counted per session: write "at most X in total per session"';
   }
   const count = CALL_COUNT.exec(words);
   if (count && !SESSION.test(words)) {
@@ -636,17 +716,27 @@ function unreadable(tool: ToolInfo, clause: string): string | null {
   return null;
 }
 
+/** Whom a call is sent to or approved by ("to a manager", "by the finance team"): no argument. */
+const PERSON =
+  /\b(?:to|from|by)\s+(?:an?\s+|the\s+|my\s+|our\s+)?(?:person|human|someone|somebody|manager|admin|administrator|reviewer|supervisor|owner|finance|team|lead)\b/gi;
+
 /** An approval phrase and whom it names ("approval from finance"): none of it names an argument. */
 const APPROVAL_WHO = new RegExp(
-  String.raw`${APPROVAL.source}(?:\s+(?:from|by)\s+(?:an?\s+|the\s+)?[\w-]+)?`,
+  String.raw`${APPROVAL.source}(?:\s+(?:from|by|to)\s+(?:an?\s+|the\s+)?[\w-]+)?`,
   'i',
 );
 
 function compileClause(tool: ToolInfo, clause: string): Outcome {
-  const why = unreadable(tool, clause);
+  // Names are no words of the rule: "the block tool" or an argument named "stop" say nothing about
+  // blocking. Rules are read without them; arguments are looked for in the body, which keeps them.
+  const text = clause.replace(namePattern(tool.name), ' ');
+  let words = text;
+  for (const a of tool.arguments) {
+    if (!commonWord(a.name)) words = words.replace(namePattern(a.name), ' ');
+  }
+  const why = unreadable(words);
   if (why) return { why };
-  const body = clause.replace(namePattern(tool.name), ' ').replace(APPROVAL_WHO, ' ');
-  const ctx = { tool, clause, body };
+  const ctx = { tool, clause: words, body: text.replace(APPROVAL_WHO, ' ').replace(PERSON, ' ') };
   for (const read of READINGS) {
     const out = read(ctx);
     if (out) return out;

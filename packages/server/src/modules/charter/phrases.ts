@@ -10,7 +10,11 @@ export type BoundKind = 'le' | 'lt' | 'ge' | 'gt' | 'between';
  */
 export const BOUNDS: { re: RegExp; kind: BoundKind; inherent: boolean }[] = [
   { re: new RegExp(String.raw`\bbetween\s+${NUM}\s+and\s+${NUM}`, 'i'), kind: 'between', inherent: true },
-  { re: new RegExp(String.raw`\bfrom\s+${NUM}\s+to\s+${NUM}`, 'i'), kind: 'between', inherent: true },
+  {
+    re: new RegExp(String.raw`\bfrom\s+${NUM}\s+(?:up\s+)?to\s+${NUM}`, 'i'),
+    kind: 'between',
+    inherent: true,
+  },
   {
     re: new RegExp(
       String.raw`(?:\bat or (?:below|under)|\bequal to or (?:less|lower|fewer|smaller) than|\bequal to or (?:below|under)|\b(?:less|lower|fewer|smaller) than or equal to|\bup to and including|\bat most|\bno more than|\bnot more than|\bup to|\bmaximum(?: of)?|\bmax(?:imum)?(?: of)?|\bno greater than|\bnot greater than|\bnot (?:to )?exceed(?:ing)?|\b(?:must|may|should|can|could|will) ?not exceed|\bcan't exceed|\bcannot exceed|\bnever exceed|\bcap(?:ped)?(?:\s+[\w$]+){0,4}?\s+at|\blimit(?:ed)?(?:\s+[\w$]+){0,4}?\s+to|\bno higher than|\bno larger than|<=|≤|=<)\s*${NUM}`,
@@ -39,7 +43,7 @@ export const BOUNDS: { re: RegExp; kind: BoundKind; inherent: boolean }[] = [
   },
   {
     re: new RegExp(
-      String.raw`(?:\bunder|\bless than|\bbelow|\blower than|\bfewer than|\bsmaller than|\bbeneath|<)\s*${NUM}`,
+      String.raw`(?:\bunder|\bless than|\bbelow|\blower than|\bfewer than|\bsmaller than|\bshorter than|\bbeneath|<)\s*${NUM}`,
       'i',
     ),
     kind: 'lt',
@@ -47,7 +51,7 @@ export const BOUNDS: { re: RegExp; kind: BoundKind; inherent: boolean }[] = [
   },
   {
     re: new RegExp(
-      String.raw`(?:\bover|\bmore than|\babove|\bgreater than|\bexceeds?|\bexceeding|\bin excess of|\bhigher than|\blarger than|\bbigger than|>)\s*${NUM}`,
+      String.raw`(?:\bover|\bmore than|\babove|\bgreater than|\bexceeds?|\bexceeding|\bin excess of|\bhigher than|\blarger than|\bbigger than|\blonger than|>)\s*${NUM}`,
       'i',
     ),
     kind: 'gt',
@@ -74,12 +78,22 @@ export const NEGATIVE =
 export const EXCEPTION =
   /\b(?:unless|except|excepting|other than|outside|apart from|aside from|besides|anything but|but not|if not|only if|only when)\b/i;
 
-/** A count of calls ("3 calls", "five times", "twice"). */
+/**
+ * A count of calls ("3 calls", "five times", "twice", "only once", "once per session"); "once the
+ * total exceeds $5,000" is no count.
+ */
 export const CALL_COUNT =
-  /\b(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|fifty|hundred)\s+(?:calls?|times|requests?|uses|invocations?)\b|\b(?:once|twice|thrice)\b/i;
+  /\b(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|fifty|hundred)\s+(?:calls?|times|requests?|uses|invocations?)\b|\b(?:twice|thrice)\b|(?<=\b(?:only|just|most|than)\s)once\b|\bonce(?=\s+(?:per|in|within|each|every|a (?:session|conversation|run))\b|\s*[,.;]|\s*$)/i;
 
-/** Thousands written with spaces ("1 000"): read as two numbers, so refused. */
-export const SPACED_THOUSANDS = /\d\s\d{3}(?!\d)/;
+/**
+ * Numbers written in a way that reads two ways: thousands with spaces ("1 000"), points ("1.000",
+ * "€12.500") or apostrophes ("1'000"), and commas not grouping by three ("1,00,000", "1,5k").
+ */
+export const AMBIGUOUS_NUMBER =
+  /\d\s\d{3}(?!\d)|(?<![\d,.])[1-9]\d{0,2}\.\d{3}(?!\d)|\d'\d|\d,\d{1,2}(?!\d)|\d,\d{4,}/;
+
+/** Words of negation, each of which a reading must account for. */
+export const NEGATION_WORD = /\b(?:not|no|never|none|nothing|nobody|without|neither|nor)\b|n't\b/i;
 
 /** Words saying the described calls are the allowed ones. */
 export const POSITIVE =
@@ -93,14 +107,14 @@ export const CALLS =
 export const TOTAL =
   /\b(?:total|totals|cumulative|cumulatively|combined|altogether|in aggregate|aggregate|sum|overall|all together)\b/i;
 export const REQUIRED =
-  /\b(?:(?:is|are) (?:always )?(?:required|mandatory)|require|requires|must (?:always )?(?:be (?:provided|present|given|set|included|filled(?: in)?|specified|supplied)|include|have|contain an?)|always (?:include|provide|set|pass|send|give)|mandatory|never (?:be )?(?:empty|missing|omitted)|cannot be (?:omitted|missing))\b/i;
+  /\b(?:(?:is|are) (?:always )?(?:required|mandatory)|require|requires|must (?:always )?(?:be (?:provided|present|given|set|included|filled(?: in)?|specified|supplied)|include|have|contain an?)|always (?:include|provide|set|pass|send|give)|mandatory|never (?:be )?(?:empty|blank|missing|omitted)|(?:cannot|can't|can not|must not|mustn't|should not|shouldn't|may not) be (?:empty|blank|missing|omitted)|not (?:be )?(?:empty|blank))\b/i;
 export const LENGTH_UNIT = /\b(?:characters?|chars?|letters?)\b/i;
 export const ITEMS_UNIT = /\b(?:items?|entries|elements?|recipients|addresses|values|attachments|files)\b/i;
 
 /** A domain as people write it in "only to @example.com addresses" or "emails to example.com". */
 export const DOMAIN = /(?:^|[\s"'`(])@?((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24})\b/i;
 export const DOMAIN_WORDS =
-  /\b(?:domain|domains|address|addresses|email|emails|e-mail|mail|recipients?|@)|@/i;
+  /\b(?:domain|domains|address|addresses|email|emails|e-mail|mail|recipients?|to|@)|@/i;
 
 /**
  * An explicit pattern: /…/ or `…` after "match" or "pattern". The words between stop at the next such
@@ -109,5 +123,6 @@ export const DOMAIN_WORDS =
  */
 export const EXPLICIT_REGEX =
   /\b(?:match|matches|matching|pattern|regex|regexp)\b(?:(?!\b(?:match|matches|matching|pattern|regex|regexp)\b)[^/`])*(?:\/(.+)\/|`([^`]+)`)/i;
+/** Groups: 1 the verb with "with", 2 a quoted value (spaces kept) or 3 a bare word; 4 and 5 the other form. */
 export const AFFIX =
-  /\b(start|starts|starting|begin|begins|beginning|end|ends|ending|contain|contains|containing)\s+with\s+["'`]?([^"'`\s,;]+)["'`]?|\b(contain|contains|containing|include|includes)\s+["'`]([^"'`]+)["'`]/i;
+  /\b(start|starts|starting|begin|begins|beginning|end|ends|ending|contain|contains|containing)\s+with\s+(?:["'`]([^"'`]+)["'`]|([^"'`\s,;]+))|\b(contain|contains|containing|include|includes)\s+["'`]([^"'`]+)["'`]/i;
