@@ -18,6 +18,8 @@ export interface AppliedPolicy {
   toolName: string;
   version: number;
   created: boolean;
+  /** An inactive policy the rules were added to, active again (not part of the answer: an event). */
+  activated?: boolean;
 }
 
 /** A rule not applied; `toolName` is set when the rule was skipped for that tool only. */
@@ -114,7 +116,12 @@ export async function applyDraftRules(
         };
         const row = await policies.replace(scope.organizationId, toolName, patch, trx, existing);
         if (row) {
-          applied.push({ toolName, version: row.version, created: false });
+          applied.push({
+            toolName,
+            version: row.version,
+            created: false,
+            ...(existing.is_active ? {} : { activated: true }),
+          });
           break;
         }
       }

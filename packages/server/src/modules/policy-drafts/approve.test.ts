@@ -318,9 +318,13 @@ describe('POST /v1/policy-drafts/:id/approve', () => {
       (await put('refund', { mode: 'llm', llmConfig: { description: 'refunds need a reason' } })).statusCode,
     ).toBe(201);
     const id = await pendingDraft(tenant, [RULES[0]!, RULES[2]!]);
+    const seen = collectEvents(t, tenant.orgId);
     const res = await approve(tenant, id);
+    seen.stop();
     expect(res.statusCode).toBe(200);
     expect(res.json().applied).toEqual([{ toolName: 'pay', version: 2, created: false }]);
+    // Active again: the stream says so, as activating it would.
+    expect(seen.events.map((e) => e.type)).toEqual(['policy.updated', 'policy.activated', 'draft.approved']);
     expect(res.json().skipped).toEqual([
       { ruleId: 'refund-cap', toolName: 'refund', reason: expect.stringMatching(/llm/) },
     ]);

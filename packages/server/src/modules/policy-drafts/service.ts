@@ -285,6 +285,8 @@ export function createDraftService(deps: DraftServiceDeps) {
             ? policyEvent(owner, 'policy.created', p.toolName)
             : policyEvent(owner, 'policy.updated', p.toolName, { version: p.version }),
         );
+        // Approving rules into an inactive policy enforces it again: say so as activating it would.
+        if (p.activated) events.publish(policyEvent(owner, 'policy.activated', p.toolName));
       }
       events.publish({ organizationId: scope.organizationId, type: 'draft.approved', data: { draftId: id } });
       return { data: toDraft(result.row), applied: result.applied, skipped: result.skipped };
