@@ -123,6 +123,8 @@ export async function wsRoutes(
       description:
         'Authenticates with a user token in `?token=`; without a valid one the upgrade answers 401.',
       response: { 101: { description: 'Switching Protocols: one JSON frame per service event' } },
+      // Checked by the route itself (no token, a bad one; a request that is no upgrade).
+      documented: { errors: ['unauthorized', 'validation_failed'] },
     },
     onRequest: async (req) => {
       const token = tokenOf(req);

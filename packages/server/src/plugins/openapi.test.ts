@@ -774,6 +774,20 @@ describe('envelope B: the payment gateway and the key set', () => {
 });
 
 describe('envelope A answers and headers the audit found undocumented', () => {
+  it('declares the errors /ws and the OpenID Connect sign-in check themselves, and real ones fit', async () => {
+    const codes = (method: string, path: string, status: string) =>
+      operation(method, path)!.responses[status]!.content!['application/json']!.schema.properties!.error!
+        .properties!.code!.enum;
+    expect(codes('GET', '/ws', '401')).toContain('unauthorized');
+    expect(codes('GET', '/ws', '400')).toContain('validation_failed');
+    expect(codes('GET', '/v1/auth/oidc/login', '404')).toContain('not_found');
+    expect(codes('GET', '/v1/auth/oidc/callback', '404')).toContain('not_found');
+    const ws = await t.inject({ method: 'GET', url: '/ws' });
+    expect([ws.statusCode, ws.json().error.code]).toEqual([401, 'unauthorized']);
+    const login = await t.inject({ method: 'GET', url: '/v1/auth/oidc/login' });
+    expect([login.statusCode, login.json().error.code]).toEqual([404, 'not_found']);
+  });
+
   it('declares 410 expired on resolving an approval, and a real one fits', async () => {
     const resolve = operation('POST', '/v1/approvals/:id/resolve')!;
     expect(

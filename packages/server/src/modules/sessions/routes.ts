@@ -56,7 +56,8 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
 
   app.get(
     '/v1/auth/oidc/login',
-    { config: { auth: 'none' }, schema: { response: Redirect } },
+    // 404 while no provider is configured.
+    { config: { auth: 'none' }, schema: { response: Redirect, documented: { errors: ['not_found'] } } },
     async (req, reply) => {
       if (!oidc)
         throw new AppError('not_found', 'Sign-in through an OpenID Connect provider is not configured');
@@ -85,6 +86,8 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<{ ctx: AppContext }> = asy
         // Read leniently: whatever comes back, the person is sent to a page (see LinkQuery).
         querystring: LinkQuery,
         response: Redirect,
+        // 404 while no provider is configured.
+        documented: { errors: ['not_found'] },
       },
     },
     async (req, reply) => {
