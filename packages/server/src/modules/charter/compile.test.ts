@@ -249,6 +249,8 @@ const REFUSE: string[] = [
   'Combined send_payment amounts must stay under $10,000',
   'Block send_payment when the amount is over $1,000 or the currency is GBP',
   'send_payment memo should be optional',
+  'Only allow send_payment in USD up to $500',
+  'Block send_payment over $500 in EUR',
   'delete_user reason is not required',
   'Block send_payment over €1.000',
   'Block send_payment over 1,00,000',

@@ -26,6 +26,8 @@ import {
 
 const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const DOMAINS = new RegExp(DOMAIN.source, 'gi');
+/** Every number with its currency ("$500", "300 USD"). */
+const NUM_ALL = new RegExp(NUM, 'gi');
 
 /** Matches nothing: what a name that cannot be told in a message (empty, or spaces only) is looked for with. */
 const NOTHING = /[^\s\S]/;
@@ -301,6 +303,19 @@ const STOP = new Set(
   ).split(' '),
 );
 
+/** A value another argument of the tool declares, written as a word in the clause, if any. */
+function declaredValueIn(ctx: Ctx, picked: ToolArgument): { arg: string; value: string } | null {
+  const words = ctx.clause.replace(NUM_ALL, ' ');
+  for (const a of ctx.tool.arguments) {
+    if (a === picked || !a.enum) continue;
+    for (const v of a.enum) {
+      if (v.trim() !== '' && new RegExp(String.raw`(?<![\w])${escapeRegex(v)}(?![\w])`, 'i').test(words))
+        return { arg: a.name, value: v };
+    }
+  }
+  return null;
+}
+
 /** An argument name that is also a short common word ("to", "for"): in a sentence, read as the word. */
 function commonWord(name: string): boolean {
   const n = name.toLowerCase();
@@ -318,6 +333,20 @@ function unknownSubject(body: string): string | null {
 
 /** The argument a clause is about: the one it names, else the only one of the wanted type. */
 function pickArgument(ctx: Ctx, types: string[], hint: string): ToolArgument | { why: string } {
+  const picked = whichArgument(ctx, types, hint);
+  if ('why' in picked) return picked;
+  // A declared value of another argument ("in EUR", "USD payments up to $500") is a condition the
+  // rule would drop. A currency written with the amount ("300 USD") is the amount's.
+  const value = declaredValueIn(ctx, picked);
+  if (value) {
+    return {
+      why: `it speaks of "${value.value}", a value of "${value.arg}"; a rule cannot depend on another argument: write it for every call, and the allowed values of "${value.arg}" as a rule of their own`,
+    };
+  }
+  return picked;
+}
+
+function whichArgument(ctx: Ctx, types: string[], hint: string): ToolArgument | { why: string } {
   const named = mentioned(ctx.tool.arguments, ctx.body);
   let typed = named.filter((a) => types.includes(a.type));
   // Beside another, an argument named like a common word ("to") is only that word.
