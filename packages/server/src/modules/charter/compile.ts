@@ -26,6 +26,8 @@ import {
 
 const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const DOMAINS = new RegExp(DOMAIN.source, 'gi');
+/** Arguments that hold addresses, for which "to example.com" names a domain. */
+const ADDRESS_ARGUMENT = /^(?:to|cc|bcc|from|email|e_?mail|recipients?|address(?:es)?|emails)$/i;
 /** Every number with its currency ("$500", "300 USD"). */
 const NUM_ALL = new RegExp(NUM, 'gi');
 
@@ -81,12 +83,16 @@ const RULE_VERBS = new Set(
   ),
 );
 
+/** A tool written as code (`block`, "block") or called a tool ("the block tool", "tool block"). */
+function asTool(name: string): RegExp {
+  const n = escapeRegex(name);
+  return new RegExp(String.raw`[\`"']${n}[\`"']|\btool\s+${n}\b|\b${n}\s+tool\b`, 'i');
+}
+
 function toolsNamed(tools: readonly ToolInfo[], text: string): ToolInfo[] {
-  return mentioned(tools, text).filter((t) => {
-    if (!RULE_VERBS.has(t.name.toLowerCase())) return true;
-    const n = escapeRegex(t.name);
-    return new RegExp(String.raw`[\`"']${n}[\`"']|\btool\s+${n}\b|\b${n}\s+tool\b`, 'i').test(text);
-  });
+  return mentioned(tools, text).filter(
+    (t) => !RULE_VERBS.has(t.name.toLowerCase()) || asTool(t.name).test(text),
+  );
 }
 
 /*
@@ -145,20 +151,22 @@ export function clauseJoiner(keywords: readonly string[]): RegExp {
 const COMMA_VERB =
   /,\s*(?=(?:block|deny|reject|require|ask|limit|never|forbid|prevent|disallow|escalate)\b)/i;
 
-/** A verb that makes a rule of what it is in: what precedes a comma is a rule of its own only with one. */
-const RULE_VERB =
-  /\b(?:block|blocks|deny|reject|forbid|prevent|disallow|refuse|ban|stop|never|allow|only|must|should|limit|cap|ask|require|requires|escalate)\b/i;
+/** A part that begins as a rule does: with a rule verb, after at most a "tool:" label. */
+const STARTS_A_RULE =
+  /^(?:[^,:]*:\s*)?(?:please\s+)?(?:block|deny|reject|forbid|prevent|disallow|refuse|ban|never|allow|limit|cap|ask|require|escalate)\b/i;
 
 /**
- * A part split at each comma before a rule verb, where what precedes it is already a rule: a verb and
- * a limit. "For send_payment, ask a person above $500" and "At or above $1,000, block send_payment"
- * stay one rule (the first part is the condition of the second).
+ * A part split at each comma before a rule verb, where both sides are rules of their own: the part
+ * before begins with a rule verb, and each side gives its own number ("block payments over $1,000,
+ * ask a person above $500"). "For send_payment, ask a person above $500", "At or above $1,000,
+ * block send_payment" and "Should the amount exceed $1,000, block it" stay one rule: the first part
+ * is the condition of the second.
  */
 function splitAtCommas(part: string): string[] {
   const out: string[] = [];
   for (const piece of part.split(COMMA_VERB)) {
     const before = out[out.length - 1];
-    if (before !== undefined && !(/\d/.test(before) && RULE_VERB.test(before)))
+    if (before !== undefined && !(STARTS_A_RULE.test(before) && /\d/.test(before) && /\d/.test(piece)))
       out[out.length - 1] += `, ${piece}`;
     else out.push(piece);
   }
@@ -181,7 +189,11 @@ export function splitClauses(message: string, keywords: string[]): string[] {
 type Polarity = { action: ConstraintAction; restricted: boolean } | null;
 
 /** Whether the clause describes calls to stop, to send to a person, or the allowed ones (null: cannot tell). */
-function polarityOf(clause: string, inherent: boolean): Polarity {
+/** Quoted values and patterns: values, never words of the rule ("must start with "Stop""). */
+const QUOTED = /`[^`]*`|"[^"]*"|(?<!\w)'[^']*'(?!\w)|\/[^/\s][^/]*\//g;
+
+function polarityOf(text: string, inherent: boolean): Polarity {
+  const clause = text.replace(QUOTED, ' ');
   if (APPROVAL.test(clause)) return { action: 'require_approval', restricted: true };
   if (NEGATIVE.test(clause)) return { action: 'deny', restricted: true };
   if (inherent || POSITIVE.test(clause)) return { action: 'deny', restricted: false };
@@ -298,7 +310,7 @@ const STOP = new Set(
     'including inclusive ' +
     'dollars dollar usd eur euros gbp pounds bucks k thousand million billion make sure always any ' +
     'total totals cumulative cumulatively combined altogether aggregate overall session sessions conversation run ' +
-    'before after get getting approved reviewed anything everything ' +
+    'get getting approved reviewed permitted team ' +
     'characters character chars letters items item entries elements recipients recipient addresses attachments files'
   ).split(' '),
 );
@@ -309,7 +321,9 @@ function declaredValueIn(ctx: Ctx, picked: ToolArgument): { arg: string; value: 
   for (const a of ctx.tool.arguments) {
     if (a === picked || !a.enum) continue;
     for (const v of a.enum) {
-      if (v.trim() !== '' && new RegExp(String.raw`(?<![\w])${escapeRegex(v)}(?![\w])`, 'i').test(words))
+      // A value that is a common word ("a", "over") is read as the word; a currency code is a value.
+      if (v.trim().length < 3 || (STOP.has(v.toLowerCase()) && !isMoney(v))) continue;
+      if (new RegExp(String.raw`(?<![\w])${escapeRegex(v)}(?![\w])`, 'i').test(words))
         return { arg: a.name, value: v };
     }
   }
@@ -441,8 +455,9 @@ function sessionRule(ctx: Ctx): Outcome {
       why: 'a limit on calls per session counts every call of the tool; it cannot depend on the arguments (write that limit on its own)',
     };
   }
-  // The count in digits, so that a bound reads it however it is written ("fewer than three times").
-  const numbered = ctx.clause.slice(0, at) + String(n) + ctx.clause.slice(at + word.length);
+  // The count in digits and without its unit, so that a bound reads it however it is written
+  // ("fewer than three times", "5 times or more").
+  const numbered = `${ctx.clause.slice(0, at)}${n}${ctx.clause.slice(at + counted![0].length)}`;
   // The bound, when it is the one on the number of calls ("no more than 5 calls", "5 or more calls").
   const found = findBound(numbered);
   const bound = found && found.kind !== 'between' && found.values[0] === n ? found.kind : null;
@@ -451,6 +466,15 @@ function sessionRule(ctx: Ctx): Outcome {
     return { why: 'calls per session can only be limited by blocking, not by asking a person' };
   // "block after 5 calls", "no more than 5 calls", "block more than 5 calls", "5 times per session":
   // at most n; "fewer than 5 calls", "block 5 or more calls": at most n - 1.
+  // A bound word not on the count, or a count "at" which calls stop: which side is meant is unclear.
+  if (
+    !bound &&
+    /\b(?:or more|or fewer|or less|at least|at most|minimum|maximum|more than|fewer than|less than|starting|reaching|from \d|at \d)\b/i.test(
+      numbered,
+    )
+  ) {
+    return { why: 'it does not say plainly how many calls are allowed; write "at most N calls per session"' };
+  }
   const cap = bound && polarity?.restricted ? ALLOWED_SIDE[bound] : bound;
   if (cap === 'ge' || cap === 'gt') {
     return { why: 'a session limit needs an upper limit on calls, such as "at most 5 calls per session"' };
@@ -523,7 +547,10 @@ function numericRule(ctx: Ctx): Outcome {
 function patternRule(ctx: Ctx): Outcome {
   const explicit = EXPLICIT_REGEX.exec(ctx.clause);
   const affix = explicit ? null : AFFIX.exec(ctx.clause);
-  const domain = explicit || affix || !DOMAIN_WORDS.test(ctx.body) ? null : DOMAIN.exec(ctx.clause);
+  // "to example.com" names a domain only for an address argument ("emails to gmail.com").
+  const viaTo = !DOMAIN_WORDS.test(ctx.body) && /\bto\b/i.test(ctx.body);
+  const domain =
+    explicit || affix || !(DOMAIN_WORDS.test(ctx.body) || viaTo) ? null : DOMAIN.exec(ctx.clause);
   const domains = domain
     ? [...new Set([...ctx.clause.matchAll(DOMAINS)].map((m) => m[1]!.toLowerCase()))]
     : [];
@@ -532,6 +559,15 @@ function patternRule(ctx: Ctx): Outcome {
   if (!polarity) return { why: 'it does not say whether matching values are allowed or stopped' };
   const arg = pickArgument(ctx, ['string'], 'a string');
   if ('why' in arg) return arg;
+  if (domain && viaTo && !ADDRESS_ARGUMENT.test(arg.name)) {
+    return {
+      why: `"${arg.name}" is no address: say "${arg.name} must not contain …" for text, or name the address argument`,
+    };
+  }
+  // A second quoted value would be dropped ("must not contain "a" or "b"").
+  if (affix && /^\s*(?:,|or|and)\s*["'`]/i.test(ctx.clause.slice(affix.index + affix[0].length))) {
+    return { why: 'write one rule per value ("… must not contain "a"", then "… must not contain "b"")' };
+  }
   let regex: string;
   let words: string;
   let sample: { allowed?: unknown; denied?: unknown } = {};
@@ -697,6 +733,11 @@ function requiredRule(ctx: Ctx): Outcome {
 const READINGS = [sessionRule, lengthRule, numericRule, patternRule, requiredRule, enumRule];
 
 const NEGATIVE_ALL = new RegExp(NEGATIVE.source, 'gi');
+/** Words that allow, beside a word that blocks, make a clause read two ways ("Only allow X, block Y"). */
+const ALLOWS = /\b(?:only|allow|allows|allowed|permit|permits|permitted)\b/i;
+/** Conditions on the time or the day, which no policy can hold. */
+const TIME =
+  /\b\d{1,2}(?::\d{2})?\s*(?:am|pm)\b|\b(?:before|after|until|till)\s+\d{1,2}(?::\d{2}\b|\s*o'clock)|\b(?:weekends?|weekdays?|overnight|at night|morning|evening|today|tomorrow|mondays?|tuesdays?|wednesdays?|thursdays?|fridays?|saturdays?|sundays?|business hours|office hours)\b/i;
 /** Counts written as words, read as digits where bounds are looked for ("no more than five times"). */
 const COUNT_WORDS = /\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|fifty|hundred)\b/gi;
 
@@ -706,10 +747,11 @@ const COUNT_WORDS = /\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelv
  */
 function unreadable(clause: string): string | null {
   // Quoted values and patterns are values, not words: "must not contain "no"", `a{2,1}`.
-  const words = clause.replace(/`[^`]*`|"[^"]*"|\/[^/\s][^/]*\//g, ' ');
+  const words = clause.replace(QUOTED, ' ');
   if (AMBIGUOUS_NUMBER.test(words)) {
     return 'write numbers as 1000 or 1,000 (a point only before decimals: 2.5); this one reads two ways';
   }
+  if (TIME.test(words)) return 'Charter cannot write rules that depend on the time or the day';
   const exception = EXCEPTION.exec(words);
   if (exception) {
     return `Charter does not read "${exception[0]}": write the values that are allowed ("only allow …") or the ones that are blocked ("block …")`;
@@ -726,11 +768,24 @@ function unreadable(clause: string): string | null {
   if (approval && (NEGATIVE.test(rest) || NEGATION_WORD.test(rest))) {
     return 'it both asks a person and says "not" or "no"; write the calls to send to a person as a sentence of their own ("ask a person for …")';
   }
+  // "Must never be empty" with a limit or a pattern: the required phrase's negation would be read as
+  // the limit's direction, and one of the two dropped.
+  if (
+    !approval &&
+    REQUIRED.test(words) &&
+    (rest !== words.replace(REQUIRED, ' ') || AFFIX.test(words) || /\band\b/i.test(rest))
+  ) {
+    return 'write the required argument as a sentence of its own ("memo is required"), and the other rule in another';
+  }
   const stops = rest.match(NEGATIVE_ALL) ?? [];
   if (stops.length > 1) {
     return `it says "${stops[0]}" and "${stops[1]}": write what is blocked, or what is allowed, without a double negation`;
   }
-  const left = NEGATION_WORD.exec(rest.replace(NEGATIVE, ' '));
+  const unstopped = rest.replace(NEGATIVE, ' ');
+  if (stops.length === 1 && ALLOWS.test(unstopped)) {
+    return `it both allows and blocks ("${ALLOWS.exec(unstopped)![0]}" and "${stops[0]}"); write one sentence for what is allowed and one for what is blocked`;
+  }
+  const left = NEGATION_WORD.exec(unstopped);
   if (left) {
     return `Charter cannot tell what "${left[0]}" applies to here; write what is blocked ("block … over 1,000") or what is allowed ("… must be at most 1,000")`;
   }
@@ -758,7 +813,8 @@ const APPROVAL_WHO = new RegExp(
 function compileClause(tool: ToolInfo, clause: string): Outcome {
   // Names are no words of the rule: "the block tool" or an argument named "stop" say nothing about
   // blocking. Rules are read without them; arguments are looked for in the body, which keeps them.
-  const text = clause.replace(namePattern(tool.name), ' ');
+  const written = asTool(tool.name);
+  const text = clause.replace(written.test(clause) ? written : namePattern(tool.name), ' ');
   let words = text;
   for (const a of tool.arguments) {
     if (!commonWord(a.name)) words = words.replace(namePattern(a.name), ' ');

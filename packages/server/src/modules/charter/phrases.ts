@@ -61,14 +61,14 @@ export const BOUNDS: { re: RegExp; kind: BoundKind; inherent: boolean }[] = [
 
 /** "Ask a person" and its many forms: the described calls go to a human instead of being blocked. */
 export const APPROVAL =
-  /\b(?:ask (?:a |the |an? )?(?:person|human|someone|somebody|me|us|manager|admin|administrator|reviewer|supervisor|owner)|(?:require|requires|required|need|needs|needing|get|getting|with) (?:an? |the )?(?:human |manual |explicit |prior )?(?:approval|review|sign-?off|confirmation)|(?:human|manual) (?:approval|review|sign-?off)|escalat(?:e|es|ed|ing|ion)|approval (?:is )?(?:required|needed)|check with (?:a |the )?(?:person|human|someone|manager|me|us)|(?:have|let) (?:a |the )?(?:person|human|someone|manager) (?:approve|review|check|decide)|(?:must|should|to) be (?:approved|reviewed|signed off)|(?:approved|reviewed|signed off) by (?:a |an |the )?(?:person|human|someone|somebody|manager|admin|administrator|reviewer|supervisor|owner)|(?:go|goes|sent|send) to (?:a |an |the )?(?:person|human|manager|reviewer|supervisor|admin|administrator)|hold for (?:approval|review))\b/i;
+  /\b(?:ask (?:a |the |an? )?(?:person|human|someone|somebody|me|us|manager|admin|administrator|reviewer|supervisor|owner)|(?:require|requires|required|need|needs|needing|get|getting|with) (?:an? |the )?(?:human |manual |explicit |prior |manager |managers' |manager's |admin |management |a person's |supervisor )?(?:approval|review|sign-?off|confirmation)|(?:human|manual) (?:approval|review|sign-?off)|escalat(?:e|es|ed|ing|ion)|approval (?:is )?(?:required|needed)|check with (?:a |the )?(?:person|human|someone|manager|me|us)|(?:have|let) (?:a |the )?(?:person|human|someone|manager) (?:approve|review|check|decide)|(?:must|should|to) be (?:approved|reviewed|signed off)|(?:approved|reviewed|signed off) by (?:a |an |the )?(?:person|human|someone|somebody|manager|admin|administrator|reviewer|supervisor|owner)|(?:go|goes|sent|send) to (?:a |an |the )?(?:person|human|manager|reviewer|supervisor|admin|administrator)|hold for (?:approval|review))\b/i;
 
 /**
  * Words about a person or an approval. A clause that has one and no APPROVAL phrase says something
  * about people that is not read: it is refused, never taken for a block.
  */
 export const APPROVAL_HINT =
-  /\b(?:approv\w*|escalat\w*|review\w*|sign(?:ed|s)?[- ]?off|human|humans|person|people|manager|supervisor|someone|somebody|administrator)\b/i;
+  /\b(?:approv\w*|escalat\w*|review\w*|sign(?:ed|s)?[- ]?off|human|humans|person|manager|supervisor|someone|somebody|administrator)\b/i;
 
 /** Words saying the described calls are not allowed. */
 export const NEGATIVE =
@@ -114,7 +114,7 @@ export const ITEMS_UNIT = /\b(?:items?|entries|elements?|recipients|addresses|va
 /** A domain as people write it in "only to @example.com addresses" or "emails to example.com". */
 export const DOMAIN = /(?:^|[\s"'`(])@?((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24})\b/i;
 export const DOMAIN_WORDS =
-  /\b(?:domain|domains|address|addresses|email|emails|e-mail|mail|recipients?|to|@)|@/i;
+  /\b(?:domain|domains|address|addresses|email|emails|e-mail|mail|recipients?|@)|@/i;
 
 /**
  * An explicit pattern: /…/ or `…` after "match" or "pattern". The words between stop at the next such
