@@ -114,6 +114,8 @@ export class SigningKeySet {
   private generation = 0;
   /** When the set was last read again because a key was asked for that the cached copy lacks. */
   private unknownReadAt = 0;
+  /** When a read of the set for publishing or verifying last failed. */
+  private failedReadAt = 0;
 
   constructor(private readonly opts: KeySetOptions) {}
 
@@ -252,12 +254,20 @@ export class SigningKeySet {
   private async recent(kid?: string): Promise<Loaded> {
     const l = await this.current();
     const now = Date.now();
-    const stale = now - l.readAt >= PUBLISH_REFRESH_MS;
-    const unknown =
-      kid !== undefined && !l.publicKeys.has(kid) && now - this.unknownReadAt >= PUBLISH_REFRESH_MS;
+    const missing = kid !== undefined && !l.publicKeys.has(kid);
+    // A read under way may be the one that brings the key: wait for it rather than answer without.
+    if (missing && this.loading) return this.reload().catch(() => l);
+    // After a failed read, the cached set serves for a while: a store away is not read per request.
+    const since = Math.max(l.readAt, this.failedReadAt);
+    const stale = now - since >= PUBLISH_REFRESH_MS;
+    const unknown = missing && now - Math.max(this.unknownReadAt, this.failedReadAt) >= PUBLISH_REFRESH_MS;
     if (!stale && !unknown) return l;
     if (unknown) this.unknownReadAt = now;
-    return this.reload().catch(() => l);
+    return this.reload().catch((err: unknown) => {
+      this.failedReadAt = Date.now();
+      this.opts.log?.warn({ err }, 'signing key set could not be re-read; using the cached copy');
+      return l;
+    });
   }
 
   /** Signs bytes with the active key; throws SigningKeyMissingError when no key can be loaded. */

@@ -18,7 +18,7 @@ export interface AppliedPolicy {
   toolName: string;
   version: number;
   created: boolean;
-  /** An inactive policy the rules were added to, active again (not part of the answer: an event). */
+  /** An inactive policy the rules were added to, active again: an event, left out of the answer. */
   activated?: boolean;
 }
 

@@ -289,7 +289,9 @@ export function createDraftService(deps: DraftServiceDeps) {
         if (p.activated) events.publish(policyEvent(owner, 'policy.activated', p.toolName));
       }
       events.publish({ organizationId: scope.organizationId, type: 'draft.approved', data: { draftId: id } });
-      return { data: toDraft(result.row), applied: result.applied, skipped: result.skipped };
+      // `activated` said what to publish; the answer lists what was applied.
+      const applied = result.applied.map(({ activated: _, ...a }) => a);
+      return { data: toDraft(result.row), applied, skipped: result.skipped };
     },
   };
 }
