@@ -8,6 +8,7 @@ import {
   type Organization,
   onSessionChanged,
   onSessionEnded,
+  recheckSession,
   type Session,
   signOut,
 } from './api.js';
@@ -58,6 +59,20 @@ export function App() {
     [],
   );
 
+  // Coming back to this tab, the session is read again (at most every few seconds): a sign-in made
+  // meanwhile in another tab shows at once, not at the next refused request.
+  useEffect(() => {
+    const back = () => {
+      if (document.visibilityState === 'visible') void recheckSession();
+    };
+    window.addEventListener('focus', back);
+    document.addEventListener('visibilitychange', back);
+    return () => {
+      window.removeEventListener('focus', back);
+      document.removeEventListener('visibilitychange', back);
+    };
+  }, []);
+
   if (error)
     return (
       <p role="alert" className="error">
@@ -86,10 +101,15 @@ export function App() {
  * browser back after a used, expired or mistyped link), taken out of the address so that a reload
  * does not say it again; null when there is none.
  */
-function takeSignInFailure(): string | null {
+function readSignInFailure(): string | null {
+  const reason = new URLSearchParams(window.location.search).get('signin');
+  return reason === null ? null : signInFailure(reason);
+}
+
+/** Takes `?signin=` out of the address, so that a reload does not say it again. */
+function dropSignInFailure(): void {
   const params = new URLSearchParams(window.location.search);
-  const reason = params.get('signin');
-  if (reason === null) return null;
+  if (!params.has('signin')) return;
   params.delete('signin');
   const rest = params.toString();
   window.history.replaceState(
@@ -97,7 +117,6 @@ function takeSignInFailure(): string | null {
     '',
     `${window.location.pathname}${rest ? `?${rest}` : ''}${window.location.hash}`,
   );
-  return signInFailure(reason);
 }
 
 function SignedIn({
@@ -115,7 +134,8 @@ function SignedIn({
   const [error, setError] = useState<string | null>(null);
   const [signOutError, setSignOutError] = useState<string | null>(null);
   /** A sign-in that failed in this browser while this session stays (a used link opened again). */
-  const [signInFailed] = useState(takeSignInFailure);
+  const [signInFailed] = useState(readSignInFailure);
+  useEffect(dropSignInFailure, []);
   const page = pageOf(usePath());
   const Current = page.component;
 

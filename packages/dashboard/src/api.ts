@@ -261,15 +261,19 @@ function noticeSessionEnd(status: number): void {
 
 /** The re-read of the session under way, if any: a burst of refusals reads it once. */
 let checking: Promise<void> | null = null;
+/** When the session was last read again: at most once per RECHECK_MS (a page polling a 403 every 15 s). */
+let checkedAt = 0;
+const RECHECK_MS = 5_000;
 
 /**
  * A request answered 403 (a CSRF refusal, or "not a member" of the organization shown): the cookie
  * may name another session than the page's. Reads the session as the page did at start and compares.
  */
-function recheckSession(): Promise<void> {
+export function recheckSession(): Promise<void> {
   if (checking) return checking;
   const before = loaded;
-  if (before === null || csrfToken === null) return Promise.resolve();
+  if (before === null || csrfToken === null || Date.now() - checkedAt < RECHECK_MS) return Promise.resolve();
+  checkedAt = Date.now();
   checking = (async () => {
     try {
       const res = await fetch('/v1/auth/session', {

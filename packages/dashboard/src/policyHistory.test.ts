@@ -38,6 +38,11 @@ describe('the version history of a policy deleted and created again', () => {
     expect(currentEntry(listed, { version: 2, createdAt: '2030-02-01T00:00:00.000Z' })).toBe(live[1]);
   });
 
+  it('marks the earlier entry current when the policy was created again with a definition saved before', () => {
+    // The store keeps one entry per version and hash: the new incarnation's version 3 is that one.
+    expect(currentEntry(old, { version: 3, createdAt: '2030-03-01T00:00:00.000Z' })).toBe(old[2]);
+  });
+
   it('marks the current version of a policy never deleted, and none without a policy', () => {
     expect(currentEntry(old, { version: 5, createdAt: '2030-01-01T00:00:00.000Z' })).toBe(old[4]);
     expect(currentEntry(old, null)).toBeNull();

@@ -34,7 +34,12 @@ export function currentEntry<T extends VersionEntry>(
 ): T | null {
   if (!policy) return null;
   const since = time(policy.createdAt);
+  const ordered = historyOrder(versions);
   return (
-    historyOrder(versions).find((v) => v.version === policy.version && time(v.createdAt) >= since) ?? null
+    ordered.find((v) => v.version === policy.version && time(v.createdAt) >= since) ??
+    // Created again with a definition saved before at that version: the store keeps one entry for
+    // both (same version and hash), saved before this incarnation.
+    ordered.find((v) => v.version === policy.version) ??
+    null
   );
 }
