@@ -6,6 +6,7 @@ import {
   type Organization,
   openPage,
   startDashboard,
+  submittedDraft,
   whileFailing,
 } from './dashboard.js';
 
@@ -30,21 +31,7 @@ const press = async (selector: string, count: number) => {
   await page.mouse.down({ clickCount: count });
   await page.mouse.up({ clickCount: count });
 };
-const draft = async (name: string) => {
-  const created = await h.call('/v1/policy-drafts', {
-    method: 'POST',
-    headers: key(),
-    body: {
-      name,
-      projectId: alice.projectId,
-      createdByAgentId: 'policy-bot',
-      rules: [{ id: 'cap', action: 'deny', tools: ['pay'], conditions: [], severity: 'high' }],
-    },
-  });
-  const id = created.data.id as string;
-  await h.call(`/v1/policy-drafts/${id}/submit`, { method: 'POST', headers: key() });
-  return id;
-};
+const draft = (name: string) => submittedDraft(h, alice, name);
 
 beforeAll(async () => {
   h = await startDashboard();

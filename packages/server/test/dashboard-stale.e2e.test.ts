@@ -7,6 +7,7 @@ import {
   type Organization,
   openPage,
   startDashboard,
+  submittedDraft,
 } from './dashboard.js';
 import { ADMIN_TOKEN } from './helpers.js';
 
@@ -22,21 +23,7 @@ let alice: Organization;
 
 const key = () => ({ 'x-service-api-key': alice.apiKey });
 const open = (label: string, heading: string) => openPage(page, label, heading);
-const draft = async (name: string) => {
-  const created = await h.call('/v1/policy-drafts', {
-    method: 'POST',
-    headers: key(),
-    body: {
-      name,
-      projectId: alice.projectId,
-      createdByAgentId: 'policy-bot',
-      rules: [{ id: 'cap', action: 'deny', tools: ['pay'], conditions: [], severity: 'high' }],
-    },
-  });
-  const id = created.data.id as string;
-  await h.call(`/v1/policy-drafts/${id}/submit`, { method: 'POST', headers: key() });
-  return id;
-};
+const draft = (name: string) => submittedDraft(h, alice, name);
 
 beforeAll(async () => {
   h = await startDashboard();

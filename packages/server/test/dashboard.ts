@@ -111,6 +111,24 @@ export interface DashboardHarness {
   close(): Promise<void>;
 }
 
+/** A draft with one deny rule on `pay`, written and submitted by the organization's agent key; its id. */
+export async function submittedDraft(h: DashboardHarness, org: Organization, name: string): Promise<string> {
+  const headers = { 'x-service-api-key': org.apiKey };
+  const created = await h.call('/v1/policy-drafts', {
+    method: 'POST',
+    headers,
+    body: {
+      name,
+      projectId: org.projectId,
+      createdByAgentId: 'policy-bot',
+      rules: [{ id: 'cap', action: 'deny', tools: ['pay'], conditions: [], severity: 'high' }],
+    },
+  });
+  const id = created.data.id as string;
+  await h.call(`/v1/policy-drafts/${id}/submit`, { method: 'POST', headers });
+  return id;
+}
+
 /**
  * Opens the dashboard page named `label` in the main navigation afresh, and waits for its heading:
  * from another page if it is open already, since pages read when they mount.
