@@ -63,7 +63,7 @@ export function App() {
   // meanwhile in another tab shows at once, not at the next refused request.
   useEffect(() => {
     const back = () => {
-      if (document.visibilityState === 'visible') void recheckSession();
+      if (document.visibilityState === 'visible') void recheckSession({ throttled: true });
     };
     window.addEventListener('focus', back);
     document.addEventListener('visibilitychange', back);

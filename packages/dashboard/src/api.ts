@@ -261,7 +261,7 @@ function noticeSessionEnd(status: number): void {
 
 /** The re-read of the session under way, if any: a burst of refusals reads it once. */
 let checking: Promise<void> | null = null;
-/** When the session was last read again: at most once per RECHECK_MS (a page polling a 403 every 15 s). */
+/** When the session was last read again: on returning to the tab, at most once per RECHECK_MS. */
 let checkedAt = 0;
 const RECHECK_MS = 5_000;
 
@@ -269,10 +269,13 @@ const RECHECK_MS = 5_000;
  * A request answered 403 (a CSRF refusal, or "not a member" of the organization shown): the cookie
  * may name another session than the page's. Reads the session as the page did at start and compares.
  */
-export function recheckSession(): Promise<void> {
+export function recheckSession({ throttled = false }: { throttled?: boolean } = {}): Promise<void> {
   if (checking) return checking;
   const before = loaded;
-  if (before === null || csrfToken === null || Date.now() - checkedAt < RECHECK_MS) return Promise.resolve();
+  if (before === null || csrfToken === null) return Promise.resolve();
+  // A refusal is always looked into; returning to the tab (focus and visibility both fire) is not
+  // worth more than one read per RECHECK_MS.
+  if (throttled && Date.now() - checkedAt < RECHECK_MS) return Promise.resolve();
   checkedAt = Date.now();
   checking = (async () => {
     try {

@@ -322,7 +322,7 @@ function declaredValueIn(ctx: Ctx, picked: ToolArgument): { arg: string; value: 
     if (a === picked || !a.enum) continue;
     for (const v of a.enum) {
       // A value that is a common word ("a", "over") is read as the word; a currency code is a value.
-      if (v.trim().length < 3 || (STOP.has(v.toLowerCase()) && !isMoney(v))) continue;
+      if (v.trim() === '' || (STOP.has(v.toLowerCase()) && !isMoney(v))) continue;
       if (new RegExp(String.raw`(?<![\w])${escapeRegex(v)}(?![\w])`, 'i').test(words))
         return { arg: a.name, value: v };
     }
@@ -734,7 +734,11 @@ const READINGS = [sessionRule, lengthRule, numericRule, patternRule, requiredRul
 
 const NEGATIVE_ALL = new RegExp(NEGATIVE.source, 'gi');
 /** Words that allow, beside a word that blocks, make a clause read two ways ("Only allow X, block Y"). */
-const ALLOWS = /\b(?:only|allow|allows|allowed|permit|permits|permitted)\b/i;
+const ALLOWS =
+  /\b(?:allow|allows|allowed|permit|permits|permitted|must|should|has to|have to|needs? to|keep|kept|stay|stays)\b/i;
+/** A comparison without its number ("block larger amounts", "anything above", "the rest"): than what? */
+const BARE_COMPARISON =
+  /\b(?:larger|bigger|smaller|higher|lower|longer|shorter|greater|above|below|over|under|beyond|exceeding|else|rest|others|otherwise|remaining)\b/i;
 /** Conditions on the time or the day, which no policy can hold. */
 const TIME =
   /\b\d{1,2}(?::\d{2})?\s*(?:am|pm)\b|\b(?:before|after|until|till)\s+\d{1,2}(?::\d{2}\b|\s*o'clock)|\b(?:weekends?|weekdays?|overnight|at night|morning|evening|today|tomorrow|mondays?|tuesdays?|wednesdays?|thursdays?|fridays?|saturdays?|sundays?|business hours|office hours)\b/i;
@@ -770,10 +774,16 @@ function unreadable(clause: string): string | null {
   }
   // "Must never be empty" with a limit or a pattern: the required phrase's negation would be read as
   // the limit's direction, and one of the two dropped.
+  // Only a required phrase that holds a negation can turn the other rule around.
+  const required = REQUIRED.exec(words);
   if (
     !approval &&
-    REQUIRED.test(words) &&
-    (rest !== words.replace(REQUIRED, ' ') || AFFIX.test(words) || /\band\b/i.test(rest))
+    required &&
+    (NEGATIVE.test(required[0]) || NEGATION_WORD.test(required[0])) &&
+    (rest !== words.replace(REQUIRED, ' ') ||
+      AFFIX.test(clause) ||
+      EXPLICIT_REGEX.test(clause) ||
+      /\band\b|,/i.test(rest))
   ) {
     return 'write the required argument as a sentence of its own ("memo is required"), and the other rule in another';
   }
@@ -782,6 +792,9 @@ function unreadable(clause: string): string | null {
     return `it says "${stops[0]}" and "${stops[1]}": write what is blocked, or what is allowed, without a double negation`;
   }
   const unstopped = rest.replace(NEGATIVE, ' ');
+  if (stops.length === 1 && BARE_COMPARISON.test(unstopped)) {
+    return `"${BARE_COMPARISON.exec(unstopped)![0]}" compares with no number: write the limit in the blocking rule itself ("block … over 1,000")`;
+  }
   if (stops.length === 1 && ALLOWS.test(unstopped)) {
     return `it both allows and blocks ("${ALLOWS.exec(unstopped)![0]}" and "${stops[0]}"); write one sentence for what is allowed and one for what is blocked`;
   }
@@ -813,8 +826,9 @@ const APPROVAL_WHO = new RegExp(
 function compileClause(tool: ToolInfo, clause: string): Outcome {
   // Names are no words of the rule: "the block tool" or an argument named "stop" say nothing about
   // blocking. Rules are read without them; arguments are looked for in the body, which keeps them.
-  const written = asTool(tool.name);
-  const text = clause.replace(written.test(clause) ? written : namePattern(tool.name), ' ');
+  // A tool named by a rule word is taken out where it is written as a tool; any other by its name.
+  const written = RULE_VERBS.has(tool.name.toLowerCase()) ? asTool(tool.name) : null;
+  const text = clause.replace(written?.test(clause) ? written : namePattern(tool.name), ' ');
   let words = text;
   for (const a of tool.arguments) {
     if (!commonWord(a.name)) words = words.replace(namePattern(a.name), ' ');

@@ -72,7 +72,7 @@ export const APPROVAL_HINT =
 
 /** Words saying the described calls are not allowed. */
 export const NEGATIVE =
-  /\b(?:block|blocks|blocked|deny|denied|denies|reject|rejected|rejects|forbid|forbidden|forbids|prohibit|prohibited|prevent|stop|disallow|disallowed|refuse|refused|never allow|don't allow|do not allow|dont allow|not allowed|not permitted|must never|should never|never|ban|banned|(?:must|should|may|can|could|will|would|shall|do|does|is|are|has to|have to|needs? to) not|mustn't|shouldn't|can't|cannot|couldn't|won't|wouldn't|isn't|aren't|doesn't|don't|dont)\b/i;
+  /\b(?:block|blocks|blocked|deny|denied|denies|reject|rejected|rejects|forbid|forbidden|forbids|prohibit|prohibited|prevent|stop|disallow|disallowed|refuse|refused|never allow|never permit|don't allow|do not allow|dont allow|(?:is|are) not (?:allowed|permitted)|not allowed|not permitted|must never|should never|never|ban|banned|(?:must|should|may|can|could|will|would|shall|do|does|is|are|has to|have to|needs? to) not|mustn't|shouldn't|can't|cannot|couldn't|won't|wouldn't|isn't|aren't|doesn't|don't|dont)\b/i;
 
 /** Words that make a clause an exception or a condition: "unless", "other than", "outside". */
 export const EXCEPTION =
