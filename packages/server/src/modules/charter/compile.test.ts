@@ -279,6 +279,8 @@ const REFUSE: string[] = [
   'send_payment amount must not be negative and must be at most 1000',
   'Block send_payment over $1,000 after 5pm',
   'Block send_payment over $1,000 on weekends',
+  'Block send_payment over $1,000 per 24h',
+  'Block send_payment over $1,000 in 2025',
   'Only allow send_email to acme.io addresses, block gmail.com',
   'Allow send_payment five times at least per session',
   'Block send_payment at 3 calls per session',

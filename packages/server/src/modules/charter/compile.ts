@@ -739,9 +739,9 @@ const ALLOWS =
 /** A comparison without its number ("block larger amounts", "anything above", "the rest"): than what? */
 const BARE_COMPARISON =
   /\b(?:larger|bigger|smaller|higher|lower|longer|shorter|greater|above|below|over|under|beyond|exceeding|else|rest|others|otherwise|remaining)\b/i;
-/** Conditions on the time or the day, which no policy can hold. */
+/** Conditions on the time or the day, or a period ("per 24h", "in 2025"), which no policy can hold. */
 const TIME =
-  /\b\d{1,2}(?::\d{2})?\s*(?:am|pm)\b|\b(?:before|after|until|till)\s+\d{1,2}(?::\d{2}\b|\s*o'clock)|\b(?:weekends?|weekdays?|overnight|at night|morning|evening|today|tomorrow|mondays?|tuesdays?|wednesdays?|thursdays?|fridays?|saturdays?|sundays?|business hours|office hours)\b/i;
+  /\b(?:per|every|each|a|in|within|over)\s+\d+\s*(?:h|hrs?|hours?|d|days?|weeks?|months?|years?|mins?|minutes?)\b|\b(?:in|during|since|until|before|after)\s+(?:19|20)\d{2}\b|\b\d{1,2}(?::\d{2})?\s*(?:am|pm)\b|\b(?:before|after|until|till)\s+\d{1,2}(?::\d{2}\b|\s*o'clock)|\b(?:weekends?|weekdays?|overnight|at night|morning|evening|today|tomorrow|mondays?|tuesdays?|wednesdays?|thursdays?|fridays?|saturdays?|sundays?|business hours|office hours)\b/i;
 /** Counts written as words, read as digits where bounds are looked for ("no more than five times"). */
 const COUNT_WORDS = /\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|fifty|hundred)\b/gi;
 
