@@ -3,6 +3,7 @@ import { ApiError, api, type DraftReplay, type DraftRule, messageOf, type Policy
 import { type DraftView, draftChanges, heldText, nextViews, showCurrent } from './draftList.js';
 import { POLL_MS, useCoalesced, useLiveEvents } from './live.js';
 import type { PageProps } from './pages.js';
+import { readAgainIfRefused } from './reads.js';
 import { inspect, revealString } from './reveal.js';
 import { CompactJson, Shown, Warnings } from './Shown.js';
 import {
@@ -254,19 +255,20 @@ function DraftCard({
 
   const decide = (action: 'approve' | 'reject') =>
     run(async () => {
-      const res = await api<Approved>(
-        `/v1/policy-drafts/${d.id}/${action}`,
-        // Approving applies the rules shown on this card or nothing, and rejecting rejects them or
-        // nothing: 409 if the draft was edited since it was shown.
-        { method: 'POST', organizationId, ifMatch: d.revision },
-      ).catch(async (err: unknown) => {
-        // Edited (409) or decided (400) since it was shown: show what it is now, with the reason
-        // nothing was done.
-        if (err instanceof ApiError && err.status >= 400 && err.status < 500 && err.status !== 401) {
-          await onChanged();
-          // Deleted since it was shown: the card stays, held as deleted, and says what was not done.
-          if (err.status === 404) throw new Error(refusedAsDeleted(action));
-        }
+      // Edited (409), decided (400) or deleted (404) since it was shown: show what it is now, with
+      // the reason nothing was done.
+      const res = await readAgainIfRefused(
+        () =>
+          api<Approved>(
+            `/v1/policy-drafts/${d.id}/${action}`,
+            // Approving applies the rules shown on this card or nothing, and rejecting rejects them
+            // or nothing: 409 if the draft was edited since it was shown.
+            { method: 'POST', organizationId, ifMatch: d.revision },
+          ),
+        onChanged,
+      ).catch((err: unknown) => {
+        // Deleted since it was shown: the card stays, held as deleted, and says what was not done.
+        if (err instanceof ApiError && err.status === 404) throw new Error(refusedAsDeleted(action));
         throw err;
       });
       if (res.applied) {

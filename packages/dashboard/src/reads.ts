@@ -36,8 +36,8 @@ const statusOf = (err: unknown): number | null =>
     : null;
 
 /**
- * Runs an action on a row of a list (revoke, delete, activate…); when the service refuses it with a
- * 4xx other than 401 (404: the thing was deleted elsewhere meanwhile; 409: it changed), the list is
+ * Runs an action on a row of a list (revoke, delete, activate, approve…); when the service refuses
+ * it with a 4xx other than 401 (404: the thing was deleted elsewhere meanwhile; 409: it changed), the list is
  * read again with `load` before the refusal is passed on, so that the row shows what is now (or goes)
  * while the refusal's message is said. A 401 ends the session instead; a failed read again is left to
  * the list's own error.

@@ -2,7 +2,7 @@ import { compilePolicy, describePolicy, evaluate, type PolicyDefinition } from '
 import type { ProviderName } from '../llm-judge/model.js';
 import { namePattern } from './compile.js';
 import type { ToolInfo, TurnResult } from './model.js';
-import { NUM, numberOf } from './numbers.js';
+import { NUM_RE, numberOf } from './numbers.js';
 
 export interface LivePolicy {
   version: number;
@@ -39,7 +39,7 @@ function callFrom(message: string, tool: ToolInfo): Record<string, unknown> | nu
     if (!m) continue;
     const raw = m[1]!.replace(/^["']|["']$/g, '');
     if (arg.type === 'number') {
-      const n = new RegExp(NUM, 'i').exec(raw);
+      const n = NUM_RE.exec(raw);
       if (!n) continue;
       args[arg.name] = numberOf(n[1]!, n[2]);
     } else if (arg.type === 'boolean') {
@@ -51,7 +51,7 @@ function callFrom(message: string, tool: ToolInfo): Record<string, unknown> | nu
   }
   // "a $5,000 payment": money without an argument name goes to the tool's only number argument.
   const numbers = tool.arguments.filter((a) => a.type === 'number' && !(a.name in args));
-  const money = new RegExp(NUM, 'i').exec(text);
+  const money = NUM_RE.exec(text);
   if (numbers.length === 1 && money && /[$€£¥]|usd|eur|gbp|dollar|euro|pound/i.test(money[0])) {
     args[numbers[0]!.name] = numberOf(money[1]!, money[2]);
   }

@@ -1,6 +1,6 @@
 import type { Constraint, ConstraintAction, ToolArgument } from '@svc/policy-engine';
 import type { CompiledRule, CompileResult, NotUnderstood, ToolInfo } from './model.js';
-import { countOf, isMoney, NUM, numberOf } from './numbers.js';
+import { countOf, isMoney, NUM, NUM_RE, numberOf } from './numbers.js';
 import {
   AFFIX,
   AMBIGUOUS_NUMBER,
@@ -188,10 +188,10 @@ export function splitClauses(message: string, keywords: string[]): string[] {
 
 type Polarity = { action: ConstraintAction; restricted: boolean } | null;
 
-/** Whether the clause describes calls to stop, to send to a person, or the allowed ones (null: cannot tell). */
 /** Quoted values and patterns: values, never words of the rule ("must start with "Stop""). */
 const QUOTED = /`[^`]*`|"[^"]*"|(?<!\w)'[^']*'(?!\w)|\/[^/\s][^/]*\//g;
 
+/** Whether the clause describes calls to stop, to send to a person, or the allowed ones (null: cannot tell). */
 function polarityOf(text: string, inherent: boolean): Polarity {
   const clause = text.replace(QUOTED, ' ');
   if (APPROVAL.test(clause)) return { action: 'require_approval', restricted: true };
@@ -450,7 +450,7 @@ function sessionRule(ctx: Ctx): Outcome {
   if (n === null) return { why: 'it mentions a session but no number of calls' };
   const at = counted!.index!;
   const rest = ctx.clause.slice(0, at) + ' ' + ctx.clause.slice(at + counted![0].length);
-  if (isMoney(ctx.clause) || new RegExp(NUM, 'i').test(rest)) {
+  if (isMoney(ctx.clause) || NUM_RE.test(rest)) {
     return {
       why: 'a limit on calls per session counts every call of the tool; it cannot depend on the arguments (write that limit on its own)',
     };
@@ -464,8 +464,6 @@ function sessionRule(ctx: Ctx): Outcome {
   const polarity = polarityOf(bound ? numbered.replace(found!.text, ' ') : numbered, true);
   if (polarity?.action === 'require_approval')
     return { why: 'calls per session can only be limited by blocking, not by asking a person' };
-  // "block after 5 calls", "no more than 5 calls", "block more than 5 calls", "5 times per session":
-  // at most n; "fewer than 5 calls", "block 5 or more calls": at most n - 1.
   // A bound word not on the count, or a count "at" which calls stop: which side is meant is unclear.
   if (
     !bound &&
@@ -475,6 +473,8 @@ function sessionRule(ctx: Ctx): Outcome {
   ) {
     return { why: 'it does not say plainly how many calls are allowed; write "at most N calls per session"' };
   }
+  // "block after 5 calls", "no more than 5 calls", "block more than 5 calls", "5 times per session":
+  // at most n; "fewer than 5 calls", "block 5 or more calls": at most n - 1.
   const cap = bound && polarity?.restricted ? ALLOWED_SIDE[bound] : bound;
   if (cap === 'ge' || cap === 'gt') {
     return { why: 'a session limit needs an upper limit on calls, such as "at most 5 calls per session"' };
@@ -548,12 +548,13 @@ function patternRule(ctx: Ctx): Outcome {
   const explicit = EXPLICIT_REGEX.exec(ctx.clause);
   const affix = explicit ? null : AFFIX.exec(ctx.clause);
   // "to example.com" names a domain only for an address argument ("emails to gmail.com").
-  const viaTo = !DOMAIN_WORDS.test(ctx.body) && /\bto\b/i.test(ctx.body);
-  const domain =
-    explicit || affix || !(DOMAIN_WORDS.test(ctx.body) || viaTo) ? null : DOMAIN.exec(ctx.clause);
+  const domainWords = DOMAIN_WORDS.test(ctx.body);
+  const viaTo = !domainWords && /\bto\b/i.test(ctx.body);
+  const domain = explicit || affix || !(domainWords || viaTo) ? null : DOMAIN.exec(ctx.clause);
   const domains = domain
     ? [...new Set([...ctx.clause.matchAll(DOMAINS)].map((m) => m[1]!.toLowerCase()))]
     : [];
+  const alts = domains.map(escapeRegex).join('|');
   if (!explicit && !affix && !domain) return null;
   const polarity = polarityOf(ctx.clause, false);
   if (!polarity) return { why: 'it does not say whether matching values are allowed or stopped' };
@@ -596,14 +597,13 @@ function patternRule(ctx: Ctx): Outcome {
     // Domains are matched in any case. An allowed value is one address, ending with one of them
     // (not "eve@evil.com, bob@acme.io"); a blocked one is refused wherever the domain (or a
     // subdomain of it) ends a name: "Bob <bob@GMAIL.com>" too.
-    const alts = domains.map(escapeRegex).join('|');
     regex = String.raw`(?i)^[^\s@,;<>"']+@(?:${alts})$`;
     words = `be an address at ${domains.join(' or ')}`;
     sample = { allowed: `someone@${domains[0]}`, denied: 'someone@elsewhere.example' };
   }
   const c: Constraint = { argumentName: arg.name, enabled: true };
   if (polarity.restricted && polarity.action === 'deny') {
-    c.notRegex = domain ? `(?i)[@.](?:${domains.map(escapeRegex).join('|')})(?:$|[^a-z0-9.-])` : regex;
+    c.notRegex = domain ? `(?i)[@.](?:${alts})(?:$|[^a-z0-9.-])` : regex;
     sample = { allowed: sample.denied, denied: sample.allowed };
     return {
       rule: {
@@ -747,7 +747,7 @@ const COUNT_WORDS = /\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelv
 
 /**
  * What a clause says that Charter does not read, so that no reading of the rest may guess it.
- * `words` is the clause without the names of the tool and of its arguments.
+ * `clause` is without the names of the tool and of its arguments.
  */
 function unreadable(clause: string): string | null {
   // Quoted values and patterns are values, not words: "must not contain "no"", `a{2,1}`.
@@ -767,23 +767,20 @@ function unreadable(clause: string): string | null {
   // Every negation must be one a reading places: in a bound ("no more than"), a required phrase
   // ("never empty"), or the one phrase that says the calls are stopped. Any other ("No payment over
   // $1,000 is allowed", "not above", "don't block") would be read as its opposite.
-  let rest = words.replace(REQUIRED, ' ').replace(COUNT_WORDS, (w) => String(countOf(w)));
+  const unrequired = words.replace(REQUIRED, ' ');
+  let rest = unrequired.replace(COUNT_WORDS, (w) => String(countOf(w)));
   for (const re of BOUNDS_ALL) rest = rest.replace(re, ' ');
   if (approval && (NEGATIVE.test(rest) || NEGATION_WORD.test(rest))) {
     return 'it both asks a person and says "not" or "no"; write the calls to send to a person as a sentence of their own ("ask a person for …")';
   }
   // "Must never be empty" with a limit or a pattern: the required phrase's negation would be read as
-  // the limit's direction, and one of the two dropped.
-  // Only a required phrase that holds a negation can turn the other rule around.
+  // the limit's direction, and one of the two dropped (a required phrase without one cannot do that).
   const required = REQUIRED.exec(words);
   if (
     !approval &&
     required &&
     (NEGATIVE.test(required[0]) || NEGATION_WORD.test(required[0])) &&
-    (rest !== words.replace(REQUIRED, ' ') ||
-      AFFIX.test(clause) ||
-      EXPLICIT_REGEX.test(clause) ||
-      /\band\b|,/i.test(rest))
+    (rest !== unrequired || AFFIX.test(clause) || EXPLICIT_REGEX.test(clause) || /\band\b|,/i.test(rest))
   ) {
     return 'write the required argument as a sentence of its own ("memo is required"), and the other rule in another';
   }

@@ -13,6 +13,9 @@ export const NUM_MAX_CHARS = 40;
  */
 export const NUM = String.raw`(?<![\d,.])(?:(?:us\$|usd|eur|gbp|[$€£¥])\s?)?(-?(?=[\d,.]{1,${NUM_MAX_CHARS}}(?![\d,.]))(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?))(?:\s?(k|thousand|m|mm|million|bn|billion)\b)?(?:\s?(?:usd|eur|gbp|dollars?|euros?|pounds?|bucks)\b)?`;
 
+/** One number, as NUM reads it (not global: `test` and `exec` keep no state between calls). */
+export const NUM_RE = new RegExp(NUM, 'i');
+
 const SCALE: Record<string, number> = {
   k: 1e3,
   thousand: 1e3,
