@@ -115,6 +115,13 @@ const TABLE: [string, Expect][] = [
     on('send_email', 'to', { notRegex: '(?i)[@.](?:gmail\\.com)(?:$|[^a-z0-9.-])' }),
   ],
   ['send_email subject must start with "[ext]"', on('send_email', 'subject', { regex: '^\\[ext\\]' })],
+  // An apostrophe inside a quoted value belongs to it, in either quotes.
+  ["send_email body must not contain 'don't'", on('send_email', 'body', { notRegex: "don't" })],
+  ['send_email body must not contain "don\'t"', on('send_email', 'body', { notRegex: "don't" })],
+  [
+    "Block send_email whose subject contains 'won't pay'",
+    on('send_email', 'subject', { notRegex: "won't pay" }),
+  ],
   ['send_payment memo must match `^INV-[0-9]+$`', on('send_payment', 'memo', { regex: '^INV-[0-9]+$' })],
   ['send_payment memo is required', on('send_payment', 'memo', { required: true })],
   ['delete_user must always include a reason', on('delete_user', 'reason', { required: true })],
@@ -285,6 +292,9 @@ const REFUSE: string[] = [
   'Allow send_payment five times at least per session',
   'Block send_payment at 3 calls per session',
   'Block send_email body with links to evil.com',
+  // A domain in words about text is not an address's domain, whatever else the sentence says.
+  'Block send_email emails whose body links to evil.com',
+  'Block send_email if the email body contains links to the evil.com domain',
   'send_email subject must not contain "unsubscribe" or "no-reply"',
   'Block send_payment over $500 in EUR',
   'delete_user reason is not required',
@@ -406,6 +416,29 @@ describe('compileMessage: messages with several rules', () => {
         enum: ['Paris', 'Lyon'],
       },
     );
+  });
+
+  it('reads a domain only for an argument that holds addresses', () => {
+    const tools: ToolInfo[] = [
+      {
+        name: 'notify',
+        description: null,
+        arguments: [
+          { name: 'customer_email', type: 'string' },
+          { name: 'replyTo', type: 'string' },
+          { name: 'url', type: 'string' },
+        ],
+      },
+    ];
+    for (const arg of ['customer_email', 'replyTo']) {
+      expect(
+        compileMessage(`Only allow notify ${arg} at acme.io addresses`, tools, null).rules[0]?.constraint,
+      ).toMatchObject({ argumentName: arg, regex: String.raw`(?i)^[^\s@,;<>"']+@(?:acme\.io)$` });
+    }
+    // An address pattern on a URL would stop every URL; the sentence is refused with how to write it.
+    const url = compileMessage('Only allow notify url on the example.com domain', tools, null);
+    expect(url.rules).toEqual([]);
+    expect(url.notUnderstood[0]?.why).toMatch(/"url" is no address/);
   });
 
   it('allows one address at an allowed domain, not a list that ends with one', () => {

@@ -6,6 +6,7 @@ import {
   AMBIGUOUS_NUMBER,
   APPROVAL,
   APPROVAL_HINT,
+  affixParts,
   BOUNDS,
   type BoundKind,
   CALL_COUNT,
@@ -27,7 +28,14 @@ import {
 const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const DOMAINS = new RegExp(DOMAIN.source, 'gi');
 /** Arguments that hold addresses, for which "to example.com" names a domain. */
-const ADDRESS_ARGUMENT = /^(?:to|cc|bcc|from|email|e_?mail|recipients?|address(?:es)?|emails)$/i;
+/** Names of arguments that hold e-mail addresses: to, cc, reply_to, customer_email, recipientAddress… */
+const ADDRESS_WORD = /^(?:to|cc|bcc|from|e?mails?|recipients?|address(?:es)?|senders?)$/;
+const isAddressArgument = (name: string): boolean =>
+  name
+    .replace(/([a-z0-9])([A-Z])/g, '$1_$2')
+    .toLowerCase()
+    .split(/[_\-.\s]+/)
+    .some((part) => ADDRESS_WORD.test(part));
 /** Every number with its currency ("$500", "300 USD"). */
 const NUM_ALL = new RegExp(NUM, 'gi');
 
@@ -189,7 +197,7 @@ export function splitClauses(message: string, keywords: string[]): string[] {
 type Polarity = { action: ConstraintAction; restricted: boolean } | null;
 
 /** Quoted values and patterns: values, never words of the rule ("must start with "Stop""). */
-const QUOTED = /`[^`]*`|"[^"]*"|(?<!\w)'[^']*'(?!\w)|\/[^/\s][^/]*\//g;
+const QUOTED = /`[^`]*`|"[^"]*"|(?<!\w)'(?:[^']|'(?=\w))*'(?!\w)|\/[^/\s][^/]*\//g;
 
 /** Whether the clause describes calls to stop, to send to a person, or the allowed ones (null: cannot tell). */
 function polarityOf(text: string, inherent: boolean): Polarity {
@@ -560,7 +568,8 @@ function patternRule(ctx: Ctx): Outcome {
   if (!polarity) return { why: 'it does not say whether matching values are allowed or stopped' };
   const arg = pickArgument(ctx, ['string'], 'a string');
   if ('why' in arg) return arg;
-  if (domain && viaTo && !ADDRESS_ARGUMENT.test(arg.name)) {
+  // A domain is read as the domain of an address; links or words in text are "must not contain …".
+  if (domain && !isAddressArgument(arg.name)) {
     return {
       why: `"${arg.name}" is no address: say "${arg.name} must not contain …" for text, or name the address argument`,
     };
@@ -576,8 +585,7 @@ function patternRule(ctx: Ctx): Outcome {
     regex = (explicit[1] ?? explicit[2])!;
     words = `match ${regex}`;
   } else if (affix) {
-    const verb = (affix[1] ?? affix[4])!.toLowerCase();
-    const value = (affix[2] ?? affix[3] ?? affix[5])!;
+    const { verb, value } = affixParts(affix);
     // A domain is matched in any case ("ends with gmail.com" also stops bob@GMAIL.COM).
     const any = /^@?[a-z0-9-]+(?:\.[a-z0-9-]+)+$/i.test(value) ? '(?i)' : '';
     if (/^(?:start|begin)/.test(verb)) {

@@ -123,6 +123,25 @@ export const DOMAIN_WORDS =
  */
 export const EXPLICIT_REGEX =
   /\b(?:match|matches|matching|pattern|regex|regexp)\b(?:(?!\b(?:match|matches|matching|pattern|regex|regexp)\b)[^/`])*(?:\/(.+)\/|`([^`]+)`)/i;
-/** Groups: 1 the verb with "with", 2 a quoted value (spaces kept) or 3 a bare word; 4 and 5 the other form. */
-export const AFFIX =
-  /\b(start|starts|starting|begin|begins|beginning|end|ends|ending|contain|contains|containing)\s+with\s+(?:["'`]([^"'`]+)["'`]|([^"'`\s,;]+))|\b(contain|contains|containing|include|includes)\s+["'`]([^"'`]+)["'`]/i;
+/**
+ * A quoted value: "…", `…` or '…'. A single-quoted value keeps an apostrophe inside a word
+ * ('don't' is one value, not "don").
+ */
+const QUOTED_VALUE = String.raw`(?:"([^"]+)"|'((?:[^']|'(?=\w))+)'(?!\w)|` + '`([^`]+)`)';
+/**
+ * Groups: 1 the verb with "with", 2-4 a quoted value (spaces kept) or 5 a bare word; 6 the verb
+ * without "with" and 7-9 its quoted value. `affixParts` reads them.
+ */
+export const AFFIX = new RegExp(
+  String.raw`\b(start|starts|starting|begin|begins|beginning|end|ends|ending|contain|contains|containing)\s+with\s+(?:${QUOTED_VALUE}|([^"'` +
+    '`' +
+    String.raw`\s,;]+))|\b(contain|contains|containing|include|includes)\s+${QUOTED_VALUE}`,
+  'i',
+);
+
+/** The verb and the value of an AFFIX match. */
+export function affixParts(m: RegExpExecArray): { verb: string; value: string } {
+  const verb = (m[1] ?? m[6])!.toLowerCase();
+  const value = [m[2], m[3], m[4], m[5], m[7], m[8], m[9]].find((v) => v !== undefined)!;
+  return { verb, value };
+}
