@@ -20,6 +20,7 @@ function holdableStorage() {
   };
   return {
     storage,
+    inner,
     holdNextRead: () => {
       hold = new Promise((r) => {
         release = r;
@@ -51,5 +52,25 @@ describe('a rotation while the key set is being read again', () => {
     expect((await set.sign(data)).kid).toBe(rotated.kid);
     expect(await set.isRetired(before!)).toBe(true);
     expect(listed.find((k) => k.status === 'active')?.kid).toBe(rotated.kid);
+  });
+
+  it("verifies a signature of another process's new key when the read it joined began before the rotation", async () => {
+    const held = holdableStorage();
+    const here = new SigningKeySet({ storage: held.storage, clock, overlapSeconds: 3600 });
+    const there = new SigningKeySet({ storage: held.inner, clock, overlapSeconds: 3600 });
+    await here.open();
+    await there.open();
+
+    // This process begins a read (the admin listing), then the other one rotates and signs.
+    held.holdNextRead();
+    const listing = here.list();
+    const rotated = await there.rotate();
+    const sig = await there.sign(data);
+    expect(sig.kid).toBe(rotated.kid);
+
+    const verified = here.verify(data, sig);
+    held.release();
+    await listing;
+    expect(await verified).toBe(true);
   });
 });

@@ -252,11 +252,17 @@ export class SigningKeySet {
    * `kid` is not in it (at most once per PUBLISH_REFRESH_MS, so unknown kids cannot flood the store).
    */
   private async recent(kid?: string): Promise<Loaded> {
-    const l = await this.current();
-    const now = Date.now();
-    const missing = kid !== undefined && !l.publicKeys.has(kid);
+    let l = await this.current();
+    let missing = kid !== undefined && !l.publicKeys.has(kid);
     // A read under way may be the one that brings the key: wait for it rather than answer without.
-    if (missing && this.loading) return this.reload().catch(() => l);
+    // It may also have begun just before another process rotated: without the key, this request
+    // may still read the set again below, as if nothing had been under way.
+    if (missing && this.loading) {
+      l = await this.reload().catch(() => l);
+      missing = !l.publicKeys.has(kid!);
+      if (!missing) return l;
+    }
+    const now = Date.now();
     // After a failed read, the cached set serves for a while: a store away is not read per request.
     const since = Math.max(l.readAt, this.failedReadAt);
     const stale = now - since >= PUBLISH_REFRESH_MS;
