@@ -11,6 +11,7 @@ import {
   verifyReceiptChain,
 } from '@svc/sdk/verify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { appendReceipts, emptyChainHead } from '../../server/src/ledger/receipt.js';
 import { keyHeader, type Tenant, type TestApp } from '../../server/test/helpers.js';
 import { rewriteChain } from '../../server/test/ledger.js';
 import { createTenant, startServer } from './live.js';
@@ -158,6 +159,7 @@ describe('verifyExport: the chain and every checkpoint of it', () => {
     const lines = exported.split('\n').filter((l) => l !== '');
     const short = await verifyExport(lines.slice(0, 8), { checkpoints: [first, second], keys });
     expect(short.ok).toBe(true);
+    expect(formatCheckpointResults(short.checkpoints)).toMatch(/; 1 unchecked \(listed below\)/);
     expect(short.checkpoints.map((c) => [c.status, c.code])).toEqual([
       ['ok', undefined],
       ['unchecked', 'not_covered'],
@@ -189,9 +191,44 @@ describe('verifyExport: the chain and every checkpoint of it', () => {
       'fork',
       'fork',
     ]);
-    const unpublished = await checkCheckpoints([first], [], report.chain);
-    expect(unpublished).toMatchObject([{ status: 'failed', code: 'unknown_key' }]);
-    expect(formatCheckpointResults(unpublished)).toContain('which the key set does not publish');
+  });
+
+  it('leaves a checkpoint of a key the set does not publish (withdrawn after a rotation) unchecked', async () => {
+    const chain = await verifyReceiptChain(exported, { treeSizes: [6, 10] });
+    const results = await checkCheckpoints([first, second], { keys: [] }, chain);
+    expect(results.map((c) => [c.status, c.code])).toEqual([
+      ['unchecked', 'unknown_key'],
+      ['unchecked', 'unknown_key'],
+    ]);
+    const summary = formatCheckpointResults(results);
+    expect(summary).toMatch(
+      /^OK: 0 checkpoint\(s\) verified.*; 2 unchecked \(listed below\), neither verified nor refuted/,
+    );
+    expect(summary).toContain('which the key set does not publish');
+    // The chain itself still decides: a tampered export fails whatever its checkpoints.
+    const tampered = exported.replace('"decision":"', '"decision":"x');
+    expect((await verifyExport(tampered, { checkpoints: [first], keys: { keys: [] } })).ok).toBe(false);
+  });
+
+  it("finds another organization's receipt spliced into a chain with every hash made anew", async () => {
+    const lines = exported.split('\n').filter((l) => l !== '');
+    const inputs = lines.map((l, i) => {
+      const {
+        schema: _s,
+        sequence: _q,
+        previous_receipt_hash: _p,
+        merkle_root: _m,
+        receipt_hash: _h,
+        ...fields
+      } = JSON.parse(l) as Record<string, unknown>;
+      return i === 7 ? { ...fields, organization_id: b.orgId } : fields;
+    });
+    const { receipts } = appendReceipts(emptyChainHead(), inputs as never);
+    const report = await verifyReceiptChain(receipts.map((r) => JSON.stringify(r)).join('\n'));
+    expect(report.ok).toBe(false);
+    expect(report.errors).toHaveLength(1);
+    expect(report.errors[0]).toMatchObject({ sequence: 7 });
+    expect(report.errors[0]!.problem).toContain(`in the chain of ${a.orgId}`);
   });
 
   it('detects a history rewritten after the checkpoints, by the export and by a consistency proof', async () => {

@@ -211,6 +211,14 @@ class ChainVerifier {
         r.previous_receipt_hash,
       );
     }
+    // A chain is one organization's: a receipt of another one spliced in is a break.
+    if (this.organizationId !== null && r.organization_id !== this.organizationId) {
+      fail(
+        `receipt of organization ${JSON.stringify(r.organization_id)} in the chain of ${this.organizationId}`,
+        this.organizationId,
+        r.organization_id,
+      );
+    }
     await this.checkMerkle(r, seq, leaf, line, fail);
     // Resynchronise on this receipt's own claims so one break is reported once, not at every later receipt.
     this.expectedSeq = seq === null ? null : seq + 1;
