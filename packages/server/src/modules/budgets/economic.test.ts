@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { collectEvents, ManualClock, setTier } from '../../../test/approvals.js';
 import { useTestApp } from '../../../test/fixture.js';
 import { asUser, createTenant, expectError, keyHeader, type Tenant } from '../../../test/helpers.js';
+import { hashJson } from '../../ledger/canonical.js';
 
 const clock = new ManualClock();
 let seq = 0;
@@ -999,6 +1000,38 @@ describe('receipts', () => {
       headers: keyHeader(tenant.apiKey),
     });
     expect(exported.body.trim().split('\n')).toHaveLength(2);
+  });
+
+  it('binds the request as docs/receipts.md spells it out, from what the client sent', async () => {
+    const tenant = await tenantWithConfig();
+    const req = action({ estimatedSpendUsd: 12.345678, category: 'travel' });
+    await authorize(tenant, req);
+    await commit(tenant, commitOf(req, 11.5));
+    const [authorized, committed] = await economicReceipts(tenant.orgId);
+    const { estimatedSpendUsd: _usd, ...sent } = req;
+    expect(authorized!.argument_hash).toBe(
+      hashJson({
+        ...sent,
+        payer: null,
+        estimatedSpendMicros: 12_345_678,
+        maxAcceptableSpendMicros: 12_345_678,
+        budgetScopes: ['session', 'agent', 'category'],
+        metadata: {},
+      }),
+    );
+    expect(committed!.argument_hash).toBe(
+      hashJson({
+        actionId: req.actionId,
+        sessionId: req.sessionId,
+        agentId: req.agentId,
+        toolName: req.toolName,
+        category: req.category,
+        payer: null,
+        quotedSpendMicros: 12_345_678,
+        actualSpendMicros: 11_500_000,
+        approvalId: null,
+      }),
+    );
   });
 });
 
