@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freshDatabase, type TestDatabase } from '../../test/helpers.js';
 import { openStore } from './db.js';
-import { migrateToLatest } from './migrate.js';
+import { migrateToLatest, migrationState } from './migrate.js';
 
 const databases: TestDatabase[] = [];
 afterAll(async () => {
@@ -23,6 +23,24 @@ describe('migrateToLatest', () => {
       await expect(migrateToLatest(store)).rejects.toThrow(
         'the store was migrated by a newer version of svc (its migration 0099_future is unknown to this one)',
       );
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('leaves nothing of migrations that failed partway, so the next run applies them whole', async () => {
+    const database = await freshDatabase();
+    databases.push(database);
+    const store = openStore(database.url);
+    try {
+      // 0002 creates "tools", then "policies": the second statement fails, after the first ran.
+      await sql`create table policies (x integer)`.execute(store.db);
+      await expect(migrateToLatest(store)).rejects.toThrow(/migration 0002_enforcement failed/);
+      expect((await migrationState(store)).applied).toEqual([]);
+      await sql`drop table policies`.execute(store.db);
+      const applied = await migrateToLatest(store);
+      expect(applied[0]).toBe('0001_tenancy');
+      expect((await migrationState(store)).pending).toEqual([]);
     } finally {
       await store.close();
     }

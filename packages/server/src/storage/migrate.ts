@@ -1,4 +1,14 @@
-import { DEFAULT_MIGRATION_TABLE, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+import {
+  DEFAULT_MIGRATION_TABLE,
+  type Dialect,
+  Kysely,
+  type Migration,
+  type MigrationProvider,
+  Migrator,
+  SqliteAdapter,
+  SqliteDialect,
+  sql,
+} from 'kysely';
 import type { Store } from './db.js';
 import * as m0001 from './migrations/0001_tenancy.js';
 import * as m0002 from './migrations/0002_enforcement.js';
@@ -64,13 +74,17 @@ export async function migrateToLatest(store: Store): Promise<string[]> {
       ? (await sql<{ schema: string }>`select current_schema() as schema`.execute(store.db)).rows[0]?.schema
       : undefined;
   const migrator = new Migrator({
-    db: store.db,
+    db: store.dialect === 'sqlite' && store.sqlite ? transactionalSqlite(store) : store.db,
     provider,
     // Migrations that add independent tables may be numbered out of landing order; each runs once.
     allowUnorderedMigrations: true,
     ...(schema ? { migrationTableSchema: schema } : {}),
   });
-  const { error, results } = await migrator.migrateToLatest();
+  // On SQLite, under the store's own connection lock: the migrations run on the same handle.
+  const { error, results } =
+    store.dialect === 'sqlite'
+      ? await store.db.connection().execute(() => migrator.migrateToLatest())
+      : await migrator.migrateToLatest();
   if (error) {
     // Kysely's word for a store that holds a migration this version does not know: a newer svc ran.
     const unknown = /previously executed migration (\S+) is missing/.exec(String(error));
@@ -83,6 +97,31 @@ export async function migrateToLatest(store: Store): Promise<string[]> {
     throw new Error(`migration ${failed?.migrationName ?? '(unknown)'} failed: ${String(error)}`);
   }
   return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+}
+
+/** Kysely's SQLite adapter, but saying what SQLite can: DDL inside a transaction. */
+class TransactionalDdlSqliteAdapter extends SqliteAdapter {
+  override get supportsTransactionalDdl(): boolean {
+    return true;
+  }
+}
+
+/**
+ * The store's SQLite handle, for the migrator, with the pending migrations in one transaction: one
+ * that fails partway (a full disk, a crash) leaves nothing of itself behind, so the next start runs
+ * it again from the beginning. Kysely's own SQLite adapter runs each statement on its own, and a
+ * migration stopped halfway then failed for ever ("table … already exists"). Never destroyed: that
+ * would close the store's handle.
+ */
+function transactionalSqlite(store: Store): Kysely<unknown> {
+  const inner = new SqliteDialect({ database: store.sqlite! });
+  const dialect: Dialect = {
+    createAdapter: () => new TransactionalDdlSqliteAdapter(),
+    createDriver: () => inner.createDriver(),
+    createQueryCompiler: () => inner.createQueryCompiler(),
+    createIntrospector: (db) => inner.createIntrospector(db),
+  };
+  return new Kysely<unknown>({ dialect });
 }
 
 /**
