@@ -5,7 +5,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { envelopeB } from '../lib/envelope-b.js';
 import { AppError, type ErrorCode, invalid, STATUS_BY_CODE } from '../lib/errors.js';
 import { bodyJsonProblem } from '../lib/json.js';
-import { isStoreUnavailable } from '../storage/db.js';
+import { isStoreOutage } from '../storage/db.js';
 import { isForeignKeyViolation } from '../storage/errors.js';
 
 /**
@@ -79,7 +79,7 @@ export function errorHandlerA(
   }
   // The database is unreachable or too slow (storage/db.ts): the client may retry, as for a
   // validation that could not be recorded.
-  if (isStoreUnavailable(err)) {
+  if (isStoreOutage(err)) {
     request.log.error({ err }, 'the store did not answer');
     return sendError(reply, 'service_unavailable', 'The store is not answering; retry');
   }

@@ -50,6 +50,21 @@ describe('envelope A on every error', () => {
     }
   });
 
+  it('answers 503, not 500, while the SQLite file cannot be written (a full disk, the lock held, I/O)', async () => {
+    const token = await t.token('full');
+    for (const code of ['SQLITE_FULL', 'SQLITE_BUSY', 'SQLITE_IOERR_WRITE', 'SQLITE_READONLY']) {
+      const full = vi.spyOn(t.store.db, 'selectFrom').mockImplementation(() => {
+        throw Object.assign(new Error('database or disk is full'), { code });
+      });
+      try {
+        const res = await t.inject({ method: 'GET', url: '/v1/organizations', headers: bearer(token) });
+        expectError(res, 503, 'service_unavailable');
+      } finally {
+        full.mockRestore();
+      }
+    }
+  });
+
   it('answers 503 in envelope B on the payment gateway while the store is not answering', async () => {
     const tenant = await createTenant(t);
     const away = vi.spyOn(t.store.db, 'selectFrom').mockImplementation(() => {

@@ -12,7 +12,10 @@ import { freshDatabase, TEST_PG_URL, type TestDatabase } from '../../test/helper
 import { PausingProxy, timed } from '../../test/pausing-proxy.js';
 import { closedPort } from '../../test/ports.js';
 import {
+  checkFreeSpace,
+  isStoreOutage,
   isStoreUnavailable,
+  MIN_FREE_BYTES,
   openStore,
   type PostgresTimeouts,
   probeSqliteWritable,
@@ -177,6 +180,23 @@ describe('isStoreUnavailable', () => {
     }
     expect(isStoreUnavailable(new Error('syntax error'))).toBe(false);
     expect(isStoreUnavailable(null)).toBe(false);
+  });
+
+  it('answers a SQLite file that cannot be written as an outage, but leaves no outcome unknown', () => {
+    const err = (code: string) => Object.assign(new Error(code), { code });
+    for (const code of [
+      'SQLITE_FULL',
+      'SQLITE_IOERR',
+      'SQLITE_IOERR_FSYNC',
+      'SQLITE_BUSY_SNAPSHOT',
+      'SQLITE_READONLY',
+    ]) {
+      expect([code, isStoreOutage(err(code)), isStoreUnavailable(err(code))]).toEqual([code, true, false]);
+    }
+    for (const code of ['SQLITE_CONSTRAINT_UNIQUE', 'SQLITE_ERROR', 'SQLITE_FULLX', '23505']) {
+      expect([code, isStoreOutage(err(code))]).toEqual([code, false]);
+    }
+    expect(isStoreOutage(new StoreUnavailableError('did not answer'))).toBe(true);
   });
 });
 
@@ -360,5 +380,21 @@ describe.runIf(TEST_PG_URL)('the PostgreSQL store', () => {
       await Promise.all([serve.close(), migrate.close(), tuned.close(), tunedMigrate.close()]);
       await database.drop();
     }
+  });
+});
+
+describe('checkFreeSpace (GET /readyz on the embedded store)', () => {
+  const disk = (bavail: number, bsize = 4096) => (() => ({ bavail, bsize })) as never;
+  it('counts a disk with less than 1 MiB free as the store away, naming the file', () => {
+    expect(() => checkFreeSpace('/data/svc.db', disk(255))).toThrow(StoreUnavailableError);
+    expect(() => checkFreeSpace('/data/svc.db', disk(0))).toThrow(
+      'the disk holding the SQLite database /data/svc.db has 0 bytes free (at least 1048576 needed)',
+    );
+    expect(() => checkFreeSpace('/data/svc.db', disk(256))).not.toThrow();
+    expect(MIN_FREE_BYTES).toBe(1024 * 1024);
+  });
+
+  it('reads the real disk of a store', () => {
+    expect(() => checkFreeSpace(join(tmpdir(), 'svc.db'))).not.toThrow();
   });
 });

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, statfsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import SQLite from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect, sql, type Transaction } from 'kysely';
@@ -87,6 +87,20 @@ export function probeSqliteWritable(handle: SQLite.Database, busyTimeoutMs?: num
   }
 }
 
+/** Free space below which a SQLite store counts as not ready: a few batches' WAL frames. */
+export const MIN_FREE_BYTES = 1024 * 1024;
+
+/** Throws StoreUnavailableError when the disk holding `file` has less than MIN_FREE_BYTES free. */
+export function checkFreeSpace(file: string, statfs: typeof statfsSync = statfsSync): void {
+  const { bavail, bsize } = statfs(dirname(file));
+  const free = Number(bavail) * Number(bsize);
+  if (free < MIN_FREE_BYTES) {
+    throw new StoreUnavailableError(
+      `the disk holding the SQLite database ${file} has ${free} bytes free (at least ${MIN_FREE_BYTES} needed)`,
+    );
+  }
+}
+
 function isSqliteReadOnly(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && code.startsWith('SQLITE_READONLY');
@@ -170,6 +184,8 @@ function openSqlite(url: string, existing: boolean): Store {
         // A file that became read-only (its mode, a remount) fails here instead of on the next write.
         if (absolute) probeSqliteWritable(handle, 0);
       });
+      // The probe writes nothing to disk: a full disk shows only in its free space.
+      if (absolute) checkFreeSpace(absolute);
     },
     close: async () => {
       await db.destroy();
@@ -278,6 +294,23 @@ export function isStoreUnavailable(err: unknown): boolean {
   const e = err as { code?: unknown; message?: unknown } | null;
   if (typeof e?.code === 'string' && UNAVAILABLE_CODES.test(e.code)) return true;
   return typeof e?.message === 'string' && /^Connection terminated/.test(e.message);
+}
+
+/**
+ * SQLite's codes for a file that cannot be written now, not a wrong statement: a full disk, an I/O
+ * error, the write lock held past the busy timeout, a file made read-only or gone.
+ */
+const SQLITE_UNAVAILABLE = /^SQLITE_(?:FULL|IOERR|BUSY|LOCKED|READONLY|CANTOPEN)(?:_|$)/;
+
+/**
+ * What a client is answered 503 for: the store unreachable or too slow (isStoreUnavailable), or a
+ * SQLite file that cannot be written now. Unlike the former, the latter leaves no outcome unknown
+ * (SQLite rolled the statement back), so only answers use it.
+ */
+export function isStoreOutage(err: unknown): boolean {
+  if (isStoreUnavailable(err)) return true;
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && SQLITE_UNAVAILABLE.test(code);
 }
 
 /** The URL without what must not be printed (the password, the query string, which may hold one). */

@@ -3,7 +3,7 @@ import { type EnvelopeBError, sendEnvelopeB } from '../../lib/envelope-b.js';
 import { AppError } from '../../lib/errors.js';
 import { HANDLER_B } from '../../plugins/openapi.js';
 import { SigningKeyMissingError } from '../../signing/model.js';
-import { isStoreUnavailable } from '../../storage/db.js';
+import { isStoreOutage } from '../../storage/db.js';
 import { isForeignKeyViolation } from '../../storage/errors.js';
 import { GatewayError, gatewayError } from './model.js';
 
@@ -101,7 +101,7 @@ export function envelopeBErrorHandler(docsUrl: string) {
         hint: 'its organization, project or another record it names was deleted while it ran',
       });
     }
-    if (isStoreUnavailable(err)) {
+    if (isStoreOutage(err)) {
       req.log.error({ err }, 'the store did not answer');
       return send(503, gatewayError.unavailable('The store is not answering; retry').body);
     }
