@@ -212,13 +212,15 @@ function describeProblem(body: unknown, maxDepth: number): string | null {
   const own = leafProblem(body, 'body');
   if (own !== undefined) return own;
   if (typeof body !== 'object' || body === null) return null;
+  // The field named: a member of the body, or of an item of a body that is an array (a batch).
+  const fieldDepth = Array.isArray(body) ? 2 : 1;
   const stack: [value: object, depth: number, path: string, field: string][] = [[body, 1, 'body', '']];
   while (stack.length > 0) {
     const [v, depth, path, field] = stack.pop()!;
     if (depth > maxDepth) {
       return field === ''
         ? `body is nested deeper than ${maxDepth} levels`
-        : `body/${field} is nested deeper than ${maxDepth - 1} levels`;
+        : `body/${field} is nested deeper than ${maxDepth - field.split('/').length} levels`;
     }
     const keys = Array.isArray(v) ? null : Object.keys(v);
     const n = keys ? keys.length : (v as unknown[]).length;
@@ -228,7 +230,8 @@ function describeProblem(body: unknown, maxDepth: number): string | null {
       const child = (v as Record<string | number, unknown>)[key];
       const name = segment(String(key));
       if (typeof child === 'object' && child !== null) {
-        stack.push([child, depth + 1, `${path}/${name}`, depth === 1 ? name : field]);
+        const named = depth === 1 ? name : depth === fieldDepth ? `${field}/${name}` : field;
+        stack.push([child, depth + 1, `${path}/${name}`, named]);
         continue;
       }
       const problem = leafProblem(child, `${path}/${name}`);

@@ -4,7 +4,7 @@ import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { envelopeB } from '../lib/envelope-b.js';
 import { AppError, type ErrorCode, invalid, STATUS_BY_CODE } from '../lib/errors.js';
-import { bodyJsonProblem } from '../lib/json.js';
+import { bodyJsonProblem, MAX_BODY_DEPTH } from '../lib/json.js';
 import { isStoreOutage } from '../storage/db.js';
 import { isForeignKeyViolation } from '../storage/errors.js';
 
@@ -163,8 +163,9 @@ export function registerErrorHandling(app: FastifyInstance, closing: () => boole
     try {
       defaultJson(req, body, (err, value) => {
         if (err) return done(new AppError('invalid_json', `Request body is not valid JSON: ${err.message}`));
-        // Before any handler or schema walks the body: one bound for depth, numbers and strings.
-        const problem = bodyJsonProblem(value);
+        // Before any handler or schema walks the body: one bound for depth, numbers and strings. A
+        // body that is an array (a batch of bodies) has one level more, so each item gets the bound.
+        const problem = bodyJsonProblem(value, Array.isArray(value) ? MAX_BODY_DEPTH + 1 : MAX_BODY_DEPTH);
         done(problem ? invalid(problem) : null, problem ? undefined : value);
       });
     } catch (err) {

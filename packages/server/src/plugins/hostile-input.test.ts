@@ -30,7 +30,11 @@ describe('bodyJsonProblem', () => {
     for (let i = 0; i < MAX_JSON_DEPTH; i++) ok = [ok];
     expect(bodyJsonProblem({ f: ok })).toBeNull();
     expect(bodyJsonProblem({ f: [ok] })).toBe(`body/f is nested deeper than ${MAX_JSON_DEPTH} levels`);
-    expect(bodyJsonProblem(JSON.parse(DEEP))).toBe(`body/0 is nested deeper than ${MAX_JSON_DEPTH} levels`);
+    // A body that is an array (a batch) names the field of its item, which has the same bound.
+    expect(bodyJsonProblem(JSON.parse(DEEP), MAX_BODY_DEPTH + 1)).toBe(
+      `body/0/0 is nested deeper than ${MAX_JSON_DEPTH} levels`,
+    );
+    expect(bodyJsonProblem([{ f: ok }], MAX_BODY_DEPTH + 1)).toBeNull();
     expect(bodyJsonProblem({ a: [{ b: Number.NEGATIVE_INFINITY }] })).toMatch(
       /^body\/a\/0\/b is a number outside/,
     );
@@ -73,6 +77,29 @@ describe('deeply nested bodies answer 400 before any recursive code runs', () =>
     const tools = await t.inject({ method: 'GET', url: '/v1/tools', headers: asUser(a) });
     expect(policies.json().data).toEqual([]);
     expect(tools.json().data).toEqual([]);
+  });
+
+  it('gives each item of a batch of client decisions the bound a single one has', async () => {
+    const nested = (levels: number) => `${'['.repeat(levels - 1)}{}${']'.repeat(levels - 1)}`;
+    const item = (levels: number) =>
+      `{"tool_name":"deep_log","arguments":{"a":${nested(levels - 1)}},"decision":"allow","mode":"deterministic","latency_ms":1,"source":"client"}`;
+    const post = (payload: string) =>
+      t.inject({
+        method: 'POST',
+        url: '/v1/decisions',
+        headers: { ...keyHeader(a.apiKey), ...json },
+        payload,
+      });
+    expect((await post(item(MAX_JSON_DEPTH))).statusCode).toBe(201);
+    expect((await post(`[${item(2)},${item(MAX_JSON_DEPTH)}]`)).statusCode).toBe(201);
+    const deeper = await post(`[${item(2)},${item(MAX_JSON_DEPTH + 1)}]`);
+    expectError(deeper, 400, 'validation_failed');
+    expect(deeper.json().error.message).toBe(
+      `body/1/arguments is nested deeper than ${MAX_JSON_DEPTH} levels`,
+    );
+    expect((await post(item(MAX_JSON_DEPTH + 1))).json().error.message).toBe(
+      `body/arguments is nested deeper than ${MAX_JSON_DEPTH} levels`,
+    );
   });
 
   it('answers a too-deep JSON-RPC message with -32600 and its id', async () => {
