@@ -6,14 +6,29 @@ import { looksLikeApiKey } from '../modules/api-keys/keys.js';
 import { createOrganizationRepository } from '../modules/organizations/repository.js';
 import { sessionKey } from '../modules/sessions/service.js';
 import { bearerToken } from '../plugins/auth.js';
+import { type CheckRound, sharedRead } from './checks.js';
 import type { StreamHolder } from './hub.js';
 
 /**
  * Long-lived connections re-check their credentials at every heartbeat: an expired token or a lost
- * membership ends the delivery within one heartbeat instead of never. A revoked key or a signed-out
- * session ends it at once (through its holder); the re-check is the backstop for those.
+ * membership ends the delivery within one heartbeat interval (and the spread of its checks, see
+ * EventHub.heartbeat) instead of never. A revoked key or a signed-out session ends it at once (through
+ * its holder); the re-check is the backstop for those. Within a round of checks (`round`) the store
+ * reads are shared by the connections of one identity; without one, every read is the check's own.
  */
-export type Recheck = () => Promise<boolean>;
+export type Recheck = (round?: CheckRound) => Promise<boolean>;
+
+/**
+ * The store reads of the re-checks, in one place: what a round shares, and what tests count and
+ * fail on purpose.
+ */
+export const recheckReads = {
+  roleOf: (ctx: AppContext, userId: string, organizationId: string): Promise<string | null> =>
+    createOrganizationRepository(ctx.store.db).roleOf(userId, organizationId),
+  organizationsOf: async (ctx: AppContext, userId: string): Promise<string[]> =>
+    (await createOrganizationRepository(ctx.store.db).listForUser(userId)).map((r) => r.id),
+  session: (ctx: AppContext, sessionId: string) => ctx.sessions.lookup(sessionId),
+};
 
 export interface StreamAccess {
   organizationId: string;
@@ -64,16 +79,24 @@ export async function streamAccess(
   }
   const token = bearerToken(request);
   const session = principal.session;
-  const organizations = createOrganizationRepository(ctx.store.db);
+  const held = session ? { id: session.id, key: sessionKey(session.id) } : null;
+  const userId = principal.userId;
   return {
     organizationId: org,
-    ...(session ? { holder: { session: sessionKey(session.id) } } : {}),
-    recheck: async () => {
+    ...(held ? { holder: { session: held.key } } : {}),
+    recheck: async (round) => {
       // A dashboard stream ends with its session (signed out or expired).
-      if (session) {
-        if ((await ctx.sessions.lookup(session.id))?.userId !== principal.userId) return false;
-      } else if (!token || !(await tokenStillValid(jwt, token, principal.userId))) return false;
-      return (await organizations.roleOf(principal.userId, org)) !== null;
+      if (held) {
+        const found = await sharedRead(round, ['session', held.key], () =>
+          recheckReads.session(ctx, held.id),
+        );
+        if (found?.userId !== userId) return false;
+      } else if (!token || !(await tokenStillValid(jwt, token, userId))) return false;
+      // The token is each stream's own (its expiry); the membership is the person's, read once a round.
+      const role = await sharedRead(round, ['role', userId, org], () =>
+        recheckReads.roleOf(ctx, userId, org),
+      );
+      return role !== null;
     },
   };
 }
@@ -86,8 +109,7 @@ export async function tokenStillValid(jwt: JwtVerifier, token: string, userId: s
   }
 }
 
-/** Ids of every organization the user belongs to. */
-export async function userOrganizations(ctx: AppContext, userId: string): Promise<string[]> {
-  const rows = await createOrganizationRepository(ctx.store.db).listForUser(userId);
-  return rows.map((r) => r.id);
+/** Ids of every organization the user belongs to; read once per round of checks (`round`). */
+export function userOrganizations(ctx: AppContext, userId: string, round?: CheckRound): Promise<string[]> {
+  return sharedRead(round, ['organizations', userId], () => recheckReads.organizationsOf(ctx, userId));
 }

@@ -5,7 +5,6 @@ import websocket from '@fastify/websocket';
 import type { FastifyInstance } from 'fastify';
 import type { AppContext } from '../context.js';
 import type { JwtVerifier } from '../lib/jwt.js';
-import type { StreamClient } from './hub.js';
 import { DEFAULT_STREAM_OPTIONS, type StreamOptions } from './options.js';
 import { sseRoutes } from './sse.js';
 import { wsErrorHandler, wsRoutes } from './ws.js';
@@ -22,16 +21,10 @@ export async function eventRoutes(
   const options: StreamOptions = { ...DEFAULT_STREAM_OPTIONS, ...streams };
   const hub = ctx.streams;
 
-  const beat = (kind: StreamClient['kind']) => () => {
-    for (const client of hub.clients(kind)) {
-      if (client.gone) hub.remove(client);
-      else client.heartbeat();
-    }
-  };
   // One timer per transport for all connections, not one per connection.
   const timers = [
-    setInterval(beat('sse'), options.sseHeartbeatMs),
-    setInterval(beat('ws'), options.wsHeartbeatMs),
+    setInterval(() => hub.heartbeat('sse'), options.sseHeartbeatMs),
+    setInterval(() => hub.heartbeat('ws'), options.wsHeartbeatMs),
   ];
   for (const t of timers) t.unref();
 

@@ -5,7 +5,7 @@ import type { AppContext } from '../context.js';
 import { AppError } from '../lib/errors.js';
 import type { JwtVerifier } from '../lib/jwt.js';
 import { type Recheck, streamAccess } from './access.js';
-import { OneCheckAtATime } from './checks.js';
+import { type CheckRound, OneCheckAtATime } from './checks.js';
 import type { Frames, StreamClient, StreamHolder } from './hub.js';
 import type { StreamOptions } from './options.js';
 
@@ -111,8 +111,13 @@ export class SseWriter {
   }
 
   heartbeat(recheck: () => Promise<boolean>): void {
-    this.write(':ping\n\n');
+    this.ping();
     this.recheck(recheck);
+  }
+
+  /** The keep-alive comment alone. */
+  ping(): void {
+    this.write(':ping\n\n');
   }
 
   /** Checks the credentials again (one check at a time); the stream ends when they no longer hold. */
@@ -193,11 +198,11 @@ export class SseClient implements StreamClient {
   }
 
   heartbeat(): void {
-    this.writer.heartbeat(this.recheck);
+    this.writer.ping();
   }
 
-  checkCredentials(): void {
-    this.writer.recheck(this.recheck);
+  checkCredentials(round?: CheckRound): void {
+    this.writer.recheck(() => this.recheck(round));
   }
 
   close(): void {

@@ -5,7 +5,7 @@ import { AppError } from '../lib/errors.js';
 import { type JwtVerifier, KeySourceError } from '../lib/jwt.js';
 import { bearerToken, keySourceUnavailable } from '../plugins/auth.js';
 import { tokenStillValid, userOrganizations } from './access.js';
-import { OneCheckAtATime } from './checks.js';
+import { type CheckRound, OneCheckAtATime } from './checks.js';
 import type { Frames, StreamClient } from './hub.js';
 import type { StreamOptions } from './options.js';
 
@@ -24,8 +24,11 @@ export class WsClient implements StreamClient {
   constructor(
     private readonly socket: WebSocket,
     private readonly maxBufferedBytes: number,
-    /** Re-validates the token and re-reads memberships; null = credentials no longer valid. */
-    private readonly refresh: () => Promise<string[] | null>,
+    /**
+     * Re-validates the token and re-reads memberships (shared within a round of checks); null =
+     * credentials no longer valid.
+     */
+    private readonly refresh: (round?: CheckRound) => Promise<string[] | null>,
     private readonly onOrganizations: (orgs: string[]) => void,
   ) {
     socket.on('pong', () => {
@@ -44,6 +47,7 @@ export class WsClient implements StreamClient {
     if (this.socket.bufferedAmount > this.maxBufferedBytes) this.socket.terminate();
   }
 
+  /** The ping; the credentials are re-checked after it (EventHub.heartbeat). */
   heartbeat(): void {
     if (!this.alive) {
       this.socket.terminate();
@@ -51,15 +55,15 @@ export class WsClient implements StreamClient {
     }
     this.alive = false;
     if (this.socket.readyState === WebSocket.OPEN) this.socket.ping();
-    this.checkCredentials();
   }
 
   /** Re-validates the token and re-reads the memberships (one check at a time: OneCheckAtATime). */
-  checkCredentials(): void {
-    if (this.gone) return;
+  checkCredentials(round?: CheckRound): void {
+    // Closing (terminated at a heartbeat, or closed) is as good as gone: nothing is delivered any more.
+    if (this.socket.readyState !== WebSocket.OPEN) return;
     this.checks.run(async () => {
       if (this.gone) return;
-      const orgs = await this.refresh();
+      const orgs = await this.refresh(round);
       if (orgs === null) this.socket.close(POLICY_VIOLATION, 'token expired or no longer valid');
       else this.onOrganizations(orgs);
     });
@@ -105,8 +109,9 @@ function tokenOf(request: FastifyRequest): string | null {
 /**
  * GET /ws?token=<JWT>. The token is checked in onRequest, before the upgrade: a bad or missing token
  * gets a plain HTTP 401 envelope and never a WebSocket. Events of every organization the user belongs
- * to are delivered; memberships are re-read at every heartbeat, so an organization the user joins
- * later is delivered from the next heartbeat on, and one the user leaves stops.
+ * to are delivered; memberships are re-read at every heartbeat (once per user, whatever the number of
+ * its connections: EventHub.heartbeat), so an organization the user joins later is delivered from
+ * the next heartbeat's check on, and one the user leaves stops.
  */
 export async function wsRoutes(
   app: FastifyInstance,
@@ -148,8 +153,10 @@ export async function wsRoutes(
       const client: WsClient = new WsClient(
         socket,
         options.maxBufferedBytes,
-        async () =>
-          (await tokenStillValid(jwt, who.token, who.userId)) ? userOrganizations(ctx, who.userId) : null,
+        async (round) =>
+          (await tokenStillValid(jwt, who.token, who.userId))
+            ? userOrganizations(ctx, who.userId, round)
+            : null,
         (orgs) => {
           if (socket.readyState === WebSocket.OPEN) ctx.streams.set(client, orgs);
         },
