@@ -107,9 +107,15 @@ describe('svc command', () => {
       [['token', '--sub', 'alice', '--bogus'], "Unknown option '--bogus'"],
       [['token', '--sub', 'alice', 'extra'], 'unexpected argument "extra"'],
       [['token', '--sub'], "Option '--sub <value>' argument missing"],
+      [['token', '--sub', 'alice', '--sub', 'bob'], '--sub is given more than once; it takes one value'],
+      [
+        ['token', '--sub=alice', '--ttl', '1h', '--ttl=2h'],
+        '--ttl is given more than once; it takes one value',
+      ],
       [['login-link'], '--sub USER is required'],
       [['login-link', '--sub', 'alice', '--ttl', '2d'], '--ttl must be between 1s and 1d'],
       [['login-link', '--sub', 'alice', '--ttl', '0'], '--ttl must be between 1s and 1d'],
+      [['login-link', '--sub', 'bob', '--sub', 'bob'], '--sub is given more than once; it takes one value'],
       [['keys'], 'a keys command is required: list or rotate'],
       [['keys', 'frob'], 'unknown keys command "frob"'],
       [['keys', 'list', 'extra'], 'unexpected argument "extra"'],
@@ -172,6 +178,24 @@ describe('svc command', () => {
   it('prints the usage of a command named after help', async () => {
     const { stdout } = await run('node', [...SVC_FLAGS, SVC_BIN, 'help', 'keys'], { env: env() });
     expect(stdout).toMatch(/^usage: svc keys list\|rotate/);
+    // help is a command like the others: `svc help help` and `svc help --help` print its usage.
+    const results = await Promise.all(
+      [
+        ['help', 'help'],
+        ['help', '--help'],
+        ['help', '-h'],
+        ['--help', '-h'],
+      ].map((args) =>
+        run('node', [...SVC_FLAGS, SVC_BIN, ...args], { env: env() }).then(
+          (r) => ({ args, code: 0 as number | null, stdout: r.stdout, stderr: r.stderr }),
+          (e: { code: number | null; stdout: string; stderr: string }) => ({ args, ...e }),
+        ),
+      ),
+    );
+    for (const r of results) {
+      expect({ args: r.args, code: r.code, stderr: r.stderr }).toEqual({ args: r.args, code: 0, stderr: '' });
+      expect(r.stdout).toMatch(/^usage: svc help \[command\]\n/);
+    }
   });
 
   it('refuses a signing key overlap past its bound before rotating', async () => {
@@ -197,6 +221,18 @@ describe('svc command', () => {
         run('node', [...SVC_FLAGS, SVC_BIN, ...args], { env: env({ SVC_DATABASE_URL: db.url }) });
       // The commands administer an existing store: the server (or svc migrate) creates it.
       await svc('migrate');
+      // Listing a store without a key says so and creates none (the rotation below finds none).
+      const none = await svc('keys', 'list');
+      expect(none).toEqual({
+        stdout: '',
+        stderr:
+          'the store has no signing key yet: the server creates one on its first start, or run svc keys rotate\n',
+      });
+      if (!TEST_PG_URL) {
+        expect(
+          readdirSync(dirname(db.url.slice('sqlite:'.length))).filter((f) => !f.startsWith('svc.db')),
+        ).toEqual([]);
+      }
       const first = await svc('keys', 'rotate');
       const kid = /^new signing key ([A-Za-z0-9_-]{43})\n/.exec(first.stdout)?.[1];
       expect(first.stdout).toBe(
@@ -566,6 +602,38 @@ describe('svc receipts verify', () => {
     expect(results.map((r) => r.code)).toEqual(results.map(() => 2));
     expect(results[0]!.stderr).toContain('HTTP 401');
     expect(results[3]!.stderr).toContain('ENOENT');
+  });
+
+  it('refuses an option given twice, naming it, with the usage', async () => {
+    const r = await outcome([url, '--api-key', tenant.apiKey, '--api-key', 'other']);
+    expect({ code: r.code, stdout: r.stdout }).toEqual({ code: 2, stdout: '' });
+    expect(r.stderr).toBe(
+      'svc: --api-key is given more than once; it takes one value\nusage: svc receipts verify <file|url|-> [--api-key KEY] [--after N] [--checkpoints <file|url> --keys <file|url>]\n',
+    );
+    const after = await outcome([url, '--after', '1', '--after=2']);
+    expect(after.code).toBe(2);
+    expect(after.stderr).toContain('svc: --after is given more than once; it takes one value\n');
+  });
+
+  it('says why a URL could not be fetched, not only that it failed', async () => {
+    // A port nothing listens on (one just freed), and one fetch refuses to connect to.
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const { port } = closed.address() as AddressInfo;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const refused = `http://127.0.0.1:${port}/v1/receipts/export`;
+    const [exported, checkpoints, keys, blocked] = await Promise.all([
+      outcome([refused, '--api-key', 'K']),
+      outcome([file('any.ndjson', lines), '--checkpoints', refused, '--keys', refused]),
+      outcome([file('any.ndjson', lines), '--checkpoints', file('none.json', ['[]']), '--keys', refused]),
+      outcome(['http://127.0.0.1:1/x', '--api-key', 'K']),
+    ]);
+    for (const r of [exported, checkpoints, keys]) {
+      expect({ code: r.code, stdout: r.stdout }).toEqual({ code: 2, stdout: '' });
+      expect(r.stderr).toBe(`svc: ${refused} could not be fetched: connect ECONNREFUSED 127.0.0.1:${port}\n`);
+    }
+    expect(blocked.code).toBe(2);
+    expect(blocked.stderr).toBe('svc: http://127.0.0.1:1/x could not be fetched: bad port\n');
   });
 
   describe('against signed checkpoints', () => {

@@ -58,8 +58,28 @@ export class UsageError extends Error {}
 export const TOKEN_MAX_TTL_SECONDS = 366 * 86_400;
 
 /**
- * The command's options and positionals (strict: an unknown option, or more positionals than
- * `maxPositionals`, is a usage error naming it).
+ * The first option given more than once that takes one value, or null. parseArgs keeps the last
+ * value given and drops the others unnoticed: `--sub alice --sub bob` would act for bob.
+ */
+function repeatedOption(
+  tokens: readonly { kind: string; name?: string }[],
+  options: NonNullable<ParseArgsConfig['options']>,
+): string | null {
+  const seen = new Set<string>();
+  for (const t of tokens) {
+    if (t.kind !== 'option' || !t.name || options[t.name]?.multiple) continue;
+    if (seen.has(t.name)) return `--${t.name}`;
+    seen.add(t.name);
+  }
+  return null;
+}
+
+/** The message for an option given more than once. */
+const givenTwice = (option: string) => `${option} is given more than once; it takes one value`;
+
+/**
+ * The command's options and positionals (strict: an unknown option, an option given twice, or more
+ * positionals than `maxPositionals`, is a usage error naming it).
  */
 function parseCommand<O extends NonNullable<ParseArgsConfig['options']>>(
   args: string[],
@@ -67,12 +87,21 @@ function parseCommand<O extends NonNullable<ParseArgsConfig['options']>>(
   maxPositionals = 0,
 ) {
   let parsed: ReturnType<typeof parseArgs<{ args: string[]; options: O; allowPositionals: true }>>;
+  let tokens: readonly { kind: string; name?: string }[];
   try {
-    parsed = parseArgs({ args, options, allowPositionals: true, strict: true });
+    ({ tokens, ...parsed } = parseArgs({
+      args,
+      options,
+      allowPositionals: true,
+      strict: true,
+      tokens: true,
+    }));
   } catch (err) {
     // Node's message names the option; its advice about `--` is not needed here.
     throw new UsageError((err as Error).message.replace(/\. To specify a positional argument[\s\S]*$/, ''));
   }
+  const repeated = repeatedOption(tokens, options);
+  if (repeated) throw new UsageError(givenTwice(repeated));
   if (parsed.positionals.length > maxPositionals) {
     const extra = parsed.positionals.slice(maxPositionals).map((a) => `"${a}"`);
     throw new UsageError(`unexpected argument${extra.length > 1 ? 's' : ''} ${extra.join(' ')}`);
@@ -275,6 +304,7 @@ async function keys(args: string[]): Promise<void> {
   const config = loadConfig();
   persistentStore(config.databaseUrl, "the signing keys kept there are not the server's");
   const { openSigningKeys, signingKeysOf } = await import('./signing/open.js');
+  const { keySetStorageFor } = await import('./signing/storage.js');
   const { systemClock } = await import('./lib/clock.js');
   const store = await openServerStore(config.databaseUrl);
   try {
@@ -288,6 +318,17 @@ async function keys(args: string[]): Promise<void> {
       }
       console.log(`previous key ${r.previousKid} stays published until ${r.previousPublishedUntil}`);
       console.log('running instances pick the new key up within 10 seconds');
+      return;
+    }
+    // Listing creates nothing: opening a key set that holds no key yet would generate one (or record
+    // the operator's key) on the spot, which is the server's first start's to do.
+    const stored = await keySetStorageFor(store).read();
+    if (!stored || stored.keys.length === 0) {
+      console.error(
+        config.signingKeyFile
+          ? 'the store holds no signing key yet: the server records the key of SVC_SIGNING_KEY_FILE on its first start'
+          : 'the store has no signing key yet: the server creates one on its first start, or run svc keys rotate',
+      );
       return;
     }
     const set = await openSigningKeys(config, store, systemClock);
@@ -317,12 +358,40 @@ interface ReceiptSource {
 }
 
 /**
+ * Why a request failed, as its causes tell: fetch says only "fetch failed" and keeps the reason in
+ * `cause` ("connect ECONNREFUSED 127.0.0.1:8080", a certificate error), a connection tried on several
+ * addresses in an AggregateError of one error each.
+ */
+function failureOf(err: unknown): string {
+  const parts: string[] = [];
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const own =
+      e instanceof AggregateError && e.errors.length > 0
+        ? e.errors.map((x) => (x instanceof Error ? x.message : String(x))).join('; ')
+        : e.message || ((e as NodeJS.ErrnoException).code ?? '');
+    if (own && !parts.some((p) => p.includes(own))) parts.push(own);
+  }
+  return parts.join(': ') || String(err);
+}
+
+/** fetch, with an error that names the URL and why no answer came. */
+async function fetchOrSay(url: string | URL, init?: RequestInit): Promise<Response> {
+  try {
+    return await fetch(url, init);
+  } catch (err) {
+    // "fetch failed" says nothing the sentence does not: its causes say why.
+    const why = err instanceof Error && err.cause instanceof Error ? err.cause : err;
+    throw new Error(`${url} could not be fetched: ${failureOf(why)}`);
+  }
+}
+
+/**
  * GET with the API key, if one is given. With a key, redirects are not followed (fetch would send the
  * key on to wherever they point): a redirect is an error naming its target.
  */
 async function getWithKey(url: string | URL, apiKey: string | undefined): Promise<Response> {
-  if (!apiKey) return fetch(url);
-  const res = await fetch(url, { headers: { 'x-service-api-key': apiKey }, redirect: 'manual' });
+  if (!apiKey) return fetchOrSay(url);
+  const res = await fetchOrSay(url, { headers: { 'x-service-api-key': apiKey }, redirect: 'manual' });
   if (res.status >= 300 && res.status < 400) {
     await res.body?.cancel();
     const to = res.headers.get('location');
@@ -429,22 +498,28 @@ async function readCheckpoints(target: string, apiKey: string | undefined): Prom
   return list as Checkpoint[];
 }
 
+const VERIFY_OPTIONS = {
+  'api-key': { type: 'string' },
+  after: { type: 'string' },
+  checkpoints: { type: 'string' },
+  keys: { type: 'string' },
+} as const;
+
 function verifyArgs(args: string[]) {
   let parsed: {
     values: { 'api-key'?: string; after?: string; checkpoints?: string; keys?: string };
     positionals: string[];
   };
   try {
-    parsed = parseArgs({
+    const { values, positionals, tokens } = parseArgs({
       args,
       allowPositionals: true,
-      options: {
-        'api-key': { type: 'string' },
-        after: { type: 'string' },
-        checkpoints: { type: 'string' },
-        keys: { type: 'string' },
-      },
+      options: VERIFY_OPTIONS,
+      tokens: true,
     });
+    const repeated = repeatedOption(tokens, VERIFY_OPTIONS);
+    if (repeated) throw new Error(givenTwice(repeated));
+    parsed = { values, positionals };
   } catch (err) {
     throw new Error(`${(err as Error).message}\n${VERIFY_USAGE}`);
   }
@@ -513,7 +588,8 @@ async function receipts(args: string[]): Promise<void> {
     console.log(output);
     process.exitCode = ok ? 0 : 1;
   } catch (err) {
-    console.error(`svc: ${(err as Error).message}`);
+    // With its causes: an export cut off while it is read fails with "terminated" alone.
+    console.error(`svc: ${failureOf(err)}`);
     process.exitCode = 2;
   }
 }
@@ -537,6 +613,7 @@ of them. Exit 0 intact, 1 broken, 2 usage or I/O error.`,
 list    list the signing keys (active, retired, published until)
 rotate  generate a new signing key; the previous one stays published for SVC_SIGNING_KEY_OVERLAP
         (default 30d); on a store without a key, create its first one`,
+  help: 'usage: svc help [command]\n\nShow the usage of every command, or of one (also svc <command> --help).',
 };
 
 /** `--help` or `-h` among a command's arguments (before a `--`, after which all are positionals). */
@@ -549,7 +626,9 @@ function asksForHelp(args: string[]): boolean {
 }
 
 export async function main(argv: string[]): Promise<void> {
-  const [command, ...rest] = argv;
+  const [given, ...rest] = argv;
+  // `svc --help` and `svc -h` are `svc help`.
+  const command = given === '--help' || given === '-h' ? 'help' : given;
   if (command !== undefined && Object.hasOwn(COMMAND_USAGE, command) && asksForHelp(rest)) {
     console.log(COMMAND_USAGE[command]);
     return;
@@ -558,8 +637,11 @@ export async function main(argv: string[]): Promise<void> {
     await run(command, rest);
   } catch (err) {
     if (!(err instanceof UsageError)) throw err;
+    // A mistake after help (an unknown command to show) is answered with svc's own usage line.
     const usage =
-      command !== undefined && Object.hasOwn(COMMAND_USAGE, command) ? COMMAND_USAGE[command]! : USAGE;
+      command !== undefined && command !== 'help' && Object.hasOwn(COMMAND_USAGE, command)
+        ? COMMAND_USAGE[command]!
+        : USAGE;
     console.error(`svc: ${err.message}\n${usage.split('\n\n')[0]}`);
     process.exitCode = 2;
   }
@@ -580,9 +662,7 @@ function run(command: string | undefined, rest: string[]): Promise<void> | undef
     case 'keys':
       return keys(rest);
     case undefined:
-    case 'help':
-    case '--help':
-    case '-h': {
+    case 'help': {
       const { positionals } = parseCommand(rest, {}, 1);
       const topic = positionals[0];
       if (topic === undefined) console.log(USAGE);
