@@ -331,6 +331,37 @@ describe('loadConfig: values checked at start', () => {
     expect(loadConfig({ SVC_JWT_SECRET: generated }).jwtSecret).toBe(generated);
   });
 
+  it('takes SVC_PROVIDER_CREDENTIALS_KEY as exactly 64 hex digits or strict base64 of 32 bytes', () => {
+    const hex = 'fbefbeffffff060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f';
+    const key = Buffer.from(hex, 'hex');
+    const base64 = '++++////BgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=';
+    const base64url = '----____BgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8';
+    for (const v of [hex, hex.toUpperCase(), base64, base64.slice(0, -1), base64url, `${base64url}=`]) {
+      expect(loadConfig({ SVC_PROVIDER_CREDENTIALS_KEY: v }).providerCredentialsKey, v).toEqual(key);
+    }
+    expect(loadConfig({}).providerCredentialsKey).toBeNull();
+    // Each of these decoded to the same key: Buffer.from(v, 'base64') skips what it does not know.
+    for (const v of [
+      `$${base64}`,
+      '++++////BgcICQoLDA0O$DxAREhMUFRYXGBkaGxwdHh8=',
+      '++++////BgcICQoLDA0O DxAREhMUFRYXGBkaGxwdHh8=',
+      // Both alphabets at once; padding past the last group; unused bits set.
+      '--++////BgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=',
+      `${base64}=`,
+      '++++////BgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh9=',
+    ]) {
+      expect(refusal({ SVC_PROVIDER_CREDENTIALS_KEY: v }), v).toBe(
+        'SVC_PROVIDER_CREDENTIALS_KEY must be 32 bytes, as 64 hex digits or base64 ' +
+          '(e.g. openssl rand -base64 32), got text that is neither 64 hex digits nor base64',
+      );
+    }
+    // Valid base64 of another length, 48 hex digits (base64 of 36 bytes): the count, never the value.
+    expect(refusal({ SVC_PROVIDER_CREDENTIALS_KEY: randomBytes(31).toString('base64') })).toMatch(
+      /, got 31 bytes$/,
+    );
+    expect(refusal({ SVC_PROVIDER_CREDENTIALS_KEY: hex.slice(0, 48) })).toMatch(/, got 36 bytes$/);
+  });
+
   it('takes SVC_LOG_LEVEL from the known levels, naming the variable otherwise', () => {
     expect(refusal({ SVC_LOG_LEVEL: 'verbose' })).toBe(
       'SVC_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"',

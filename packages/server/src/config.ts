@@ -194,12 +194,32 @@ function seconds(name: string, value: string | undefined, fallback: number): num
   return n;
 }
 
+/**
+ * Strict base64, standard or url-safe alphabet (not both), `=` padding optional but only as much as
+ * completes the last group, and no unused bits set; null for anything else. Buffer.from(v, 'base64')
+ * skips the characters it does not know, so a mistyped key would decode to other bytes.
+ */
+function strictBase64(v: string): Buffer | null {
+  if (!/^(?:[A-Za-z0-9+/]*|[A-Za-z0-9_-]*)={0,2}$/.test(v)) return null;
+  const body = v.replace(/=+$/, '');
+  if (body.length !== v.length && v.length % 4 !== 0) return null;
+  const bytes = Buffer.from(body, 'base64');
+  // The bytes encode back to the text only if every character counted as written: no lone last
+  // character, no unused bits set.
+  const standard = body.replaceAll('-', '+').replaceAll('_', '/');
+  return bytes.toString('base64').replace(/=+$/, '') === standard ? bytes : null;
+}
+
+/** A 32-byte key: exactly 64 hex digits, or strict base64 of 32 bytes. The value is never repeated. */
 function aesKey(name: string, value: string | undefined): Buffer | null {
   const v = nonEmpty(value);
   if (v === null) return null;
-  const key = /^[0-9a-fA-F]{64}$/.test(v) ? Buffer.from(v, 'hex') : Buffer.from(v, 'base64');
-  if (key.length !== 32) {
-    throw new Error(`${name} must be 32 bytes, as 64 hex digits or base64 (e.g. openssl rand -base64 32)`);
+  const key = /^[0-9a-fA-F]{64}$/.test(v) ? Buffer.from(v, 'hex') : strictBase64(v);
+  if (key?.length !== 32) {
+    const got = key ? `${key.length} bytes` : 'text that is neither 64 hex digits nor base64';
+    throw new Error(
+      `${name} must be 32 bytes, as 64 hex digits or base64 (e.g. openssl rand -base64 32), got ${got}`,
+    );
   }
   return key;
 }
