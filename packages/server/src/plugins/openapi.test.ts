@@ -844,17 +844,50 @@ describe('envelope A answers and headers the audit found undocumented', () => {
       expect(header(method!, url!), `${method} ${url}`).toBeUndefined();
   });
 
-  it('documents the X-RateLimit-* headers of the rate-limited routes', () => {
+  it('documents the X-RateLimit-* headers of the rate-limited routes on the answers that carry them', async () => {
+    const RATE = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
+    const rateHeaders = (res: LightMyRequestResponse) =>
+      Object.keys(res.headers).filter((h) => h.startsWith('x-ratelimit-'));
+    const tenant = await createTenant(t);
+    const approver = await t.inject({
+      method: 'POST',
+      url: '/v1/api-keys',
+      headers: asUser(tenant),
+      payload: { name: 'approver only', projectId: tenant.projectId, scopes: ['approvals:resolve'] },
+    });
+    expect(approver.statusCode, approver.body).toBe(201);
     for (const url of ['/v1/tools/validate', '/v1/validate', '/v1/decisions']) {
       const op = operation('POST', url)!;
-      for (const status of Object.keys(op.responses).filter((s) => s !== '401')) {
-        expect(Object.keys(op.responses[status]!.headers ?? {}), `${url} ${status}`).toEqual(
-          expect.arrayContaining(['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']),
-        );
+      // Counted once the API key is accepted: the 401 and 403 of authentication come before.
+      for (const status of Object.keys(op.responses)) {
+        const documented = Object.keys(op.responses[status]!.headers ?? {});
+        if (status === '401' || status === '403') expect(documented, `${url} ${status}`).toEqual([]);
+        else expect(documented, `${url} ${status}`).toEqual(expect.arrayContaining(RATE));
       }
       expect(op.responses['429']!.headers!['Retry-After']).toBeDefined();
+      // What the route really sends: a user token and a key without the route's scope answer 403
+      // without them; an accepted key's refused body answers 400 with them.
+      for (const headers of [asUser(tenant), keyHeader(approver.json().key)]) {
+        const res = await t.inject({ method: 'POST', url, headers, payload: {} });
+        expect([res.statusCode, res.json().error.code], res.body).toEqual([403, 'authorization_error']);
+        expect(rateHeaders(res), url).toEqual([]);
+      }
+      const counted = await t.inject({ method: 'POST', url, headers: keyHeader(tenant.apiKey), payload: {} });
+      expect(counted.statusCode, counted.body).toBe(400);
+      expect(rateHeaders(counted).sort(), url).toEqual(RATE.map((h) => h.toLowerCase()).sort());
     }
     expect(operation('GET', '/v1/decisions')!.responses['200']!.headers).toBeUndefined();
+    // A route that takes users counts them too: its 403 of a non-member comes after counting.
+    const verifications = operation('GET', '/v1/charter/verifications')!;
+    expect(Object.keys(verifications.responses['403']!.headers ?? {})).toEqual(expect.arrayContaining(RATE));
+    const other = await createTenant(t);
+    const outsider = await t.inject({
+      method: 'GET',
+      url: '/v1/charter/verifications',
+      headers: { ...asUser(tenant), 'x-organization-id': other.orgId },
+    });
+    expect([outsider.statusCode, outsider.json().error.code]).toEqual([403, 'authorization_error']);
+    expect(rateHeaders(outsider)).toHaveLength(3);
   });
 
   it('describes the bounds and values of the decision queries, and url as required for an upstream', () => {

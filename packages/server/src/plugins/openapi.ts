@@ -450,9 +450,17 @@ function documentRoute(defaultBodyLimit: number) {
         : (response[status] ?? answer);
     }
     if (route.config?.rateLimit) {
-      // Counted once the API key is known: every answer but a refused credential carries them.
+      // Counted once the caller is known (plugins/rate-limit.ts), after authentication: a refused
+      // credential (401) carries none, and neither does a 403 of authentication (a user token or
+      // session on a route for API keys, a key without the route's scope, csrf_failed). Where users
+      // are taken too, or the route declares a 403 of its own, a 403 may come after counting (not a
+      // member of the organization) and carry them.
+      const forbidsAfterCounting =
+        mode !== 'apiKey' ||
+        documented?.response?.[403] !== undefined ||
+        (documented?.errors ?? []).some((c) => STATUS_BY_CODE[c] === 403);
       for (const [status, answer] of Object.entries(response)) {
-        if (status === '401') continue;
+        if (status === '401' || (status === '403' && !forbidsAfterCounting)) continue;
         const headers =
           status === '429' ? { ...RATE_LIMIT_HEADERS, 'Retry-After': RETRY_AFTER } : RATE_LIMIT_HEADERS;
         response[status] = { ...(answer as object), headers };
