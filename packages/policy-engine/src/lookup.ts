@@ -1,6 +1,4 @@
 const hasOwn = Object.hasOwn;
-/** An array index as JSON paths write it: no sign, no leading zero. */
-const INDEX = /^(?:0|[1-9][0-9]*)$/;
 
 /**
  * Builds a reader for a dotted name read as a path into nested objects (`payment.amount`; array
@@ -13,8 +11,6 @@ function pathReader(name: string): (args: Record<string, unknown>) => unknown {
     let current: unknown = args;
     for (const part of parts) {
       if (current === null || typeof current !== 'object' || !hasOwn(current, part)) return undefined;
-      // An array holds its elements, not its `length`: only an index reads into it.
-      if (Array.isArray(current) && !INDEX.test(part)) return undefined;
       current = (current as Record<string, unknown>)[part];
     }
     return current;
