@@ -193,21 +193,31 @@ describe('verifyExport: the chain and every checkpoint of it', () => {
     ]);
   });
 
-  it('leaves a checkpoint of a key the set does not publish (withdrawn after a rotation) unchecked', async () => {
+  it('leaves a checkpoint of a withdrawn key unchecked under a newer one that verifies, else fails it', async () => {
     const chain = await verifyReceiptChain(exported, { treeSizes: [6, 10] });
-    const results = await checkCheckpoints([first, second], { keys: [] }, chain);
-    expect(results.map((c) => [c.status, c.code])).toEqual([
-      ['unchecked', 'unknown_key'],
-      ['unchecked', 'unknown_key'],
+    // After a rotation's overlap: the old key is gone from the set, the newest checkpoint is the new key's.
+    const { key, signCheckpoint } = localSigner();
+    const { signature: _s, kid: _k, ...head } = second;
+    const resigned = signCheckpoint(head);
+    const results = await checkCheckpoints([first, resigned], { keys: [key] }, chain);
+    expect(results.map((c) => [c.tree_size, c.status, c.code])).toEqual([
+      [6, 'unchecked', 'unknown_key'],
+      [10, 'ok', undefined],
     ]);
     const summary = formatCheckpointResults(results);
     expect(summary).toMatch(
-      /^OK: 0 checkpoint\(s\) verified.*; 2 unchecked \(listed below\), neither verified nor refuted/,
+      /^OK: 1 checkpoint\(s\) verified.*; 1 unchecked \(listed below\), neither verified nor refuted/,
     );
     expect(summary).toContain('which the key set does not publish');
-    // The chain itself still decides: a tampered export fails whatever its checkpoints.
-    const tampered = exported.replace('"decision":"', '"decision":"x');
-    expect((await verifyExport(tampered, { checkpoints: [first], keys: { keys: [] } })).ok).toBe(false);
+    // The newest signed by a key the set does not know, as a rewritten history would be: it fails.
+    const newest = await checkCheckpoints([first, second], { keys: [] }, chain);
+    expect(newest.map((c) => [c.status, c.code])).toEqual([
+      ['failed', 'unknown_key'],
+      ['failed', 'unknown_key'],
+    ]);
+    const alone = await verifyExport(exported, { checkpoints: [first], keys: { keys: [key] } });
+    expect(alone.ok).toBe(false);
+    expect(alone.checkpoints.map((c) => c.status)).toEqual(['failed']);
   });
 
   it("finds another organization's receipt spliced into a chain with every hash made anew", async () => {

@@ -39,11 +39,7 @@ export async function checkCheckpoints(
     const base = { tree_size: c?.tree_size, kid: c?.kid, timestamp: c?.timestamp };
     const sig = await verifyCheckpointSignature(c, keys);
     if (!sig.ok) {
-      // A key the set does not publish (withdrawn after a rotation's overlap, or never published)
-      // vouches for nothing, neither way: the checkpoint is not evidence, as one never kept is not.
-      // Newer checkpoints of the current key cover the same receipts.
-      const status = sig.code === 'unknown_key' ? 'unchecked' : 'failed';
-      results.push({ ...base, status, code: sig.code, problem: sig.reason });
+      results.push({ ...base, status: 'failed', code: sig.code, problem: sig.reason });
       continue;
     }
     if (report.organizationId !== null && c.organization_id !== report.organizationId) {
@@ -84,6 +80,23 @@ export async function checkCheckpoints(
       });
     } else {
       results.push({ ...base, status: 'ok' });
+    }
+  }
+  // A key the set does not publish (withdrawn after a rotation's overlap) leaves a checkpoint
+  // unchecked, not failed, when a checkpoint that verifies covers as much of the chain or more: that
+  // one vouches for the same receipts. With none (the newest checkpoints signed by a key the set does
+  // not know, as a rewritten history would be), it fails.
+  const covered = results.reduce(
+    (most, r) => (r.status === 'ok' ? Math.max(most, r.tree_size as number) : most),
+    -1,
+  );
+  for (const [i, r] of results.entries()) {
+    if (r.code === 'unknown_key' && typeof r.tree_size === 'number' && r.tree_size <= covered) {
+      results[i] = {
+        ...r,
+        status: 'unchecked',
+        problem: `${r.problem}; a checkpoint that verifies covers these receipts (size ${covered})`,
+      };
     }
   }
   if (forks.size === 0) return results;

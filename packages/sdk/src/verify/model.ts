@@ -108,7 +108,11 @@ export interface CheckpointResult {
   tree_size: number;
   kid: string;
   timestamp: string;
-  /** `ok`: signed by the key set and matches the chain; `unchecked`: the chain does not cover it. */
+  /**
+   * `ok`: signed by the key set and matches the chain; `unchecked`: the chain does not cover it
+   * (`not_covered`), or its key is not in the set and a checkpoint that verifies covers as much
+   * (`unknown_key`).
+   */
   status: 'ok' | 'failed' | 'unchecked';
   code?: FailureCode | 'not_covered';
   problem?: string;
