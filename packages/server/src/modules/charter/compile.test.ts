@@ -116,11 +116,11 @@ const TABLE: [string, Expect][] = [
   ],
   ['send_email subject must start with "[ext]"', on('send_email', 'subject', { regex: '^\\[ext\\]' })],
   // An apostrophe inside a quoted value belongs to it, in either quotes.
-  ["send_email body must not contain 'don't'", on('send_email', 'body', { notRegex: "don't" })],
-  ['send_email body must not contain "don\'t"', on('send_email', 'body', { notRegex: "don't" })],
+  ["send_email body must not contain 'don't'", on('send_email', 'body', { notRegex: "don['’]t" })],
+  ['send_email body must not contain "don\'t"', on('send_email', 'body', { notRegex: "don['’]t" })],
   [
     "Block send_email whose subject contains 'won't pay'",
-    on('send_email', 'subject', { notRegex: "won't pay" }),
+    on('send_email', 'subject', { notRegex: "won['’]t pay" }),
   ],
   ['send_payment memo must match `^INV-[0-9]+$`', on('send_payment', 'memo', { regex: '^INV-[0-9]+$' })],
   ['send_payment memo is required', on('send_payment', 'memo', { required: true })],
@@ -294,6 +294,32 @@ const REFUSE: string[] = [
   'Block send_email body with links to evil.com',
   // A domain in words about text is not an address's domain, whatever else the sentence says.
   'Block send_email emails whose body links to evil.com',
+  // Verbs Charter does not read, named limits, periods, conditions: refused, never flipped or dropped.
+  'send_payment amounts over $1,000 should be stopped',
+  'send_payment amounts of at least $10,000 must be double-checked',
+  'send_email body containing "password" must be flagged',
+  'send_email to gmail.com addresses should be quarantined',
+  'send_payment amount must be reconciled above $500',
+  'Block send_payment that exceed the maximum of $500',
+  'Escalate send_payment amounts above the $5,000 maximum',
+  'Require approval for send_payment amounts below the $10 minimum',
+  'send_payment amount must not exceed $10,000 per month',
+  'send_payment amount must be at most $5,000 daily',
+  'Block send_payment amount over $1,000 in the first week',
+  'Block send_payment over $2B',
+  'Block send_payment amount over 10 grand',
+  'Block send_payment over 1e6',
+  'Only allow send_payment amount from $10 to under $500',
+  'send_payment amount must be between 10 and 500 exclusive',
+  'send_payment amount must be at most $100 if the payee is new',
+  'Allow send_payment amount up to $50,000 for verified customers',
+  'Block send_payment amounts above $5000 per session',
+  'Block send_email subject starting with RE: or FW:',
+  'send_email subject must not start with "RE:" / "FW:"',
+  'send_email subject must not contain "free" as well as "winner"',
+  'Only allow send_email subject starting with [ext] Acme',
+  'Block send_email to gmail',
+  "send_email subject must contain 'ok and it mustn't contain 'spam'",
   'Block send_email if the email body contains links to the evil.com domain',
   'send_email subject must not contain "unsubscribe" or "no-reply"',
   'Block send_payment over $500 in EUR',
@@ -439,6 +465,63 @@ describe('compileMessage: messages with several rules', () => {
     const url = compileMessage('Only allow notify url on the example.com domain', tools, null);
     expect(url.rules).toEqual([]);
     expect(url.notUnderstood[0]?.why).toMatch(/"url" is no address/);
+  });
+
+  it('reads no domain for an argument that holds a URL or a host, whatever its name says besides', () => {
+    const tools: ToolInfo[] = [
+      {
+        name: 'fetch_page',
+        description: null,
+        arguments: [
+          { name: 'redirect_to', type: 'string' },
+          { name: 'from_url', type: 'string' },
+          { name: 'server_address', type: 'string' },
+          { name: 'url', type: 'string' },
+          { name: 'host', type: 'string' },
+        ],
+      },
+    ];
+    for (const sentence of [
+      'Block fetch_page redirect_to to evil.com',
+      'Block fetch_page when redirect_to goes to evil.com',
+      'Block fetch_page from_url to evil.com',
+      'Block fetch_page server_address to evil.com',
+      'Block fetch_page url evil.com',
+      'Only allow fetch_page url example.com',
+    ]) {
+      expect(compileMessage(sentence, tools, null).rules, sentence).toEqual([]);
+    }
+    // A host holds exactly a domain.
+    expect(compileMessage('Block fetch_page host evil.com', tools, null).rules[0]?.constraint).toEqual({
+      argumentName: 'host',
+      enabled: true,
+      notEnum: ['evil.com'],
+    });
+  });
+
+  it('matches a value written with a curly apostrophe either way', () => {
+    const rule = compileMessage('send_email body must not contain “don’t”', TOOLS, null).rules[0]!;
+    const re = new RegExp(rule.constraint!.notRegex!);
+    expect(re.test('I don’t')).toBe(true);
+    expect(re.test("I don't")).toBe(true);
+  });
+
+  it("takes the conversation's tool for a sentence naming none only when the message names no other", () => {
+    const tools: ToolInfo[] = [
+      ...TOOLS,
+      { name: 'issue_refund', description: null, arguments: [{ name: 'amount', type: 'number' }] },
+    ];
+    const both = compileMessage(
+      'Block amounts over $1,000. For issue_refund, block amounts above $50.',
+      tools,
+      'send_payment',
+    );
+    expect(both.rules.map((r) => r.toolName)).toEqual(['issue_refund']);
+    expect(both.notUnderstood[0]?.why).toMatch(/name the tool in this sentence/);
+    const alone = compileMessage('Block amounts over $1,000.', tools, 'send_payment');
+    expect(alone.rules.map((r) => r.toolName)).toEqual(['send_payment']);
+    const named = compileMessage('Block amounts over $1,000 on send_payment.', tools, null);
+    expect(named.rules.map((r) => r.toolName)).toEqual(['send_payment']);
   });
 
   it('allows one address at an allowed domain, not a list that ends with one', () => {

@@ -27,15 +27,30 @@ import {
 
 const escapeRegex = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const DOMAINS = new RegExp(DOMAIN.source, 'gi');
-/** Arguments that hold addresses, for which "to example.com" names a domain. */
-/** Names of arguments that hold e-mail addresses: to, cc, reply_to, customer_email, recipientAddress… */
+/**
+ * Names of arguments that hold e-mail addresses (to, cc, reply_to, customer_email, senderAddress),
+ * for which "to example.com" names a domain. A name with a part of a URL or a host (redirect_to,
+ * from_url, server_address, ip_address) holds none: a domain there is not an address's.
+ */
 const ADDRESS_WORD = /^(?:to|cc|bcc|from|e?mails?|recipients?|address(?:es)?|senders?)$/;
-const isAddressArgument = (name: string): boolean =>
+const NOT_ADDRESS_WORD =
+  /^(?:url|urls|uri|link|links|href|host|hostname|ip|ipv4|ipv6|redirect|return|callback|webhook|site|website|endpoint|path|server|domain|page|forward|proxy|next)$/;
+const nameParts = (name: string): string[] =>
   name
     .replace(/([a-z0-9])([A-Z])/g, '$1_$2')
     .toLowerCase()
-    .split(/[_\-.\s]+/)
-    .some((part) => ADDRESS_WORD.test(part));
+    .split(/[_\-.\s]+/);
+function isAddressArgument(name: string): boolean {
+  const parts = nameParts(name);
+  return !parts.some((part) => NOT_ADDRESS_WORD.test(part)) && parts.some((part) => ADDRESS_WORD.test(part));
+}
+/** An address argument that holds nothing but e-mail addresses (a recipient or sender may be a name). */
+function isEmailArgument(name: string): boolean {
+  return (
+    isAddressArgument(name) &&
+    nameParts(name).some((part) => /^(?:to|cc|bcc|e?mails?|address(?:es)?)$/.test(part))
+  );
+}
 /** Every number with its currency ("$500", "300 USD"). */
 const NUM_ALL = new RegExp(NUM, 'gi');
 
@@ -197,7 +212,7 @@ export function splitClauses(message: string, keywords: string[]): string[] {
 type Polarity = { action: ConstraintAction; restricted: boolean } | null;
 
 /** Quoted values and patterns: values, never words of the rule ("must start with "Stop""). */
-const QUOTED = /`[^`]*`|"[^"]*"|(?<!\w)'(?:[^']|'(?=\w))*'(?!\w)|\/[^/\s][^/]*\//g;
+const QUOTED = /`[^`]*`|"[^"]*"|(?<!\w)'(?:[^']|(?<=\w)'(?=\w))*'(?!\w)|\/[^/\s][^/]*\//g;
 
 /** Whether the clause describes calls to stop, to send to a person, or the allowed ones (null: cannot tell). */
 function polarityOf(text: string, inherent: boolean): Polarity {
@@ -417,7 +432,12 @@ const ALLOWED_SIDE: Record<BoundKind, BoundKind | null> = {
 function sessionRule(ctx: Ctx): Outcome {
   if (!SESSION.test(ctx.clause)) return null;
   const total = TOTAL.test(ctx.clause);
-  if (total || (isMoney(ctx.clause) && !/\b(?:calls?|times?|requests?|uses?)\b/i.test(ctx.clause))) {
+  if (!total && isMoney(ctx.clause) && !/\b(?:calls?|times?|requests?|uses?)\b/i.test(ctx.clause)) {
+    return {
+      why: 'say "in total per session" for a cap on the session\'s total, or leave "per session" out for a limit on each call',
+    };
+  }
+  if (total) {
     const bound = findBound(ctx.clause);
     if (!bound || bound.kind === 'between')
       return { why: 'a session total needs an upper limit, such as "at most $5,000 in total per session"' };
@@ -575,8 +595,18 @@ function patternRule(ctx: Ctx): Outcome {
     };
   }
   // A second quoted value would be dropped ("must not contain "a" or "b"").
-  if (affix && /^\s*(?:,|or|and)\s*["'`]/i.test(ctx.clause.slice(affix.index + affix[0].length))) {
+  if (
+    affix &&
+    /^\s*(?:[,/(]|\b(?:or|and|nor|plus|as well as)\b)/i.test(ctx.clause.slice(affix.index + affix[0].length))
+  ) {
     return { why: 'write one rule per value ("… must not contain "a"", then "… must not contain "b"")' };
+  }
+  // A value written without quotes ends at the first space: more words after it were part of it.
+  if (
+    affix?.[5] !== undefined &&
+    !/^\s*(?:only|please|always)?\s*$/i.test(ctx.clause.slice(affix.index + affix[0].length))
+  ) {
+    return { why: `quote a value that holds spaces or is followed by more words ("${affix[5]} …")` };
   }
   let regex: string;
   let words: string;
@@ -586,18 +616,20 @@ function patternRule(ctx: Ctx): Outcome {
     words = `match ${regex}`;
   } else if (affix) {
     const { verb, value } = affixParts(affix);
+    // The message's curly apostrophes were made straight: the value matches either ("don’t").
+    const text = escapeRegex(value).replace(/'/g, "['\u2019]");
     // A domain is matched in any case ("ends with gmail.com" also stops bob@GMAIL.COM).
     const any = /^@?[a-z0-9-]+(?:\.[a-z0-9-]+)+$/i.test(value) ? '(?i)' : '';
     if (/^(?:start|begin)/.test(verb)) {
-      regex = `${any}^${escapeRegex(value)}`;
+      regex = `${any}^${text}`;
       words = `start with "${value}"`;
       sample = { allowed: `${value}example`, denied: `example${value === 'x' ? 'y' : 'x'}` };
     } else if (/^end/.test(verb)) {
-      regex = `${any}${escapeRegex(value)}$`;
+      regex = `${any}${text}$`;
       words = `end with "${value}"`;
       sample = { allowed: `example${value}`, denied: `${value}example-` };
     } else {
-      regex = `${any}${escapeRegex(value)}`;
+      regex = `${any}${text}`;
       words = `contain "${value}"`;
       sample = { allowed: `a ${value} b`, denied: 'example' };
     }
@@ -682,6 +714,23 @@ function enumRule(ctx: Ctx): Outcome {
       why: `"${vague}" describes values rather than naming one; list the allowed or blocked values, or give a limit`,
     };
   }
+  // A domain is part of what a URL or an address holds, never all of it: as an exact value
+  // ("Block fetch url evil.com") it would stop nothing real. A host or domain argument holds one.
+  const domain = arg.enum
+    ? undefined
+    : values.find((v) => /^[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}$/i.test(v));
+  if (domain && !/(?:^|_|-|[a-z](?=[A-Z]))(?:host|hostname|domain)s?$/i.test(arg.name)) {
+    return {
+      why: `"${domain}" is a domain: say "${arg.name} must not contain "${domain}"" (or "must end with"), or for an address "${arg.name} must not be an address at ${domain}"`,
+    };
+  }
+  // An e-mail argument holds addresses: a bare word ("Block send_email to gmail") matches none.
+  const bare = isEmailArgument(arg.name) ? values.find((v) => !v.includes('@')) : undefined;
+  if (bare !== undefined) {
+    return {
+      why: `"${bare}" is no address: name whole addresses, or the domain ("${arg.name} must not be an address at example.com")`,
+    };
+  }
   // Values the tool declares are written as declared ("usd" → "USD").
   const declared = arg.enum ?? [];
   const written = values.map((v) => declared.find((d) => d.toLowerCase() === v.toLowerCase()) ?? v);
@@ -749,7 +798,44 @@ const BARE_COMPARISON =
   /\b(?:larger|bigger|smaller|higher|lower|longer|shorter|greater|above|below|over|under|beyond|exceeding|else|rest|others|otherwise|remaining)\b/i;
 /** Conditions on the time or the day, or a period ("per 24h", "in 2025"), which no policy can hold. */
 const TIME =
-  /\b(?:per|every|each|a|in|within|over)\s+\d+\s*(?:h|hrs?|hours?|d|days?|weeks?|months?|years?|mins?|minutes?)\b|\b(?:in|during|since|until|before|after)\s+(?:19|20)\d{2}\b|\b\d{1,2}(?::\d{2})?\s*(?:am|pm)\b|\b(?:before|after|until|till)\s+\d{1,2}(?::\d{2}\b|\s*o'clock)|\b(?:weekends?|weekdays?|overnight|at night|morning|evening|today|tomorrow|mondays?|tuesdays?|wednesdays?|thursdays?|fridays?|saturdays?|sundays?|business hours|office hours)\b/i;
+  /\b(?:per|every|each|a|in|within|over)\s+\d+\s*(?:h|hrs?|hours?|d|days?|weeks?|months?|years?|mins?|minutes?)\b|\b(?:in|during|since|until|before|after)\s+(?:19|20)\d{2}\b|\b\d{1,2}(?::\d{2})?\s*(?:am|pm)\b|\b(?:before|after|until|till)\s+\d{1,2}(?::\d{2}\b|\s*o'clock)|\b(?:weekends?|weekdays?|overnight|at night|morning|evening|today|tomorrow|mondays?|tuesdays?|wednesdays?|thursdays?|fridays?|saturdays?|sundays?|business hours|office hours|hourly|daily|weekly|monthly|yearly|annually|quarterly|nightly)\b|\b(?:per|a|an|each|every|this|next|last)\s+(?:hour|day|week|month|year|quarter)\b|\bin\s+the\s+(?:first|last|next|past|coming)\b/i;
+/** What to do with a call in words Charter writes no rule for: flag it, hold it, check it twice. */
+const UNCLEAR_ACTION =
+  /\b(?:flag|flags|flagged|quarantine|quarantined|hold|held|double-?check(?:ed)?|check(?:ed)? twice|log|logged|alert(?:ed)?|warn(?:ed)?|notif(?:y|ied)|audit(?:ed)?|monitor(?:ed)?|investigat\w*|queue|queued|pause|paused|fail|fails|failed)\b/i;
+/** Participles a rule may end in: the ones Charter reads (allowed, blocked, sent to a person…). */
+const READ_PARTICIPLES = new Set(
+  'allowed permitted limited restricted capped constrained bounded kept blocked denied rejected forbidden prohibited stopped prevented declined cancelled canceled halted refused disallowed banned approved escalated reviewed required provided given included set signed sent routed forwarded passed'.split(
+    ' ',
+  ),
+);
+/** "must be flagged", "should be reconciled": a verb Charter does not read, which no rule may guess. */
+function unknownParticiple(words: string): string | null {
+  const re =
+    /\b(?:must|should|shall|will|has to|have to|needs? to|is to|are to|to)\s+(?:all\s+|always\s+|also\s+)?be\s+([a-z]{3,}ed|taken|written|chosen|hidden|broken|frozen|shown|known|drawn|thrown|seen|done|spoken|driven)\b/gi;
+  for (const m of words.matchAll(re)) {
+    if (!READ_PARTICIPLES.has(m[1]!.toLowerCase())) return m[0];
+  }
+  return null;
+}
+/** A comparison whose number comes later, named: "exceed the maximum of $500", "above the $5,000 cap". */
+const ARTICLE_COMPARISON =
+  /\b(?:exceed\w*|surpass\w*|above|over|below|under|beyond|past|more than|less than|greater than|higher than|lower than|bigger than|larger than|smaller than)\s+(?:the|a|an|its|our|their|this|that|your|any)\b/i;
+/** A number with a scale word Charter does not read ("$2B", "5 mn", "10 grand", "1e6"). */
+const UNKNOWN_SCALE =
+  /(?<![\d.,])\d[\d.,]*\s?(?:b|mn|mil|mio|mill|grand|lakhs?|crores?|hundreds?)\b|(?<![\d.,])\d[\d.,]*[eE][+-]?\d+/i;
+/**
+ * A condition on something other than the argument the rule is on ("if the payee is new", "for
+ * new customers"), which a rule on that argument would drop. The argument's own name is taken out of
+ * the clause before this is looked for, so "if the amount is over $500" reads "if the  is over".
+ */
+const CONDITION =
+  /\b(?:if|whenever|provided|as long as|in case)\s+(?:the\s+|a\s+|an\s+)?(?!(?:it|its|is|are|was|were|exceeds?|goes|reaches|value|total|sum)\b)[a-z]+|\bfor\s+(?:new|existing|verified|unverified|international|domestic|first-time|trusted|untrusted|unknown|known|internal|external|premium|free|vip|foreign|large|small|certain|some|specific)\b/i;
+/** A range other than "between X and Y" / "from X to Y": "from $10 to under $500", "… exclusive". */
+const LOOSE_RANGE = new RegExp(
+  String.raw`\bfrom\s+${NUM}\s+(?:up\s+)?to\s+(?!${NUM})|\b(?:exclusive|exclusively|inclusive|inclusively)\b`,
+  'i',
+);
+
 /** Counts written as words, read as digits where bounds are looked for ("no more than five times"). */
 const COUNT_WORDS = /\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|fifty|hundred)\b/gi;
 
@@ -764,6 +850,23 @@ function unreadable(clause: string): string | null {
     return 'write numbers as 1000 or 1,000 (a point only before decimals: 2.5); this one reads two ways';
   }
   if (TIME.test(words)) return 'Charter cannot write rules that depend on the time or the day';
+  const unclear = UNCLEAR_ACTION.exec(words) ?? unknownParticiple(words);
+  if (unclear) {
+    return `Charter does not read "${unclear}": say whether such calls are blocked, allowed, or sent to a person ("block …", "only allow …", "ask a person for …")`;
+  }
+  if (ARTICLE_COMPARISON.test(words)) {
+    return 'write the number right after the comparison ("over $500"), not a named limit ("over the maximum of $500")';
+  }
+  const scale = UNKNOWN_SCALE.exec(words);
+  if (scale)
+    return `Charter does not read "${scale[0].trim()}": write the number in full (1000000), or with k, thousand, million or billion`;
+  const condition = CONDITION.exec(words);
+  if (condition) {
+    return `Charter does not read the condition "${condition[0]}": a rule holds for every call of the tool; write a limit on the argument itself`;
+  }
+  if (LOOSE_RANGE.test(words)) {
+    return 'write a range as "between X and Y" (both included), or as two limits in two sentences';
+  }
   const exception = EXCEPTION.exec(words);
   if (exception) {
     return `Charter does not read "${exception[0]}": write the values that are allowed ("only allow …") or the ones that are blocked ("block …")`;
@@ -868,8 +971,19 @@ export function compileMessage(
   const rules: CompiledRule[] = [];
   const notUnderstood: NotUnderstood[] = [];
   const messageTools = toolsNamed(tools, message);
-  let current: ToolInfo | null =
-    messageTools[0] ?? tools.find((t) => t.name === fallbackTool) ?? (tools.length === 1 ? tools[0]! : null);
+  const fallback = tools.find((t) => t.name === fallbackTool) ?? null;
+  // A clause naming no tool is about the last one named before it. Before any is named: the
+  // conversation's, unless the message names another one, when the clause could be about either.
+  const elsewhere = messageTools.some((t) => t !== fallback);
+  let current: ToolInfo | null = fallback
+    ? elsewhere
+      ? null
+      : fallback
+    : messageTools.length === 1
+      ? messageTools[0]!
+      : tools.length === 1
+        ? tools[0]!
+        : null;
   for (const clause of clauses) {
     const named = toolsNamed(tools, clause);
     if (named.length > 1) {
@@ -886,7 +1000,9 @@ export function compileMessage(
         why:
           tools.length === 0
             ? 'no tools are registered yet; register them first'
-            : `it does not name a registered tool (${tools.map((t) => `"${t.name}"`).join(', ')})`,
+            : messageTools.length > 0
+              ? `it names no tool, and the message names ${messageTools.map((t) => `"${t.name}"`).join(', ')}${fallback ? ` while the conversation is about "${fallback.name}"` : ''}: name the tool in this sentence`
+              : `it does not name a registered tool (${tools.map((t) => `"${t.name}"`).join(', ')})`,
       });
       continue;
     }

@@ -72,7 +72,7 @@ export const APPROVAL_HINT =
 
 /** Words saying the described calls are not allowed. */
 export const NEGATIVE =
-  /\b(?:block|blocks|blocked|deny|denied|denies|reject|rejected|rejects|forbid|forbidden|forbids|prohibit|prohibited|prevent|stop|disallow|disallowed|refuse|refused|never allow|never permit|don't allow|do not allow|dont allow|(?:is|are) not (?:allowed|permitted)|not allowed|not permitted|must never|should never|never|ban|banned|(?:must|should|may|can|could|will|would|shall|do|does|is|are|has to|have to|needs? to) not|mustn't|shouldn't|can't|cannot|couldn't|won't|wouldn't|isn't|aren't|doesn't|don't|dont)\b/i;
+  /\b(?:block|blocks|blocked|deny|denied|denies|reject|rejected|rejects|forbid|forbidden|forbids|prohibit|prohibited|prohibits|prevent|prevents|prevented|stop|stops|stopped|decline|declines|declined|cancel|cancels|cancell?ed|halt|halts|halted|disallow|disallowed|refuse|refused|never allow|never permit|don't allow|do not allow|dont allow|(?:is|are) not (?:allowed|permitted)|not allowed|not permitted|must never|should never|never|ban|banned|(?:must|should|may|can|could|will|would|shall|do|does|is|are|has to|have to|needs? to) not|mustn't|shouldn't|can't|cannot|couldn't|won't|wouldn't|isn't|aren't|doesn't|don't|dont)\b/i;
 
 /** Words that make a clause an exception or a condition: "unless", "other than", "outside". */
 export const EXCEPTION =
@@ -125,9 +125,9 @@ export const EXPLICIT_REGEX =
   /\b(?:match|matches|matching|pattern|regex|regexp)\b(?:(?!\b(?:match|matches|matching|pattern|regex|regexp)\b)[^/`])*(?:\/(.+)\/|`([^`]+)`)/i;
 /**
  * A quoted value: "…", `…` or '…'. A single-quoted value keeps an apostrophe inside a word
- * ('don't' is one value, not "don").
+ * ('don't' is one value, not "don"); one after a space opens a quote, never continues one.
  */
-const QUOTED_VALUE = String.raw`(?:"([^"]+)"|'((?:[^']|'(?=\w))+)'(?!\w)|` + '`([^`]+)`)';
+const QUOTED_VALUE = String.raw`(?:"([^"]+)"|'((?:[^']|(?<=\w)'(?=\w))+)'(?!\w)|` + '`([^`]+)`)';
 /**
  * Groups: 1 the verb with "with", 2-4 a quoted value (spaces kept) or 5 a bare word; 6 the verb
  * without "with" and 7-9 its quoted value. `affixParts` reads them.
