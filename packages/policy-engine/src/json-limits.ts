@@ -220,7 +220,7 @@ function describeProblem(body: unknown, maxDepth: number): string | null {
     if (depth > maxDepth) {
       return field === ''
         ? `body is nested deeper than ${maxDepth} levels`
-        : `body/${field} is nested deeper than ${maxDepth - field.split('/').length} levels`;
+        : `body/${field} is nested deeper than ${maxDepth - fieldDepth} levels`;
     }
     const keys = Array.isArray(v) ? null : Object.keys(v);
     const n = keys ? keys.length : (v as unknown[]).length;

@@ -35,6 +35,11 @@ describe('bodyJsonProblem', () => {
       `body/0/0 is nested deeper than ${MAX_JSON_DEPTH} levels`,
     );
     expect(bodyJsonProblem([{ f: ok }], MAX_BODY_DEPTH + 1)).toBeNull();
+    // A field whose name holds a slash counts its levels as any other.
+    expect(bodyJsonProblem({ 'a/b': [ok] })).toBe(`body/a/b is nested deeper than ${MAX_JSON_DEPTH} levels`);
+    expect(bodyJsonProblem([{ 'a/b': [ok] }], MAX_BODY_DEPTH + 1)).toBe(
+      `body/0/a/b is nested deeper than ${MAX_JSON_DEPTH} levels`,
+    );
     expect(bodyJsonProblem({ a: [{ b: Number.NEGATIVE_INFINITY }] })).toMatch(
       /^body\/a\/0\/b is a number outside/,
     );
