@@ -298,14 +298,16 @@ export function isStoreUnavailable(err: unknown): boolean {
 
 /**
  * SQLite's codes for a file that cannot be written now, not a wrong statement: a full disk, an I/O
- * error, the write lock held past the busy timeout, a file made read-only or gone.
+ * error, the write lock held by another process past the busy timeout, a file made read-only or gone.
  */
-const SQLITE_UNAVAILABLE = /^SQLITE_(?:FULL|IOERR|BUSY|LOCKED|READONLY|CANTOPEN)(?:_|$)/;
+const SQLITE_UNAVAILABLE = /^SQLITE_(?:FULL|IOERR|BUSY|READONLY|CANTOPEN)(?:_|$)/;
 
 /**
  * What a client is answered 503 for: the store unreachable or too slow (isStoreUnavailable), or a
- * SQLite file that cannot be written now. Unlike the former, the latter leaves no outcome unknown
- * (SQLite rolled the statement back), so only answers use it.
+ * SQLite file that cannot be written now. Only answers use the latter: what isStoreUnavailable
+ * decides besides (a batch failed as a whole, an idempotency key kept for a commit that may yet
+ * land) is about a server that may still commit, which a SQLite error on this process's own
+ * connection is not.
  */
 export function isStoreOutage(err: unknown): boolean {
   if (isStoreUnavailable(err)) return true;
