@@ -65,6 +65,7 @@ const TABLE: [string, Expect][] = [
   ['The amount for send_payment cannot exceed $1.5k', pay({ maximum: 1500 })],
   ['send_payment amount must not exceed 2 million', pay({ maximum: 2_000_000 })],
   ['send_payment amount should be at least $5', pay({ minimum: 5 })],
+  ['Block send_payment if the amount is over $500', pay({ maximum: 500 })],
   ['Reject send_payment under $1', pay({ minimum: 1 })],
   ['Block send_payment below 10', pay({ minimum: 10 })],
   ['send_payment amount must be between $10 and $500', pay({ minimum: 10, maximum: 500 })],
@@ -320,6 +321,27 @@ const REFUSE: string[] = [
   'Only allow send_email subject starting with [ext] Acme',
   'Block send_email to gmail',
   "send_email subject must contain 'ok and it mustn't contain 'spam'",
+  // Words Charter does not read, wherever they stand: refused, whatever the rest would compile to.
+  'Block send_payment amounts save for amounts under $500',
+  'Block send_payment amounts barring those under $500',
+  'Block send_payment amounts, with the exception of those under $500',
+  'Block send_payment amount excluding amounts under $500',
+  'Deny send_payment amount, letting through amounts under $500',
+  'Block send_payment amount, allowing under $500',
+  'send_payment amounts over $500 should be routed to finance',
+  'send_payment amounts over $500 must go to compliance',
+  'send_payment amounts over $500 require the CFO approval',
+  'send_payment amount must be at most $5,000 per calendar month',
+  'Limit send_payment amount to $5,000 per billing cycle',
+  'send_payment amount must be at most $5,000 per payee',
+  'Allow send_payment amount up to $10,000 when the customer is verified',
+  'Block send_payment amount over 50000 cents',
+  'Block send_payment amount over $2T',
+  // More numbers than the rule holds: one end of a range would be dropped.
+  'Only allow send_payment amount from over $10 to $500',
+  'Only allow send_payment amount between $10 and under $500',
+  'Only allow send_payment amount strictly between $10 and $500',
+  'Block send_payment amount over 10% of $5,000',
   'Block send_email if the email body contains links to the evil.com domain',
   'send_email subject must not contain "unsubscribe" or "no-reply"',
   'Block send_payment over $500 in EUR',
@@ -497,6 +519,16 @@ describe('compileMessage: messages with several rules', () => {
       enabled: true,
       notEnum: ['evil.com'],
     });
+  });
+
+  it("refuses a sentence naming no tool that says a word of another tool's name", () => {
+    const tools: ToolInfo[] = [
+      ...TOOLS,
+      { name: 'wire_transfer', description: null, arguments: [{ name: 'amount', type: 'number' }] },
+    ];
+    const both = compileMessage('Block send_payment over $500. Block transfers over $10,000.', tools, null);
+    expect(both.rules.map((r) => [r.toolName, r.constraint?.maximum])).toEqual([['send_payment', 500]]);
+    expect(both.notUnderstood[0]?.why).toMatch(/"transfer", which may mean "wire_transfer"/);
   });
 
   it('matches a value written with a curly apostrophe either way', () => {

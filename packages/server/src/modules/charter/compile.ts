@@ -338,6 +338,85 @@ const STOP = new Set(
   ).split(' '),
 );
 
+/**
+ * The words a rule may be written with, beside the names of the tool and its arguments, numbers,
+ * quoted values, domains and addresses, and the rule's own values. Anything else is refused.
+ */
+const VOCABULARY = new Set([
+  ...STOP,
+  ...(
+    'blocked denied rejected forbidden prohibited stopped prevented declined refused disallowed banned ' +
+    'permit permits restrict restricted keep kept stay stays has have having had needs needed ' +
+    "can't cannot mustn't shouldn't won't isn't aren't doesn't couldn't wouldn't never nothing none neither nor " +
+    'anything everything something every always also just exactly at least most or and ' +
+    'start starts starting begin begins beginning end ends ending contain contains containing include includes ' +
+    'match matches matching pattern regex regexp with without empty blank missing present provided set given ' +
+    'one two three four five six seven eight nine ten twelve twenty fifty hundred ' +
+    'time times per session sessions conversation conversations run runs request requests use uses ' +
+    'long longer short shorter length characters character chars size big large small ' +
+    'greater less fewer more higher lower larger bigger smaller above below over under beyond exceed exceeds exceeding exceeded ' +
+    'go goes going gone reach reaches reached ' +
+    'escalate escalated escalates escalation send sent person people human humans manager supervisor someone somebody ' +
+    'approve approves approved approval approvals review reviewed reviews sign signed off ' +
+    'instead else otherwise first then only there their they them those these which who whose what where when while ' +
+    'calls call tool tools argument arguments field fields parameter parameters value values ' +
+    'address addresses domain domains email emails e-mail mail recipients recipient ' +
+    'dollars dollar usd eur gbp euro euros pound pounds bucks k m mm bn thousand million billion ' +
+    'equal equals or-more or-less inclusive including included through up down to from into onto out ' +
+    'allowed allow allows accept accepts accepted ok okay fine may might must should shall will would could ' +
+    'is are be been being was were do does did done doing not no don dont ' +
+    'the a an of for on in at by as it its this that any all each some such same other another ' +
+    'total totals sum combined altogether aggregate overall cumulative cumulatively together ' +
+    'make sure please rule rules policy after'
+  ).split(' '),
+]);
+
+/** How many numbers a rule holds (its bounds, its count or total). */
+function numbersOf(rule: Omit<CompiledRule, 'toolName' | 'text'>): number {
+  const c = (rule.constraint ?? {}) as Record<string, unknown>;
+  const bounds = [
+    'minimum',
+    'maximum',
+    'greaterThan',
+    'lessThan',
+    'minLength',
+    'maxLength',
+    'minItems',
+    'maxItems',
+  ];
+  return (
+    bounds.filter((k) => typeof c[k] === 'number').length +
+    (rule.maxCalls === undefined ? 0 : 1) +
+    (rule.cumulative === undefined ? 0 : 1)
+  );
+}
+
+/**
+ * The first word of a clause (names taken out) that Charter does not read, or a number the rule
+ * does not hold ("between $10 and under $500" read as under $500 alone), or null.
+ */
+function unreadWord(words: string, rule: Omit<CompiledRule, 'toolName' | 'text'>): string | null {
+  const constraint = rule.constraint;
+  let text = words
+    .replace(QUOTED, ' ')
+    .replace(EXPLICIT_REGEX, ' ')
+    .replace(AFFIX, ' ')
+    .replace(/[^\s@,;<>"']+@[^\s,;<>"']+/g, ' ')
+    .replace(DOMAINS, ' ');
+  for (const v of [...(constraint?.enum ?? []), ...(constraint?.notEnum ?? [])]) {
+    if (typeof v === 'string' && v !== '')
+      text = text.replace(new RegExp(`(?<![\\w.-])${escapeRegex(v)}(?![\\w.-])`, 'gi'), ' ');
+  }
+  const numbers = text.match(NUM_ALL) ?? [];
+  if (numbers.length > numbersOf(rule)) return numbers.map((n) => n.trim()).join('" and "');
+  text = text.replace(NUM_ALL, ' ');
+  for (const w of text.toLowerCase().match(/[a-z][a-z'-]*/g) ?? []) {
+    const word = w.replace(/'s$/, '');
+    if (!VOCABULARY.has(word) && !VOCABULARY.has(word.replace(/s$/, ''))) return w;
+  }
+  return null;
+}
+
 /** A value another argument of the tool declares, written as a word in the clause, if any. */
 function declaredValueIn(ctx: Ctx, picked: ToolArgument): { arg: string; value: string } | null {
   const words = ctx.clause.replace(NUM_ALL, ' ');
@@ -792,7 +871,7 @@ const READINGS = [sessionRule, lengthRule, numericRule, patternRule, requiredRul
 const NEGATIVE_ALL = new RegExp(NEGATIVE.source, 'gi');
 /** Words that allow, beside a word that blocks, make a clause read two ways ("Only allow X, block Y"). */
 const ALLOWS =
-  /\b(?:allow|allows|allowed|permit|permits|permitted|must|should|has to|have to|needs? to|keep|kept|stay|stays)\b/i;
+  /\b(?:allow|allows|allowed|allowing|letting|let|permit|permits|permitted|permitting|must|should|has to|have to|needs? to|keep|kept|stay|stays)\b/i;
 /** A comparison without its number ("block larger amounts", "anything above", "the rest"): than what? */
 const BARE_COMPARISON =
   /\b(?:larger|bigger|smaller|higher|lower|longer|shorter|greater|above|below|over|under|beyond|exceeding|else|rest|others|otherwise|remaining)\b/i;
@@ -829,7 +908,7 @@ const UNKNOWN_SCALE =
  * the clause before this is looked for, so "if the amount is over $500" reads "if the  is over".
  */
 const CONDITION =
-  /\b(?:if|whenever|provided|as long as|in case)\s+(?:the\s+|a\s+|an\s+)?(?!(?:it|its|is|are|was|were|exceeds?|goes|reaches|value|total|sum)\b)[a-z]+|\bfor\s+(?:new|existing|verified|unverified|international|domestic|first-time|trusted|untrusted|unknown|known|internal|external|premium|free|vip|foreign|large|small|certain|some|specific)\b/i;
+  /\b(?:if|whenever|provided|as long as|in case)\s+(?:the\s+|a\s+|an\s+)?(?!(?:the|a|an|it|its|is|are|was|were|exceeds?|goes|reaches|value|total|sum)\b)[a-z]+|\bfor\s+(?:new|existing|verified|unverified|international|domestic|first-time|trusted|untrusted|unknown|known|internal|external|premium|free|vip|foreign|large|small|certain|some|specific)\b/i;
 /** A range other than "between X and Y" / "from X to Y": "from $10 to under $500", "… exclusive". */
 const LOOSE_RANGE = new RegExp(
   String.raw`\bfrom\s+${NUM}\s+(?:up\s+)?to\s+(?!${NUM})|\b(?:exclusive|exclusively|inclusive|inclusively)\b`,
@@ -946,12 +1025,47 @@ function compileClause(tool: ToolInfo, clause: string): Outcome {
   const ctx = { tool, clause: words, body: text.replace(APPROVAL_WHO, ' ').replace(PERSON, ' ') };
   for (const read of READINGS) {
     const out = read(ctx);
-    if (out) return out;
+    if (!out) continue;
+    // Every word of the clause must be one Charter reads: a word it does not ("save for", "routed to
+    // finance", "per calendar month", "if the payee is new") may change what the rule means.
+    const unread = 'rule' in out ? unreadWord(words, out.rule) : null;
+    if (unread) {
+      return {
+        why: `Charter does not read "${unread}"; write the rule with a limit, allowed or blocked values, a pattern or a required argument, and nothing else (put values in quotes)`,
+      };
+    }
+    return out;
   }
   if (APPROVAL.test(clause) || NEGATIVE.test(clause)) {
     return {
       why: 'it does not say which calls: give a limit, a list of values, a pattern or a required argument',
     };
+  }
+  return null;
+}
+
+/** A word of the clause that is a word of another tool's name and not of `current`'s, if any. */
+function otherToolWord(
+  tools: readonly ToolInfo[],
+  current: ToolInfo,
+  clause: string,
+): { word: string; tool: string } | null {
+  const own = new Set(nameParts(current.name));
+  const words = new Set(
+    (clause.toLowerCase().match(/[a-z]+/g) ?? []).flatMap((w) => [
+      w,
+      w.replace(/s$/, ''),
+      w.replace(/es$/, ''),
+    ]),
+  );
+  for (const t of tools) {
+    if (t === current) continue;
+    for (const part of nameParts(t.name)) {
+      // Rule words ('block', 'ask') name what to do, not a tool.
+      if (part.length >= 4 && !own.has(part) && !RULE_VERBS.has(part) && words.has(part)) {
+        return { word: part, tool: t.name };
+      }
+    }
   }
   return null;
 }
@@ -994,6 +1108,16 @@ export function compileMessage(
       continue;
     }
     if (named.length === 1) current = named[0]!;
+    // A clause naming no tool but a word of another tool's name ("Block transfers over $10,000"
+    // beside wire_transfer) may be about that tool: refused rather than put on the current one.
+    const other = named.length === 0 && current ? otherToolWord(tools, current, clause) : null;
+    if (other) {
+      notUnderstood.push({
+        text: clause,
+        why: `it names no tool but says "${other.word}", which may mean "${other.tool}": name the tool in this sentence`,
+      });
+      continue;
+    }
     if (!current) {
       notUnderstood.push({
         text: clause,
