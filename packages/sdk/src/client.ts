@@ -121,6 +121,10 @@ export function createClient(options: ClientOptions): Client {
   });
   const localValidation = options.localValidation ?? true;
   const onUnavailable = options.onUnavailable ?? 'deny';
+  // Anything else ('ALLOW', 'thorw') would silently behave as 'deny'.
+  if (!['deny', 'allow', 'throw'].includes(onUnavailable)) {
+    throw new SvcError(`onUnavailable must be deny, allow or throw, not ${String(onUnavailable)}`);
+  }
   // A count of retries: Infinity would never give up on a service that is down (never reaching
   // onUnavailable), and 1.5 is no count.
   const maxRetries = numberOption(
@@ -160,7 +164,14 @@ export function createClient(options: ClientOptions): Client {
   );
   const closeTimeoutMs = numberOption('closeTimeoutMs', options.closeTimeoutMs, 30_000, ...AT_LEAST_ZERO);
   const log = new DecisionLog(http, {
-    batchSize: numberOption('log.batchSize', options.log?.batchSize, 500, ...AT_LEAST_ZERO),
+    // A count of decisions per request: 1.5 would send batches of 2.
+    batchSize: numberOption(
+      'log.batchSize',
+      options.log?.batchSize,
+      500,
+      (n) => Number.isSafeInteger(n) && n >= 0,
+      'a whole number of at least 0',
+    ),
     flushIntervalMs: numberOption(
       'log.flushIntervalMs',
       options.log?.flushIntervalMs,

@@ -1,4 +1,4 @@
-import { ApiError } from './errors.js';
+import { ApiError, SvcError } from './errors.js';
 
 export interface HttpOptions {
   baseUrl: string;
@@ -68,9 +68,47 @@ export function unref(timer: ReturnType<typeof setTimeout>): void {
   (timer as { unref?: () => void }).unref?.();
 }
 
-/** One JSON request to the service; network failures and timeouts reject, HTTP errors do not. */
+/**
+ * `baseUrl` in its normal form (the URL as parsed, without trailing slashes), to which each route's
+ * path is appended. Anything else than an absolute http: or https: URL that a path can follow (no
+ * credentials, which fetch refuses, no query or fragment) throws SvcError: every request to it would
+ * fail inside fetch, where a failure reads as the service being unreachable (and `onUnavailable:
+ * 'allow'` would allow every call unchecked), or reach something else than the service's routes.
+ */
+export function serviceBase(baseUrl: unknown): string {
+  let url: URL | null = null;
+  try {
+    url = typeof baseUrl === 'string' ? new URL(baseUrl) : null;
+  } catch {
+    // not a URL: refused below
+  }
+  const problem =
+    typeof baseUrl !== 'string'
+      ? 'a string'
+      : url === null
+        ? 'an absolute URL'
+        : url.protocol !== 'http:' && url.protocol !== 'https:'
+          ? 'an http: or https: URL'
+          : url.username !== '' || url.password !== ''
+            ? 'a URL without credentials'
+            : /[?#]/.test(url.href) // an empty one too ("https://host/?")
+              ? 'a URL without a query or fragment'
+              : null;
+  if (problem !== null) {
+    const given = typeof baseUrl === 'string' ? JSON.stringify(baseUrl) : `a value of type ${typeof baseUrl}`;
+    throw new SvcError(
+      `baseUrl must be ${problem}, the service's root such as https://svc.example.com, not ${given}`,
+    );
+  }
+  return `${url!.origin}${url!.pathname}`.replace(/\/+$/, '');
+}
+
+/**
+ * One JSON request to the service; network failures and timeouts reject, HTTP errors do not. An
+ * unusable `baseUrl` throws SvcError (serviceBase).
+ */
 export function createHttp(opts: HttpOptions) {
-  const base = opts.baseUrl.replace(/\/+$/, '');
+  const base = serviceBase(opts.baseUrl);
   // Called as a plain function, never as a method of an object of ours: a browser's `window.fetch`
   // throws "Illegal invocation" when `this` is anything but the window (or undefined).
   const f = opts.fetch;
@@ -138,6 +176,16 @@ function redirected(method: string, url: string, res: Response) {
         'would be sent there too): set baseUrl to the address the service answers at',
     },
   };
+}
+
+/**
+ * True when a non-2xx answer carries the service's error envelope (`{"error": {"code", "message"}}`,
+ * both strings): the API's own refusal. A proxy's or load balancer's page (HTML, or JSON of another
+ * shape) has none, and tells nothing of the request's content; apiError names it `http_<status>`.
+ */
+export function fromService(res: HttpResponse): boolean {
+  const err = (res.body as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+  return typeof err?.code === 'string' && typeof err.message === 'string';
 }
 
 /** The error envelope of a non-2xx answer as an ApiError. */

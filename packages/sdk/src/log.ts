@@ -3,6 +3,7 @@ import { ApiError, FlushError, LogRejectedError } from './errors.js';
 import { atExit } from './exit.js';
 import {
   apiError,
+  fromService,
   type Http,
   isRetryable,
   notTheService,
@@ -51,11 +52,12 @@ export const DENY = 1;
  * retries) are kept even beyond the bound, as is anything acknowledged.
  *
  * A batch the server refuses is split only to find the decision at fault: the one its error names
- * (`body/<index>/...`), else by halving (413, or another 400). A
- * refusal of the request itself (400 `missing_project`: the API key has no project, so no client
- * decision of it can ever be recorded; a 404: the URL is not the service's route) is `refusal`:
- * nothing more is sent, the decisions are kept (close() hands them back) and the client decides
- * every call on the service from then on.
+ * (`body/<index>/...`), else by halving (413, or another 400). Only a refusal in the service's
+ * error envelope counts: a 400 or 413 page of a proxy or load balancer is reported and retried, as
+ * a 401 is. A refusal of the request itself (400 `missing_project`: the API key has no project, so
+ * no client decision of it can ever be recorded; a 404: the URL is not the service's route) is
+ * `refusal`: nothing more is sent, the decisions are kept (close() hands them back) and the client
+ * decides every call on the service from then on.
  */
 export class DecisionLog {
   /**
@@ -568,8 +570,10 @@ export class DecisionLog {
           return 0;
         }
         const err = apiError(res);
-        if (res.status === 413) return this.split(bodies, err);
-        if (res.status === 400) {
+        // Only the service's own refusal (its error envelope) says something of the batch: a 400 or
+        // 413 page from a proxy or load balancer is an answer from elsewhere, kept and retried below.
+        if ((res.status === 400 || res.status === 413) && fromService(res)) {
+          if (res.status === 413) return this.split(bodies, err);
           // The request itself is refused: no decision of this key can be recorded, whatever the batch.
           if (err.code === MISSING_PROJECT) {
             this.refuse(err);
@@ -581,8 +585,8 @@ export class DecisionLog {
           return at === null ? this.split(bodies, err) : this.reject(bodies, at, err);
         }
         // 429/5xx: wait and retry; 409 idempotency_request_in_progress: an earlier attempt still runs
-        // on the server, ask again with the same key; 401/403 (a revoked key) and any other refusal:
-        // keep the decisions, report, retry slowly.
+        // on the server, ask again with the same key; 401/403 (a revoked key), a 400/413 without the
+        // service's envelope and any other refusal: keep the decisions, report, retry slowly.
         if (!isRetryable(res.status) && err.code !== IN_PROGRESS) this.report(err);
       } catch (err) {
         this.report(err);

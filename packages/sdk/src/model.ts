@@ -36,6 +36,8 @@ export interface ClientOptions {
   /**
    * e.g. `https://svc.example.com` (no `/v1`). A 404 that no route of the service answers (from a
    * wrong path here, or a proxy) throws ApiError naming the URL; it never counts as "no policy".
+   * Anything else than an absolute http: or https: URL without credentials, query or fragment makes
+   * createClient throw SvcError.
    */
   baseUrl: string;
   /** Decide locally from cached deterministic policies (default true). */
@@ -69,7 +71,7 @@ export interface ClientOptions {
    * dropped from the cache, and its policy fetched again at its next call.
    */
   maxCachedPolicies?: number;
-  /** Default `deny`: fail closed. */
+  /** Default `deny`: fail closed. Any other value than the three makes createClient throw SvcError. */
   onUnavailable?: UnavailableBehaviour;
   /** Per HTTP request; default 10000 ms. */
   requestTimeoutMs?: number;
@@ -79,7 +81,7 @@ export interface ClientOptions {
   maxRetryDelayMs?: number;
   /** Background decision log. */
   log?: {
-    /** Decisions per request (1-500, default 500). */
+    /** Decisions per request (1-500, default 500; a whole number, else createClient throws SvcError). */
     batchSize?: number;
     /**
      * How often a batch short of batchSize is sent (default 1000 ms): a decision waits about this

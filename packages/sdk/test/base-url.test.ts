@@ -1,6 +1,6 @@
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { ApiError, createClient, FlushError } from '@svc/sdk';
+import { ApiError, createClient, FlushError, SvcError } from '@svc/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TestApp } from '../../server/test/helpers.js';
 import { createTenant, putPolicy, startServer } from './live.js';
@@ -170,5 +170,71 @@ describe('a base URL that answers with a redirect', () => {
     } finally {
       await Promise.all([elsewhere.close(), redirecting.close()]);
     }
+  });
+});
+
+describe('a base URL that is not an http: or https: URL', () => {
+  it('is refused by createClient, before any request, rather than read as the service being down', () => {
+    for (const bad of [
+      'htps://svc.example.com',
+      'http//127.0.0.1:8080',
+      '127.0.0.1:8080',
+      'localhost:8080',
+      'svc.example.com',
+      'undefined',
+      'ftp://svc.example.com',
+      'file:///srv/svc',
+      // fetch refuses a URL with credentials; a query or fragment would swallow every route's path.
+      'https://user:secret@svc.example.com',
+      'https://svc.example.com/?region=eu',
+      'https://svc.example.com/#v1',
+      'https://svc.example.com/?',
+      new URL('https://svc.example.com'),
+    ]) {
+      let requests = 0;
+      const make = () =>
+        createClient({
+          apiKey: 'svc_x',
+          baseUrl: bad as string,
+          onUnavailable: 'allow',
+          fetch: async () => {
+            requests++;
+            return new Response('{}');
+          },
+        });
+      expect(make, String(bad)).toThrow(SvcError);
+      expect(make, String(bad)).toThrow(/^baseUrl must be/);
+      expect(requests).toBe(0);
+    }
+  });
+
+  it('takes the service root in any form a URL parser reads the same, a path prefix included', async () => {
+    const tenant = await createTenant(t);
+    await putPolicy(t, tenant, 'pay', PAY);
+    const { port } = new URL(baseUrl);
+    for (const base of [`${baseUrl}/`, `${baseUrl}//`, `HTTP://127.0.0.1:${port}`, ` ${baseUrl} `]) {
+      const client = createClient({ apiKey: tenant.apiKey, baseUrl: base, live: false });
+      // Allowed here by the policy fetched: a client that could not reach the service would deny.
+      expect(await client.validate('pay', { amount: 1 }), base).toMatchObject({
+        decision: 'allow',
+        source: 'local',
+      });
+      await client.close();
+    }
+    const called: string[] = [];
+    const prefixed = createClient({
+      apiKey: tenant.apiKey,
+      baseUrl: 'https://svc.example.com/svc/',
+      live: false,
+      fetch: async (input) => {
+        called.push(String(input));
+        return new Response('{}', { status: 503 });
+      },
+      maxRetries: 0,
+      onUnavailable: 'throw',
+    });
+    await prefixed.validate('pay', {}).catch(() => {});
+    expect(called[0]).toBe('https://svc.example.com/svc/v1/policies/pay');
+    await prefixed.close();
   });
 });

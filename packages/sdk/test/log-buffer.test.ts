@@ -1,4 +1,5 @@
 import {
+  ApiError,
   type Client,
   type ClientOptions,
   createClient,
@@ -352,6 +353,57 @@ describe('what the service refuses of the log', () => {
     const amounts = (await decisionsOf(tenant)).map((d) => d.arguments.amount as number);
     expect(amounts.sort()).toEqual([0, 1, 3]);
   });
+
+  it.each([
+    [
+      400,
+      'text/html',
+      '<html><body>400 Bad Request: request header or cookie too large (nginx)</body></html>',
+    ],
+    [413, 'application/json', '{"message":"Request Entity Too Large"}'],
+  ])(
+    'keeps and retries a batch a proxy answers %i with its own page: nothing is split or dropped',
+    async (status, type, page) => {
+      const tenant = await tenantWithPolicy();
+      const errors: Error[] = [];
+      const posts: number[] = [];
+      let down = true;
+      let thirdPost!: () => void;
+      const third = new Promise<void>((resolve) => {
+        thirdPost = resolve;
+      });
+      // A load balancer in front of the service refuses the log's requests with a page of its own.
+      const client = createClient({
+        apiKey: tenant.apiKey,
+        baseUrl,
+        live: false,
+        onError: (e) => errors.push(e),
+        log: { flushIntervalMs: 60_000 },
+        fetch: async (input, init) => {
+          if (String(input).endsWith('/v1/decisions') && init?.method === 'POST') {
+            posts.push(JSON.parse(String(init.body)).length);
+            if (posts.length === 3) thirdPost();
+            if (down) return new Response(page, { status, headers: { 'content-type': type } });
+          }
+          return fetch(input, init);
+        },
+      });
+      for (let i = 0; i < 11; i++) await client.validate('pay', { amount: i });
+      void client.flush();
+      await third;
+      // The same batch, sent again as it was: the page says nothing of the decisions it holds.
+      expect(posts).toEqual([11, 11, 11]);
+      expect(errors.some((e) => e instanceof LogRejectedError)).toBe(false);
+      expect(errors.length).toBeGreaterThanOrEqual(2);
+      for (const e of errors) expect(e).toMatchObject({ status, code: `http_${status}` });
+      expect(errors[0]).toBeInstanceOf(ApiError);
+      down = false;
+      await client.close();
+      expect(errors.some((e) => e instanceof LogRejectedError)).toBe(false);
+      const amounts = (await decisionsOf(tenant)).map((d) => d.arguments.amount as number);
+      expect(amounts.sort((a, b) => a - b)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    },
+  );
 
   it('keeps the decisions of a key without a project, and sends every later call to the service', async () => {
     const tenant = await createTenant(t);

@@ -63,6 +63,9 @@ describe('timing options', () => {
       { maxCachedPolicies: Number.NaN },
       { maxCachedPolicies: -1 },
       { log: { batchSize: Number.NaN } },
+      // A count of decisions per request: 1.5 would send batches of 2.
+      { log: { batchSize: 1.5 } },
+      { log: { batchSize: Number.POSITIVE_INFINITY } },
       { log: { maxBuffered: Number.NaN } },
       { log: { flushIntervalMs: Number.NaN } },
       { approvals: { pollIntervalMs: Number.NaN } },
@@ -147,5 +150,20 @@ describe('timing options', () => {
       process.off('warning', onWarning);
     }
     expect(warnings.filter((w) => w === 'TimeoutOverflowWarning')).toEqual([]);
+  });
+});
+
+describe('choices', () => {
+  it('refuses an onUnavailable other than deny, allow or throw, which would silently deny', () => {
+    const base = { apiKey: 'svc_x', baseUrl: t.url, live: false };
+    for (const bad of ['ALLOW', 'alow', 'thorw', 'Deny', '', 0, true, {}]) {
+      expect(() => createClient({ ...base, onUnavailable: bad as 'deny' }), String(bad)).toThrow(SvcError);
+      expect(() => createClient({ ...base, onUnavailable: bad as 'deny' }), String(bad)).toThrow(
+        /^onUnavailable must be deny, allow or throw, not /,
+      );
+    }
+    for (const ok of ['deny', 'allow', 'throw', undefined, null] as const) {
+      clients.push(createClient({ ...base, onUnavailable: ok as 'deny' }));
+    }
   });
 });
