@@ -367,9 +367,16 @@ const VOCABULARY = new Set([
     'is are be been being was were do does did done doing not no don dont ' +
     'the a an of for on in at by as it its this that any all each some such same other another ' +
     'total totals sum combined altogether aggregate overall cumulative cumulatively together ' +
-    'make sure please rule rules policy after'
+    'make sure please rule rules policy after now forward going onward onwards case cases henceforth'
   ).split(' '),
 ]);
+
+// Words of the phrasings that change a rule's meaning when they stand elsewhere ("all but those
+// under $1,000", "the first 3 calls", "can be over 1000", "per team", "or empty", "attachments" for
+// the tool's one array): never read as filler.
+for (const w of 'but first can may might could team same empty blank missing attachments files'.split(' ')) {
+  VOCABULARY.delete(w);
+}
 
 /** How many numbers a rule holds (its bounds, its count or total). */
 function numbersOf(rule: Omit<CompiledRule, 'toolName' | 'text'>): number {
@@ -397,7 +404,11 @@ function numbersOf(rule: Omit<CompiledRule, 'toolName' | 'text'>): number {
  */
 function unreadWord(words: string, rule: Omit<CompiledRule, 'toolName' | 'text'>): string | null {
   const constraint = rule.constraint;
+  // The phrases a reading placed whole: an approval and whom it names, a required phrase.
   let text = words
+    .replace(new RegExp(APPROVAL_WHO.source, 'gi'), ' ')
+    .replace(PERSON, ' ')
+    .replace(new RegExp(REQUIRED.source, 'gi'), ' ')
     .replace(QUOTED, ' ')
     .replace(EXPLICIT_REGEX, ' ')
     .replace(AFFIX, ' ')
@@ -929,7 +940,8 @@ function unreadable(clause: string): string | null {
     return 'write numbers as 1000 or 1,000 (a point only before decimals: 2.5); this one reads two ways';
   }
   if (TIME.test(words)) return 'Charter cannot write rules that depend on the time or the day';
-  const unclear = UNCLEAR_ACTION.exec(words) ?? unknownParticiple(words);
+  const unapproved = words.replace(new RegExp(APPROVAL.source, 'gi'), ' ');
+  const unclear = UNCLEAR_ACTION.exec(unapproved) ?? unknownParticiple(unapproved);
   if (unclear) {
     return `Charter does not read "${unclear}": say whether such calls are blocked, allowed, or sent to a person ("block …", "only allow …", "ask a person for …")`;
   }
@@ -1084,7 +1096,7 @@ export function compileMessage(
   const clauses = splitClauses(message, keywords);
   const rules: CompiledRule[] = [];
   const notUnderstood: NotUnderstood[] = [];
-  const messageTools = toolsNamed(tools, message);
+  const messageTools = toolsNamed(tools, message.replace(QUOTED, ' '));
   const fallback = tools.find((t) => t.name === fallbackTool) ?? null;
   // A clause naming no tool is about the last one named before it. Before any is named: the
   // conversation's, unless the message names another one, when the clause could be about either.
