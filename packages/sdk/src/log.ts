@@ -572,6 +572,9 @@ export class DecisionLog {
         const err = apiError(res);
         // Only the service's own refusal (its error envelope) says something of the batch: a 400 or
         // 413 page from a proxy or load balancer is an answer from elsewhere, kept and retried below.
+        // A proxy's 413 says the body is too large for it: halves go through it, and a single
+        // decision it still refuses is kept and retried, never dropped.
+        if (res.status === 413 && !fromService(res) && bodies.length > 1) return this.split(bodies, err);
         if ((res.status === 400 || res.status === 413) && fromService(res)) {
           if (res.status === 413) return this.split(bodies, err);
           // The request itself is refused: no decision of this key can be recorded, whatever the batch.

@@ -11,6 +11,7 @@ import {
 } from '@svc/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { asUser, type Tenant, type TestApp } from '../../server/test/helpers.js';
+import { waitFor } from '../../server/test/streams.js';
 import { createTenant, putPolicy, startServer } from './live.js';
 
 let t: TestApp;
@@ -360,7 +361,6 @@ describe('what the service refuses of the log', () => {
       'text/html',
       '<html><body>400 Bad Request: request header or cookie too large (nginx)</body></html>',
     ],
-    [413, 'application/json', '{"message":"Request Entity Too Large"}'],
   ])(
     'keeps and retries a batch a proxy answers %i with its own page: nothing is split or dropped',
     async (status, type, page) => {
@@ -404,6 +404,45 @@ describe('what the service refuses of the log', () => {
       expect(amounts.sort((a, b) => a - b)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     },
   );
+
+  it("halves batches a proxy's 413 page refuses, and keeps a single decision it still refuses", async () => {
+    const tenant = await tenantWithPolicy();
+    const errors: Error[] = [];
+    const posts: number[] = [];
+    // A proxy with a body limit of its own: more than 3 decisions, or the decision of amount 7, are too large.
+    let strict = true;
+    const client = createClient({
+      apiKey: tenant.apiKey,
+      baseUrl,
+      live: false,
+      onError: (e) => errors.push(e),
+      log: { flushIntervalMs: 60_000 },
+      fetch: async (input, init) => {
+        if (String(input).endsWith('/v1/decisions') && init?.method === 'POST') {
+          const batch = JSON.parse(String(init.body)) as { arguments: { amount: number } }[];
+          posts.push(batch.length);
+          if (strict && (batch.length > 3 || batch.some((d) => d.arguments.amount === 7))) {
+            return new Response('{"message":"Request Entity Too Large"}', {
+              status: 413,
+              headers: { 'content-type': 'application/json' },
+            });
+          }
+        }
+        return fetch(input, init);
+      },
+    });
+    for (let i = 0; i < 11; i++) await client.validate('pay', { amount: i });
+    void client.flush();
+    // Halved down to batches the proxy takes; the one it refuses alone is retried, not dropped.
+    await waitFor(() => posts.filter((n) => n === 1).length >= 2, 'single-decision posts');
+    expect(posts.slice(0, 3)).toEqual([11, 6, 3]);
+    expect(errors.some((e) => e instanceof LogRejectedError)).toBe(false);
+    strict = false;
+    await client.close();
+    expect(errors.some((e) => e instanceof LogRejectedError)).toBe(false);
+    const amounts = (await decisionsOf(tenant)).map((d) => d.arguments.amount as number);
+    expect(amounts.sort((a, b) => a - b)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+  });
 
   it('keeps the decisions of a key without a project, and sends every later call to the service', async () => {
     const tenant = await createTenant(t);
