@@ -5,6 +5,7 @@
  * may still be spent (single use, amount, payee, rail) is the service's to decide at consume.
  */
 import { type CapsuleCheck, type PublicJwk, type VerifyCapsuleOptions, verifyCapsule } from '@svc/capsules';
+import { serviceBase } from './http.js';
 
 export {
   type BeneficiaryDetails,
@@ -21,14 +22,14 @@ export {
 
 /**
  * The key set a service publishes at `/.well-known/svc-keys.json` (current and previous keys) under
- * `baseUrl`, as the client addresses every route: a base URL with a path (a service mounted under a
- * prefix) keeps it.
+ * `baseUrl`, as the client addresses every route (serviceBase): a base URL with a path (a service
+ * mounted under a prefix) keeps it, and one that is no http(s) URL throws SvcError.
  */
 export async function fetchCapsuleKeys(
   baseUrl: string,
   fetchFn: typeof fetch = globalThis.fetch,
 ): Promise<PublicJwk[]> {
-  const res = await fetchFn(`${String(baseUrl).replace(/\/+$/, '')}/.well-known/svc-keys.json`);
+  const res = await fetchFn(`${serviceBase(baseUrl)}/.well-known/svc-keys.json`);
   if (!res.ok) throw new Error(`the key set at ${baseUrl} answered ${res.status}`);
   const body = (await res.json()) as { keys?: unknown };
   if (!Array.isArray(body.keys)) throw new Error(`the key set at ${baseUrl} has no keys array`);

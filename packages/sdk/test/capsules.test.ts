@@ -96,6 +96,9 @@ describe('@svc/sdk/capsules against a live server', () => {
       expect(await verifyCapsuleAt(base, capsule, { fetch: proxy })).toMatchObject({ ok: true });
     }
     expect(new Set(asked)).toEqual(new Set([`${baseUrl}/svc/.well-known/svc-keys.json`]));
+    // A base that is no http(s) URL is refused as the client refuses it, before any request.
+    await expect(fetchCapsuleKeys('htps://svc.example', proxy)).rejects.toThrow(/baseUrl must be/);
+    expect(new Set(asked)).toEqual(new Set([`${baseUrl}/svc/.well-known/svc-keys.json`]));
   });
 
   it('says why a key set cannot be read', async () => {
