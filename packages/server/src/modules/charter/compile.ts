@@ -33,6 +33,8 @@ const DOMAINS = new RegExp(DOMAIN.source, 'gi');
  * from_url, server_address, ip_address) holds none: a domain there is not an address's.
  */
 const ADDRESS_WORD = /^(?:to|cc|bcc|from|e?mails?|recipients?|address(?:es)?|senders?)$/;
+/** The address words of arguments that hold nothing but e-mail addresses (not a recipient's name). */
+const EMAIL_WORD = /^(?:to|cc|bcc|e?mails?|address(?:es)?)$/;
 const NOT_ADDRESS_WORD =
   /^(?:url|urls|uri|link|links|href|host|hostname|ip|ipv4|ipv6|redirect|return|callback|webhook|site|website|endpoint|path|server|domain|page|forward|proxy|next)$/;
 const nameParts = (name: string): string[] =>
@@ -46,10 +48,7 @@ function isAddressArgument(name: string): boolean {
 }
 /** An address argument that holds nothing but e-mail addresses (a recipient or sender may be a name). */
 function isEmailArgument(name: string): boolean {
-  return (
-    isAddressArgument(name) &&
-    nameParts(name).some((part) => /^(?:to|cc|bcc|e?mails?|address(?:es)?)$/.test(part))
-  );
+  return isAddressArgument(name) && nameParts(name).some((part) => EMAIL_WORD.test(part));
 }
 /** Every number with its currency ("$500", "300 USD"). */
 const NUM_ALL = new RegExp(NUM, 'gi');
@@ -339,35 +338,27 @@ const STOP = new Set(
 );
 
 /**
- * The words a rule may be written with, beside the names of the tool and its arguments, numbers,
- * quoted values, domains and addresses, and the rule's own values. Anything else is refused.
+ * The words a rule may be written with (STOP's and these), beside the names of the tool and its
+ * arguments, numbers, quoted values, domains and addresses, and the rule's own values. Anything else
+ * is refused.
  */
 const VOCABULARY = new Set([
   ...STOP,
   ...(
-    'blocked denied rejected forbidden prohibited stopped prevented declined refused disallowed banned ' +
-    'permit permits restrict restricted keep kept stay stays has have having had needs needed ' +
-    "can't cannot mustn't shouldn't won't isn't aren't doesn't couldn't wouldn't never nothing none neither nor " +
-    'anything everything something every always also just exactly at least most or and ' +
-    'start starts starting begin begins beginning end ends ending contain contains containing include includes ' +
-    'match matches matching pattern regex regexp with without empty blank missing present provided set given ' +
-    'one two three four five six seven eight nine ten twelve twenty fifty hundred ' +
-    'time times per session sessions conversation conversations run runs request requests use uses ' +
-    'long longer short shorter length characters character chars size big large small ' +
-    'greater less fewer more higher lower larger bigger smaller above below over under beyond exceed exceeds exceeding exceeded ' +
-    'go goes going gone reach reaches reached ' +
-    'escalate escalated escalates escalation send sent person people human humans manager supervisor someone somebody ' +
-    'approve approves approved approval approvals review reviewed reviews sign signed off ' +
-    'instead else otherwise first then only there their they them those these which who whose what where when while ' +
-    'calls call tool tools argument arguments field fields parameter parameters value values ' +
-    'address addresses domain domains email emails e-mail mail recipients recipient ' +
-    'dollars dollar usd eur gbp euro euros pound pounds bucks k m mm bn thousand million billion ' +
-    'equal equals or-more or-less inclusive including included through up down to from into onto out ' +
-    'allowed allow allows accept accepts accepted ok okay fine may might must should shall will would could ' +
-    'is are be been being was were do does did done doing not no don dont ' +
-    'the a an of for on in at by as it its this that any all each some such same other another ' +
-    'total totals sum combined altogether aggregate overall cumulative cumulatively together ' +
-    'make sure please rule rules policy after now forward going onward onwards case cases henceforth'
+    'blocked denied rejected forbidden prohibited stopped prevented declined refused disallowed ' +
+    "banned permit permits restrict restricted keep kept stay stays has have having had needed can't " +
+    "mustn't shouldn't won't isn't aren't doesn't couldn't wouldn't nothing none neither nor anything " +
+    'everything something just exactly start starts starting begin begins beginning end ends ending ' +
+    'contain contains containing include includes match matches matching pattern regex regexp without ' +
+    'present provided set given one two three four five six seven eight nine ten twelve twenty fifty ' +
+    'hundred time conversations runs request requests use uses long longer short shorter length size ' +
+    'big large small beyond exceeded go goes going gone reach reaches reached escalated escalates ' +
+    'escalation send sent people humans manager supervisor somebody approves approvals reviews sign ' +
+    'signed off else otherwise there their they which who whose what where while tool tools argument ' +
+    'arguments field fields parameter parameters address domain domains email emails e-mail mail euro ' +
+    'pound m mm bn equals or-more or-less included through down into onto out accept accepts accepted ' +
+    'ok okay fine shall been being were did done doing don as some such other another together rule ' +
+    'rules policy after now forward onward onwards case cases henceforth'
   ).split(' '),
 ]);
 
@@ -406,9 +397,9 @@ function unreadWord(words: string, rule: Omit<CompiledRule, 'toolName' | 'text'>
   const constraint = rule.constraint;
   // The phrases a reading placed whole: an approval and whom it names, a required phrase.
   let text = words
-    .replace(new RegExp(APPROVAL_WHO.source, 'gi'), ' ')
+    .replace(APPROVAL_WHO_ALL, ' ')
     .replace(PERSON, ' ')
-    .replace(new RegExp(REQUIRED.source, 'gi'), ' ')
+    .replace(REQUIRED_ALL, ' ')
     .replace(QUOTED, ' ')
     .replace(EXPLICIT_REGEX, ' ')
     .replace(AFFIX, ' ')
@@ -684,18 +675,14 @@ function patternRule(ctx: Ctx): Outcome {
       why: `"${arg.name}" is no address: say "${arg.name} must not contain …" for text, or name the address argument`,
     };
   }
+  // What follows the pattern's value.
+  const after = affix ? ctx.clause.slice(affix.index + affix[0].length) : '';
   // A second quoted value would be dropped ("must not contain "a" or "b"").
-  if (
-    affix &&
-    /^\s*(?:[,/(]|\b(?:or|and|nor|plus|as well as)\b)/i.test(ctx.clause.slice(affix.index + affix[0].length))
-  ) {
+  if (affix && /^\s*(?:[,/(]|\b(?:or|and|nor|plus|as well as)\b)/i.test(after)) {
     return { why: 'write one rule per value ("… must not contain "a"", then "… must not contain "b"")' };
   }
   // A value written without quotes ends at the first space: more words after it were part of it.
-  if (
-    affix?.[5] !== undefined &&
-    !/^\s*(?:only|please|always)?\s*$/i.test(ctx.clause.slice(affix.index + affix[0].length))
-  ) {
+  if (affix?.[5] !== undefined && !/^\s*(?:only|please|always)?\s*$/i.test(after)) {
     return { why: `quote a value that holds spaces or is followed by more words ("${affix[5]} …")` };
   }
   let regex: string;
@@ -880,6 +867,8 @@ function requiredRule(ctx: Ctx): Outcome {
 const READINGS = [sessionRule, lengthRule, numericRule, patternRule, requiredRule, enumRule];
 
 const NEGATIVE_ALL = new RegExp(NEGATIVE.source, 'gi');
+const APPROVAL_ALL = new RegExp(APPROVAL.source, 'gi');
+const REQUIRED_ALL = new RegExp(REQUIRED.source, 'gi');
 /** Words that allow, beside a word that blocks, make a clause read two ways ("Only allow X, block Y"). */
 const ALLOWS =
   /\b(?:allow|allows|allowed|allowing|letting|let|permit|permits|permitted|permitting|must|should|has to|have to|needs? to|keep|kept|stay|stays)\b/i;
@@ -940,7 +929,7 @@ function unreadable(clause: string): string | null {
     return 'write numbers as 1000 or 1,000 (a point only before decimals: 2.5); this one reads two ways';
   }
   if (TIME.test(words)) return 'Charter cannot write rules that depend on the time or the day';
-  const unapproved = words.replace(new RegExp(APPROVAL.source, 'gi'), ' ');
+  const unapproved = words.replace(APPROVAL_ALL, ' ');
   const unclear = UNCLEAR_ACTION.exec(unapproved) ?? unknownParticiple(unapproved);
   if (unclear) {
     return `Charter does not read "${unclear}": say whether such calls are blocked, allowed, or sent to a person ("block …", "only allow …", "ask a person for …")`;
@@ -1021,6 +1010,7 @@ const APPROVAL_WHO = new RegExp(
   String.raw`${APPROVAL.source}(?:\s+(?:from|by|to)\s+(?:an?\s+|the\s+)?[\w-]+)?`,
   'i',
 );
+const APPROVAL_WHO_ALL = new RegExp(APPROVAL_WHO.source, 'gi');
 
 function compileClause(tool: ToolInfo, clause: string): Outcome {
   // Names are no words of the rule: "the block tool" or an argument named "stop" say nothing about
