@@ -184,13 +184,18 @@ function redirected(method: string, url: string, res: Response) {
  * shape) has none, and tells nothing of the request's content; apiError names it `http_<status>`.
  */
 export function fromService(res: HttpResponse): boolean {
-  const err = (res.body as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+  const err = envelopeOf(res);
   return typeof err?.code === 'string' && typeof err.message === 'string';
+}
+
+/** The `error` member of an answer's JSON body, as it is (any type), if any. */
+function envelopeOf(res: HttpResponse): { code?: unknown; message?: unknown } | undefined {
+  return (res.body as { error?: { code?: unknown; message?: unknown } } | null)?.error;
 }
 
 /** The error envelope of a non-2xx answer as an ApiError. */
 export function apiError(res: HttpResponse): ApiError {
-  const err = (res.body as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+  const err = envelopeOf(res);
   return new ApiError(
     res.status,
     typeof err?.code === 'string' ? err.code : `http_${res.status}`,
