@@ -2,8 +2,18 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { Redis } from 'ioredis';
 import WebSocket from 'ws';
+import { keyHeader, type Tenant, type TestApp } from './helpers.js';
 
 export const TEST_REDIS_URL = process.env.SVC_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/** A validation of `tool` with no arguments under the tenant's API key: a decision event to stream. */
+export const validateTool = (t: TestApp, tenant: Tenant, tool: string) =>
+  t.inject({
+    method: 'POST',
+    url: '/v1/tools/validate',
+    headers: keyHeader(tenant.apiKey),
+    payload: { tool_name: tool, arguments: {} },
+  });
 
 /** Polls until check() returns a value other than undefined/false; fails with `what` at the deadline. */
 export async function waitFor<T>(

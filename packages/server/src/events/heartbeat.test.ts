@@ -1,15 +1,8 @@
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
-import {
-  bearer,
-  createTenant,
-  JWT_SECRET,
-  keyHeader,
-  type Tenant,
-  type TestApp,
-} from '../../test/helpers.js';
+import { bearer, createTenant, JWT_SECRET, type TestApp } from '../../test/helpers.js';
 import { signIn } from '../../test/revocations.js';
-import { SseClient, WsClient, waitFor } from '../../test/streams.js';
+import { SseClient, validateTool, WsClient, waitFor } from '../../test/streams.js';
 import { signUserToken } from '../lib/jwt.js';
 import { recheckReads } from './access.js';
 import { LocalEventBus } from './bus.js';
@@ -18,14 +11,6 @@ import { EventHub, type StreamClient } from './hub.js';
 
 /** Streams of one person opened for each test: enough that a read per stream could not pass as one. */
 const STREAMS = 20;
-
-const validate = (t: TestApp, tenant: Tenant, tool: string) =>
-  t.inject({
-    method: 'POST',
-    url: '/v1/tools/validate',
-    headers: keyHeader(tenant.apiKey),
-    payload: { tool_name: tool, arguments: {} },
-  });
 
 const toolOf = (data: unknown) => (data as { toolName?: string }).toolName;
 
@@ -190,7 +175,7 @@ describe('SSE heartbeats and the streams of one person', () => {
     ];
     await leave(t, user, tenant.orgId);
     await waitFor(() => leaving.every((c) => c.ended), 'every stream of the membership to end', 5000);
-    await validate(t, kept, 'still_member');
+    await validateTool(t, kept, 'still_member');
     for (const c of staying) await c.waitForEvent((e) => toolOf(e.data) === 'still_member', 'event');
     expect(staying.some((c) => c.ended)).toBe(false);
   });
@@ -201,7 +186,7 @@ describe('SSE heartbeats and the streams of one person', () => {
     const expiring = [await connect(tenant.orgId, bearer(short)), await connect(tenant.orgId, bearer(short))];
     const staying = await connect(tenant.orgId, bearer(tenant.token));
     await waitFor(() => expiring.every((c) => c.ended), 'the streams of the expired token to end', 5000);
-    await validate(t, tenant, 'after_expiry');
+    await validateTool(t, tenant, 'after_expiry');
     await staying.waitForEvent((e) => toolOf(e.data) === 'after_expiry', 'event');
     expect(staying.ended).toBe(false);
   });

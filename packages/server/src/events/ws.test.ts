@@ -3,23 +3,8 @@ import { createServer } from 'node:net';
 import { generateKeyPair, SignJWT } from 'jose';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { useTestApp } from '../../test/fixture.js';
-import {
-  bearer,
-  createTenant,
-  keyHeader,
-  type Tenant,
-  type TestApp,
-  withTestApp,
-} from '../../test/helpers.js';
-import { WsClient, waitFor } from '../../test/streams.js';
-
-const validate = (t: TestApp, tenant: Tenant, tool: string) =>
-  t.inject({
-    method: 'POST',
-    url: '/v1/tools/validate',
-    headers: keyHeader(tenant.apiKey),
-    payload: { tool_name: tool, arguments: {} },
-  });
+import { bearer, createTenant, keyHeader, type Tenant, withTestApp } from '../../test/helpers.js';
+import { validateTool, WsClient, waitFor } from '../../test/streams.js';
 
 const toolOf = (f: { data: Record<string, unknown> }) => f.data.toolName;
 
@@ -48,7 +33,7 @@ describe('GET /ws (WebSocket)', () => {
   it('delivers {type, data} JSON text frames of the user organization', async () => {
     const c = await connect(a.token);
     await waitFor(() => t.ctx.streams.size > 0, 'registered');
-    expect((await validate(t, a, 'ws_tool')).statusCode).toBe(200);
+    expect((await validateTool(t, a, 'ws_tool')).statusCode).toBe(200);
     const f = await c.waitForFrame((x) => toolOf(x) === 'ws_tool', 'frame');
     expect(f.type).toBe('decision.created');
     expect(f.data).toMatchObject({ toolName: 'ws_tool', decision: 'allow', mode: 'deterministic' });
@@ -58,9 +43,9 @@ describe('GET /ws (WebSocket)', () => {
     const second = await createTenant(t, a.userId);
     const c = await connect(a.token);
     await waitFor(() => t.ctx.streams.size > 0, 'registered');
-    await validate(t, b, 'not_mine');
-    await validate(t, a, 'first_org');
-    await validate(t, second, 'second_org');
+    await validateTool(t, b, 'not_mine');
+    await validateTool(t, a, 'first_org');
+    await validateTool(t, second, 'second_org');
     await c.waitForFrame((x) => toolOf(x) === 'second_org', 'second org frame');
     // In publication order: the other organization's event would have come first.
     expect(c.frames.map(toolOf)).toEqual(['first_org', 'second_org']);
