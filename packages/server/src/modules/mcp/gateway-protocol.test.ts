@@ -119,6 +119,10 @@ describe('MCP data plane over plain HTTP', () => {
       { jsonrpc: '2.0', id: 1, method: 'tools/call', params: [1, 2] },
       { jsonrpc: '2.0', id: null, method: 'ping' },
       { jsonrpc: '2.0', id: 1.5, method: 'ping' },
+      // Past 2^53-1 JSON.parse rounds: answered, the id would not be the one sent.
+      { jsonrpc: '2.0', id: 2 ** 53, method: 'ping' },
+      { jsonrpc: '2.0', id: -(2 ** 53), method: 'ping' },
+      { jsonrpc: '2.0', id: 1e30, method: 'ping' },
       'just a string',
     ];
     for (const body of bad) {
@@ -127,6 +131,16 @@ describe('MCP data plane over plain HTTP', () => {
       expect(res.json().error.code, JSON.stringify(body)).toBe(-32600);
       expect(res.json().jsonrpc).toBe('2.0');
     }
+    const rounded = await rawRpc(url, '{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"}', key(tenant));
+    expect(rounded.status).toBe(400);
+    expect(rounded.json()).toMatchObject({ id: null, error: { code: -32600 } });
+    const largest = await rawRpc(
+      url,
+      { jsonrpc: '2.0', id: Number.MAX_SAFE_INTEGER, method: 'ping' },
+      key(tenant),
+    );
+    expect(largest.status).toBe(200);
+    expect(largest.json().id).toBe(Number.MAX_SAFE_INTEGER);
     const notJson = await rawRpc(url, '{"jsonrpc":', key(tenant));
     expect(notJson.status).toBe(400);
     expect(notJson.json()).toMatchObject({ id: null, error: { code: -32700 } });
@@ -455,6 +469,36 @@ describe('MCP data plane over plain HTTP', () => {
     );
     expect(unversioned.json().result.protocolVersion).toMatch(/^\d{4}-\d{2}-\d{2}$/);
     expect(unversioned.json().result.protocolVersion).not.toBe('1999-01-01');
+  });
+
+  it("answers 400 to an MCP-Protocol-Version other than the session's, or one it cannot speak without a session", async () => {
+    const { tenant, url } = await setup();
+    const init = await rawRpc(url, initialize(1), key(tenant));
+    const sid = init.headers.get('mcp-session-id')!;
+    expect(init.json().result.protocolVersion).toBe('2025-06-18');
+    const inSession = (version: string) => ({
+      ...key(tenant),
+      'mcp-session-id': sid,
+      'mcp-protocol-version': version,
+    });
+    const agreed = await rawRpc(url, call(2, 'echo', { text: 'a' }), inSession('2025-06-18'));
+    expect(agreed.status).toBe(200);
+    for (const version of ['1999-01-01', '2025-03-26']) {
+      const other = await rawRpc(url, call(3, 'echo', { text: 'b' }), inSession(version));
+      expect(other.status, version).toBe(400);
+      expect(other.json().error).toMatchObject({ code: 'validation_failed' });
+      expect(other.json().error.message).toContain('2025-06-18');
+      const stream = await fetch(url, { headers: inSession(version) });
+      expect(stream.status, version).toBe(400);
+      await stream.body?.cancel();
+    }
+    const stateless = (version: string) => ({ ...key(tenant), 'mcp-protocol-version': version });
+    expect((await rawRpc(url, call(4, 'echo', { text: 'c' }), stateless('2025-03-26'))).status).toBe(200);
+    const unsupported = await rawRpc(url, call(5, 'echo', { text: 'd' }), stateless('1999-01-01'));
+    expect(unsupported.status).toBe(400);
+    expect(unsupported.json().error.message).toContain('not supported');
+    // Nothing was forwarded or recorded for the refused calls.
+    expect((await toolsRecorded(tenant)).length).toBe(2);
   });
 
   it('ends a session whose upstream configuration was changed through another instance', async () => {

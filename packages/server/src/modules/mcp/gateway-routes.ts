@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../../context.js';
@@ -74,6 +75,27 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
     if (!session || configChanged(session, upstream))
       throw notFound('MCP session (send initialize to start a new one)');
     return session;
+  }
+
+  /**
+   * MCP over HTTP: a request after initialize names its protocol version in MCP-Protocol-Version,
+   * and one the server cannot speak answers 400. In a session that is the version the upstream
+   * agreed to at initialize (which may be newer than this service's SDK knows); without a session,
+   * the request runs in an upstream session opened at a version this service speaks, so the header
+   * must name one of those. No header: the version is taken as agreed (MCP's fallback).
+   */
+  function checkVersion(req: FastifyRequest, session: GatewaySession | null): void {
+    const asked = req.headers['mcp-protocol-version'];
+    if (asked === undefined) return;
+    const agreed = session?.protocolVersion;
+    if (agreed ? asked === agreed : typeof asked === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(asked))
+      return;
+    throw new AppError(
+      'validation_failed',
+      agreed
+        ? `MCP-Protocol-Version ${JSON.stringify(asked)} is not this session's protocol version (${agreed})`
+        : `MCP-Protocol-Version ${JSON.stringify(asked)} is not supported (supported: ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')})`,
+    );
   }
 
   /**
@@ -175,6 +197,7 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
         return sendRpc(reply, answer, wantsSse(req.headers.accept), 200, () => oneEvent(created, answer));
       }
       const session = existingSession(req, key, upstream);
+      checkVersion(req, session);
       if (incoming.kind === 'notification') {
         gateway.notify(session, incoming.message);
         return reply.code(202).send();
@@ -234,6 +257,7 @@ export const gatewayRoutes: FastifyPluginAsyncTypebox<GatewayRouteDeps> = async 
       const upstream = await upstreamFor(key, req.params.upstreamSlug);
       const owner = { keyId: key.keyId, upstreamId: upstream.id };
       const session = existingSession(req, key, upstream);
+      checkVersion(req, session);
       const lastEventId = req.headers['last-event-id'];
       let resumed: ReturnType<GatewaySession['resume']> = null;
       if (typeof lastEventId === 'string' && lastEventId !== '') {

@@ -126,22 +126,21 @@ export function createGateway({ enforcement, sessions, open, limits, clock, log 
    */
   async function initialize(caller: Caller, session: GatewaySession, req: RpcRequest): Promise<RpcResponse> {
     try {
-      const { session: upstream, result } = await UpstreamSession.open(
-        toTarget(caller.upstream),
-        open,
-        limits,
-        req.params ?? {},
-        {
-          // A request the client cannot take (too many wait for it) ends the upstream session.
-          message: (m) => session.deliver(m),
-          closed: (why) => void sessions.end(session.id, `the upstream session ended (${why})`),
-        },
-      );
+      const {
+        session: upstream,
+        result,
+        version,
+      } = await UpstreamSession.open(toTarget(caller.upstream), open, limits, req.params ?? {}, {
+        // A request the client cannot take (too many wait for it) ends the upstream session.
+        message: (m) => session.deliver(m),
+        closed: (why) => void sessions.end(session.id, `the upstream session ended (${why})`),
+      });
       if (session.closed) {
         void upstream.close();
         return rpcError(req.id, RPC.internal, 'The MCP session ended during initialize');
       }
       session.upstream = upstream;
+      session.protocolVersion = version;
       return rpcResult(req.id, result);
     } catch (err) {
       void sessions.end(session.id, 'initialize failed');

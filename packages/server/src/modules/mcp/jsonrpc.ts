@@ -61,8 +61,12 @@ export const UNPARSABLE = Symbol('unparsable');
 export const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/**
+ * A string, or an integer that JSON.parse read exactly: a larger one arrives rounded, so its answer
+ * would carry another id than the client sent, and two such ids could be taken for one.
+ */
 const validId = (v: unknown): v is RpcId =>
-  typeof v === 'string' || (typeof v === 'number' && Number.isInteger(v));
+  typeof v === 'string' || (typeof v === 'number' && Number.isSafeInteger(v));
 
 /** A JSON body past the limits of lib/json.ts: an invalid request, answered with its id when it has one. */
 export class OutOfLimits {
@@ -117,7 +121,7 @@ export function classify(body: unknown): Incoming {
       return bad('method must be a non-empty string');
     if (body.params !== undefined && !isObject(body.params)) return bad('params must be an object');
     if (!('id' in body)) return { kind: 'notification', message: body as unknown as RpcNotification };
-    if (!validId(body.id)) return bad('id must be a string or an integer');
+    if (!validId(body.id)) return bad('id must be a string or an integer from -(2^53-1) to 2^53-1');
     return { kind: 'request', message: body as unknown as RpcRequest };
   }
   if (validId(body.id) && ('result' in body || 'error' in body))

@@ -35,6 +35,8 @@ const idKey = (id: RpcId) => (typeof id === 'number' ? `n${id}` : `s${id}`);
  */
 export class GatewaySession implements ReplyHost {
   upstream: UpstreamSession | null = null;
+  /** The protocol version the upstream agreed to at initialize (set with `upstream`). */
+  protocolVersion: string | null = null;
   /**
    * The `updated_at` of the upstream configuration the session was opened with: a change made on
    * another instance (which cannot end this instance's sessions) shows as another value.

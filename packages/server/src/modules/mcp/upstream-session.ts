@@ -126,7 +126,7 @@ export class UpstreamSession {
     limits: UpstreamLimits,
     initialize: Params,
     events: UpstreamEvents,
-  ): Promise<{ session: UpstreamSession; result: Record<string, unknown> }> {
+  ): Promise<{ session: UpstreamSession; result: Record<string, unknown>; version: string }> {
     const session = new UpstreamSession(target, limits, events);
     session.observe = options.observe;
     session.transport = await openTransport(target, options, limits, {
@@ -152,7 +152,7 @@ export class UpstreamSession {
       if (typeof version !== 'string')
         throw new UpstreamError('invalid', 'upstream initialize result has no protocolVersion');
       session.transport.setProtocolVersion?.(version);
-      return { session, result };
+      return { session, result, version };
     } catch (err) {
       await session.close();
       throw toUpstreamError(err);
