@@ -83,6 +83,19 @@ describe.each(PROVIDERS)('the %s adapter', (provider) => {
     expect(v).toMatchObject({ ok: true, answer: { matchedException: 'The recipient is the security team' } });
   });
 
+  it("records a matched exception as the policy's text, not the model's padded copy", async () => {
+    server.script = () => ({
+      object: {
+        decision: 'allow',
+        reason: 'Security team.',
+        failedArgument: null,
+        matchedException: '  The recipient is the security team\n',
+      },
+    });
+    const v = await judgeWith().judge(request(provider, { to: 'padded@partner.test' }));
+    expect(v).toMatchObject({ ok: true, answer: { matchedException: 'The recipient is the security team' } });
+  });
+
   it('fails on a timeout', async () => {
     server.script = () => ({ stallMs: 2_000 });
     const v = await judgeWith({ SVC_LLM_TIMEOUT_MS: '300' }).judge(

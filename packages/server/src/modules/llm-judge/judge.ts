@@ -159,6 +159,9 @@ export function createJudge({ settings, now = Date.now }: JudgeDeps): Judge & {
     if (problem) return failure('invalid_output', `the answer is inconsistent: ${problem}`, binding);
     // An allow names no argument (an empty name is none).
     if (answer.decision === 'allow') answer.failedArgument = null;
+    // The exception is recorded as the policy writes it: the model's copy matched it only trimmed.
+    const matched = answer.matchedException?.trim();
+    if (matched !== undefined) answer.matchedException = req.exceptions.find((e) => e.trim() === matched)!;
     cache.set(key, answer, binding);
     return { ok: true, answer, binding, cached: false };
   }
