@@ -1,10 +1,13 @@
+import { compilePolicy, evaluate } from '@svc/policy-engine';
 import { describe, expect, it } from 'vitest';
 import { answerQuestion } from './chat.js';
 import {
   CLAUSE_END,
   clauseJoiner,
   compileMessage,
+  FILLER_PHRASES,
   namePattern,
+  OPENING_PHRASES,
   splitClauses,
   TRAILING_ONLY,
   VALUE_SEPARATOR,
@@ -229,6 +232,29 @@ const TABLE: [string, Expect][] = [
   ],
   ['send payment amount must be below 400', pay({ lessThan: 400 })],
   ['sendPayment amount <= 80', pay({ maximum: 80 })],
+  // Framing that opens or closes a sentence is read as nothing (see 'framing' below).
+  ['From now on, block send_payment over $1,000', pay({ maximum: 1000 })],
+  ['Block send_payment over $1,000 going forward', pay({ maximum: 1000 })],
+  ['In all cases, block send_payment over $1,000', pay({ maximum: 1000 })],
+  ['Henceforth block send_payment over $1,000', pay({ maximum: 1000 })],
+  ['Ensure that send_payment amount is at most $1,000', pay({ maximum: 1000 })],
+  ['Always include a reason on delete_user', on('delete_user', 'reason', { required: true })],
+  // "allow" with a bound that states its limit by itself, or with "only": the allowed range.
+  ['Allow send_payment up to $100', pay({ maximum: 100 })],
+  ['Allow send_payment amounts of at most $100', pay({ maximum: 100 })],
+  ['Allow send_payment between $10 and $100', pay({ minimum: 10, maximum: 100 })],
+  ['Allow send_payment over $1,000 only', pay({ greaterThan: 1000 })],
+  ['Allow only send_payment under $100', pay({ lessThan: 100 })],
+  ['Only allow send_email subject under 80 characters', on('send_email', 'subject', { maxLength: 79 })],
+  // A domain on a recipient (which may hold a name) is stopped alone too, not only in an address.
+  [
+    'Block send_payment to recipient evil.corp',
+    on('send_payment', 'recipient', { notRegex: '(?i)(?:^|[^a-z0-9-])(?:evil\\.corp)\\.?(?:$|[^a-z0-9.-])' }),
+  ],
+  [
+    'Only allow send_payment recipients at good.com',
+    on('send_payment', 'recipient', { regex: `(?i)^[^\\s@,;<>"']+@(?:good\\.com)$` }),
+  ],
 ];
 
 /** Phrasings that must be refused (nothing compiled, a reason given). */
@@ -368,6 +394,25 @@ const REFUSE: string[] = [
   'Block send_payment over 1,5k',
   "Block send_payment over 1'000 dollars",
   'Block everything',
+  // The words of framing phrases are no words of a rule on their own, nor framing inside a sentence.
+  'Block send_email to gmail.com now',
+  'Now block send_email to gmail.com',
+  'Block send_email to gmail.com forward',
+  'Block henceforth send_email to gmail.com',
+  'Block send_payment in all cases over $1,000',
+  'Block send_payment cases over $1,000',
+  // Framing gives no direction: "always" is no "must" ("send_payment over $100" is refused too).
+  'Always send_payment over $100',
+  'From now on.',
+  // A comparison the calls are only let through by: the others may or may not be meant to stop.
+  'Allow send_payment over $1,000',
+  'Allow send_payment under $100',
+  'Allow send_payment amounts above $100',
+  'send_payment over $1,000 is allowed',
+  'send_payment amounts under $100 are always allowed',
+  'send_payment amounts over $100 must be allowed',
+  'Always allow send_payment under $100',
+  'Allow send_email subject under 80 characters',
 ];
 
 describe('compileMessage: the phrasing table', () => {
@@ -695,6 +740,8 @@ describe('long runs are read in linear time', () => {
     'cap word': 'cap x ',
     'space comma': ' ,',
     punctuation: ',.;!?',
+    'framing word': 'always ',
+    'framing phrase': 'from now on, ',
   };
   const chat = {
     tools: TOOLS,
@@ -777,5 +824,213 @@ describe('tools named without words (separators or spaces only)', () => {
       const out = compileMessage(`Block ${name} over 5`, tools, 'send_payment');
       expect(out.rules).toMatchObject([{ toolName: name, constraint: { argumentName: 'n', maximum: 5 } }]);
     }
+  });
+});
+
+/** What a message compiles to, without the clauses' own text (which framing is taken out of). */
+const reading = (message: string) => {
+  const out = compileMessage(message, TOOLS, null);
+  return {
+    rules: out.rules.map(({ text: _, ...rule }) => rule),
+    why: out.notUnderstood.map((n) => n.why),
+  };
+};
+
+describe('framing that opens or closes a sentence', () => {
+  // Accepted and refused sentences alike: framing never changes what a sentence is read as.
+  const SENTENCES = [
+    'Block send_payment over $1,000',
+    'send_payment amount must be at most $500',
+    'Ask a person for send_payment over $500',
+    'send_payment currency must be USD or EUR',
+    'Only allow send_payment currency USD',
+    'Block send_email to gmail.com',
+    'send_email subject must start with "[ext]"',
+    'delete_user reason is required',
+    'At most 3 send_payment calls per session',
+    'send_payment over $100',
+    'Allow send_payment over $1,000',
+    'Block send_payment unless currency is USD',
+  ];
+
+  it.each(FILLER_PHRASES)('reads "%s" at the start or the end of a sentence as nothing', (phrase) => {
+    for (const sentence of SENTENCES) {
+      const expected = reading(sentence);
+      const lower = sentence[0]!.toLowerCase() + sentence.slice(1);
+      const capital = phrase[0]!.toUpperCase() + phrase.slice(1);
+      for (const framed of [
+        `${capital}, ${lower}`,
+        `${capital} ${lower}.`,
+        `${sentence} ${phrase}`,
+        `${sentence}, ${phrase}.`,
+        `${capital}, ${lower} ${phrase}!`,
+      ]) {
+        expect(reading(framed), framed).toEqual(expected);
+      }
+    }
+  });
+
+  it.each(OPENING_PHRASES)('reads "%s" opening a sentence as nothing', (phrase) => {
+    for (const sentence of SENTENCES) {
+      const framed = `${phrase[0]!.toUpperCase()}${phrase.slice(1)} ${sentence[0]!.toLowerCase()}${sentence.slice(1)}`;
+      expect(reading(framed), framed).toEqual(reading(sentence));
+    }
+  });
+
+  it('reads several framing phrases, and splits a framed sentence as the sentence without them', () => {
+    const two = reading('Block send_payment over $1,000, ask a person above $500');
+    expect(two.rules).toHaveLength(2);
+    for (const framed of [
+      'From now on, block send_payment over $1,000, ask a person above $500',
+      'Please, going forward, block send_payment over $1,000, ask a person above $500.',
+      'Block send_payment over $1,000, ask a person above $500, from now on, please.',
+    ]) {
+      expect(reading(framed), framed).toEqual(two);
+    }
+    const joined = compileMessage(
+      'From now on, block send_payment over $1,000 always and ask a person above $500 at all times.',
+      TOOLS,
+      null,
+    );
+    expect(joined.notUnderstood).toEqual([]);
+    expect(joined.rules.map((r) => r.text)).toEqual([
+      'block send_payment over $1,000',
+      'ask a person above $500',
+    ]);
+  });
+
+  it('keeps a phrase a reading places whole: "always include" is a required argument', () => {
+    const required = [
+      { toolName: 'delete_user', constraint: { argumentName: 'reason', enabled: true, required: true } },
+    ];
+    for (const sentence of [
+      'Always include a reason on delete_user',
+      'Please always include a reason on delete_user',
+      'From now on, always include a reason on delete_user',
+    ]) {
+      expect(compileMessage(sentence, TOOLS, null).rules, sentence).toMatchObject(required);
+    }
+  });
+
+  it('reads the words of framing nowhere else, and refuses a sentence of framing alone', () => {
+    for (const sentence of [
+      'Block send_email to gmail.com now',
+      'Block send_payment cases over $1,000',
+      'send_payment memo must not contain "x" onwards',
+      'Block send_payment going forward over $1,000',
+    ]) {
+      const out = compileMessage(sentence, TOOLS, null);
+      expect(out.rules, sentence).toEqual([]);
+      expect(out.notUnderstood, sentence).toHaveLength(1);
+    }
+    for (const sentence of ['From now on.', 'Always, please.', 'Going forward']) {
+      expect(compileMessage(sentence, TOOLS, 'send_payment').notUnderstood, sentence).toHaveLength(1);
+    }
+  });
+});
+
+describe('a comparison the calls are only let through by ("Allow X over $N")', () => {
+  it('is refused, naming both readings in words that compile', () => {
+    const over = compileMessage('Allow send_payment over $1,000', TOOLS, null);
+    expect(over.rules).toEqual([]);
+    expect(over.notUnderstood[0]?.why).toContain('"allow" says that calls over $1,000 may be made');
+    expect(over.notUnderstood[0]?.why).toContain('"only allow … over $1,000"');
+    expect(over.notUnderstood[0]?.why).toContain('"block … at or below $1,000"');
+    expect(over.notUnderstood[0]?.why).toContain('"ask a person for … at or below $1,000"');
+    const under = compileMessage('send_payment amounts under $100 are permitted', TOOLS, null);
+    expect(under.notUnderstood[0]?.why).toContain('"only allow … under $100"');
+    expect(under.notUnderstood[0]?.why).toContain('"block … at or above $100"');
+    const length = compileMessage('Allow send_email subject under 80 characters', TOOLS, null);
+    expect(length.notUnderstood[0]?.why).toContain('"only allow … under 80 characters"');
+    // The suggested sentences compile, "only allow" and "block the other side" to the same rule.
+    const rule = (m: string) => compileMessage(m, TOOLS, null).rules.map((r) => r.constraint);
+    expect(rule('Only allow send_payment over $1,000')).toEqual([pay({ greaterThan: 1000 }).constraint]);
+    expect(rule('Block send_payment at or below $1,000')).toEqual([pay({ greaterThan: 1000 }).constraint]);
+    expect(rule('Ask a person for send_payment at or below $1,000')).toEqual([
+      pay({ greaterThan: 1000, action: 'require_approval' }).constraint,
+    ]);
+    expect(rule('Only allow send_payment under $100')).toEqual([pay({ lessThan: 100 }).constraint]);
+    expect(rule('Block send_payment at or above $100')).toEqual([pay({ lessThan: 100 }).constraint]);
+  });
+
+  it('reads a bound that states its limit by itself the same with "allow" as without', () => {
+    for (const bound of [
+      'up to $100',
+      'at most $100',
+      'no more than $100',
+      'at least $10',
+      'between $10 and $100',
+    ]) {
+      const plain = compileMessage(`send_payment amount ${bound}`, TOOLS, null).rules[0]?.constraint;
+      expect(plain, bound).toBeDefined();
+      expect(compileMessage(`Allow send_payment ${bound}`, TOOLS, null).rules[0]?.constraint, bound).toEqual(
+        plain,
+      );
+    }
+  });
+
+  it('keeps "allow" with a person to ask: the calls over the limit go to a person', () => {
+    expect(
+      compileMessage('Allow send_payment over $1,000 with manager approval', TOOLS, null).rules,
+    ).toMatchObject([pay({ maximum: 1000, action: 'require_approval' })]);
+  });
+});
+
+describe('a blocked domain on an argument that may hold more than an address', () => {
+  /** Whether the engine denies each value of `arg` under the message's one rule. */
+  const denies = (message: string, values: string[]) => {
+    const out = compileMessage(message, TOOLS, null);
+    expect(out.notUnderstood).toEqual([]);
+    const constraint = out.rules[0]!.constraint!;
+    const policy = compilePolicy({ mode: 'deterministic', constraints: [constraint] });
+    return Object.fromEntries(
+      values.map((v) => [v, evaluate(policy, { [constraint.argumentName]: v }).decision === 'deny']),
+    );
+  };
+
+  it('stops the bare domain and its subdomains too, never another name', () => {
+    const stopped = [
+      'evil.corp',
+      'EVIL.corp',
+      'evil.corp.',
+      'pay.evil.corp',
+      'x@evil.corp',
+      'x@pay.evil.corp',
+      'Evil <x@evil.corp>',
+      'acme.io, evil.corp',
+    ];
+    const passed = [
+      'notevil.corp',
+      'x@notevil.corp',
+      'my-evil.corp',
+      'evil.corp.example',
+      'x@evil.corporate',
+      'x@acme.io',
+      'Acme Ltd',
+    ];
+    for (const message of [
+      'Block send_payment to recipient evil.corp',
+      'Block send_payment recipients at evil.corp addresses',
+    ]) {
+      const decided = denies(message, [...stopped, ...passed]);
+      expect(decided, message).toEqual(
+        Object.fromEntries([...stopped.map((v) => [v, true]), ...passed.map((v) => [v, false])]),
+      );
+    }
+  });
+
+  it('keeps an allow-list to whole addresses at the domain', () => {
+    const decided = denies('Only allow send_payment recipients at good.com', [
+      'bob@good.com',
+      'good.com',
+      'bob@evil.corp',
+      'eve@evil.com, bob@good.com',
+    ]);
+    expect(decided).toEqual({
+      'bob@good.com': false,
+      'good.com': true,
+      'bob@evil.corp': true,
+      'eve@evil.com, bob@good.com': true,
+    });
   });
 });

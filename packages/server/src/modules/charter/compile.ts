@@ -19,6 +19,8 @@ import {
   LENGTH_UNIT,
   NEGATION_WORD,
   NEGATIVE,
+  ONLY,
+  PERMISSION,
   POSITIVE,
   REQUIRED,
   SESSION,
@@ -195,16 +197,77 @@ function splitAtCommas(part: string): string[] {
   return out;
 }
 
-/** Sentences, then parts joined by "and" / "also" (or a comma) where the next part starts a new rule. */
+/**
+ * Framing that says nothing about which calls: read only as a whole phrase opening or closing a
+ * sentence or a clause, and taken out before the rule is read, so that it never changes the
+ * reading. Its words are no words of the rule elsewhere ("now", "cases" are refused).
+ */
+export const FILLER_PHRASES = [
+  'from now on',
+  'from here on',
+  'going forward',
+  'henceforth',
+  'in all cases',
+  'at all times',
+  'always',
+  'please',
+] as const;
+/** Framing that only opens a sentence ("Ensure that send_payment amount is at most $1,000"). */
+export const OPENING_PHRASES = ['make sure that', 'make sure', 'ensure that', 'ensure'] as const;
+
+/** Phrases as regex alternatives, longer ones first, their words apart by any spaces. */
+const phraseAlternatives = (phrases: readonly string[]): string =>
+  [...phrases]
+    .sort((a, b) => b.length - a.length)
+    .map((p) => p.split(' ').map(escapeRegex).join(String.raw`\s+`))
+    .join('|');
+const FILLER_ALTERNATIVES = phraseAlternatives(FILLER_PHRASES);
+/** Opening framing, one phrase or several ("Please, from now on, …"), before the rule itself. */
+const LEADING_FILLER = new RegExp(
+  String.raw`^(?:(?:${phraseAlternatives([...OPENING_PHRASES, ...FILLER_PHRASES])})\b[\s,:]*)+(?=\S)`,
+  'i',
+);
+/**
+ * Closing framing, one phrase or several ("…, from now on, please."). It starts after a word that is
+ * no such phrase, so a run of them is read from its first one only (linear, never once per phrase).
+ */
+const TRAILING_FILLER = new RegExp(
+  String.raw`(?<=[^\s,])(?<!\b(?:${FILLER_ALTERNATIVES}))(?:[\s,]+(?:${FILLER_ALTERNATIVES})\b)+[\s.!?;,]*$`,
+  'i',
+);
+
+/**
+ * A sentence or a clause without the framing that opens or closes it (see FILLER_PHRASES). A phrase
+ * a reading places whole that framing words begin stays ("Always include a reason": a required
+ * argument). One that is nothing but framing ("From now on.") is kept, and refused as no rule.
+ */
+export function withoutFiller(text: string): string {
+  const whole = text.trim();
+  let out = whole;
+  const lead = LEADING_FILLER.exec(out);
+  if (lead) out = out.slice(Math.min(lead[0].length, REQUIRED.exec(out)?.index ?? out.length));
+  const tail = TRAILING_FILLER.exec(out);
+  const required = [...out.matchAll(REQUIRED_ALL)].pop();
+  if (tail && (!required || required.index + required[0].length <= tail.index))
+    out = out.slice(0, tail.index);
+  return /\w/.test(out) ? out : whole;
+}
+
+/**
+ * Sentences, then parts joined by "and" / "also" (or a comma) where the next part starts a new rule;
+ * framing is taken out of each sentence (so that "From now on, block …, ask …" splits as "Block …,
+ * ask …") and of each part.
+ */
 export function splitClauses(message: string, keywords: string[]): string[] {
   const joiner = clauseJoiner(keywords);
   return message
     .replace(/[\u2018\u2019]/g, "'")
     .replace(/[\u201c\u201d]/g, '"')
     .split(/(?<=[.!?;])\s+|\n+|;\s*/)
+    .map(withoutFiller)
     .flatMap((s) => s.split(joiner))
     .flatMap(splitAtCommas)
-    .map((s) => s.trim().replace(CLAUSE_END, '').trim())
+    .map((s) => withoutFiller(s.trim().replace(CLAUSE_END, '')))
     .filter((s) => s.length > 0);
 }
 
@@ -257,6 +320,32 @@ function boundCount(clause: string): number {
 
 const TWO_BOUNDS =
   'it gives two limits in one rule; write one sentence per limit, or "between X and Y" for a range of allowed values';
+
+/** The other side of a comparison that leaves its number out: "over 5" stops at or below 5. */
+const OTHER_SIDE: Partial<Record<BoundKind, string>> = { gt: 'at or below', lt: 'at or above' };
+
+/**
+ * Why a comparison the calls are only let through by ("Allow send_payment over $1,000", "amounts
+ * under $100 are permitted") is refused, or null. Such a clause says those calls may be made, not
+ * that the others are stopped; reading it as "only allow" would stop the others on a guess. "only"
+ * ("Only allow … over $1,000") or a word that keeps the values ("must be", "limit … to") says it.
+ * A bound that states its limit by itself ("up to", "at most", "at least", "between") is read as
+ * that limit, allowed or not: "Allow send_payment up to $100" is "send_payment up to $100".
+ * `rest` is the clause without the bound; `unit` follows the number in the suggestions.
+ */
+function permissionOnly(
+  bound: Bound,
+  polarity: NonNullable<Polarity>,
+  rest: string,
+  unit = '',
+): string | null {
+  const other = OTHER_SIDE[bound.kind];
+  const words = rest.replace(QUOTED, ' ');
+  const permission = PERMISSION.exec(words);
+  if (bound.inherent || polarity.restricted || !other || !permission || ONLY.test(words)) return null;
+  const n = `${NUM_RE.exec(bound.text)![0].trim()}${unit}`;
+  return `"${permission[0].toLowerCase()}" says that calls ${bound.text}${unit} may be made, not that the others are stopped (a call no rule stops is allowed already): write "only allow … ${bound.text}${unit}" (the same as "block … ${other} ${n}") to stop the others, or "ask a person for … ${other} ${n}" to send them to a person`;
+}
 
 type Field = 'minimum' | 'maximum' | 'greaterThan' | 'lessThan';
 
@@ -358,7 +447,7 @@ const VOCABULARY = new Set([
     'arguments field fields parameter parameters address domain domains email emails e-mail mail euro ' +
     'pound m mm bn equals or-more or-less included through down into onto out accept accepts accepted ' +
     'ok okay fine shall been being were did done doing don as some such other another together rule ' +
-    'rules policy after now forward onward onwards case cases henceforth'
+    'rules policy after'
   ).split(' '),
 ]);
 
@@ -600,10 +689,14 @@ function lengthRule(ctx: Ctx): Outcome {
   const bound = findBound(ctx.clause);
   if (!bound) return null;
   if (boundCount(ctx.clause) > 1) return { why: TWO_BOUNDS };
-  const polarity = polarityOf(ctx.clause.replace(bound.text, ' '), bound.inherent);
+  const rest = ctx.clause.replace(bound.text, ' ');
+  const polarity = polarityOf(rest, bound.inherent);
   if (!polarity) return { why: 'it does not say whether such values are allowed or stopped' };
   const arg = pickArgument(ctx, isLength ? ['string'] : ['array'], isLength ? 'a string' : 'an array');
   if ('why' in arg) return isItems ? null : arg;
+  const written = (isLength ? LENGTH_UNIT : ITEMS_UNIT).exec(ctx.clause)![0];
+  const permitted = permissionOnly(bound, polarity, rest, ` ${written}`);
+  if (permitted) return { why: permitted };
   const fields = boundFields(bound, polarity.restricted);
   if (typeof fields === 'string') return { why: fields };
   const [lo, hi] = isLength ? (['minLength', 'maxLength'] as const) : (['minItems', 'maxItems'] as const);
@@ -630,12 +723,15 @@ function numericRule(ctx: Ctx): Outcome {
   const bound = findBound(ctx.clause);
   if (!bound) return null;
   if (boundCount(ctx.clause) > 1) return { why: TWO_BOUNDS };
-  const polarity = polarityOf(ctx.clause.replace(bound.text, ' '), bound.inherent);
+  const rest = ctx.clause.replace(bound.text, ' ');
+  const polarity = polarityOf(rest, bound.inherent);
   if (!polarity) {
     return { why: 'it does not say whether such calls are allowed, blocked or sent to a person' };
   }
   const arg = pickArgument(ctx, ['number'], 'a number');
   if ('why' in arg) return arg;
+  const permitted = permissionOnly(bound, polarity, rest);
+  if (permitted) return { why: permitted };
   const fields = boundFields(bound, polarity.restricted);
   if (typeof fields === 'string') return { why: fields };
   const c: Constraint = { argumentName: arg.name, enabled: true, ...fields };
@@ -651,6 +747,20 @@ function numericRule(ctx: Ctx): Outcome {
       samples: { argumentName: arg.name, allowed: s.allowed, denied: s.denied },
     },
   };
+}
+
+/**
+ * The pattern stopping values at any of `alts` (domains as regex alternatives), in any case. An
+ * e-mail argument holds addresses: a domain, or a subdomain of it, follows "@" or "." and ends a name
+ * ("Bob <bob@GMAIL.com>" too). Another address argument (a recipient, a sender) may hold the domain
+ * itself, or a name beside an address: the domain is stopped wherever it stands whole ("evil.corp",
+ * "evil.corp.", "pay.evil.corp", "Evil <x@evil.corp>"), never inside another name ("notevil.corp",
+ * "evil.corp.example").
+ */
+function blockedDomains(alts: string, email: boolean): string {
+  return email
+    ? `(?i)[@.](?:${alts})(?:$|[^a-z0-9.-])`
+    : String.raw`(?i)(?:^|[^a-z0-9-])(?:${alts})\.?(?:$|[^a-z0-9.-])`;
 }
 
 function patternRule(ctx: Ctx): Outcome {
@@ -712,16 +822,17 @@ function patternRule(ctx: Ctx): Outcome {
     }
   } else {
     // Domains are matched in any case. An allowed value is one address, ending with one of them
-    // (not "eve@evil.com, bob@acme.io"); a blocked one is refused wherever the domain (or a
-    // subdomain of it) ends a name: "Bob <bob@GMAIL.com>" too.
+    // (not "eve@evil.com, bob@acme.io"); a blocked one is refused as blockedDomains says.
     regex = String.raw`(?i)^[^\s@,;<>"']+@(?:${alts})$`;
     words = `be an address at ${domains.join(' or ')}`;
     sample = { allowed: `someone@${domains[0]}`, denied: 'someone@elsewhere.example' };
   }
   const c: Constraint = { argumentName: arg.name, enabled: true };
   if (polarity.restricted && polarity.action === 'deny') {
-    c.notRegex = domain ? `(?i)[@.](?:${alts})(?:$|[^a-z0-9.-])` : regex;
+    const email = isEmailArgument(arg.name);
+    c.notRegex = domain ? blockedDomains(alts, email) : regex;
     sample = { allowed: sample.denied, denied: sample.allowed };
+    if (domain && !email) words = `name ${domains.join(' or ')} or a subdomain, alone or in an address`;
     return {
       rule: {
         summary: `"${arg.name}" must not ${words}`,
@@ -870,8 +981,10 @@ const NEGATIVE_ALL = new RegExp(NEGATIVE.source, 'gi');
 const APPROVAL_ALL = new RegExp(APPROVAL.source, 'gi');
 const REQUIRED_ALL = new RegExp(REQUIRED.source, 'gi');
 /** Words that allow, beside a word that blocks, make a clause read two ways ("Only allow X, block Y"). */
-const ALLOWS =
-  /\b(?:allow|allows|allowed|allowing|letting|let|permit|permits|permitted|permitting|must|should|has to|have to|needs? to|keep|kept|stay|stays)\b/i;
+const ALLOWS = new RegExp(
+  String.raw`${PERMISSION.source}|\b(?:must|should|has to|have to|needs? to|keep|kept|stay|stays)\b`,
+  'i',
+);
 /** A comparison without its number ("block larger amounts", "anything above", "the rest"): than what? */
 const BARE_COMPARISON =
   /\b(?:larger|bigger|smaller|higher|lower|longer|shorter|greater|above|below|over|under|beyond|exceeding|else|rest|others|otherwise|remaining)\b/i;

@@ -95,6 +95,16 @@ export const AMBIGUOUS_NUMBER =
 /** Words of negation, each of which a reading must account for. */
 export const NEGATION_WORD = /\b(?:not|no|never|none|nothing|nobody|without|neither|nor)\b|n't\b/i;
 
+/**
+ * Words that let calls through ("allow", "is permitted", "always allowed"): they say the described
+ * calls may be made, not that the others are stopped. A call no rule stops is allowed already.
+ */
+export const PERMISSION =
+  /\b(?:always\s+)?(?:allow|allows|allowed|allowing|let|letting|permit|permits|permitted|permitting)\b/i;
+
+/** "only": what the clause describes is all that is allowed. */
+export const ONLY = /\bonly\b/i;
+
 /** Words saying the described calls are the allowed ones. */
 export const POSITIVE =
   /\b(?:must|should|only|allow|allowed|permit|permitted|limit|limited|restrict|restricted|can|may|has to|have to|needs? to|keep|always|require|requires|required|cap|capped|at most|at least)\b/i;
