@@ -10,8 +10,10 @@ import {
 import {
   apiError,
   createHttp,
+  fromService,
   type Http,
   isRetryable,
+  notFromService,
   notTheService,
   retryDelay,
   sleep,
@@ -68,31 +70,77 @@ const DECISIONS: ReadonlySet<unknown> = new Set<ValidationResult['decision']>([
 
 const isPlainObject = (v: unknown): v is ToolArgs => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/** A refused option's value in its error: a string quoted (the string 'false' is no false). */
+function shown(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'function') return 'a function';
+  if (typeof value === 'object') return Array.isArray(value) ? 'an array' : 'an object';
+  return String(value);
+}
+
 /**
- * A numeric option, or its default when unset (undefined or null). Anything else than a number that
- * `ok` accepts throws, saying what it `must be`: a timeout of NaN or 0 would fail every request, and
- * NaN retries would never ask the service, so every call would get the `onUnavailable` answer while
- * the service is up.
+ * An option, or its default when unset (undefined or null). Anything else than a value `ok`
+ * accepts throws, saying what it `must be`: a wrong value is never read as something else (the
+ * string 'false' as true, 'thorw' as deny, '2' as a number, a fetch that is no function as the
+ * service being unreachable, which `onUnavailable: 'allow'` would answer with an allow).
  */
-function numberOption(
+function option<T>(
+  name: string,
+  value: unknown,
+  fallback: T,
+  ok: (v: unknown) => boolean,
+  mustBe: string,
+): T {
+  if (value === undefined || value === null) return fallback;
+  if (!ok(value)) throw new SvcError(`${name} must be ${mustBe}, not ${shown(value)}`);
+  return value as T;
+}
+
+/**
+ * A numeric option (see option): a timeout of NaN or 0 would fail every request, and NaN retries
+ * would never ask the service, so every call would get the `onUnavailable` answer while the
+ * service is up.
+ */
+const numberOption = (
   name: string,
   value: unknown,
   fallback: number,
   ok: (n: number) => boolean,
   mustBe: string,
-): number {
-  if (value === undefined || value === null) return fallback;
-  if (typeof value !== 'number' || !ok(value))
-    throw new SvcError(`${name} must be ${mustBe}, not ${String(value)}`);
-  return value;
-}
+): number => option(name, value, fallback, (v) => typeof v === 'number' && ok(v), mustBe);
+
+/** A boolean option (see option): `true` or `false`, nothing truthy or falsy. */
+const booleanOption = (name: string, value: unknown, fallback: boolean): boolean =>
+  option(name, value, fallback, (v) => typeof v === 'boolean', 'true or false');
+
+/** A callback option (see option): a function, or unset. */
+const functionOption = <F>(name: string, value: F | null | undefined): F | undefined =>
+  option<F | undefined>(name, value, undefined, (v) => typeof v === 'function', 'a function');
+
+/** An option that is one of `choices`, spelled exactly; unset, the first (see option). */
+const choiceOption = <C extends string>(name: string, value: unknown, choices: readonly [C, ...C[]]): C =>
+  option(
+    name,
+    value,
+    choices[0],
+    (v) => (choices as readonly unknown[]).includes(v),
+    `${choices.slice(0, -1).join(', ')} or ${choices.at(-1)}`,
+  );
 
 const ABOVE_ZERO = [(n: number) => n > 0, 'a number above 0'] as const;
 const AT_LEAST_ZERO = [(n: number) => n >= 0, 'a number of at least 0'] as const;
+/** A count (of retries, of decisions per request): 1.5 is none, and Infinity would never end. */
+const WHOLE = [(n: number) => Number.isSafeInteger(n) && n >= 0, 'a whole number of at least 0'] as const;
+/** A bound on what is held (decisions, policies): a count, or Infinity for none. */
+const WHOLE_OR_INFINITY = [
+  (n: number) => n === Number.POSITIVE_INFINITY || WHOLE[0](n),
+  'a whole number of at least 0, or Infinity',
+] as const;
 
 export function createClient(options: ClientOptions): Client {
   if (!options?.apiKey || !options.baseUrl) throw new SvcError('createClient needs apiKey and baseUrl');
-  const userOnError = options.onError;
+  const userOnError = functionOption('onError', options.onError);
+  const userOnStreamChange = functionOption('onStreamChange', options.onStreamChange);
   /** The user's callbacks run inside our background work: one that throws must not crash the program. */
   const onError = (err: unknown) => {
     try {
@@ -103,13 +151,13 @@ export function createClient(options: ClientOptions): Client {
   };
   const onStreamChange = (up: boolean) => {
     try {
-      options.onStreamChange?.(up);
+      userOnStreamChange?.(up);
     } catch (err) {
       onError(err);
     }
   };
   // The user's fetch is called as a plain function (a browser's window.fetch refuses any other `this`).
-  const userFetch = options.fetch;
+  const userFetch = functionOption('fetch', options.fetch);
   const fetchImpl: typeof fetch = userFetch
     ? (input, init) => userFetch(input, init)
     : (input, init) => globalThis.fetch(input, init);
@@ -119,21 +167,13 @@ export function createClient(options: ClientOptions): Client {
     fetch: fetchImpl,
     timeoutMs: numberOption('requestTimeoutMs', options.requestTimeoutMs, 10_000, ...ABOVE_ZERO),
   });
-  const localValidation = options.localValidation ?? true;
-  const onUnavailable = options.onUnavailable ?? 'deny';
+  const localValidation = booleanOption('localValidation', options.localValidation, true);
+  const live = booleanOption('live', options.live, true);
   // Anything else ('ALLOW', 'thorw') would silently behave as 'deny'.
-  if (!['deny', 'allow', 'throw'].includes(onUnavailable)) {
-    throw new SvcError(`onUnavailable must be deny, allow or throw, not ${String(onUnavailable)}`);
-  }
+  const onUnavailable = choiceOption('onUnavailable', options.onUnavailable, ['deny', 'allow', 'throw']);
   // A count of retries: Infinity would never give up on a service that is down (never reaching
   // onUnavailable), and 1.5 is no count.
-  const maxRetries = numberOption(
-    'maxRetries',
-    options.maxRetries,
-    2,
-    (n) => Number.isSafeInteger(n) && n >= 0,
-    'a whole number of at least 0',
-  );
+  const maxRetries = numberOption('maxRetries', options.maxRetries, 2, ...WHOLE);
   const maxRetryDelayMs = numberOption('maxRetryDelayMs', options.maxRetryDelayMs, 5000, ...AT_LEAST_ZERO);
   // Checked here and per wait: a NaN interval would poll without pause, a NaN timeout never end.
   const approvalDefaults = {
@@ -159,34 +199,26 @@ export function createClient(options: ClientOptions): Client {
     maxStalenessMs,
     undefined,
     // NaN would make the cache's eviction loop run for ever.
-    numberOption('maxCachedPolicies', options.maxCachedPolicies, MAX_CACHED_POLICIES, ...AT_LEAST_ZERO),
+    numberOption('maxCachedPolicies', options.maxCachedPolicies, MAX_CACHED_POLICIES, ...WHOLE_OR_INFINITY),
     maxPolicyAgeMs,
   );
   const closeTimeoutMs = numberOption('closeTimeoutMs', options.closeTimeoutMs, 30_000, ...AT_LEAST_ZERO);
   const log = new DecisionLog(http, {
     // A count of decisions per request: 1.5 would send batches of 2.
-    batchSize: numberOption(
-      'log.batchSize',
-      options.log?.batchSize,
-      500,
-      (n) => Number.isSafeInteger(n) && n >= 0,
-      'a whole number of at least 0',
-    ),
+    batchSize: numberOption('log.batchSize', options.log?.batchSize, 500, ...WHOLE),
     flushIntervalMs: numberOption(
       'log.flushIntervalMs',
       options.log?.flushIntervalMs,
       1000,
       ...AT_LEAST_ZERO,
     ),
-    maxBuffered: numberOption('log.maxBuffered', options.log?.maxBuffered, 100_000, ...AT_LEAST_ZERO),
+    // A count of decisions held: 1.5 would hold 1.
+    maxBuffered: numberOption('log.maxBuffered', options.log?.maxBuffered, 100_000, ...WHOLE_OR_INFINITY),
     exitTimeoutMs: closeTimeoutMs,
     onError,
   });
-  const whenFull = options.log?.whenFull ?? 'server';
-  const snapshot = options.log?.snapshot ?? true;
-  if (!['server', 'wait', 'throw'].includes(whenFull)) {
-    throw new SvcError(`log.whenFull must be server, wait or throw, not ${String(whenFull)}`);
-  }
+  const whenFull = choiceOption('log.whenFull', options.log?.whenFull, ['server', 'wait', 'throw']);
+  const snapshot = booleanOption('log.snapshot', options.log?.snapshot, true);
   const waiters = new Map<string, Set<() => void>>();
   let closed = false;
   let closing: Promise<void> | null = null;
@@ -217,7 +249,7 @@ export function createClient(options: ClientOptions): Client {
     cache.load(tool).catch(onError);
   };
   const stream =
-    localValidation && (options.live ?? true)
+    localValidation && live
       ? new EventStream(http, {
           onConnect: () => {
             for (const tool of cache.connected()) refresh(tool);
@@ -395,7 +427,13 @@ export function createClient(options: ClientOptions): Client {
         // No route of the service answers this with a 404: the base URL or a proxy is wrong.
         if (res.status === 404) throw notTheService('POST', http.url('/v1/tools/validate'), res);
         const err = apiError(res);
-        if (!isRetryable(res.status)) throw err;
+        if (!isRetryable(res.status)) {
+          // Only the service's own refusal (its error envelope) is a verdict on the call. A proxy's
+          // page (its 400 or 413, a 401 or 500 of its own) is the service not answering: not
+          // retried (it would answer the same), and the call is answered as in an outage.
+          if (!fromService(res)) throw notFromService('POST', http.url('/v1/tools/validate'), res);
+          throw err;
+        }
         lastError = err;
         wait = retryDelay(attempt, res.headers, maxRetryDelayMs);
         if (wait > maxRetryDelayMs) break;

@@ -1,4 +1,4 @@
-import { ApiError, SvcError } from './errors.js';
+import { ApiError, ServiceUnavailableError, SvcError } from './errors.js';
 
 export interface HttpOptions {
   baseUrl: string;
@@ -104,11 +104,32 @@ export function serviceBase(baseUrl: unknown): string {
 }
 
 /**
+ * An HTTP header value as fetch takes it: line breaks and spaces around it are dropped, and it may
+ * hold no U+0000, CR or LF, nor any character above U+00FF.
+ */
+const HEADER_VALUE = /^[\t\n\r ]*[^\0\r\n\u0100-\uffff]*[\t\n\r ]*$/;
+
+/**
+ * `apiKey`, checked: anything else than a string that a header can carry throws SvcError. fetch
+ * would refuse it in every request, where the failure reads as the service being unreachable (and
+ * `onUnavailable: 'allow'` would allow every call unchecked). The message does not show the key.
+ */
+export function serviceKey(apiKey: unknown): string {
+  if (typeof apiKey === 'string' && HEADER_VALUE.test(apiKey)) return apiKey;
+  throw new SvcError(
+    typeof apiKey === 'string'
+      ? 'apiKey must be a value an HTTP header can carry: no line break or U+0000 inside it, no character above U+00FF'
+      : `apiKey must be a string, not a value of type ${typeof apiKey}`,
+  );
+}
+
+/**
  * One JSON request to the service; network failures and timeouts reject, HTTP errors do not. An
- * unusable `baseUrl` throws SvcError (serviceBase).
+ * unusable `baseUrl` or `apiKey` throws SvcError (serviceBase, serviceKey).
  */
 export function createHttp(opts: HttpOptions) {
   const base = serviceBase(opts.baseUrl);
+  const apiKey = serviceKey(opts.apiKey);
   // Called as a plain function, never as a method of an object of ours: a browser's `window.fetch`
   // throws "Illegal invocation" when `this` is anything but the window (or undefined).
   const f = opts.fetch;
@@ -128,7 +149,7 @@ export function createHttp(opts: HttpOptions) {
         method,
         headers: {
           ...extraHeaders,
-          'x-service-api-key': opts.apiKey,
+          'x-service-api-key': apiKey,
           accept: 'application/json',
           ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
         },
@@ -155,7 +176,7 @@ export function createHttp(opts: HttpOptions) {
 
     /** `baseUrl` + path, for the event stream. */
     url: (path: string) => `${base}${path}`,
-    apiKey: opts.apiKey,
+    apiKey,
     fetch: fetchFn,
   };
 }
@@ -203,6 +224,12 @@ export function apiError(res: HttpResponse): ApiError {
   );
 }
 
+/** What an error answer said (its envelope's message, or its body), cut to 200 characters. */
+function answerOf(err: ApiError): string {
+  const said = err.message.slice(`${err.status} ${err.code}: `.length);
+  return said.length > 200 ? `${said.slice(0, 200)}…` : said;
+}
+
 /**
  * A 404 that no route of the service would answer (POST /v1/tools/validate, POST /v1/decisions,
  * a policy read without the "no policy" marker): the request reached something else than the
@@ -210,11 +237,25 @@ export function apiError(res: HttpResponse): ApiError {
  */
 export function notTheService(method: string, url: string, res: HttpResponse): ApiError {
   const err = apiError(res);
-  const said = err.message.slice(`${err.status} ${err.code}: `.length);
-  const answer = said.length > 200 ? `${said.slice(0, 200)}…` : said;
+  const answer = answerOf(err);
   return new ApiError(
     res.status,
     err.code,
     `${method} ${url} is not a route of the service${answer ? ` (the answer: ${answer})` : ''}: baseUrl must be the service's root URL (such as https://svc.example.com, without /v1), reached without a proxy that changes paths`,
+  );
+}
+
+/**
+ * An error answer without the service's envelope (see fromService): a proxy's or load balancer's
+ * own page (its 400 or 413, a 401 of its own, a 500), which says nothing of the request's content.
+ * The service did not answer: ServiceUnavailableError, naming the URL and what was answered, with
+ * the answer as an ApiError (code `http_<status>`) for cause.
+ */
+export function notFromService(method: string, url: string, res: HttpResponse): ServiceUnavailableError {
+  const err = apiError(res);
+  const answer = answerOf(err);
+  return new ServiceUnavailableError(
+    `${method} ${url} answered ${res.status} without the service's error envelope (a proxy's or load balancer's page${answer ? `: ${answer}` : ''}), so the service did not decide`,
+    { cause: err },
   );
 }

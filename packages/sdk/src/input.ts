@@ -2,17 +2,19 @@ import {
   codePointLength,
   jsonDataSize,
   MAX_BODY_BYTES,
-  MAX_BODY_DEPTH,
+  MAX_JSON_DEPTH,
   utf8Length,
   wellFormed,
 } from '@svc/policy-engine';
 import type { CallContext, ToolArgs } from './model.js';
 
 /**
- * How deep arguments and context of a local decision may nest: in a log request (an array of
- * decisions) they sit at level 3 of a body that may nest MAX_BODY_DEPTH levels.
+ * How deep arguments and context of a local decision may nest: exactly as deep as the service takes
+ * them, in POST /v1/tools/validate (level 2 of a body that may nest MAX_BODY_DEPTH levels) and in a
+ * log request (level 3 of an array of decisions, which may nest one level more): MAX_JSON_DEPTH,
+ * the object itself being level 1.
  */
-const MAX_INPUT_DEPTH = MAX_BODY_DEPTH - 2;
+const MAX_INPUT_DEPTH = MAX_JSON_DEPTH;
 
 /**
  * JSON bytes the arguments and context of a local decision may take, so that its log record alone

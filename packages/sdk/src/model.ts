@@ -32,6 +32,10 @@ export interface ApprovalWaitOptions {
 }
 
 export interface ClientOptions {
+  /**
+   * A string an HTTP header can carry (no line break or U+0000 inside it, no character above
+   * U+00FF), else createClient throws SvcError (without showing the key).
+   */
   apiKey: string;
   /**
    * e.g. `https://svc.example.com` (no `/v1`). A 404 that no route of the service answers (from a
@@ -40,7 +44,11 @@ export interface ClientOptions {
    * createClient throw SvcError.
    */
   baseUrl: string;
-  /** Decide locally from cached deterministic policies (default true). */
+  /**
+   * Decide locally from cached deterministic policies (default true). `true` or `false`: anything
+   * else (the string 'false' included) makes createClient throw SvcError, as for `live` and
+   * `log.snapshot`.
+   */
   localValidation?: boolean;
   /** Keep an event stream open so policy changes reach the cache at once (default true). */
   live?: boolean;
@@ -67,8 +75,9 @@ export interface ClientOptions {
    */
   maxPolicyAgeMs?: number;
   /**
-   * Tools whose policy is cached at most (default 10000). Past it, the tool read least recently is
-   * dropped from the cache, and its policy fetched again at its next call.
+   * Tools whose policy is cached at most (default 10000; a whole number or Infinity, else
+   * createClient throws SvcError). Past it, the tool read least recently is dropped from the cache,
+   * and its policy fetched again at its next call.
    */
   maxCachedPolicies?: number;
   /** Default `deny`: fail closed. Any other value than the three makes createClient throw SvcError. */
@@ -89,7 +98,8 @@ export interface ClientOptions {
      */
     flushIntervalMs?: number;
     /**
-     * Local decisions held at most while they wait to be recorded (default 100,000). The service
+     * Local decisions held at most while they wait to be recorded (default 100,000; a whole number
+     * or Infinity, else createClient throws SvcError; 0 holds 1 as the smallest bound). The service
      * records about 1,000 client decisions per second per key; beyond this many waiting, calls are
      * not decided locally (see `whenFull`).
      */
@@ -124,7 +134,8 @@ export interface ClientOptions {
   onError?: (error: Error) => void;
   /**
    * A fetch implementation (default: the global one). It is called as a plain function, never as a
-   * method: a browser's `window.fetch` can be passed as it is.
+   * method: a browser's `window.fetch` can be passed as it is. Like `onError` and `onStreamChange`,
+   * anything else than a function (or unset) makes createClient throw SvcError.
    */
   fetch?: typeof fetch;
 }

@@ -559,10 +559,9 @@ function genArgs(r: Rng, policy: PolicyCase): { args: unknown; nearLimit: boolea
       configurable: true,
     });
   } else if (special < 0.05) {
-    // 62 levels: decided locally; 63-64: the service decides; 65: refused.
+    // Arguments levels + 1 deep: up to 64 (63 levels under `deep`) decided locally; 65: refused.
     const levels = r.pick([60, 61, 62, 63, 64]);
     args.deep = nest(r.pick([1, 'x', null]), levels);
-    nearLimit = levels >= 61;
   } else if (special < 0.065) {
     // Past the SDK's record bound (the body limit less 16 KiB), within or past the body limit.
     args.blob = 'x'.repeat(r.pick([1_040_000, 1_100_000]));

@@ -153,6 +153,84 @@ describe('timing options', () => {
   });
 });
 
+describe('counts', () => {
+  it('refuses a log.maxBuffered or maxCachedPolicies that is no count, as log.batchSize', () => {
+    const base = { apiKey: 'svc_x', baseUrl: t.url, live: false };
+    for (const [name, bad] of [
+      ['log.maxBuffered', { log: { maxBuffered: 1.5 } }],
+      ['log.maxBuffered', { log: { maxBuffered: 0.5 } }],
+      ['log.maxBuffered', { log: { maxBuffered: -1 } }],
+      ['log.maxBuffered', { log: { maxBuffered: Number.NEGATIVE_INFINITY } }],
+      ['log.maxBuffered', { log: { maxBuffered: '100' } }],
+      ['maxCachedPolicies', { maxCachedPolicies: 2.5 }],
+      ['maxCachedPolicies', { maxCachedPolicies: '10' }],
+    ] as const) {
+      expect(() => createClient({ ...base, ...(bad as object) }), JSON.stringify(bad)).toThrow(
+        new RegExp(`^${name} must be a whole number of at least 0, or Infinity, not `),
+      );
+    }
+    for (const ok of [0, 1, 100_000, Number.POSITIVE_INFINITY, undefined, null]) {
+      clients.push(
+        createClient({ ...base, maxCachedPolicies: ok as number, log: { maxBuffered: ok as number } }),
+      );
+    }
+  });
+});
+
+describe('booleans, callbacks and the key', () => {
+  const base = { apiKey: 'svc_x', baseUrl: 'http://127.0.0.1:9', live: false };
+
+  it('refuses a localValidation, live or log.snapshot that is not a boolean, such as the string false', () => {
+    for (const name of ['localValidation', 'live', 'log.snapshot'] as const) {
+      for (const bad of ['false', 'true', '', 0, 1, {}, []]) {
+        const opts = name === 'log.snapshot' ? { log: { snapshot: bad } } : { [name]: bad };
+        expect(() => createClient({ ...base, ...(opts as object) }), `${name} ${String(bad)}`).toThrow(
+          new RegExp(`^${name} must be true or false, not `),
+        );
+      }
+      for (const ok of [true, false, undefined, null]) {
+        const opts = name === 'log.snapshot' ? { log: { snapshot: ok } } : { [name]: ok };
+        clients.push(createClient({ ...base, ...(opts as object) }));
+      }
+    }
+    // The error shows a string as one: 'false' is not false.
+    expect(() => createClient({ ...base, live: 'false' as unknown as boolean })).toThrow(
+      'live must be true or false, not "false"',
+    );
+  });
+
+  it('refuses an onError, onStreamChange or fetch that is not a function', async () => {
+    for (const name of ['onError', 'onStreamChange', 'fetch'] as const) {
+      for (const bad of ['fetch', 1, true, {}]) {
+        expect(() => createClient({ ...base, [name]: bad }), `${name} ${String(bad)}`).toThrow(
+          new RegExp(`^${name} must be a function, not `),
+        );
+      }
+      clients.push(createClient({ ...base, [name]: null }));
+    }
+    // A fetch that is no function used to fail every request as the service being unreachable:
+    // onUnavailable 'allow' then allowed every call unchecked.
+    expect(() =>
+      createClient({ ...base, onUnavailable: 'allow', fetch: {} as unknown as typeof fetch }),
+    ).toThrow(/^fetch must be a function/);
+  });
+
+  it('refuses an apiKey fetch could not send (the failure would read as an outage), without showing it', () => {
+    for (const bad of ['svc_secret\nX-Other: 1', 'svc_secret\u0000', 'svc_secret\u0100', 'svc_\rsecret']) {
+      const make = () => createClient({ ...base, apiKey: bad, onUnavailable: 'allow' });
+      expect(make, JSON.stringify(bad)).toThrow(/^apiKey must be a value an HTTP header can carry/);
+      expect(make, JSON.stringify(bad)).not.toThrow(/secret/);
+    }
+    for (const bad of [123, {}, true]) {
+      expect(() => createClient({ ...base, apiKey: bad as unknown as string }), String(bad)).toThrow(
+        /^apiKey must be a string, not a value of type /,
+      );
+    }
+    // Spaces and a line break around it (a key read from a file) are dropped by fetch, as before.
+    clients.push(createClient({ ...base, apiKey: ' svc_x\n' }), createClient({ ...base, apiKey: 'svc_é' }));
+  });
+});
+
 describe('choices', () => {
   it('refuses an onUnavailable other than deny, allow or throw, which would silently deny', () => {
     const base = { apiKey: 'svc_x', baseUrl: t.url, live: false };
@@ -164,6 +242,15 @@ describe('choices', () => {
     }
     for (const ok of ['deny', 'allow', 'throw', undefined, null] as const) {
       clients.push(createClient({ ...base, onUnavailable: ok as 'deny' }));
+    }
+  });
+
+  it('refuses a log.whenFull other than server, wait or throw', () => {
+    const base = { apiKey: 'svc_x', baseUrl: t.url, live: false };
+    for (const bad of ['Server', 'block', '', 0, true]) {
+      expect(() => createClient({ ...base, log: { whenFull: bad as 'server' } }), String(bad)).toThrow(
+        /^log\.whenFull must be server, wait or throw, not /,
+      );
     }
   });
 });

@@ -133,10 +133,11 @@ describe('a call the service would refuse is not decided locally', () => {
   );
 
   it('leaves to the service, which decides and records it, a call the log could not carry', async () => {
-    // Arguments 64 levels deep are within validate's limit, but one level too deep for a log batch.
+    // Arguments 64 levels deep are within validate's limit and a log batch's (each item of a batch
+    // gets the bound a single body has): decided here and recorded (see 'the depth boundary').
     const { tenant, client, errors } = await setup();
     const deep = nested(MAX_JSON_DEPTH);
-    expect(await client.validate('pay', deep)).toMatchObject({ decision: 'allow', source: 'server' });
+    expect(await client.validate('pay', deep)).toMatchObject({ decision: 'allow', source: 'local' });
     const shallower = nested(MAX_JSON_DEPTH - 1);
     expect(await client.validate('pay', shallower)).toMatchObject({ decision: 'allow', source: 'local' });
     // Near the body limit: what validate takes, but a log record with a reason could not.
@@ -161,6 +162,74 @@ describe('a call the service would refuse is not decided locally', () => {
     });
     expect(await client.validate('pay', { amount: 1 })).toMatchObject({ decision: 'allow', source: 'local' });
     await client.close().catch(() => {});
+  });
+});
+
+describe('the depth boundary: decided here exactly as deep as the service takes a call', () => {
+  /** `{amount, d: {d: ... {}}}` for arguments; for a context, the same without `amount`. */
+  const ctx = (levels: number) => {
+    const { amount: _, ...rest } = nested(levels);
+    return rest;
+  };
+
+  it(`decides and records arguments and context ${MAX_JSON_DEPTH} levels deep, and leaves one level deeper to the service, which refuses it`, async () => {
+    const { tenant, client, errors } = await setup();
+    // The service's boundary, asked of the service itself: it takes 64 levels, refuses 65.
+    const remote = createClient({ apiKey: tenant.apiKey, baseUrl: t.url, localValidation: false });
+    clients.push(remote);
+    expect(await remote.validate('pay', nested(MAX_JSON_DEPTH))).toMatchObject({ decision: 'allow' });
+    await expect(remote.validate('pay', nested(MAX_JSON_DEPTH + 1))).rejects.toMatchObject({
+      name: 'ApiError',
+      status: 400,
+    });
+    // The SDK: local at 64, the arguments' and the context's; the service's refusal at 65.
+    const deny = { ...nested(MAX_JSON_DEPTH), amount: 500 };
+    expect(await client.validate('pay', deny)).toMatchObject({ decision: 'deny', source: 'local' });
+    expect(await client.validate('pay', { amount: 2 }, ctx(MAX_JSON_DEPTH))).toMatchObject({
+      decision: 'allow',
+      source: 'local',
+    });
+    await expect(client.validate('pay', nested(MAX_JSON_DEPTH + 1))).rejects.toMatchObject({
+      name: 'ApiError',
+      status: 400,
+    });
+    await expect(client.validate('pay', { amount: 3 }, ctx(MAX_JSON_DEPTH + 1))).rejects.toMatchObject({
+      name: 'ApiError',
+      status: 400,
+    });
+    // The log carried the local decisions at the boundary: none refused, each recorded as decided.
+    await client.close();
+    expect(errors).toEqual([]);
+    const logged = (await decisionsOf(tenant)).filter((d) => d.context.source === 'client');
+    const byAmount = new Map(logged.map((d) => [d.arguments.amount, d]));
+    expect(logged).toHaveLength(3); // with setup's
+    expect(byAmount.get(500)).toMatchObject({ decision: 'deny', arguments: deny });
+    expect(byAmount.get(2)).toMatchObject({
+      decision: 'allow',
+      context: { ...ctx(MAX_JSON_DEPTH), source: 'client' },
+    });
+  });
+
+  it(`with the service down, answers a call ${MAX_JSON_DEPTH} levels deep as onUnavailable says, and one deeper with the outage`, async () => {
+    const client = createClient({
+      apiKey: 'svc_x',
+      baseUrl: 'http://127.0.0.1:9',
+      live: false,
+      maxRetries: 0,
+      closeTimeoutMs: 100,
+      onUnavailable: 'deny',
+    });
+    expect(await client.validate('pay', nested(MAX_JSON_DEPTH))).toMatchObject({
+      decision: 'deny',
+      source: 'local',
+      reason: expect.stringMatching(/fail closed/),
+    });
+    await expect(client.validate('pay', nested(MAX_JSON_DEPTH + 1))).rejects.toMatchObject({
+      name: 'ServiceUnavailableError',
+    });
+    const closing = await client.close().catch((e: unknown) => e);
+    // The fail-closed answer was taken into the log (which could not send it): only that one.
+    expect((closing as { pending: string[] }).pending).toHaveLength(1);
   });
 });
 
