@@ -57,6 +57,7 @@ export {
 export { codePointLength, MAX_REGEX_LENGTH } from './limits.js';
 export { APPROVALS_NEED_TEAM, approvalsAllowed, deniedWithoutApprovals } from './plans.js';
 export { INVALID_SCORE_CAP, PENALTY, type QualityReport, scorePolicy } from './quality.js';
+export { compileRegex, type RegexCompileResult, type RegexMatcher } from './regex.js';
 export { evaluateSession, mergeEvaluation, sessionIncrements } from './session.js';
 export { type StarterPolicy, starterPolicy } from './starter.js';
 export type {

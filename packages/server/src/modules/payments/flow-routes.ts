@@ -54,7 +54,7 @@ const InvoicePost: DocumentedOnly = {
     },
   },
   // A UBL document that cannot be read is kept as parse_failed (adds invoice_id, invoice_hash).
-  envelopeB: [flowError.invoiceParseFailed],
+  envelopeB: [gatewayError.precision, flowError.invoiceParseFailed],
 };
 const InvoiceAnswers = {
   200: { ...InvoiceAnswerSchema, description: 'The invoice kept earlier for the same terms' },

@@ -60,29 +60,28 @@ export function termsOfJson(input: JsonInvoice): InvoiceTerms {
     issue_date: input.issue_date ?? null,
     due_date: input.due_date ?? null,
     payee,
-    amount: payableAmount(input.amount.currency, input.amount.amount, 'amount.amount', bad),
+    amount: payableAmount(input.amount.currency, input.amount.amount, 'amount.amount'),
   };
 }
 
 /**
- * The amount in its canonical form, refused when the currency has fewer decimal places than its
- * value needs (a USD invoice of 12.345 could never be paid by a capsule): 12.500 USD is 12.5.
+ * The amount in its canonical form, under the rules of every other gateway amount (money.ts): no more
+ * decimal places than its currency has (invalid_amount_precision: a USD invoice of 12.345 could never
+ * be paid by a capsule), a plain decimal up to 1000000000, and more than 0 (a capsule's ceiling must
+ * be more than 0 and exactly the invoice's amount, so an invoice of nothing could never be paid).
+ * Zeros past the currency's places change nothing: 12.500 USD is 12.5.
  */
 function payableAmount(
   currency: string,
   amount: string,
   param: string,
-  refuse: (param: string, message: string) => Error,
 ): { currency: string; amount: string } {
-  const canonical = { currency, amount: canonicalAmount(amount, param) };
-  const problem = precisionProblem(canonical);
-  if (problem) throw refuse(param, `${amount}: ${problem}`);
-  return canonical;
-}
-
-/** "100.00" and "100" are one amount: the canonical form has no trailing zeros. */
-function canonicalAmount(amount: string, param: string): string {
-  return fromMicros(toMicros(amount, param));
+  const trimmed = /^\d+\.\d+$/.test(amount) ? amount.replace(/\.?0+$/, '') : amount;
+  const problem = /^\d+(\.\d+)?$/.test(trimmed) ? precisionProblem({ currency, amount: trimmed }) : null;
+  if (problem) throw gatewayError.precision(`${param} ${amount}: ${problem}`, param);
+  const micros = toMicros(trimmed, param);
+  if (micros === 0) throw gatewayError.invalidRequest(`${param} must be greater than 0`, param);
+  return { currency, amount: fromMicros(micros) };
 }
 
 // The parser expands no entity and DOCTYPEs are refused before parsing: no entity expansion
@@ -313,12 +312,7 @@ export function termsOfUbl(document: string): InvoiceTerms {
       ...(branch ? { routing_number: branch } : {}),
       ...(country ? { country } : {}),
     });
-    canonical = payableAmount(
-      currency,
-      amount,
-      'PayableAmount',
-      (param, message) => new Error(`${param} ${message}`),
-    ).amount;
+    canonical = payableAmount(currency, amount, 'PayableAmount').amount;
   } catch (err) {
     throw new InvoiceParseError((err as Error).message);
   }

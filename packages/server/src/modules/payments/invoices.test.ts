@@ -165,7 +165,7 @@ describe('invoice ingest', () => {
         jsonInvoice({ invoice_number: 'PREC-1', amount: { currency: 'USD', amount: '12.345' } }),
       ),
       400,
-      'invalid_request',
+      'invalid_amount_precision',
     );
     expect([err['param'], err['message']]).toEqual([
       'amount.amount',

@@ -1,5 +1,12 @@
 import { Environment } from '@marcbachmann/cel-js';
 import { canonicalJson, hashJson } from '../../ledger/canonical.js';
+import {
+  boundCondition,
+  type CelNode,
+  COST_BUDGET,
+  ConditionBoundError,
+  PAYMENT_STRING_BOUNDS,
+} from './condition-bounds.js';
 import { gatewayError, type PackCondition, type PackContent } from './model.js';
 import { toMicros } from './money.js';
 import { type WorkflowMapInput, workflowMapOf } from './workflows.js';
@@ -34,42 +41,108 @@ export interface PaymentFacts {
   ceiling_amount: number;
 }
 
-type Compiled = ReturnType<typeof env.parse>;
-const cache = new Map<string, Compiled>();
+type Parsed = ReturnType<typeof env.parse>;
+interface Compiled {
+  run: Parsed;
+  /** Worst-case evaluation steps (condition-bounds.ts). */
+  cost: number;
+}
+/**
+ * Whether `matches` runs the RE2 search condition-bounds.ts gives it rather than the CEL library's
+ * backtracking RegExp: `\Q…\E` quotes a literal in RE2 only. Checked once; if a later library
+ * evaluates calls differently, every condition calling matches() is refused (fail closed).
+ */
+const regexSearchIsRe2 = (() => {
+  try {
+    const probe = env.parse('"a.b".matches("^\\\\Qa.b\\\\E$")');
+    if (!probe.check().valid) return false;
+    boundCondition(probe.ast as unknown as CelNode, { matches: true });
+    return probe({ payment: {} }) === true;
+  } catch {
+    return false;
+  }
+})();
 
-/** Parses and type-checks a condition; it must be a boolean expression over `payment`. */
+/** Compiled conditions and the problem of those that cannot be, by expression (also at consume). */
+const cache = new Map<string, Compiled | string>();
+
+/**
+ * Parses and type-checks a condition, which must be a boolean expression over `payment`, and bounds
+ * its worst-case cost (a condition that cannot be bounded, or costs more than a pack may, is refused).
+ */
 export function compileCondition(expression: string, param: string): Compiled {
-  const hit = cache.get(expression);
-  if (hit) return hit;
-  let parsed: Compiled;
+  let hit = cache.get(expression);
+  if (hit === undefined) {
+    hit = compile(expression);
+    if (cache.size > 1000) cache.clear();
+    cache.set(expression, hit);
+  }
+  if (typeof hit === 'string') throw gatewayError.invalidRequest(`${param} ${hit}`, param);
+  return hit;
+}
+
+function compile(expression: string): Compiled | string {
+  let parsed: Parsed;
   try {
     parsed = env.parse(expression);
   } catch (err) {
-    throw gatewayError.invalidRequest(`${param} does not parse: ${firstLine(err)}`, param);
+    return `does not parse: ${firstLine(err)}`;
   }
   const checked = parsed.check();
-  if (!checked.valid) {
-    throw gatewayError.invalidRequest(`${param} does not type-check: ${firstLine(checked.error)}`, param);
+  if (!checked.valid) return `does not type-check: ${firstLine(checked.error)}`;
+  if (checked.type !== 'bool') return `must be a boolean expression, not ${checked.type}`;
+  let cost: number;
+  try {
+    cost = boundCondition(parsed.ast as unknown as CelNode, { matches: regexSearchIsRe2 });
+  } catch (err) {
+    if (err instanceof ConditionBoundError) return err.message;
+    throw err;
   }
-  if (checked.type !== 'bool') {
-    throw gatewayError.invalidRequest(`${param} must be a boolean expression, not ${checked.type}`, param);
+  if (cost > COST_BUDGET) {
+    return `may take up to ${cost} steps to evaluate; a pack's conditions may take ${COST_BUDGET} together`;
   }
-  if (cache.size > 1000) cache.clear();
-  cache.set(expression, parsed);
-  return parsed;
+  return { run: parsed, cost };
 }
 
 const firstLine = (err: unknown) => String((err as Error)?.message ?? err).split('\n')[0];
 
+/** The members of `payment` longer than conditions were bounded for (never from a valid request). */
+function oversized(facts: PaymentFacts): string | undefined {
+  return (Object.keys(PAYMENT_STRING_BOUNDS) as (keyof typeof PAYMENT_STRING_BOUNDS)[]).find(
+    (k) => facts[k].length > PAYMENT_STRING_BOUNDS[k],
+  );
+}
+
 /**
  * Evaluates every condition; the first that is false refuses, and one that fails to evaluate
- * answers policy_eval_error: an expression that cannot be evaluated never allows.
+ * answers policy_eval_error: an expression that cannot be evaluated never allows. So does a pack
+ * saved before conditions were bounded whose conditions are now refused (a regex that is not RE2, a
+ * cost above the budget): it fails closed at once instead of running.
  */
 export function evaluateConditions(conditions: readonly PackCondition[], facts: PaymentFacts): void {
+  const compiled: [PackCondition, Compiled][] = [];
+  let total = 0;
   for (const c of conditions) {
+    try {
+      compiled.push([c, compileCondition(c.expression, `conditions.${c.name}`)]);
+    } catch (err) {
+      throw gatewayError.evalError(`condition ${c.name} cannot be evaluated: ${firstLine(err)}`, c.name);
+    }
+    total += compiled[compiled.length - 1]![1].cost;
+  }
+  if (total > COST_BUDGET) {
+    throw gatewayError.evalError(
+      `the pack's conditions may take up to ${total} steps to evaluate, above the limit of ${COST_BUDGET}`,
+    );
+  }
+  const long = oversized(facts);
+  if (long !== undefined) {
+    throw gatewayError.evalError(`payment.${long} is longer than conditions can be evaluated on`);
+  }
+  for (const [c, { run }] of compiled) {
     let result: unknown;
     try {
-      result = compileCondition(c.expression, `conditions.${c.name}`)({ payment: facts });
+      result = run({ payment: facts });
     } catch (err) {
       throw gatewayError.evalError(`condition ${c.name} failed to evaluate: ${firstLine(err)}`, c.name);
     }
@@ -105,11 +178,18 @@ const usd = (v: string | null | undefined, param: string): string | null => {
 /** The stored content of a pack: defaults filled in, amounts and conditions checked. */
 export function packContent(input: PackInput): PackContent {
   const names = new Set<string>();
+  let cost = 0;
   const conditions = (input.conditions ?? []).map((c, i) => {
     if (names.has(c.name))
       throw gatewayError.invalidRequest(`condition ${c.name} is named twice`, `conditions.${i}.name`);
     names.add(c.name);
-    compileCondition(c.expression, `conditions.${i}.expression`);
+    cost += compileCondition(c.expression, `conditions.${i}.expression`).cost;
+    if (cost > COST_BUDGET) {
+      throw gatewayError.invalidRequest(
+        `conditions.${i}.expression takes the pack's conditions to up to ${cost} steps to evaluate; they may take ${COST_BUDGET} together`,
+        `conditions.${i}.expression`,
+      );
+    }
     return { name: c.name, expression: c.expression };
   });
   if (new Set(input.allowed_rails).size !== input.allowed_rails.length) {

@@ -68,6 +68,7 @@ const IDEMPOTENT: DocumentedOnly = {
 /** A mint: every check of `service.mint` (pack, money, approval, invoice and workflow bindings, signing). */
 const MINT_ERRORS = [
   gatewayError.packNotFound,
+  gatewayError.packHashMismatch,
   gatewayError.precision,
   gatewayError.invoiceMissing,
   gatewayError.rail,

@@ -614,6 +614,19 @@ export function createPaymentService(deps: PaymentServiceDeps) {
       // Entity caps count per exact entity id: no id may differ from another only invisibly.
       checkEntityId(input.entity_id);
       const packRow = await packFor(scope.organizationId, input.pack_id, input.pack_version);
+      if (input.pack_version !== undefined) {
+        // A consume checks the capsule's policy_sha256 against the pack's latest version: a capsule
+        // of a version since replaced by other content (an older, maybe laxer pack) could never be
+        // spent, so it is not minted.
+        const latest = await repo.latestPack(scope.organizationId, input.pack_id);
+        if (latest && latest.sha256 !== packRow.sha256) {
+          throw gatewayError.packHashMismatch(
+            `policy pack ${input.pack_id} version ${input.pack_version} was replaced by version ${Number(latest.version)} (${latest.sha256}); a capsule of it could never be consumed`,
+            'pack_version',
+            'mint under the latest version: leave pack_version out, or name the latest',
+          );
+        }
+      }
       const pack = JSON.parse(packRow.content) as PackContent;
       const ceilingMicros = paymentMicros(input.amount_ceiling, 'amount_ceiling');
       if (pack.invoice_required && input.invoice_hash === undefined) {
