@@ -127,19 +127,29 @@ async function serve(args: string[]): Promise<void> {
   parseCommand(args, {});
   const config = loadConfig();
   const { startServer } = await loadServer();
-  const server = await startServer(config);
-  let signals = 0;
-  const shutdown = (signal: string) => {
-    signals++;
-    if (signals > 1) process.exit(1);
-    server.app.log.info({ signal }, 'draining in-flight requests');
+  let drain: ((code: number) => void) | null = null;
+  const server = await startServer(config, {
+    // Another process took the store over (it is logged): stop as on SIGTERM, and exit 1.
+    onOwnershipLost: () => drain?.(1),
+  });
+  let draining = false;
+  drain = (code) => {
+    if (draining) return;
+    draining = true;
     server.stop().then(
-      () => process.exit(0),
+      () => process.exit(code),
       (err) => {
         server.app.log.error({ err }, 'error while shutting down');
         process.exit(1);
       },
     );
+  };
+  let signals = 0;
+  const shutdown = (signal: string) => {
+    signals++;
+    if (signals > 1) process.exit(1);
+    server.app.log.info({ signal }, 'draining in-flight requests');
+    drain?.(0);
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));

@@ -388,6 +388,24 @@ export interface UserSessionsTable {
   expires_at: string;
 }
 
+/**
+ * The process serving an embedded store (storage/owner.ts): at most one row (id 1). Unused on
+ * PostgreSQL.
+ */
+export interface ServeOwnerTable {
+  id: number;
+  /** Random, per process start: tells a process's own row from another's with the same pid. */
+  instance_id: string;
+  pid: number;
+  hostname: string;
+  /** Linux: boot id and pid namespace, where `pid` means that process; null where unknown. */
+  pid_scope: string | null;
+  /** Linux: the process's start time (clock ticks since boot), which a reused pid does not share. */
+  pid_started: string | null;
+  started_at: string;
+  heartbeat_at: string;
+}
+
 export interface Database {
   organizations: OrganizationsTable;
   memberships: MembershipsTable;
@@ -415,4 +433,5 @@ export interface Database {
   login_links: LoginLinksTable;
   user_sessions: UserSessionsTable;
   oidc_sign_ins: OidcSignInsTable;
+  serve_owner: ServeOwnerTable;
 }
