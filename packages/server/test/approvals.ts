@@ -60,13 +60,33 @@ export async function mintKey(t: TestApp, tenant: Tenant, by: string, scopes: st
   return res.json().key;
 }
 
+/** Makes `userId` a member of the tenant's organization: the tenant as that person. */
+export async function addMember(t: TestApp, tenant: Tenant, userId: string): Promise<Tenant> {
+  await t.store.db
+    .insertInto('memberships')
+    .values({
+      organization_id: tenant.orgId,
+      user_id: userId,
+      role: 'member',
+      created_at: new Date().toISOString(),
+    })
+    .execute();
+  return { ...tenant, userId, token: await t.token(userId) };
+}
+
 const approverKeys = new WeakMap<Tenant, Promise<string>>();
 
-/** The tenant's approver key (scope approvals:resolve), created once. */
+/**
+ * The tenant's approver key (scope approvals:resolve), created once, as a chat bot's key: by another
+ * member of the organization (its administrator), not by the tenant's user. Under dual control a key
+ * relays as its creator too, so the tenant's user and this key are two people.
+ */
 export function approverKey(t: TestApp, tenant: Tenant): Promise<string> {
   let key = approverKeys.get(tenant);
   if (!key) {
-    key = createKey(t, tenant, ['approvals:resolve'], 'approver');
+    key = addMember(t, tenant, `${tenant.userId}-bot-admin`).then((admin) =>
+      createKey(t, admin, ['approvals:resolve'], 'approver'),
+    );
     approverKeys.set(tenant, key);
   }
   return key;

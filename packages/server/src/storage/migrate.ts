@@ -34,6 +34,7 @@ import * as m0026 from './migrations/0026_idempotency_origin.js';
 import * as m0027 from './migrations/0027_resolved_approvals_index.js';
 import * as m0028 from './migrations/0028_key_lineage.js';
 import * as m0029 from './migrations/0029_serve_owner.js';
+import * as m0030 from './migrations/0030_key_creator.js';
 
 /**
  * Migrations are listed in code (not read from a folder) so they run the same under tsx, a bundle
@@ -64,6 +65,7 @@ const MIGRATIONS: Record<string, Migration> = {
   '0027_resolved_approvals_index': m0027,
   '0028_key_lineage': m0028,
   '0029_serve_owner': m0029,
+  '0030_key_creator': m0030,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => MIGRATIONS };

@@ -48,6 +48,12 @@ export interface ApiKeysTable {
    * a key of the lineage shares. Null only on rows written outside the service (read as the key's id).
    */
   lineage_id: string | null;
+  /**
+   * The person (user id) who created the key with their token; for a key minted by a key, that key's
+   * creator (migration 0030). Null when unknown: keys from before 0030, a project's automatic key and
+   * keys minted by such keys. Under dual control a key relays as its creator too.
+   */
+  created_by: string | null;
 }
 
 export interface SettingsTable {
@@ -170,6 +176,11 @@ export interface ApprovalsTable {
   approvers: string;
   /** The person (user id) whose request opened it; null when an API key did. */
   requested_by: string | null;
+  /**
+   * The creator (api_keys.created_by) of requested_by_key_id when the approval opened: under dual
+   * control they may not approve it. Null for users, and for keys without a recorded creator.
+   */
+  requested_by_key_creator: string | null;
 }
 
 export interface PolicyDraftsTable {

@@ -15,6 +15,11 @@ export interface KeyPrincipal {
   scopes: readonly KeyScope[];
   /** The key's lineage (storage/migrations/0028_key_lineage.ts): what it asks for, no key of it approves. */
   lineageId: string;
+  /**
+   * The person who created the key (storage/migrations/0030_key_creator.ts), a lineage's root's for a
+   * key minted by a key; null (or absent) when unknown. Under dual control the key relays as them too.
+   */
+  createdBy?: string | null;
 }
 
 const MAX_CACHED = 50_000;
@@ -67,6 +72,7 @@ export class ApiKeyAuthenticator {
           'k.is_revoked',
           'k.scopes',
           'k.lineage_id',
+          'k.created_by',
           'o.tier',
           'o.rate_limit_per_minute',
         ])
@@ -82,6 +88,7 @@ export class ApiKeyAuthenticator {
         rateLimitPerMinute: row.rate_limit_per_minute,
         scopes: parseScopes(row.scopes),
         lineageId: row.lineage_id ?? row.id,
+        createdBy: row.created_by,
       };
       if (generation === this.generation && !this.paused) {
         if (this.cache.size >= MAX_CACHED) this.cache.delete(this.cache.keys().next().value!);

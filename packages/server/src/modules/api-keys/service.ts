@@ -60,7 +60,9 @@ export function createApiKeyService({ keys, authenticator, clock, projects }: Ap
   return {
     /**
      * Mints a key for a project; the full key exists only in the returned value. A key minted by a
-     * key joins that key's lineage (`lineageId`); otherwise it starts its own.
+     * key joins that key's lineage (`lineageId`); otherwise it starts its own. `createdBy` is the
+     * person answerable for it (who created it, or the minting key's creator); null when none is
+     * known, as for a project's automatic key: such a key never gives a dual-control approval.
      */
     async mint(
       organizationId: string,
@@ -69,6 +71,7 @@ export function createApiKeyService({ keys, authenticator, clock, projects }: Ap
       trx?: Db,
       scopes: readonly KeyScope[] = DEFAULT_KEY_SCOPES,
       lineageId?: string,
+      createdBy: string | null = null,
     ): Promise<CreatedApiKey> {
       const key = generateApiKey();
       const granted = normalizeScopes(scopes);
@@ -86,6 +89,7 @@ export function createApiKeyService({ keys, authenticator, clock, projects }: Ap
         updated_at: null,
         scopes: JSON.stringify(granted),
         lineage_id: lineageId ?? id,
+        created_by: createdBy,
       };
       await keys.insert(row, trx);
       return {
@@ -131,7 +135,10 @@ export function createApiKeyService({ keys, authenticator, clock, projects }: Ap
           throw new AppError('invalid_api_key', 'Invalid or revoked API key');
         if (!(await projects.exists(scope.organizationId, input.projectId, trx))) throw notFound('Project');
         const lineage = principal.kind === 'apiKey' ? principal.lineageId : undefined;
-        return this.mint(scope.organizationId, input.projectId, input.name, trx, scopes, lineage);
+        // Who answers for the key: the person whose token creates it, or the creator of the minting
+        // key (a lineage is one person's), so that under dual control a person's keys count as them.
+        const creator = principal.kind === 'apiKey' ? (principal.createdBy ?? null) : principal.userId;
+        return this.mint(scope.organizationId, input.projectId, input.name, trx, scopes, lineage, creator);
       });
     },
 

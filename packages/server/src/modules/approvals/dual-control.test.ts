@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import {
+  addMember,
   approverKey,
   collectEvents,
   createKey,
@@ -103,10 +104,12 @@ describe('dual control: one person is one approver, however they reach the servi
     expect(await state(tenant, id)).toMatchObject({ status: 'pending', approvers: [] });
     // Two other people approve it.
     expect((await resolveApproval(t, tenant, id, 'approve', 'carol')).json().status).toBe('pending');
+    // Dave's own key (a key relays as its creator too: the requester's key could not approve).
+    const dave = await addMember(t, tenant, `dave-${randomBytes(3).toString('hex')}`);
     const key = await t.inject({
       method: 'POST',
       url: '/v1/api-keys',
-      headers: { authorization: `Bearer ${tenant.token}`, 'x-organization-id': tenant.orgId },
+      headers: { authorization: `Bearer ${dave.token}`, 'x-organization-id': tenant.orgId },
       payload: { name: 'second approver', projectId: tenant.projectId, scopes: ['approvals:resolve'] },
     });
     const done = await resolveApproval(t, key.json().key, id, 'approve', 'dave');
@@ -119,8 +122,10 @@ describe('dual control: one person is one approver, however they reach the servi
   it('counts the keys of one lineage as one relay: a key cannot mint a second approver key', async () => {
     const tenant = await accentedTenant();
     const id = await dualControl(tenant);
-    // A key that may also mint keys (api); an approver-only key cannot mint any.
-    const relay = await createKey(t, tenant, ['api', 'approvals:resolve'], 'relay');
+    // A key that may also mint keys (api); an approver-only key cannot mint any. A bot's key, made by
+    // another member: the tenant's user approving in person is then another person.
+    const admin = await addMember(t, tenant, `relay-admin-${randomBytes(3).toString('hex')}`);
+    const relay = await createKey(t, admin, ['api', 'approvals:resolve'], 'relay');
     const minted = await mintKey(t, tenant, relay, ['approvals:resolve']);
     expect((await resolveApproval(t, relay, id, 'approve', 'alice')).json()).toMatchObject({
       status: 'pending',

@@ -32,6 +32,11 @@ export interface ApprovalStep {
   byKeyId: string | null;
   /** That key's lineage (absent on steps stored before lineages): it relays one approval at most. */
   byLineageId?: string | null;
+  /**
+   * The person who created that key (api_keys.created_by), who gave this step as much as the person
+   * named: absent on steps stored before creators were recorded (migration 0030), looked up then.
+   */
+  byKeyCreator?: string | null;
 }
 
 /** The approvals given so far; a row approved before approvers were kept shows its one resolver. */
@@ -217,6 +222,11 @@ export interface NewApproval {
   requestedByKeyId?: string | null;
   /** That key's lineage: no key of it may resolve it. */
   requestedByLineageId?: string | null;
+  /**
+   * That key's creator, when the caller knows it; otherwise the repository reads it from api_keys
+   * when it inserts the approval. Under dual control they may not approve it.
+   */
+  requestedByKeyCreator?: string | null;
   /** Why it is asked for, when its opener is not a recorded validation (which the decision explains). */
   escalation?: Escalation;
   /** The person whose request opens it; under dual control they may not approve it. */
@@ -263,5 +273,6 @@ export function pendingApprovalRow(
     required_approvals: input.requiredApprovals ?? 1,
     approvers: '[]',
     requested_by: input.requestedBy ?? null,
+    requested_by_key_creator: input.requestedByKeyId ? (input.requestedByKeyCreator ?? null) : null,
   };
 }

@@ -17,8 +17,43 @@ export type Step = Partial<
  */
 export function createApprovalRepository(db: Kysely<Database>) {
   return {
+    /**
+     * Stores a new approval. One opened by an API key keeps that key's creator (who, under dual
+     * control, may not approve it): read here when the caller did not name it, so that every opener
+     * (validation, economic authorizations, capsule mints) records it, and a key deleted meanwhile
+     * does not erase who asked.
+     */
     async insert(row: ApprovalRow): Promise<void> {
-      await db.insertInto('approvals').values(row).execute();
+      let creator = row.requested_by_key_creator;
+      if (row.requested_by_key_id !== null && creator === null) {
+        const key = await db
+          .selectFrom('api_keys')
+          .select('created_by')
+          .where('organization_id', '=', row.organization_id)
+          .where('id', '=', row.requested_by_key_id)
+          .executeTakeFirst();
+        creator = key?.created_by ?? null;
+      }
+      await db
+        .insertInto('approvals')
+        .values({ ...row, requested_by_key_creator: creator })
+        .execute();
+    },
+
+    /**
+     * The creators (api_keys.created_by) of these keys of the organization: for approvals and steps
+     * recorded before creators were (migration 0030), or by an instance of an older version. A key
+     * not found (deleted) is left out.
+     */
+    async keyCreators(organizationId: string, keyIds: string[]): Promise<Map<string, string | null>> {
+      if (keyIds.length === 0) return new Map();
+      const rows = await db
+        .selectFrom('api_keys')
+        .select(['id', 'created_by'])
+        .where('organization_id', '=', organizationId)
+        .where('id', 'in', keyIds)
+        .execute();
+      return new Map(rows.map((r) => [r.id, r.created_by]));
     },
 
     async get(organizationId: string, id: string): Promise<ApprovalRow | undefined> {

@@ -47,6 +47,11 @@ export interface Resolver {
   byKeyId: string | null;
   /** The relaying key's lineage: it may not resolve what a key of its lineage requested. */
   byLineageId: string | null;
+  /**
+   * The person who created the relaying key (null: a user resolves, or the key's creator is
+   * unknown). Under dual control a step through the key is theirs as much as `resolvedBy`'s.
+   */
+  byKeyCreator: string | null;
 }
 
 export function resolverOf(scope: OrgScope, resolvedBy: string | undefined): Resolver {
@@ -57,7 +62,7 @@ export function resolverOf(scope: OrgScope, resolvedBy: string | undefined): Res
         `resolvedBy "${resolvedBy}" is not the signed-in user: a user token resolves as its own user ("${p.userId}"); omit resolvedBy`,
       );
     }
-    return { resolvedBy: p.userId, byKeyId: null, byLineageId: null };
+    return { resolvedBy: p.userId, byKeyId: null, byLineageId: null, byKeyCreator: null };
   }
   if (!p.scopes.includes('approvals:resolve')) {
     throw forbidden('This API key cannot resolve approvals: it needs the approvals:resolve scope');
@@ -70,7 +75,7 @@ export function resolverOf(scope: OrgScope, resolvedBy: string | undefined): Res
   if (resolvedBy.trim() === '') {
     throw invalid('body/resolvedBy must name the person whose decision the key relays, not only spaces');
   }
-  return { resolvedBy, byKeyId: p.keyId, byLineageId: p.lineageId };
+  return { resolvedBy, byKeyId: p.keyId, byLineageId: p.lineageId, byKeyCreator: p.createdBy ?? null };
 }
 
 /**
@@ -88,6 +93,68 @@ export function samePerson(a: string, b: string): boolean {
       .replace(/\p{Default_Ignorable_Code_Point}/gu, '')
       .trim();
   return a === b || key(a) === key(b);
+}
+
+/**
+ * Dual control counts people, not names: a step given through an API key is given by the person it
+ * names and by the person who created the key (a lineage's keys share their root's creator). So the
+ * requester (the person whose token asked, or who created the key that asked) gives no step, in
+ * person or through a key of theirs, and one person's keys, or a person and their own key, are one
+ * approver. A key whose creator is unknown (made before creators were recorded, or by a key made
+ * then) could be anyone's, the requester's included: it gives no dual-control approval (a deny, which
+ * only stops the payment, it still may). Names are compared as samePerson compares them.
+ */
+function personCheck(
+  id: string,
+  action: ApprovalAction,
+  required: number,
+  row: ApprovalRow,
+  steps: ApprovalStep[],
+  creators: { requester: string | null; steps: (string | null)[] },
+  { resolvedBy, byKeyId, byKeyCreator }: Resolver,
+): void {
+  if (action === 'approve') {
+    if (byKeyId !== null && byKeyCreator === null) {
+      throw forbidden(
+        `API key ${byKeyId} has no recorded creator (it was created before key creators were recorded, or minted by such a key): under dual control an approval through a key counts as its creator's, so it cannot approve approval ${id}; a person approves with their own token or an approver key they create now`,
+      );
+    }
+    const requesterKey = row.requested_by_key_id;
+    if (creators.requester !== null && samePerson(creators.requester, resolvedBy)) {
+      throw forbidden(
+        `${resolvedBy} created API key ${requesterKey}, which requested approval ${id}: under dual control the requester cannot approve it`,
+      );
+    }
+    if (byKeyCreator !== null) {
+      if (row.requested_by !== null && samePerson(row.requested_by, byKeyCreator)) {
+        throw forbidden(
+          `API key ${byKeyId} was created by ${byKeyCreator}, who requested approval ${id}: under dual control the requester cannot approve it, in person or through a key of theirs, whoever the key names`,
+        );
+      }
+      if (creators.requester !== null && samePerson(creators.requester, byKeyCreator)) {
+        throw forbidden(
+          `API key ${byKeyId} was created by ${byKeyCreator}, who created API key ${requesterKey}, which requested approval ${id}: under dual control the requester cannot approve it, in person or through a key of theirs, whoever the key names`,
+        );
+      }
+    }
+  }
+  for (const [i, s] of steps.entries()) {
+    const creator = creators.steps[i] ?? null;
+    const how =
+      byKeyCreator !== null && samePerson(byKeyCreator, s.resolvedBy)
+        ? `${byKeyCreator}, who created API key ${byKeyId}, already approved approval ${id}`
+        : creator !== null && samePerson(creator, resolvedBy)
+          ? `${resolvedBy} already approved approval ${id} through API key ${s.byKeyId}, which they created`
+          : byKeyCreator !== null && creator !== null && samePerson(byKeyCreator, creator)
+            ? `API key ${s.byKeyId}, created by ${creator} as API key ${byKeyId} was, already relayed an approval of approval ${id}`
+            : null;
+    if (how !== null) {
+      throw new AppError(
+        'approval_already_resolved',
+        `${how}: an approval through an API key counts as its creator's too, and approval ${id} needs ${required} distinct people (${steps.length} so far)`,
+      );
+    }
+  }
 }
 
 export type OpenApproval = NewApproval;
@@ -153,6 +220,30 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
   });
   const now = () => clock.now().toISOString();
 
+  /**
+   * The people behind an approval under dual control, besides the names steps carry: the creator of
+   * the key that requested it, and of each key that relayed a step (null where unknown). Approvals
+   * and steps recorded before creators were (migration 0030), or by an instance of an older version,
+   * read them from the keys, if those still exist.
+   */
+  async function creatorsOf(
+    organizationId: string,
+    row: ApprovalRow,
+    steps: ApprovalStep[],
+  ): Promise<{ requester: string | null; steps: (string | null)[] }> {
+    const requesterKey = row.requested_by_key_creator === null ? row.requested_by_key_id : null;
+    const unknown = new Set<string>();
+    if (requesterKey !== null) unknown.add(requesterKey);
+    for (const s of steps) if (s.byKeyCreator === undefined && s.byKeyId) unknown.add(s.byKeyId);
+    const found = await approvals.keyCreators(organizationId, [...unknown]);
+    return {
+      requester: requesterKey === null ? row.requested_by_key_creator : (found.get(requesterKey) ?? null),
+      steps: steps.map((s) =>
+        s.byKeyCreator !== undefined ? s.byKeyCreator : s.byKeyId ? (found.get(s.byKeyId) ?? null) : null,
+      ),
+    };
+  }
+
   async function load(organizationId: string, id: string): Promise<ApprovalRow> {
     const row = await approvals.get(organizationId, id);
     if (!row) throw notFound('Approval');
@@ -169,8 +260,9 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
     scope: ApprovalTenant,
     id: string,
     action: ApprovalAction,
-    { resolvedBy, byKeyId, byLineageId }: Resolver,
+    resolver: Resolver,
   ): Promise<Stepped> {
+    const { resolvedBy, byKeyId, byLineageId, byKeyCreator } = resolver;
     for (let attempt = 0; attempt < 8; attempt++) {
       const at = now();
       const current = await load(scope.organizationId, id);
@@ -215,8 +307,17 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
               : `API key ${relayed.byKeyId}, of the lineage of API key ${byKeyId}, already relayed an approval of approval ${id}; another person must approve with their own token or an approver key of another lineage`,
           );
         }
+        // Keys count as their creators too: the requester's keys, and one person's keys, give no step more.
+        const creators = await creatorsOf(scope.organizationId, current, steps);
+        personCheck(id, action, required, current, steps, creators, resolver);
       }
-      const step: ApprovalStep = { resolvedBy, resolvedAt: at, byKeyId, byLineageId };
+      const step: ApprovalStep = {
+        resolvedBy,
+        resolvedAt: at,
+        byKeyId,
+        byLineageId,
+        ...(byKeyId !== null ? { byKeyCreator } : {}),
+      };
       const next = action === 'approve' ? [...steps, step] : steps;
       const decided = action === 'deny' || next.length >= required;
       const row = await approvals.advance(
@@ -361,6 +462,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
         arguments: args ?? {},
         requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
         requestedByLineageId: scope.principal.kind === 'apiKey' ? scope.principal.lineageId : null,
+        requestedByKeyCreator: scope.principal.kind === 'apiKey' ? (scope.principal.createdBy ?? null) : null,
         requestedBy: scope.principal.kind === 'user' ? scope.principal.userId : null,
         ...(input.expiresInSeconds !== undefined ? { expiresInSeconds: input.expiresInSeconds } : {}),
       });
