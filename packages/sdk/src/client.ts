@@ -429,9 +429,13 @@ export function createClient(options: ClientOptions): Client {
         const err = apiError(res);
         if (!isRetryable(res.status)) {
           // Only the service's own refusal (its error envelope) is a verdict on the call. A proxy's
-          // page (its 400 or 413, a 401 or 500 of its own) is the service not answering: not
-          // retried (it would answer the same), and the call is answered as in an outage.
-          if (!fromService(res)) throw notFromService('POST', http.url('/v1/tools/validate'), res);
+          // 5xx page is the service not answering: not retried (it would answer the same), and the
+          // call is answered as in an outage. A proxy's 4xx page (its body limit, a WAF rule, its
+          // own authentication) may depend on what the call holds, so an agent could bring it about:
+          // it is never an outage, whose answer may allow, and throws ApiError (code http_<status>).
+          if (res.status >= 500 && !fromService(res)) {
+            throw notFromService('POST', http.url('/v1/tools/validate'), res);
+          }
           throw err;
         }
         lastError = err;

@@ -51,17 +51,47 @@ async function clientBehind(
   return { client, errors, validates: p.validates };
 }
 
-const PAGES: [number, string, string][] = [
+/** A proxy's 4xx pages: they may depend on what the call holds (a body limit, a WAF rule). */
+const REFUSALS: [number, string, string][] = [
   [413, '<html><body><h1>413 Request Entity Too Large</h1><hr>nginx</body></html>', 'text/html'],
   [400, '<html><body><h1>400 Bad Request</h1></body></html>', 'text/html'],
   [400, 'Bad Request', 'text/plain'],
   // JSON, but not the service's envelope.
   [413, '{"message":"Request Entity Too Large"}', 'application/json'],
   [403, '<html>Request blocked by the web application firewall</html>', 'text/html'],
+  [401, '<html>Authorization Required</html>', 'text/html'],
+];
+/** A proxy's 5xx pages (not 502/503/504, which are retried): the service did not answer. */
+const PAGES: [number, string, string][] = [
   [500, '<html>Internal Server Error</html>', 'text/html'],
+  [500, '{"message":"upstream failed"}', 'application/json'],
+  [501, 'Not Implemented', 'text/plain'],
 ];
 
 describe("validate behind a proxy that answers an error page of its own (not the service's envelope)", () => {
+  it.each(REFUSALS)(
+    '%i %s: throws ApiError http_<status>, never the outage answer (which may allow), without retries',
+    async (status, page, type) => {
+      const { client, validates } = await clientBehind(
+        status,
+        page,
+        { maxRetries: 2, onUnavailable: 'allow' },
+        type,
+      );
+      const err = await client.validate('pay', { amount: 1 }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ApiError);
+      expect(err).toMatchObject({ status, code: `http_${status}` });
+      expect(validates()).toBe(1);
+      let ran = false;
+      await expect(
+        client.wrap('pay', async (_args: { amount: number }) => {
+          ran = true;
+        })({ amount: 1 }),
+      ).rejects.toBeInstanceOf(ApiError);
+      expect(ran).toBe(false);
+    },
+  );
+
   it.each(PAGES)(
     '%i %s: fails closed by default, as the service being unreachable, without retries',
     async (status, page, type) => {
@@ -100,7 +130,7 @@ describe("validate behind a proxy that answers an error page of its own (not the
     const err = await throwing.client.validate('pay', { amount: 1 }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ServiceUnavailableError);
     expect(err).not.toBeInstanceOf(ApiError);
-    expect((err as Error).message).toContain('413 Request Entity Too Large');
+    expect((err as Error).message).toContain('Internal Server Error');
     const open = await clientBehind(status, page, { onUnavailable: 'allow' });
     expect(await open.client.validate('pay', { amount: 1 })).toMatchObject({
       decision: 'allow',
