@@ -198,7 +198,12 @@ function SignedIn({
         {organizations && organizations.length > 0 && (
           <label className="org">
             Organization
-            <select value={current ?? ''} onChange={(e) => choose(e.target.value)}>
+            {/* A long name is cut short in the menu (see styles.css): whole in its title and options. */}
+            <select
+              value={current ?? ''}
+              title={organizations.find((o) => o._id === current)?.name}
+              onChange={(e) => choose(e.target.value)}
+            >
               {organizations.map((o) => (
                 <option key={o._id} value={o._id}>
                   {o.name}

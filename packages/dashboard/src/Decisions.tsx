@@ -11,6 +11,7 @@ import {
   mayList,
   NO_FILTERS,
   newDecisions,
+  toolFilterSpaces,
 } from './decisionLog.js';
 import { useCoalesced, useLiveEvents } from './live.js';
 import type { PageProps } from './pages.js';
@@ -232,6 +233,17 @@ export function Decisions({ organizationId }: PageProps) {
     setFilters(draft);
     setAsked((n) => n + 1);
   };
+  /** The tool filter applied has spaces at an end: said, with the name without them offered. */
+  const spaced = refused ? null : toolFilterSpaces(filters.toolName);
+  const unspace = () => {
+    if (!spaced) return;
+    // The field too, unless it was changed since (not applied yet).
+    setDraft((d) => (d.toolName === filters.toolName ? { ...d, toolName: spaced.trimmed } : d));
+    setFilters({ ...filters, toolName: spaced.trimmed });
+    setError(null);
+    setOffset(0);
+    setAsked((n) => n + 1);
+  };
   const set = (key: keyof Filters) => (e: { target: { value: string } }) =>
     setDraft((d) => ({ ...d, [key]: e.target.value }));
   const showNew = () => {
@@ -300,6 +312,20 @@ export function Decisions({ organizationId }: PageProps) {
         </div>
       </form>
 
+      {spaced && (
+        <div className="warn" data-tool-spaces>
+          <p>{spaced.said}</p>
+          <button type="button" className="secondary" onClick={unspace}>
+            {spaced.trimmed === '' ? (
+              'Clear the tool filter'
+            ) : (
+              <>
+                Filter by <Shown text={spaced.trimmed} /> without the spaces
+              </>
+            )}
+          </button>
+        </div>
+      )}
       <ErrorLine error={error} alert />
       {waiting > 0 && (
         <p className="arrived">

@@ -8,7 +8,7 @@ import {
   PolicyDefinitionError,
 } from '@svc/policy-engine';
 import { type FormEvent, useCallback, useEffect, useId, useState } from 'react';
-import { ApiError, api, messageOf, request } from './api.js';
+import { ApiError, api, messageOf, tagged } from './api.js';
 import { type DryRunAnswer, serviceAnswer } from './dryRun.js';
 import type { PageProps } from './pages.js';
 import { currentEntry, historyOrder } from './policyHistory.js';
@@ -104,23 +104,23 @@ interface Read {
 const sameVersion = (a: Policy, b: Policy) => a.version === b.version && a.createdAt === b.createdAt;
 
 /**
- * GET of one policy with its ETag, which `api` does not give: the editor's writes send it back as
- * If-Match, so that they apply to the version shown or not at all (409).
+ * GET of one policy with its ETag: the editor's writes send it back as If-Match, so that they apply
+ * to the version shown or not at all (409).
  */
 async function readPolicy(toolName: string, organizationId: string): Promise<Read> {
-  // request(): a network failure and an ended session are handled as for every other call.
-  const res = await request(apiPathOf(toolName), {
-    headers: { accept: 'application/json', 'x-organization-id': organizationId },
-  });
-  const data = await res.json().catch(() => null);
-  if (!res.ok) {
-    const error = (data as { error?: { code?: string; message?: string } } | null)?.error;
-    throw new ApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`);
-  }
-  const tag = res.headers.get('etag');
-  // `api` quotes what it is given.
-  return { policy: data as Policy, etag: tag ? tag.replace(/^"(.*)"$/, '$1') : null };
+  const { data, etag } = await tagged<Policy>(apiPathOf(toolName), { organizationId });
+  return { policy: data, etag };
 }
+
+const isNotFound = (err: unknown): boolean => err instanceof ApiError && err.status === 404;
+
+/**
+ * A refusal that says the page shows what is no longer so: the policy is another version (409
+ * conflict), one was created meanwhile (409 policy_exists), or there is none any more (404).
+ */
+const staleRefusal = (err: unknown): boolean =>
+  err instanceof ApiError &&
+  (err.status === 404 || (err.status === 409 && (err.code === 'conflict' || err.code === 'policy_exists')));
 
 const STARTER = JSON.stringify(
   { mode: 'deterministic', constraints: [{ argumentName: 'amount', maximum: 100, action: 'deny' }] },
@@ -261,7 +261,13 @@ function Editor({
   const [base, setBase] = useState<Read | null>(null);
   const policy = base?.policy ?? null;
   const [conflict, setConflict] = useState<Conflict | null>(null);
+  /** The tool had no policy when the page opened it. */
   const [missing, setMissing] = useState(false);
+  /**
+   * The policy was deleted (elsewhere) while the editor was open: the text stays, and saving it
+   * creates the tool's policy anew.
+   */
+  const [gone, setGone] = useState(false);
   const [quality, setQuality] = useState<Quality | null>(null);
   const [qualityError, setQualityError] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
@@ -275,32 +281,32 @@ function Editor({
   const returnFocus = useFocusReturn();
 
   /**
-   * The policy as it is now, and its history; null (with the reason shown) when it cannot be read.
-   * `opening`: read for the page, else again after a write.
+   * The policy as it is now, and its history: 'none' when the tool has no policy (after a write,
+   * the history of the one deleted is read all the same: its versions can be loaded and saved
+   * anew), null (with the reason shown) when either cannot be read. `opening`: read for the page,
+   * else again after a write.
    */
   const read = useCallback(
-    async (opening: boolean): Promise<Read | null> => {
+    async (opening: boolean): Promise<Read | 'none' | null> => {
       if (!toolName) return null;
-      try {
-        const [current, v] = await Promise.all([
-          readPolicy(toolName, organizationId),
-          api<{ data: PolicyVersion[] }>(`${apiPathOf(toolName)}/versions`, { organizationId }),
-        ]);
-        setVersions(historyOrder(v.data));
-        return current;
-      } catch (err) {
-        if (err instanceof ApiError && err.status === 404) {
-          setMissing(opening);
-          setError(
-            opening
-              ? `There is no policy for ${toolName}.`
-              : `The policy for ${toolName} was deleted since you opened it. Your text is still in the editor.`,
-          );
-        } else {
-          setError(messageOf(err));
-        }
+      const [current, history] = await Promise.allSettled([
+        readPolicy(toolName, organizationId),
+        api<{ data: PolicyVersion[] }>(`${apiPathOf(toolName)}/versions`, { organizationId }),
+      ]);
+      const none = current.status === 'rejected' && isNotFound(current.reason);
+      if (current.status === 'rejected' && !none) {
+        setError(messageOf(current.reason));
         return null;
       }
+      if (none && opening) return 'none';
+      if (history.status === 'fulfilled') setVersions(historyOrder(history.value.data));
+      // No version was ever saved for the tool.
+      else if (isNotFound(history.reason)) setVersions([]);
+      else {
+        setError(messageOf(history.reason));
+        return null;
+      }
+      return current.status === 'fulfilled' ? current.value : 'none';
     },
     [organizationId, toolName],
   );
@@ -308,22 +314,41 @@ function Editor({
   // Opened: the text is the current version's.
   useEffect(() => {
     void read(true).then((current) => {
+      if (current === 'none') {
+        setMissing(true);
+        setError(`There is no policy for ${toolName}.`);
+        return;
+      }
       if (!current) return;
       setBase(current);
       setText(definitionText(current.policy));
     });
-  }, [read]);
+  }, [read, toolName]);
 
   /**
    * Reads the policy again after a write (or a refused one). The version the text is based on
    * (`ours`; its activity may have changed) becomes the base again; another version is a conflict:
-   * the text in the editor is based on one that is no longer current, so the current one is shown
-   * beside it and the person decides. The text is never replaced here. True when it was a conflict.
+   * the text in the editor is based on one that is no longer current (or on none: it was deleted,
+   * and a policy was created since), so the current one is shown beside it and the person decides.
+   * No policy any more: the page says so, and the text can be saved as a new policy. The text is
+   * never replaced here. True when the page now shows a change it had not (a conflict or the
+   * policy gone), with its own message.
    */
   const refresh = async (ours: Read | null, outcome: string): Promise<boolean> => {
     const current = await read(false);
-    if (!current || !ours) return false;
-    if (sameVersion(current.policy, ours.policy)) {
+    if (current === 'none') {
+      setBase(null);
+      setConflict(null);
+      setConfirmDelete(false);
+      setGone(true);
+      setError(
+        `${outcome ? `${outcome} ` : ''}The policy for ${toolName} was deleted since you opened it: the tool has no policy now, so every call of it is allowed. Your text is still in the editor; Create policy saves it as the tool's new policy.`,
+      );
+      return true;
+    }
+    if (!current) return false;
+    if (ours && sameVersion(current.policy, ours.policy)) {
+      setGone(false);
       setBase(current);
       setConflict(null);
       return false;
@@ -374,9 +399,13 @@ function Editor({
     };
   }, [bodyKey, target, organizationId]);
 
-  /** A write refused with 409: the policy is another version now; shows it beside the text. */
+  /**
+   * A write refused because the page is out of date (see staleRefusal): the policy is read again and
+   * what it is now shown beside the text (another version, or none). False when the read found
+   * nothing changed, or failed: the refusal's own message is then said.
+   */
   const refused = async (err: unknown, outcome: string): Promise<boolean> => {
-    if (!(err instanceof ApiError && err.status === 409 && err.code === 'conflict')) return false;
+    if (!staleRefusal(err)) return false;
     return refresh(base, outcome);
   };
 
@@ -388,7 +417,20 @@ function Editor({
     setError(null);
     setMessage(null);
     try {
-      if (toolName) {
+      if (toolName && !policy && gone) {
+        // Deleted since the page opened it: the text becomes the tool's policy again (409
+        // policy_exists if someone created one meanwhile).
+        const { data: created, etag } = await tagged<Policy>('/v1/policies', {
+          method: 'POST',
+          body: { toolName, ...parsed.body },
+          organizationId,
+        });
+        setMessage(`Created as version ${created.version}.`);
+        await refresh(
+          { policy: created, etag },
+          `Version ${created.version} was created from your text, then changed again.`,
+        );
+      } else if (toolName) {
         // Only over the version the text is based on: 409 if someone saved another since.
         const saved = await api<Policy & { quality: Quality }>(apiPathOf(toolName), {
           method: 'PUT',
@@ -455,6 +497,8 @@ function Editor({
   /** Keeps the text, now based on the current version: saving replaces that version with it. */
   const keepMine = () => {
     if (!conflict) return;
+    setError(null);
+    setGone(false);
     setBase(conflict);
     setConflict(null);
     setMessage(
@@ -465,6 +509,8 @@ function Editor({
   /** Drops the text for the current version. */
   const takeCurrent = () => {
     if (!conflict) return;
+    setError(null);
+    setGone(false);
     setBase(conflict);
     setText(definitionText(conflict.policy));
     setConflict(null);
@@ -494,6 +540,11 @@ function Editor({
             version {policy.version} · {policy.isActive ? 'active' : 'inactive'}
           </span>
         )}
+        {toolName && !policy && gone && !conflict && (
+          <span className="meta" data-no-policy>
+            no policy
+          </span>
+        )}
       </div>
       <ErrorLine error={error} alert />
       {toolName && missing && !policy && (
@@ -503,13 +554,16 @@ function Editor({
           </Link>
         </p>
       )}
-      {toolName && !policy && <Loading failed={error !== null} />}
-      {conflict && policy && (
+      {toolName && !policy && !gone && <Loading failed={error !== null} />}
+      {conflict && (policy || gone) && (
         <section className="panel conflict" role="alert" aria-labelledby={`${ids}-conflict`}>
           <h2 id={`${ids}-conflict`}>This policy changed since you opened it</h2>
           <p>
-            Your text is based on version {policy.version}; version {conflict.policy.version} is current now
-            (saved {new Date(conflict.policy.updatedAt).toLocaleString()},{' '}
+            {policy
+              ? `Your text is based on version ${policy.version}; `
+              : 'Your text is based on a policy deleted since; a new one was created: '}
+            version {conflict.policy.version} is current now (saved{' '}
+            {new Date(conflict.policy.updatedAt).toLocaleString()},{' '}
             {conflict.policy.isActive ? 'active' : 'inactive'}). {conflict.outcome} Your text is still in the
             editor.
           </p>
@@ -527,7 +581,7 @@ function Editor({
           </div>
         </section>
       )}
-      {(!toolName || policy) && (
+      {(!toolName || policy || gone) && (
         <form className="editor" onSubmit={save}>
           {!toolName && (
             <Field id={`${ids}-tool`} label="Tool name">
@@ -580,7 +634,7 @@ function Editor({
           </div>
           <div className="actions">
             <button type="submit" disabled={busy || !parsed.ok || (!toolName && !name.trim())}>
-              {toolName ? 'Save' : 'Create policy'}
+              {toolName && (policy || !gone) ? 'Save' : 'Create policy'}
             </button>
             {policy && (
               <>
@@ -613,7 +667,7 @@ function Editor({
       )}
 
       {/* Only beside a definition: without one (no such policy, or not read yet) there is nothing to try. */}
-      {(!toolName || policy) && (
+      {(!toolName || policy || gone) && (
         // A new policy is created active.
         <DryRun text={text} toolName={target} isActive={policy?.isActive ?? true} tier={tier} />
       )}

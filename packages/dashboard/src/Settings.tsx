@@ -437,7 +437,10 @@ function KeysSection({
                   <td>
                     <code>{keyPrefixShown(k.keyPrefix)}</code>
                   </td>
-                  <td>{projectName(k.projectId)}</td>
+                  {/* A 100-character project name wraps in a column of its own width at most. */}
+                  <td className="wrap">
+                    <span className="name">{projectName(k.projectId)}</span>
+                  </td>
                   <td>{k.scopes.join(', ')}</td>
                   <td className={k.isRevoked ? 'denied' : 'approved'}>
                     {k.isRevoked ? 'revoked' : 'active'}

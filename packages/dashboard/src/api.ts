@@ -339,10 +339,18 @@ interface CallOptions {
   ifMatch?: string;
 }
 
-export async function api<T>(
+export async function api<T>(path: string, options: CallOptions = {}): Promise<T> {
+  return (await tagged<T>(path, options)).data;
+}
+
+/**
+ * As `api`, with the answer's ETag (unquoted; null when it has none): what a conditional write sends
+ * back as If-Match.
+ */
+export async function tagged<T>(
   path: string,
   { method = 'GET', body, organizationId, ifMatch }: CallOptions = {},
-): Promise<T> {
+): Promise<{ data: T; etag: string | null }> {
   const headers: Record<string, string> = { accept: 'application/json' };
   if (ifMatch) headers['if-match'] = `"${ifMatch}"`;
   if (body !== undefined) headers['content-type'] = 'application/json';
@@ -353,13 +361,15 @@ export async function api<T>(
     headers,
     ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
   });
-  if (res.status === 204) return undefined as T;
+  const tag = res.headers.get('etag');
+  const etag = tag ? tag.replace(/^"(.*)"$/, '$1') : null;
+  if (res.status === 204) return { data: undefined as T, etag };
   const data = await res.json().catch(() => null);
   if (!res.ok) {
     const error = (data as { error?: { code?: string; message?: string } } | null)?.error;
     throw new ApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`);
   }
-  return data as T;
+  return { data: data as T, etag };
 }
 
 /** The signed-in session, or null when signed out. */

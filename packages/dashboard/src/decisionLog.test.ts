@@ -9,6 +9,7 @@ import {
   mayList,
   NO_FILTERS,
   newDecisions,
+  toolFilterSpaces,
 } from './decisionLog.js';
 
 const at = Date.parse('2030-06-15T12:00:00.000Z');
@@ -304,5 +305,26 @@ describe('what is said about new decisions', () => {
     const text = arrivalText({ shown: 20, tools: many, waiting: 0 })!;
     expect(text.length).toBeLessThan(160);
     expect(text).toMatch(/^20 new decisions: tool_with_a_long_name_0, .*…\.$/);
+  });
+});
+
+describe('a tool filter with spaces at an end', () => {
+  it('is kept as typed (tool names may have them), and said, with the name without them offered', () => {
+    expect(toolFilterSpaces('transfer_funds')).toBeNull();
+    expect(toolFilterSpaces('send money')).toBeNull();
+    expect(toolFilterSpaces('')).toBeNull();
+    expect(toolFilterSpaces('  transfer_funds  ')).toEqual({
+      trimmed: 'transfer_funds',
+      said: 'The tool filter has 2 spaces before the name and 2 spaces after it: tool names are matched exactly, spaces included (a tool may have them in its name), so only decisions of a tool named with them are listed.',
+    });
+    expect(toolFilterSpaces(' pay')?.said).toMatch(/^The tool filter has 1 space before the name: /);
+    expect(toolFilterSpaces('pay\u00a0\u00a0\u00a0')?.said).toMatch(
+      /^The tool filter has 3 spaces after the name: /,
+    );
+    expect(toolFilterSpaces('send money ')?.trimmed).toBe('send money');
+    expect(toolFilterSpaces('   ')).toEqual({
+      trimmed: '',
+      said: 'The tool filter is only spaces (3): tool names are matched exactly, spaces included (a tool may have them in its name), so only decisions of a tool named with those spaces are listed.',
+    });
   });
 });

@@ -219,6 +219,30 @@ export function mayList(event: unknown, f: Filters, now: number): boolean {
 }
 
 /**
+ * What the page says of a tool filter with spaces before or after the name, else null. The filter
+ * is not trimmed: the service takes any tool name without control characters, spaces at either end
+ * included, and matches the filter exactly, so "  pay" finds only a tool named so. But such names are
+ * rare and a pasted name often carries spaces: the page says so and offers the name without them.
+ */
+export function toolFilterSpaces(toolName: string): { trimmed: string; said: string } | null {
+  const trimmed = toolName.trim();
+  if (trimmed === toolName) return null;
+  const before = toolName.length - toolName.trimStart().length;
+  const after = toolName.length - toolName.trimEnd().length;
+  const spaces = (n: number) => `${n} space${n === 1 ? '' : 's'}`;
+  const where =
+    trimmed === ''
+      ? `is only spaces (${toolName.length})`
+      : before > 0 && after > 0
+        ? `has ${spaces(before)} before the name and ${spaces(after)} after it`
+        : `has ${spaces(before || after)} ${before > 0 ? 'before' : 'after'} the name`;
+  return {
+    trimmed,
+    said: `The tool filter ${where}: tool names are matched exactly, spaces included (a tool may have them in its name), so only decisions of a tool named with ${trimmed === '' ? 'those spaces' : 'them'} are listed.`,
+  };
+}
+
+/**
  * Whether new decisions may move the list in front of the person: only on the first page with no
  * decision's details open. Elsewhere they are counted and offered instead.
  */

@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, type Store } from '../src/storage/db.js';
-import { type DashboardHarness, eventually, startDashboard } from './dashboard.js';
+import { type DashboardHarness, eventually, openPage, startDashboard } from './dashboard.js';
 import { rewriteChain } from './ledger.js';
 
 /**
@@ -149,6 +149,21 @@ describe('the dashboard pages in a browser', () => {
     await page.getByRole('button', { name: 'Clear' }).click();
     await eventually(() => page.locator('tr[data-decision-id]').count()).toBe(all.pagination.total);
 
+    // A tool name pasted with spaces around it. Tool names may have them (the service takes any name
+    // without control characters), so the filter is kept exact; the page says so and offers the name
+    // without them.
+    await page.getByLabel('Tool', { exact: true }).fill('  wire  ');
+    await page.getByRole('button', { name: 'Apply filters' }).click();
+    await eventually(() => page.getByText('No decision matches.').isVisible()).toBe(true);
+    expect(await page.locator('[data-tool-spaces] p').textContent()).toBe(
+      'The tool filter has 2 spaces before the name and 2 spaces after it: tool names are matched exactly, spaces included (a tool may have them in its name), so only decisions of a tool named with them are listed.',
+    );
+    await page.getByRole('button', { name: 'Filter by wire without the spaces' }).click();
+    await eventually(() => page.locator('tr[data-decision-id]').count()).toBe(all.pagination.total);
+    expect(await page.getByLabel('Tool', { exact: true }).inputValue()).toBe('wire');
+    expect(await page.locator('[data-tool-spaces]').count()).toBe(0);
+    await page.getByRole('button', { name: 'Clear' }).click();
+
     // A decision's receipt, and that one receipt verified against a signed checkpoint.
     const first = all.data[0] as { id: string; receipt: { receipt_hash: string } };
     await page.getByRole('button', { name: `Receipt of wire ${first.id}` }).click();
@@ -273,4 +288,95 @@ describe('the dashboard pages in a browser', () => {
       await store.close();
     }
   }, 120_000);
+
+  it('keeps every page within a 390 px screen, and within 1280 px, with 100-character organization and project names', async () => {
+    // Names as long as the service takes (100 characters): one of words, one without a place to break.
+    const orgName =
+      'Customer Support Agents - Production EU West - Payments, Refunds and Chargebacks Operations Team 001';
+    const wordy =
+      'Customer Support Agents - Production EU West - Tier 2 Escalations, Refunds and Chargebacks Queue 001';
+    const unbroken = 'P'.repeat(100);
+    expect([orgName.length, wordy.length]).toEqual([100, 100]);
+    const long = await h.organization('alice', 'alice-long-names');
+    await h.call(`/v1/organizations/${long.id}`, {
+      method: 'PUT',
+      headers: long.userAuth,
+      body: { name: orgName },
+    });
+    const keys: string[] = [];
+    for (const name of [wordy, unbroken]) {
+      const project = await h.call('/v1/projects', {
+        method: 'POST',
+        headers: long.userAuth,
+        body: { organizationId: long.id, name },
+      });
+      keys.push(project.apiKey);
+    }
+    // Something on each page: a policy, decisions of both projects, an approval waiting.
+    await h.call('/v1/policies', {
+      method: 'POST',
+      headers: { 'x-service-api-key': keys[0]! },
+      body: {
+        toolName: 'wire',
+        constraints: [{ argumentName: 'amount', maximum: 10, action: 'require_approval' }],
+      },
+    });
+    for (const key of keys) await validate(key, { amount: 50 });
+
+    await page.reload();
+    await page.getByLabel('Organization').selectOption(long.id);
+    const menu = page.getByLabel('Organization');
+    // The menu is cut short, the name whole in its title and its option.
+    expect(await menu.getAttribute('title')).toBe(orgName);
+    expect(await menu.locator(`option[value="${long.id}"]`).textContent()).toBe(orgName);
+
+    const pages: [string, string][] = [
+      ['Approvals', 'Pending approvals'],
+      ['Decisions', 'Decisions'],
+      ['Policies', 'Policies'],
+      ['Drafts', 'Policy drafts'],
+      ['Charter', 'Charter'],
+      ['Budgets', 'Spend budgets'],
+      ['Settings', 'Settings'],
+    ];
+    for (const width of [390, 1280]) {
+      await page.setViewportSize({ width, height: 844 });
+      for (const [label, heading] of pages) {
+        await openPage(page, label, heading);
+        // What each page reads (the projects of its menus among them) is there before it is measured.
+        await eventually(() => page.locator('[aria-busy="true"]').count()).toBe(0);
+        if (label === 'Decisions' || label === 'Settings')
+          await eventually(() => page.locator(`option:text-is("${unbroken}")`).count()).toBeGreaterThan(0);
+        expect(await overflow(), `${label} at ${width} px`).toEqual({ page: [], boxes: [] });
+      }
+      await openPage(page, 'Policies', 'Policies');
+      await page.locator('tr[data-policy="wire"]').getByRole('link', { name: 'wire' }).click();
+      await page.getByRole('heading', { name: 'Policy for wire' }).waitFor();
+      expect(await overflow(), `policy editor at ${width} px`).toEqual({ page: [], boxes: [] });
+    }
+    await page.setViewportSize({ width: 1280, height: 800 });
+  }, 120_000);
 });
+
+/**
+ * What sticks out: the page's width beyond the window (`page`, as `scrollWidth > innerWidth`), and
+ * the form controls, labels and fields reaching past the panel, form or card they are in (`boxes`),
+ * wide tables' boxes aside (they scroll by themselves). Empty lists when nothing does.
+ */
+const overflow = () =>
+  page.evaluate<{ page: string[]; boxes: string[] }>(`(() => {
+    const html = document.documentElement;
+    const pageWide = html.scrollWidth > window.innerWidth ? [html.scrollWidth + ' > ' + window.innerWidth] : [];
+    const boxes = [];
+    for (const box of document.querySelectorAll('header.bar, main, .panel, form, .card')) {
+      const edge = box.getBoundingClientRect().right + 0.5;
+      for (const el of box.querySelectorAll('input, select, textarea, button, fieldset, label, .field')) {
+        if (el.closest('.scroll') || el.closest('.visually-hidden')) continue;
+        const r = el.getBoundingClientRect();
+        if (r.width > 0 && r.right > edge)
+          boxes.push(el.tagName.toLowerCase() + ' "' + (el.getAttribute('aria-label') || el.id || el.textContent).slice(0, 40) +
+            '" in ' + (box.className || box.tagName.toLowerCase()) + ': ' + Math.round(r.right) + ' > ' + Math.round(edge));
+      }
+    }
+    return { page: pageWide, boxes: [...new Set(boxes)] };
+  })()`);

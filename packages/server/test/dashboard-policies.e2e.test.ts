@@ -201,4 +201,67 @@ describe('the policy editor', () => {
       constraints: [{ ...limit(8), enabled: true }],
     });
   }, 120_000);
+
+  it('shows a policy deleted elsewhere as gone once a write is refused, and creates it again from the text kept', async () => {
+    await create('refund', [limit(100)]);
+    await open('/policies/refund');
+    await eventually(() => page.getByText('version 1 · active').isVisible()).toBe(true);
+    // Meanwhile the policy is deleted by API; the person edits and saves.
+    await h.call('/v1/policies/refund', { method: 'DELETE', headers: key() });
+    const mine = { mode: 'deterministic', constraints: [limit(30)] };
+    await type(mine);
+    await page.getByRole('button', { name: 'Save' }).click();
+    const gone = page.getByRole('alert').filter({ hasText: 'was deleted since you opened it' });
+    await eventually(() => gone.isVisible()).toBe(true);
+    expect(await gone.textContent()).toBe(
+      "Nothing was saved. The policy for refund was deleted since you opened it: the tool has no policy now, so every call of it is allowed. Your text is still in the editor; Create policy saves it as the tool's new policy.",
+    );
+    // The page shows the tool as it is now: no policy, nothing to save over, activate or delete.
+    expect(await page.locator('[data-no-policy]').textContent()).toBe('no policy');
+    expect(await page.getByText(/version 1 · (in)?active/).count()).toBe(0);
+    for (const name of ['Save', 'Deactivate', 'Activate', 'Delete'])
+      expect(await page.getByRole('button', { name, exact: true }).count(), name).toBe(0);
+    expect(await page.locator('.versions summary', { hasText: '(current)' }).count()).toBe(0);
+    expect(JSON.parse(await definition().inputValue())).toEqual(mine);
+
+    // Create policy: the text is the tool's policy again, and the editor works on it as on any other.
+    await page.getByRole('button', { name: 'Create policy' }).click();
+    await eventually(() => page.getByText('version 1 · active').isVisible()).toBe(true);
+    expect(await page.getByText('Created as version 1.').isVisible()).toBe(true);
+    expect(await gone.count()).toBe(0);
+    expect(await policyOf('refund')).toMatchObject({
+      version: 1,
+      constraints: [{ ...limit(30), enabled: true }],
+    });
+    await eventually(() => page.locator('.versions summary', { hasText: '(current)' }).count()).toBe(1);
+    const second = { mode: 'deterministic', constraints: [limit(20)] };
+    await type(second);
+    await page.getByRole('button', { name: 'Save' }).click();
+    await eventually(() => page.getByText('Saved as version 2.').isVisible()).toBe(true);
+
+    // Deleted again: a refused Deactivate says so too. Then someone creates a policy for the tool
+    // before the person does: their Create is refused, and the new policy shown beside their text.
+    await h.call('/v1/policies/refund', { method: 'DELETE', headers: key() });
+    await page.getByRole('button', { name: 'Deactivate' }).click();
+    await eventually(() => gone.textContent()).toMatch(
+      /^The policy was not deactivated\. The policy for refund was deleted since you opened it/,
+    );
+    await create('refund', [limit(5)]);
+    await page.getByRole('button', { name: 'Create policy' }).click();
+    const conflict = page.getByRole('alert').filter({ hasText: 'changed since you opened it' });
+    await eventually(() => conflict.isVisible()).toBe(true);
+    expect(await conflict.textContent()).toMatch(
+      /based on a policy deleted since; a new one was created: version 1 is current now.*Nothing was saved\. Your text is still in the editor/,
+    );
+    expect((await policyOf('refund')).constraints).toEqual([{ ...limit(5), enabled: true }]);
+    await page.getByRole('button', { name: 'Keep my text, based on version 1' }).click();
+    await eventually(() => conflict.count()).toBe(0);
+    expect(JSON.parse(await definition().inputValue())).toEqual(second);
+    await page.getByRole('button', { name: 'Save' }).click();
+    await eventually(() => page.getByText('Saved as version 2.').isVisible()).toBe(true);
+    expect(await policyOf('refund')).toMatchObject({
+      version: 2,
+      constraints: [{ ...limit(20), enabled: true }],
+    });
+  }, 120_000);
 });

@@ -51,6 +51,11 @@ describe('the dashboard in a browser', () => {
     await page.goto(base);
     await eventually(() => page.getByRole('heading', { name: 'Sign in to svc' }).isVisible()).toBe(true);
     await page.screenshot({ path: join(SCREENSHOTS, 'sign-in.png') });
+    await page.setViewportSize({ width: 390, height: 844 });
+    // On a phone too: nothing widens the page beyond the screen.
+    expect(await page.locator('html').evaluate((html) => html.scrollWidth)).toBeLessThanOrEqual(390);
+    await page.screenshot({ path: join(SCREENSHOTS, 'sign-in-narrow.png') });
+    await page.setViewportSize({ width: 1280, height: 800 });
 
     await page.goto(await loginLink('alice'));
     await eventually(() => page.getByRole('heading', { name: 'Pending approvals' }).isVisible()).toBe(true);
