@@ -169,7 +169,8 @@ describe('svc serve on a SQLite file another svc serve serves', () => {
     );
     expect(rows(path)).toEqual([expect.objectContaining({ pid: fourth.child.pid })]);
     expect(await stop(fourth, 'SIGTERM')).toBe(0);
-  });
+    // Four servers and two commands started one after another: seconds each on a loaded machine.
+  }, 120_000);
 
   it('of two started at once, exactly one serves', async () => {
     const path = freshFile();
@@ -185,7 +186,7 @@ describe('svc serve on a SQLite file another svc serve serves', () => {
     const winner = pair[outcomes.indexOf('serving')]!;
     expect(loser.stderr()).toMatch(/^svc: the SQLite database .* is already served by svc serve pid \d+/);
     expect(await stop(winner, 'SIGTERM')).toBe(0);
-  });
+  }, 60_000);
 
   it('refuses while another host keeps the heartbeat fresh; takes over once it is stale', async () => {
     const path = freshFile();
@@ -226,7 +227,7 @@ describe('svc serve on a SQLite file another svc serve serves', () => {
     );
     expect(rows(path)).toEqual([expect.objectContaining({ pid: next.child.pid, hostname: hostname() })]);
     expect(await stop(next, 'SIGTERM')).toBe(0);
-  });
+  }, 60_000);
 });
 
 describe('startServer and the claim', () => {

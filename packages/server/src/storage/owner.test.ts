@@ -1,15 +1,17 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import SQLite from 'better-sqlite3';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { waitFor } from '../../test/streams.js';
 import { openStore } from './db.js';
 import { migrateToLatest } from './migrate.js';
 import {
   claimStore,
   currentIdentity,
+  HEARTBEAT_MS,
+  IDLE_CHECKPOINT_BEATS,
   judge,
   type OwnerIdentity,
   type OwnerLog,
@@ -120,10 +122,19 @@ describe('judge', () => {
 
   it('refuses a live owner with a recent heartbeat, and takes over one whose heartbeat is stale', () => {
     expect(judge(record(), me, NOW, alive)).toMatchObject({ take: false, ageMs: 1000 });
-    const stale = record({ heartbeat_at: new Date(NOW - STALE_MS).toISOString() });
+    // A pid that may have been reused (no start time): the heartbeat decides.
+    const stale = record({ pid_started: null, heartbeat_at: new Date(NOW - STALE_MS).toISOString() });
     expect(judge(stale, me, NOW, alive)).toEqual({ take: true, previous: { record: stale, why: 'stale' } });
-    const unreadable = record({ heartbeat_at: 'yesterday' });
+    const unreadable = record({ pid_started: null, heartbeat_at: 'yesterday' });
     expect(judge(unreadable, me, NOW, alive)).toMatchObject({ take: true, previous: { why: 'stale' } });
+  });
+
+  it('never takes over a live process of its own pid namespace, however old its heartbeat', () => {
+    // Busy or stopped (SIGSTOP) for longer than the stale age: the process, its start time
+    // matching, still serves the store.
+    for (const heartbeat_at of [new Date(NOW - 10 * STALE_MS).toISOString(), 'yesterday']) {
+      expect(judge(record({ heartbeat_at }), me, NOW, alive)).toMatchObject({ take: false });
+    }
   });
 
   it('never checks a pid of another host or another pid namespace: the heartbeat decides', () => {
@@ -222,6 +233,22 @@ describe('claimStore', () => {
 });
 
 describe('the heartbeat', () => {
+  it('keeps the WAL of an idle store from growing: a checkpoint after heartbeats with no other commit', async () => {
+    const path = await migratedFile();
+    vi.useFakeTimers();
+    try {
+      const { owner } = claim(path, { heartbeatMs: HEARTBEAT_MS });
+      expect(owner).not.toBeNull();
+      // An hour of heartbeats on a store nobody else writes.
+      vi.advanceTimersByTime(HEARTBEAT_MS * 720);
+    } finally {
+      vi.useRealTimers();
+    }
+    // Without checkpoints, 720 frames of a page each (about 3 MB); with them, about a dozen.
+    const pageSize = direct(path).pragma('page_size', { simple: true }) as number;
+    expect(statSync(`${path}-wal`).size).toBeLessThan((IDLE_CHECKPOINT_BEATS + 4) * (pageSize + 24) + 32);
+  });
+
   it('refreshes the row', async () => {
     const path = await migratedFile();
     const { owner } = claim(path, { heartbeatMs: 20 });

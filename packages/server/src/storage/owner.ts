@@ -11,8 +11,10 @@
  * starting at once, the second reads what the first wrote, so exactly one wins. The row's process
  * counts as gone, and its row is taken over at once, only where its pid can be checked: on this host,
  * in this pid namespace (two containers on one volume both see themselves as pid 1), and not a pid
- * reused since (its start time, on Linux). Anywhere else the heartbeat decides: a row not refreshed
- * for 15 s (three heartbeats) is taken over; a fresh one is refused. A clean stop removes the row.
+ * reused since (its start time, on Linux); while that process lives it is never taken over from
+ * there, however old its heartbeat (a process busy or stopped for a while still serves). Anywhere
+ * else the heartbeat decides: a row not refreshed for 15 s (three heartbeats) is taken over; a fresh
+ * one is refused. A clean stop removes the row.
  */
 import { randomUUID } from 'node:crypto';
 import { readFileSync, readlinkSync } from 'node:fs';
@@ -27,6 +29,11 @@ export const HEARTBEAT_MS = 5000;
 export const STALE_MS = 3 * HEARTBEAT_MS;
 /** After a refresh that failed (the write lock held by another connection, an I/O error). */
 const RETRY_MS = 250;
+/**
+ * Heartbeats in a row with no commit of any other connection after which the heartbeat checkpoints
+ * the WAL itself: on an idle store nothing else would, and each heartbeat adds a frame to it.
+ */
+export const IDLE_CHECKPOINT_BEATS = 12;
 /** How long a claim, a confirmation or a release waits for another connection's write lock. */
 const LOCK_WAIT_MS = 5000;
 
@@ -133,10 +140,13 @@ export function judge(
   if (!record || record.instance_id === me.instanceId) return { take: true, previous: null };
   // Our own pid is checked too: a process before us that had it is gone (another start time), a
   // server started earlier in this same process is not.
-  if (samePidSpace(record, me) && !alive(record.pid, record.pid_started)) {
-    return { take: true, previous: { record, why: 'gone' } };
-  }
   const ageMs = nowMs - Date.parse(record.heartbeat_at);
+  if (samePidSpace(record, me)) {
+    if (!alive(record.pid, record.pid_started)) return { take: true, previous: { record, why: 'gone' } };
+    // That very process lives (its start time matches): busy or frozen, it still serves the store,
+    // whatever its heartbeat says. Without a start time (not Linux) the pid may have been reused.
+    if (record.pid_started !== null) return { take: false, record, ageMs };
+  }
   // An unreadable time counts as stale.
   if (!(ageMs < staleMs)) return { take: true, previous: { record, why: 'stale' } };
   return { take: false, record, ageMs };
@@ -206,7 +216,8 @@ export function claimStore(path: string, options: OwnerOptions): StoreOwner | nu
   let verdict: Verdict;
   try {
     handle.pragma('synchronous = NORMAL');
-    // A checkpoint takes as long as many commits: the store's other connections do them.
+    // A checkpoint takes as long as many commits: the store's other connections do them, and the
+    // heartbeat only when they are idle (checkpointWhenIdle).
     handle.pragma('wal_autocheckpoint = 0');
     handle.exec('BEGIN IMMEDIATE');
     try {
@@ -253,6 +264,9 @@ export class StoreOwner {
   private lastLogged = Number.NEGATIVE_INFINITY;
   private takenOver: StoreOwnershipLostError | null = null;
   private released = false;
+  /** The store's data_version at the last heartbeat, and the heartbeats since another commit. */
+  private dataVersion = -1;
+  private idleBeats = 0;
   private readonly now: () => number;
   private readonly heartbeatMs: number;
   private readonly update: SQLite.Statement;
@@ -349,7 +363,28 @@ export class StoreOwner {
       this.options.onLost(this.loseOwnership());
       return;
     }
+    this.checkpointWhenIdle();
     this.schedule(this.heartbeatMs);
+  }
+
+  /**
+   * The store's other connections checkpoint the WAL as they commit; with no commits (an idle
+   * server), only heartbeats would grow it, a frame each, for ever. After IDLE_CHECKPOINT_BEATS
+   * heartbeats with no other commit (data_version counts other connections' commits), a PASSIVE
+   * checkpoint, which waits for nobody; the WAL then starts over at the next write.
+   */
+  private checkpointWhenIdle(): void {
+    try {
+      const version = this.handle.pragma('data_version', { simple: true }) as number;
+      this.idleBeats = version === this.dataVersion ? this.idleBeats + 1 : 0;
+      this.dataVersion = version;
+      if (this.idleBeats < IDLE_CHECKPOINT_BEATS) return;
+      this.idleBeats = 0;
+      this.handle.pragma('wal_checkpoint(PASSIVE)');
+    } catch (err) {
+      // Tried again IDLE_CHECKPOINT_BEATS heartbeats later; the claim itself is unaffected.
+      this.options.log().warn({ err }, `cannot checkpoint the SQLite database ${this.path}'s WAL`);
+    }
   }
 
   /**
