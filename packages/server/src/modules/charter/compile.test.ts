@@ -124,7 +124,7 @@ const TABLE: [string, Expect][] = [
   ],
   [
     'Block send_email to gmail.com addresses',
-    on('send_email', 'to', { notRegex: '(?i)[@.](?:gmail\\.com)(?:$|[^a-z0-9.-])' }),
+    on('send_email', 'to', { notRegex: '(?i)[@.](?:gmail\\.com)\\.?(?:$|[^a-z0-9.-])' }),
   ],
   ['send_email subject must start with "[ext]"', on('send_email', 'subject', { regex: '^\\[ext\\]' })],
   // An apostrophe inside a quoted value belongs to it, in either quotes.
@@ -192,7 +192,7 @@ const TABLE: [string, Expect][] = [
   ],
   [
     'Block send_email to gmail.com',
-    on('send_email', 'to', { notRegex: '(?i)[@.](?:gmail\\.com)(?:$|[^a-z0-9.-])' }),
+    on('send_email', 'to', { notRegex: '(?i)[@.](?:gmail\\.com)\\.?(?:$|[^a-z0-9.-])' }),
   ],
   [
     'Block send_email to addresses ending with gmail.com',
@@ -1017,6 +1017,26 @@ describe('a blocked domain on an argument that may hold more than an address', (
         Object.fromEntries([...stopped.map((v) => [v, true]), ...passed.map((v) => [v, false])]),
       );
     }
+  });
+
+  it('on an e-mail argument, stops addresses at the domain, a trailing dot included', () => {
+    expect(
+      denies('Block send_email to gmail.com', [
+        'bob@gmail.com',
+        'bob@gmail.com.',
+        'Bob <bob@GMAIL.com.>',
+        'bob@mail.gmail.com',
+        'bob@gmail.company',
+        'bob@notgmail.com',
+      ]),
+    ).toEqual({
+      'bob@gmail.com': true,
+      'bob@gmail.com.': true,
+      'Bob <bob@GMAIL.com.>': true,
+      'bob@mail.gmail.com': true,
+      'bob@gmail.company': false,
+      'bob@notgmail.com': false,
+    });
   });
 
   it('keeps an allow-list to whole addresses at the domain', () => {

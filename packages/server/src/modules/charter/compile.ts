@@ -759,7 +759,7 @@ function numericRule(ctx: Ctx): Outcome {
  */
 function blockedDomains(alts: string, email: boolean): string {
   return email
-    ? `(?i)[@.](?:${alts})(?:$|[^a-z0-9.-])`
+    ? String.raw`(?i)[@.](?:${alts})\.?(?:$|[^a-z0-9.-])`
     : String.raw`(?i)(?:^|[^a-z0-9-])(?:${alts})\.?(?:$|[^a-z0-9.-])`;
 }
 
