@@ -37,6 +37,17 @@ async function setup(options: Partial<ClientOptions> = {}) {
   return { tenant, client, errors };
 }
 
+/** A client of a service that cannot be reached (nothing listens on port 9), answering as `onUnavailable` says. */
+const unreachable = (onUnavailable: ClientOptions['onUnavailable']) =>
+  createClient({
+    apiKey: 'svc_x',
+    baseUrl: 'http://127.0.0.1:9',
+    live: false,
+    maxRetries: 0,
+    closeTimeoutMs: 100,
+    onUnavailable,
+  });
+
 /** `{d: {d: ... {}}}`, `levels` deep (the outer object is level 1), with `amount` at the top. */
 function nested(levels: number): Record<string, unknown> {
   let v: Record<string, unknown> = {};
@@ -149,14 +160,7 @@ describe('a call the service would refuse is not decided locally', () => {
   });
 
   it('with the service down, answers such a call with the outage, never an unrecordable allow', async () => {
-    const client = createClient({
-      apiKey: 'svc_x',
-      baseUrl: 'http://127.0.0.1:9',
-      live: false,
-      maxRetries: 0,
-      closeTimeoutMs: 100,
-      onUnavailable: 'allow',
-    });
+    const client = unreachable('allow');
     await expect(client.validate('pay', { amount: 1, note: 'a\u0000b' })).rejects.toMatchObject({
       name: 'ServiceUnavailableError',
     });
@@ -211,14 +215,7 @@ describe('the depth boundary: decided here exactly as deep as the service takes 
   });
 
   it(`with the service down, answers a call ${MAX_JSON_DEPTH} levels deep as onUnavailable says, and one deeper with the outage`, async () => {
-    const client = createClient({
-      apiKey: 'svc_x',
-      baseUrl: 'http://127.0.0.1:9',
-      live: false,
-      maxRetries: 0,
-      closeTimeoutMs: 100,
-      onUnavailable: 'deny',
-    });
+    const client = unreachable('deny');
     expect(await client.validate('pay', nested(MAX_JSON_DEPTH))).toMatchObject({
       decision: 'deny',
       source: 'local',

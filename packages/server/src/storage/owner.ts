@@ -22,6 +22,7 @@ import { hostname as osHostname } from 'node:os';
 import type SQLite from 'better-sqlite3';
 import { openSqliteHandle } from './db.js';
 import { isSqliteBusy } from './errors.js';
+import type { ServeOwnerTable } from './schema.js';
 
 /** How often the serving process refreshes its heartbeat. */
 export const HEARTBEAT_MS = 5000;
@@ -52,15 +53,7 @@ export interface OwnerIdentity {
 }
 
 /** The row of the process serving the store. */
-export interface OwnerRecord {
-  instance_id: string;
-  pid: number;
-  hostname: string;
-  pid_scope: string | null;
-  pid_started: string | null;
-  started_at: string;
-  heartbeat_at: string;
-}
+export type OwnerRecord = Omit<ServeOwnerTable, 'id'>;
 
 /** The state and start time of process `pid`, from /proc (Linux), or null. */
 function procStat(pid: number): { state: string; started: string } | null {
