@@ -1,4 +1,4 @@
-import type { Page } from 'playwright-core';
+import type { Page, Route } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type DashboardHarness,
@@ -43,12 +43,22 @@ describe('the dashboard after what it shows changed elsewhere', () => {
     const card = page.locator(`li[data-draft-id="${id}"]`);
     const approve = card.locator('button:text-is("Approve draft")');
     await approve.waitFor();
+    // The page must not learn of the deletion before the person presses Approve: a read of the list
+    // (its 15 s poll, or one the event stream asks for) would hold the card as deleted and disable the
+    // button first. The list's reads wait until the approval was answered.
+    const list = /\/v1\/policy-drafts(\?|$)/;
+    const held: Route[] = [];
+    await page.route(list, (route) =>
+      route.request().method() === 'GET' ? void held.push(route) : route.continue(),
+    );
     await h.call(`/v1/policy-drafts/${id}`, { method: 'DELETE', headers: key() });
 
     const answer = page.waitForResponse((r) => r.url().endsWith(`/v1/policy-drafts/${id}/approve`));
     await approve.focus();
     await page.keyboard.press('Enter');
     expect((await answer).status()).toBe(404);
+    await page.unroute(list);
+    for (const route of held.splice(0)) await route.continue();
     await card.locator('[data-draft-held="deleted"]').waitFor();
     expect(await card.locator('[data-draft-held="deleted"] p').textContent()).toBe(
       'This draft was deleted since you read it: nothing of it can be approved.',
