@@ -205,6 +205,47 @@ describe('dual control counts the creator of an approver key as the person givin
     expect(await creatorOf(await keyIdOf(alice.apiKey))).toBeNull();
   });
 
+  it("counts no step an older version recorded through the requester's own key: the approval cannot complete", async () => {
+    const alice = await organization();
+    const own = await createKey(t, alice, ['approvals:resolve'], 'own');
+    const ownId = await keyIdOf(own);
+    expect(await creatorOf(ownId)).toBe(alice.userId);
+    // alice asks in person; an instance of an older version took alice's own key relaying "bob" as
+    // the first of two people (it knew no creators, and wrote none on the step).
+    const row = pendingApprovalRow(
+      { organizationId: alice.orgId, projectId: alice.projectId },
+      {
+        decisionId: null,
+        toolName: 'wire',
+        arguments: { amount: 5 },
+        requestedByKeyId: null,
+        requestedByLineageId: null,
+        requestedBy: alice.userId,
+        requiredApprovals: 2,
+      },
+      new Date(),
+    );
+    const step = {
+      resolvedBy: 'bob',
+      resolvedAt: new Date().toISOString(),
+      byKeyId: ownId,
+      byLineageId: ownId,
+    };
+    await t.store.db
+      .insertInto('approvals')
+      .values({ ...row, requested_by_key_creator: null, approvers: JSON.stringify([step]) })
+      .execute();
+    const carol = await addMember(t, alice, `carol-${tag()}`);
+    const refused = await resolveApproval(t, carol, row.id, 'approve');
+    expectError(refused, 403, 'authorization_error');
+    expect(refused.json().error.message).toContain(
+      `${alice.userId}, who requested it, gave through API key ${ownId}`,
+    );
+    expect((await state(alice, row.id)).status).toBe('pending');
+    // A deny still ends it.
+    expect((await resolveApproval(t, carol, row.id, 'deny')).json().status).toBe('denied');
+  });
+
   it('reads the creators of approvals and steps recorded before they were, from the keys', async () => {
     const alice = await organization();
     const bob = await addMember(t, alice, `bob-${tag()}`);

@@ -137,6 +137,20 @@ function personCheck(
         );
       }
     }
+    // A step the requester gave, recorded by an instance of an older version (which knew no key
+    // creators) during an upgrade: the approval cannot reach its people without them.
+    const requesters = [row.requested_by, creators.requester].filter((r): r is string => r !== null);
+    for (const [i, s] of steps.entries()) {
+      const creator = creators.steps[i] ?? null;
+      const by = requesters.find(
+        (r) => samePerson(r, s.resolvedBy) || (creator !== null && samePerson(r, creator)),
+      );
+      if (by !== undefined) {
+        throw forbidden(
+          `approval ${id} holds an approval that ${by}, who requested it, gave${s.byKeyId ? ` through API key ${s.byKeyId}` : ''} (recorded by an older version of the service during an upgrade): under dual control it cannot be completed; deny it and request again`,
+        );
+      }
+    }
   }
   for (const [i, s] of steps.entries()) {
     const creator = creators.steps[i] ?? null;
