@@ -426,6 +426,9 @@ function Editor({
           organizationId,
         });
         setMessage(`Created as version ${created.version}.`);
+        // The created version is the base from here, whether or not the read below answers.
+        setGone(false);
+        setBase({ policy: created, etag });
         await refresh(
           { policy: created, etag },
           `Version ${created.version} was created from your text, then changed again.`,
