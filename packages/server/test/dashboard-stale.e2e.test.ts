@@ -1,4 +1,4 @@
-import type { Page, Route } from 'playwright-core';
+import type { Page, Request, Route } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type DashboardHarness,
@@ -38,19 +38,30 @@ afterAll(async () => {
 
 describe('the dashboard after what it shows changed elsewhere', () => {
   it('keeps the card of a draft deleted in another tab when approving it, and says nothing was approved', async () => {
+    // The page must not learn of the deletion before the person presses Approve: a read of the list
+    // (its 15 s poll, or one the event stream asks for) would hold the card as deleted and disable the
+    // button first. Once the card is shown, the list's reads wait until the approval was answered,
+    // and one already under way is let finish before the draft is deleted.
+    const list = /\/v1\/policy-drafts(\?|$)/;
+    const held: Route[] = [];
+    const reading = new Set<Request>();
+    let holding = false;
+    const done = (r: Request) => reading.delete(r);
+    page.on('requestfinished', done);
+    page.on('requestfailed', done);
+    await page.route(list, (route) => {
+      if (route.request().method() !== 'GET') return route.continue();
+      if (holding) return void held.push(route);
+      reading.add(route.request());
+      return route.continue();
+    });
     const id = await draft('Doomed draft');
     await open('Drafts', 'Policy drafts');
     const card = page.locator(`li[data-draft-id="${id}"]`);
     const approve = card.locator('button:text-is("Approve draft")');
     await approve.waitFor();
-    // The page must not learn of the deletion before the person presses Approve: a read of the list
-    // (its 15 s poll, or one the event stream asks for) would hold the card as deleted and disable the
-    // button first. The list's reads wait until the approval was answered.
-    const list = /\/v1\/policy-drafts(\?|$)/;
-    const held: Route[] = [];
-    await page.route(list, (route) =>
-      route.request().method() === 'GET' ? void held.push(route) : route.continue(),
-    );
+    holding = true;
+    await eventually(() => reading.size).toBe(0);
     await h.call(`/v1/policy-drafts/${id}`, { method: 'DELETE', headers: key() });
 
     const answer = page.waitForResponse((r) => r.url().endsWith(`/v1/policy-drafts/${id}/approve`));
@@ -58,6 +69,8 @@ describe('the dashboard after what it shows changed elsewhere', () => {
     await page.keyboard.press('Enter');
     expect((await answer).status()).toBe(404);
     await page.unroute(list);
+    page.off('requestfinished', done);
+    page.off('requestfailed', done);
     for (const route of held.splice(0)) await route.continue();
     await card.locator('[data-draft-held="deleted"]').waitFor();
     expect(await card.locator('[data-draft-held="deleted"] p').textContent()).toBe(
