@@ -202,7 +202,7 @@ function redirected(method: string, url: string, res: Response) {
 /**
  * True when a non-2xx answer carries the service's error envelope (`{"error": {"code", "message"}}`,
  * both strings): the API's own refusal. A proxy's or load balancer's page (HTML, or JSON of another
- * shape) has none, and tells nothing of the request's content; apiError names it `http_<status>`.
+ * shape) has none: it is no verdict of the service on the decisions; apiError names it `http_<status>`.
  */
 export function fromService(res: HttpResponse): boolean {
   const err = envelopeOf(res);
@@ -246,10 +246,10 @@ export function notTheService(method: string, url: string, res: HttpResponse): A
 }
 
 /**
- * An error answer without the service's envelope (see fromService): a proxy's or load balancer's
- * own page (its 400 or 413, a 401 of its own, a 500), which says nothing of the request's content.
- * The service did not answer: ServiceUnavailableError, naming the URL and what was answered, with
- * the answer as an ApiError (code `http_<status>`) for cause.
+ * A 5xx answer without the service's envelope (see fromService): a proxy's or load balancer's own
+ * error page. The service did not answer: ServiceUnavailableError, naming the URL and what was
+ * answered, with the answer as an ApiError (code `http_<status>`) for cause. (A proxy's 4xx page may
+ * depend on what the request holds, so validate throws it as the ApiError instead.)
  */
 export function notFromService(method: string, url: string, res: HttpResponse): ServiceUnavailableError {
   const err = apiError(res);
