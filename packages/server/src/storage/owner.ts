@@ -12,7 +12,8 @@
  * counts as gone, and its row is taken over at once, only where its pid can be checked: on this host,
  * in this pid namespace (two containers on one volume both see themselves as pid 1), and not a pid
  * reused since (its start time, on Linux); while that process lives it is never taken over from
- * there, however old its heartbeat (a process busy or stopped for a while still serves). Anywhere
+ * there, however old its heartbeat (a process busy or stopped for a while still serves), where its
+ * start time is known (Linux). Anywhere
  * else the heartbeat decides: a row not refreshed for 15 s (three heartbeats) is taken over; a fresh
  * one is refused. A clean stop removes the row.
  */
