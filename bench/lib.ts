@@ -90,7 +90,7 @@ export function statCpuMs(path: string): number {
 export const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits });
 
 export const SECRET = 'bench-secret-bench-secret-bench-secret';
-export const ADMIN = 'bench-admin';
+export const ADMIN = 'bench-admin-token-0001';
 
 /**
  * The service's /metrics (admin token), as a reader of one sample's value by its name and labels,

@@ -21,6 +21,9 @@ function refusal(env: Record<string, string>): string | null {
   }
 }
 
+/** The audience SVC_JWT_JWKS_URL needs. */
+const AUD = { SVC_JWT_AUDIENCE: 'svc' };
+
 describe('loadConfig: upper bounds of durations', () => {
   it('refuses a checkpoint interval longer than a Node timer can wait, naming the variable', () => {
     // 25d is over the 24.8 days of a timer delay: the interval used to fire every millisecond.
@@ -298,7 +301,7 @@ describe('loadConfig: values checked at start', () => {
       expect(oidc(issuer), issuer).toBe(`SVC_OIDC_ISSUER must not have a query or fragment, got "${issuer}"`);
     }
     expect(oidc('https://idp.example.com/realms/a')).toBeNull();
-    expect(loadConfig({ SVC_JWT_JWKS_URL: 'https://idp.example.com/jwks?tenant=a' }).jwtJwksUrl).toBe(
+    expect(loadConfig({ SVC_JWT_JWKS_URL: 'https://idp.example.com/jwks?tenant=a', ...AUD }).jwtJwksUrl).toBe(
       'https://idp.example.com/jwks?tenant=a',
     );
   });
@@ -314,8 +317,28 @@ describe('loadConfig: values checked at start', () => {
       'SVC_JWT_JWKS_URL must be a URL, got "not-a-url"',
     );
     for (const v of ['https://idp.example.com/jwks', 'http://127.0.0.1:4000/jwks', 'http://localhost/jwks']) {
-      expect(loadConfig({ SVC_JWT_JWKS_URL: v }).jwtJwksUrl).toBe(v);
+      expect(loadConfig({ SVC_JWT_JWKS_URL: v, ...AUD }).jwtJwksUrl).toBe(v);
     }
+  });
+
+  it("refuses SVC_JWT_JWKS_URL without SVC_JWT_AUDIENCE: another application's tokens would pass", () => {
+    for (const audience of [{}, { SVC_JWT_AUDIENCE: '' }, { SVC_JWT_AUDIENCE: '  ' }] as Record<
+      string,
+      string
+    >[]) {
+      expect(refusal({ SVC_JWT_JWKS_URL: 'https://idp.example.com/jwks', ...audience })).toMatch(
+        /^SVC_JWT_JWKS_URL needs SVC_JWT_AUDIENCE: an identity provider signs the tokens of every application/,
+      );
+    }
+  });
+
+  it('requires SVC_ADMIN_TOKEN to be at least 16 characters', () => {
+    expect(refusal({ SVC_ADMIN_TOKEN: 'change-me' })).toBe(
+      'SVC_ADMIN_TOKEN must be at least 16 characters (e.g. openssl rand -hex 16), got 9',
+    );
+    expect(refusal({ SVC_ADMIN_TOKEN: 'x'.repeat(15) })).toMatch(/got 15$/);
+    expect(loadConfig({ SVC_ADMIN_TOKEN: 'x'.repeat(16) }).adminToken).toBe('x'.repeat(16));
+    expect(loadConfig({}).adminToken).toBeNull();
   });
 
   it('requires SVC_JWT_SECRET to be at least 32 bytes (RFC 7518 §3.2)', () => {

@@ -123,6 +123,8 @@ export const MAX_CHECKPOINT_INTERVAL_SECONDS = 24 * 86_400;
 export const MAX_SIGNING_KEY_OVERLAP_SECONDS = 3650 * 86_400;
 /** RFC 7518 §3.2: an HS256 key has at least 256 bits. The secret's UTF-8 bytes are the key. */
 export const MIN_JWT_SECRET_BYTES = 32;
+/** The shortest SVC_ADMIN_TOKEN taken. */
+export const MIN_ADMIN_TOKEN_CHARS = 16;
 /** The levels the logger (pino) knows; anything else stops the start. */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
@@ -315,10 +317,32 @@ function baseUrl(value: string): string {
 }
 
 /** SVC_JWT_JWKS_URL: as SVC_OIDC_ISSUER, https unless the provider runs on this machine. */
-function jwksUrl(value: string | undefined): string | null {
+function jwksUrl(value: string | undefined, audience: string | undefined): string | null {
   const v = nonEmpty(value);
   if (v === null) return null;
   providerUrl('SVC_JWT_JWKS_URL', v);
+  // A provider signs the tokens of every application it serves with the same keys: without an
+  // audience, a token a user got for another application would be taken as one for svc.
+  if (nonEmpty(audience) === null) {
+    throw new Error(
+      'SVC_JWT_JWKS_URL needs SVC_JWT_AUDIENCE: an identity provider signs the tokens of every ' +
+        'application it serves with the same keys, so without an audience a token meant for another ' +
+        "application would be accepted; set it to the audience (aud) your provider puts in svc's tokens",
+    );
+  }
+  return v;
+}
+
+/** The operator admin token: long enough not to be guessed (the admin API controls tiers and keys). */
+function adminToken(value: string | undefined): string | null {
+  const v = nonEmpty(value);
+  if (v === null) return null;
+  const chars = [...v].length;
+  if (chars < MIN_ADMIN_TOKEN_CHARS) {
+    throw new Error(
+      `SVC_ADMIN_TOKEN must be at least ${MIN_ADMIN_TOKEN_CHARS} characters (e.g. openssl rand -hex 16), got ${chars}`,
+    );
+  }
   return v;
 }
 
@@ -401,11 +425,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     host,
     databaseUrl: databaseUrl(env.SVC_DATABASE_URL),
     jwtSecret: jwtSecret(env.SVC_JWT_SECRET),
-    jwtJwksUrl: jwksUrl(env.SVC_JWT_JWKS_URL),
+    jwtJwksUrl: jwksUrl(env.SVC_JWT_JWKS_URL, env.SVC_JWT_AUDIENCE),
     jwtJwksCacheSeconds: seconds('SVC_JWT_JWKS_CACHE_SECONDS', env.SVC_JWT_JWKS_CACHE_SECONDS, 600),
     jwtIssuer: nonEmpty(env.SVC_JWT_ISSUER),
     jwtAudience: nonEmpty(env.SVC_JWT_AUDIENCE),
-    adminToken: nonEmpty(env.SVC_ADMIN_TOKEN),
+    adminToken: adminToken(env.SVC_ADMIN_TOKEN),
     baseUrl: base,
     docsUrl: docsUrl(nonEmpty(env.SVC_DOCS_URL), base),
     logLevel: logLevel(env.SVC_LOG_LEVEL),
