@@ -223,6 +223,26 @@ describe('a redirect from the provider', () => {
   );
 });
 
+describe('the email claim', () => {
+  it('in the ID token, verified only in UserInfo: the address from the ID token, verified there', async () => {
+    idp.behave({
+      claims: { email: 'dana@example.test' },
+      userinfo: { email: undefined, email_verified: true },
+    });
+    expect(await outcome(signInWith(idp, { SVC_OIDC_USER_CLAIM: 'email' }), 'dana')).toBe(
+      'signed in as dana@example.test',
+    );
+    expect(idp.hits.get('userinfo')).toBe(1);
+  });
+
+  it('verified nowhere, or said unverified in UserInfo: no_user', async () => {
+    idp.behave({ claims: { email: 'erin@example.test' }, userinfo: { email_verified: false } });
+    expect(await outcome(signInWith(idp, { SVC_OIDC_USER_CLAIM: 'email' }), 'erin')).toBe('no_user');
+    idp.behave({ claims: { email: 'erin@example.test', email_verified: false } });
+    expect(await outcome(signInWith(idp, { SVC_OIDC_USER_CLAIM: 'email' }), 'erin')).toBe('no_user');
+  });
+});
+
 describe('a user claim that is not well-formed Unicode', () => {
   it.each(['\ud800', '\udfff', 'a\ud800b'])('(%j in sub) signs nobody in: no_user', async (sub) => {
     idp.behave({ claims: { sub } });

@@ -124,10 +124,16 @@ export function createOidcSignIn(
       }
       const claims = tokens.claims();
       let source: Record<string, unknown> | undefined = claims;
-      // Providers often keep claims other than `sub` (email, preferred_username) to the UserInfo endpoint.
-      if (claims && claims[settings.userClaim] === undefined) {
+      // Providers often keep claims other than `sub` (email, preferred_username) to the UserInfo
+      // endpoint, and some put `email` in the ID token but `email_verified` only there.
+      const unverifiedEmail =
+        settings.userClaim === 'email' &&
+        claims?.email_verified === undefined &&
+        config.serverMetadata().userinfo_endpoint !== undefined;
+      if (claims && (claims[settings.userClaim] === undefined || unverifiedEmail)) {
         try {
-          source = await client.fetchUserInfo(config, tokens.access_token, claims.sub);
+          // UserInfo answers for the same subject (checked): what it says stands over the ID token.
+          source = { ...claims, ...(await client.fetchUserInfo(config, tokens.access_token, claims.sub)) };
         } catch (err) {
           throw classify(err, 'the UserInfo request');
         }
