@@ -47,6 +47,7 @@ import { createSessionService } from './modules/sessions/service.js';
 import { signingKeyRoutes } from './modules/signing-keys/routes.js';
 import { toolRoutes } from './modules/tools/routes.js';
 import { validationRoutes } from './modules/validation/routes.js';
+import { AdminAuthThrottle } from './plugins/admin-throttle.js';
 import { registerAuth } from './plugins/auth.js';
 import { DASHBOARD_DIR, dashboardIndex, dashboardRoutes } from './plugins/dashboard.js';
 import {
@@ -186,7 +187,7 @@ export async function buildApp({
     metrics.trackStreams('ws', () => ctx.streams.clients('ws').length);
 
     registerErrorHandling(app, () => closing);
-    registerAuth(app, { config, keys, jwt, sessions });
+    registerAuth(app, { config, keys, jwt, sessions, adminThrottle: new AdminAuthThrottle(), clock });
     await registerOpenApi(app, config);
     registerRateLimits(app, { limiter: ctx.rateLimiter, clock });
     registerMetrics(app, metrics);

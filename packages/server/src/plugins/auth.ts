@@ -1,6 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
+import type { Clock } from '../lib/clock.js';
 import { AppError } from '../lib/errors.js';
 import { type JwtVerifier, KeySourceError, TokenError } from '../lib/jwt.js';
 import type { ApiKeyAuthenticator, KeyPrincipal } from '../modules/api-keys/authenticator.js';
@@ -9,6 +10,7 @@ import type { KeyScope } from '../modules/api-keys/model.js';
 import { sessionCookie } from '../modules/sessions/cookie.js';
 import { CSRF_HEADER, type SessionInfo } from '../modules/sessions/model.js';
 import type { SessionService } from '../modules/sessions/service.js';
+import type { AdminAuthThrottle } from './admin-throttle.js';
 
 export interface UserPrincipal {
   kind: 'user';
@@ -54,6 +56,9 @@ export interface AuthDeps {
   keys: ApiKeyAuthenticator;
   jwt: JwtVerifier;
   sessions: Pick<SessionService, 'lookup'>;
+  /** Refused admin authentications per client address (`req.ip`); past the budget, 429. */
+  adminThrottle: AdminAuthThrottle;
+  clock: Clock;
 }
 
 /**
@@ -146,9 +151,13 @@ export function registerAuth(app: FastifyInstance, deps: AuthDeps): void {
     const mode: AuthMode = request.routeOptions.config.auth ?? 'any';
     if (mode === 'none') return;
     if (mode === 'admin') {
+      const now = deps.clock.now().getTime();
+      // A blocked address gets 429 before its token is looked at: a right guess then tells nothing.
+      deps.adminThrottle.check(request.ip, now);
       const token = bearerToken(request);
       const expected = deps.config.adminToken;
       if (!expected || !token || !safeEqual(token, expected)) {
+        deps.adminThrottle.refused(request.ip, now);
         throw new AppError('unauthorized', 'A valid operator admin token is required');
       }
       request.principal = { kind: 'admin' };

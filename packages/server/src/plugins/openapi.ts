@@ -179,7 +179,8 @@ function errorStatuses(route: RouteOptions, schema: FastifySchema, mode: AuthMod
     authed && writes && 409,
     hasBody && 413,
     hasBody && 415,
-    authed && hasBody && 429,
+    // Admin routes: too many refused admin tokens from one address (plugins/admin-throttle.ts).
+    ((authed && hasBody) || mode === 'admin') && 429,
     500,
     503,
   ];
@@ -430,6 +431,7 @@ function documentRoute(defaultBodyLimit: number) {
     };
     const media = Object.keys((documented?.body as { content?: object } | undefined)?.content ?? {});
     if (media.length > 0) why[415] = `The body is not ${media.join(', ')}`;
+    if (mode === 'admin') why[429] = 'Too many refused admin authentications from this address';
     // Every route declares its success (the API document test holds it to that): no generic 2xx.
     const response: Record<string, unknown> = { ...own.response, ...documented?.response };
     const standard = documented?.envelopeB
@@ -448,6 +450,9 @@ function documentRoute(defaultBodyLimit: number) {
       response[status] = mine
         ? { description: `${mine.description ?? ''} Or ${answer.description}`, anyOf: [mine, answer] }
         : (response[status] ?? answer);
+    }
+    if (mode === 'admin' && response[429]) {
+      response[429] = { ...(response[429] as object), headers: { 'Retry-After': RETRY_AFTER } };
     }
     if (route.config?.rateLimit) {
       // Counted once the caller is known (plugins/rate-limit.ts), after authentication: a refused
