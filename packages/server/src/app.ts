@@ -187,7 +187,14 @@ export async function buildApp({
     metrics.trackStreams('ws', () => ctx.streams.clients('ws').length);
 
     registerErrorHandling(app, () => closing);
-    registerAuth(app, { config, keys, jwt, sessions, adminThrottle: new AdminAuthThrottle(), clock });
+    registerAuth(app, {
+      config,
+      keys,
+      jwt,
+      sessions,
+      adminThrottle: new AdminAuthThrottle({ limit: config.adminRefusalsPerMinute }),
+      clock,
+    });
     await registerOpenApi(app, config);
     registerRateLimits(app, { limiter: ctx.rateLimiter, clock });
     registerMetrics(app, metrics);

@@ -332,6 +332,16 @@ describe('loadConfig: values checked at start', () => {
     }
   });
 
+  it('takes SVC_ADMIN_REFUSALS_PER_MINUTE as a whole number from 1, default 10', () => {
+    expect(loadConfig({}).adminRefusalsPerMinute).toBe(10);
+    expect(loadConfig({ SVC_ADMIN_REFUSALS_PER_MINUTE: '50' }).adminRefusalsPerMinute).toBe(50);
+    for (const v of ['0', '-1', '1.5', 'ten', '2000000']) {
+      expect(refusal({ SVC_ADMIN_REFUSALS_PER_MINUTE: v }), v).toBe(
+        `SVC_ADMIN_REFUSALS_PER_MINUTE must be a whole number 1-1000000, got "${v}"`,
+      );
+    }
+  });
+
   it('requires SVC_ADMIN_TOKEN to be at least 16 characters', () => {
     expect(refusal({ SVC_ADMIN_TOKEN: 'change-me' })).toBe(
       'SVC_ADMIN_TOKEN must be at least 16 characters (e.g. openssl rand -hex 16), got 9',

@@ -13,6 +13,8 @@ export interface Config {
   jwtIssuer: string | null;
   jwtAudience: string | null;
   adminToken: string | null;
+  /** Refused admin authentications a client address may make per minute before 429 (plugins/admin-throttle.ts). */
+  adminRefusalsPerMinute: number;
   baseUrl: string;
   docsUrl: string;
   logLevel: string;
@@ -185,6 +187,14 @@ function flag(name: string, value: string | undefined, fallback = false): boolea
   if (v === 'false' || v === '0') return false;
   if (v === 'true' || v === '1') return true;
   throw new Error(`${name} must be true or false, got "${value}"`);
+}
+
+function count(name: string, value: string | undefined, fallback: number, max: number): number {
+  const v = nonEmpty(value);
+  if (v === null) return fallback;
+  const n = /^\d{1,9}$/.test(v) ? Number(v) : Number.NaN;
+  if (!(n >= 1 && n <= max)) throw new Error(`${name} must be a whole number 1-${max}, got "${value}"`);
+  return n;
 }
 
 function seconds(name: string, value: string | undefined, fallback: number): number {
@@ -430,6 +440,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     jwtIssuer: nonEmpty(env.SVC_JWT_ISSUER),
     jwtAudience: nonEmpty(env.SVC_JWT_AUDIENCE),
     adminToken: adminToken(env.SVC_ADMIN_TOKEN),
+    adminRefusalsPerMinute: count(
+      'SVC_ADMIN_REFUSALS_PER_MINUTE',
+      env.SVC_ADMIN_REFUSALS_PER_MINUTE,
+      10,
+      1_000_000,
+    ),
     baseUrl: base,
     docsUrl: docsUrl(nonEmpty(env.SVC_DOCS_URL), base),
     logLevel: logLevel(env.SVC_LOG_LEVEL),

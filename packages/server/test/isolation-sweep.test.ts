@@ -673,7 +673,11 @@ interface Answer {
   body: string;
 }
 
-const t = useTestApp({ checkpointIntervalMs: 0, providerCredentialsKey: randomBytes(32) }, { listen: true });
+// Every credential kind is refused on the admin routes from this one address: no throttle in the way.
+const t = useTestApp(
+  { checkpointIntervalMs: 0, providerCredentialsKey: randomBytes(32), adminRefusalsPerMinute: 1_000_000 },
+  { listen: true },
+);
 
 let A: Tenant;
 let a2Key: string;
