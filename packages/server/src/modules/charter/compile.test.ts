@@ -246,6 +246,38 @@ const TABLE: [string, Expect][] = [
   ['Allow send_payment over $1,000 only', pay({ greaterThan: 1000 })],
   ['Allow only send_payment under $100', pay({ lessThan: 100 })],
   ['Only allow send_email subject under 80 characters', on('send_email', 'subject', { maxLength: 79 })],
+  // Values, domains and patterns: "only" or a word that keeps the values makes the allow-list.
+  [
+    'Only allow send_email to acme.io',
+    on('send_email', 'to', { regex: `(?i)^[^\\s@,;<>"']+@(?:acme\\.io)$` }),
+  ],
+  [
+    'Allow only send_email to acme.io',
+    on('send_email', 'to', { regex: `(?i)^[^\\s@,;<>"']+@(?:acme\\.io)$` }),
+  ],
+  [
+    'Allow send_email to acme.io only',
+    on('send_email', 'to', { regex: `(?i)^[^\\s@,;<>"']+@(?:acme\\.io)$` }),
+  ],
+  [
+    'send_email must go to acme.io addresses',
+    on('send_email', 'to', { regex: `(?i)^[^\\s@,;<>"']+@(?:acme\\.io)$` }),
+  ],
+  [
+    'Restrict send_email to acme.io addresses',
+    on('send_email', 'to', { regex: `(?i)^[^\\s@,;<>"']+@(?:acme\\.io)$` }),
+  ],
+  [
+    'Keep send_email to acme.io addresses',
+    on('send_email', 'to', { regex: `(?i)^[^\\s@,;<>"']+@(?:acme\\.io)$` }),
+  ],
+  ['Allow send_payment currency USD only', on('send_payment', 'currency', { enum: ['USD'] })],
+  ['Limit send_payment currency to USD', on('send_payment', 'currency', { enum: ['USD'] })],
+  ['Never allow send_payment currency GBP', on('send_payment', 'currency', { notEnum: ['GBP'] })],
+  [
+    'Only allow send_email subject starting with "[ext]"',
+    on('send_email', 'subject', { regex: '^\\[ext\\]' }),
+  ],
   // A domain on a recipient (which may hold a name) is stopped alone too, not only in an address.
   [
     'Block send_payment to recipient evil.corp',
@@ -413,6 +445,20 @@ const REFUSE: string[] = [
   'send_payment amounts over $100 must be allowed',
   'Always allow send_payment under $100',
   'Allow send_email subject under 80 characters',
+  // The same for values, domains and patterns: "allow" without "only" is no allow-list.
+  'Allow send_email to acme.io',
+  'Allow send_email to addresses at acme.io',
+  'Allow send_email to acme.io or acme.com addresses',
+  'Allow send_payment recipients at good.com',
+  'Allow send_payment currency USD',
+  'Allow send_payment currency usd, eur',
+  'Permit send_payment currency EUR',
+  'send_payment currency allowed values: USD, EUR',
+  'Always allow send_payment currency USD',
+  'Allow send_email subject starting with "[ext]"',
+  'Allow send_email body containing "invoice"',
+  'Allow send_payment memo matching `^INV-[0-9]+$`',
+  'Let send_email go to acme.io',
 ];
 
 describe('compileMessage: the phrasing table', () => {
@@ -973,6 +1019,65 @@ describe('a comparison the calls are only let through by ("Allow X over $N")', (
     expect(
       compileMessage('Allow send_payment over $1,000 with manager approval', TOOLS, null).rules,
     ).toMatchObject([pay({ maximum: 1000, action: 'require_approval' })]);
+  });
+});
+
+describe('values, domains and patterns only let through by "allow" ("Allow X to acme.io")', () => {
+  const rule = (m: string) => compileMessage(m, TOOLS, null).rules.map((r) => r.constraint);
+  const why = (m: string) => {
+    const out = compileMessage(m, TOOLS, null);
+    expect(out.rules, m).toEqual([]);
+    return out.notUnderstood[0]?.why ?? '';
+  };
+
+  it('is refused like a comparison, naming both readings in words that compile', () => {
+    const domain = why('Allow send_email to acme.io');
+    expect(domain).toContain('"allow" says that calls with "to" at acme.io may be made, not that the others');
+    expect(domain).toContain('"only allow … to addresses at acme.io"');
+    expect(domain).toContain('"block … to addresses at <the domains to stop>"');
+    const values = why('Allow send_payment currency USD');
+    expect(values).toContain('"allow" says that calls with "currency" USD may be made');
+    expect(values).toContain('"only allow … currency USD"');
+    // The declared values not allowed are the ones to block instead.
+    expect(values).toContain('"block … currency EUR, GBP"');
+    expect(why('Permit send_payment currency EUR')).toContain('"permit" says that calls');
+    expect(why('Allow send_email subject starting with "[ext]"')).toContain(
+      '"only allow … subject starting with "[ext]""',
+    );
+    expect(why('Allow send_payment memo matching `^INV-[0-9]+$`')).toContain(
+      '"only allow … memo matching `^INV-[0-9]+$`"',
+    );
+    // The suggested "only allow" sentences compile to the allow-list, "block" to its complement.
+    const to = on('send_email', 'to', { regex: `(?i)^[^\\s@,;<>"']+@(?:acme\\.io)$` }).constraint;
+    expect(rule('Only allow send_email to addresses at acme.io')).toEqual([to]);
+    expect(rule('Only allow send_payment currency USD')).toEqual([
+      on('send_payment', 'currency', { enum: ['USD'] }).constraint,
+    ]);
+    expect(rule('Block send_payment currency EUR, GBP')).toEqual([
+      on('send_payment', 'currency', { notEnum: ['EUR', 'GBP'] }).constraint,
+    ]);
+    expect(rule('Only allow send_payment recipient addresses at good.com')).toEqual(
+      rule('Only allow send_payment recipients at good.com'),
+    );
+    expect(rule('Only allow send_payment memo matching `^INV-[0-9]+$`')).toEqual([
+      on('send_payment', 'memo', { regex: '^INV-[0-9]+$' }).constraint,
+    ]);
+  });
+
+  it('reads no value as the permission word', () => {
+    expect(rule('Only allow send_email to allow.io')).toHaveLength(1);
+    expect(rule('send_email subject must start with "Allow"')).toEqual([
+      on('send_email', 'subject', { regex: '^Allow' }).constraint,
+    ]);
+    expect(why('Allow send_email to allow.io')).toContain('"only allow … to addresses at allow.io"');
+  });
+
+  it('leaves blocks, and clauses that ask a person, as they were', () => {
+    expect(rule('Block send_email to gmail.com')).toHaveLength(1);
+    expect(rule("Don't allow send_payment currency GBP")).toEqual([
+      on('send_payment', 'currency', { notEnum: ['GBP'] }).constraint,
+    ]);
+    expect(why('Allow send_email to acme.io with manager approval')).toContain('asking a person');
   });
 });
 

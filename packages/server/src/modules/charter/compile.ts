@@ -325,13 +325,45 @@ const TWO_BOUNDS =
 const OTHER_SIDE: Partial<Record<BoundKind, string>> = { gt: 'at or below', lt: 'at or above' };
 
 /**
+ * The permission word ("allow", "is permitted") of a clause that only lets the calls it describes
+ * through, or null. Such a clause says those calls may be made, not that the others are stopped;
+ * reading it as "only allow" would stop the others on a guess. It is null when the clause says so
+ * itself: "only" ("Only allow …", "Allow only …", "… only"), a negation or a person to ask
+ * (`restricted`), or no permission word at all ("must be", "limit … to", "keep …" keep the values).
+ * `words` is the clause without the rule's own values (quoted values are dropped here), so that a
+ * value ("allow.io", `"Allow"`) is never read as the word.
+ */
+function bareAllow(polarity: NonNullable<Polarity>, words: string): string | null {
+  if (polarity.restricted) return null;
+  const text = words.replace(QUOTED, ' ');
+  const permission = PERMISSION.exec(text);
+  return permission && !ONLY.test(text) ? permission[0].toLowerCase() : null;
+}
+
+/**
+ * Why a bare permission is refused: calls `described` may be made. The reason suggests "only allow
+ * … `kept`", or "block … `stop.block`": for a comparison the same rule (its other side), also to
+ * ask a person for; for values or a pattern the values to stop instead, the others left allowed.
+ */
+function permissionWhy(
+  word: string,
+  described: string,
+  kept: string,
+  stop: { block: string; comparison?: boolean },
+): string {
+  const block = `"block … ${stop.block}"`;
+  const fix = stop.comparison
+    ? `write "only allow … ${kept}" (the same as ${block}) to stop the others, or "ask a person for … ${stop.block}" to send them to a person`
+    : `write "only allow … ${kept}" to stop the others, or ${block} to stop only those`;
+  return `"${word}" says that calls ${described} may be made, not that the others are stopped (a call no rule stops is allowed already): ${fix}`;
+}
+
+/**
  * Why a comparison the calls are only let through by ("Allow send_payment over $1,000", "amounts
- * under $100 are permitted") is refused, or null. Such a clause says those calls may be made, not
- * that the others are stopped; reading it as "only allow" would stop the others on a guess. "only"
- * ("Only allow … over $1,000") or a word that keeps the values ("must be", "limit … to") says it.
- * A bound that states its limit by itself ("up to", "at most", "at least", "between") is read as
- * that limit, allowed or not: "Allow send_payment up to $100" is "send_payment up to $100".
- * `rest` is the clause without the bound; `unit` follows the number in the suggestions.
+ * under $100 are permitted") is refused, or null (see bareAllow). A bound that states its limit by
+ * itself ("up to", "at most", "at least", "between") is read as that limit, allowed or not: "Allow
+ * send_payment up to $100" is "send_payment up to $100". `rest` is the clause without the bound;
+ * `unit` follows the number in the suggestions.
  */
 function permissionOnly(
   bound: Bound,
@@ -340,11 +372,11 @@ function permissionOnly(
   unit = '',
 ): string | null {
   const other = OTHER_SIDE[bound.kind];
-  const words = rest.replace(QUOTED, ' ');
-  const permission = PERMISSION.exec(words);
-  if (bound.inherent || polarity.restricted || !other || !permission || ONLY.test(words)) return null;
+  const word = bound.inherent || !other ? null : bareAllow(polarity, rest);
+  if (!word) return null;
   const n = `${NUM_RE.exec(bound.text)![0].trim()}${unit}`;
-  return `"${permission[0].toLowerCase()}" says that calls ${bound.text}${unit} may be made, not that the others are stopped (a call no rule stops is allowed already): write "only allow … ${bound.text}${unit}" (the same as "block … ${other} ${n}") to stop the others, or "ask a person for … ${other} ${n}" to send them to a person`;
+  const range = `${bound.text}${unit}`;
+  return permissionWhy(word, range, range, { block: `${other} ${n}`, comparison: true });
 }
 
 type Field = 'minimum' | 'maximum' | 'greaterThan' | 'lessThan';
@@ -846,6 +878,20 @@ function patternRule(ctx: Ctx): Outcome {
       why: 'asking a person for values that match a pattern cannot be written as a rule; say which values are allowed',
     };
   }
+  // "Allow send_email to acme.io" lets those calls through; it does not say the others stop.
+  const valueWords = ctx.clause.replace(explicit?.[0] ?? DOMAINS, ' ');
+  const word = bareAllow(polarity, affix?.[5] ? valueWords.replace(affix[0], ' ') : valueWords);
+  if (word) {
+    const [held, stop] = explicit
+      ? [explicit[0], 'matching <a pattern of the values to stop>']
+      : affix
+        ? [affix[0], `${affix[1] ? `${affix[1]} with` : affix[6]} "<the text to stop>"`]
+        : [`at ${domains.join(' or ')}`, 'at <the domains to stop>'];
+    const name = domain ? `${arg.name} addresses` : arg.name;
+    return {
+      why: permissionWhy(word, `with "${arg.name}" ${held}`, `${name} ${held}`, { block: `${name} ${stop}` }),
+    };
+  }
   c.regex = regex;
   return {
     rule: {
@@ -928,6 +974,27 @@ function enumRule(ctx: Ctx): Outcome {
     };
   }
   const list = written.map((v) => `"${v}"`).join(', ');
+  // "Allow send_payment currency USD" lets those calls through; it does not say the others stop.
+  const word = bareAllow(
+    polarity,
+    values.reduce(
+      (text, v) => text.replace(new RegExp(`(?<![\\w.@-])${escapeRegex(v)}(?![\\w.@-])`, 'gi'), ' '),
+      ctx.clause,
+    ),
+  );
+  if (word) {
+    const others = declared.filter((d) => !written.includes(d));
+    return {
+      why: permissionWhy(
+        word,
+        `with "${arg.name}" ${written.join(' or ')}`,
+        `${arg.name} ${written.join(', ')}`,
+        {
+          block: `${arg.name} ${others.length > 0 ? others.join(', ') : '<the values to stop>'}`,
+        },
+      ),
+    };
+  }
   if (polarity.restricted) {
     return {
       rule: {
