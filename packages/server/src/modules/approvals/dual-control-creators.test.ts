@@ -68,6 +68,43 @@ const creatorOf = async (keyId: string) =>
       .executeTakeFirstOrThrow()
   ).created_by;
 
+/**
+ * A pending two-person approval of `tenant` as an older version (or one before migration 0030) wrote
+ * it: no creator on the row, and one approval step through API key `step.keyId` without its creator.
+ */
+async function plantedApproval(
+  tenant: Tenant,
+  requester: { requestedBy?: string; requestedByKeyId?: string; requestedByLineageId?: string },
+  step: { resolvedBy: string; keyId: string },
+) {
+  const row = pendingApprovalRow(
+    { organizationId: tenant.orgId, projectId: tenant.projectId },
+    {
+      decisionId: null,
+      toolName: 'wire',
+      arguments: { amount: 5 },
+      requestedByKeyId: requester.requestedByKeyId ?? null,
+      requestedByLineageId: requester.requestedByLineageId ?? null,
+      requestedBy: requester.requestedBy ?? null,
+      requiredApprovals: 2,
+    },
+    new Date(),
+  );
+  const approvers = [
+    {
+      resolvedBy: step.resolvedBy,
+      resolvedAt: new Date().toISOString(),
+      byKeyId: step.keyId,
+      byLineageId: step.keyId,
+    },
+  ];
+  await t.store.db
+    .insertInto('approvals')
+    .values({ ...row, requested_by_key_creator: null, approvers: JSON.stringify(approvers) })
+    .execute();
+  return row;
+}
+
 describe('dual control counts the creator of an approver key as the person giving the step', () => {
   it('refuses the requester approving through their own keys, whatever names they relay (the hunt repro)', async () => {
     const alice = await organization();
@@ -212,29 +249,11 @@ describe('dual control counts the creator of an approver key as the person givin
     expect(await creatorOf(ownId)).toBe(alice.userId);
     // alice asks in person; an instance of an older version took alice's own key relaying "bob" as
     // the first of two people (it knew no creators, and wrote none on the step).
-    const row = pendingApprovalRow(
-      { organizationId: alice.orgId, projectId: alice.projectId },
-      {
-        decisionId: null,
-        toolName: 'wire',
-        arguments: { amount: 5 },
-        requestedByKeyId: null,
-        requestedByLineageId: null,
-        requestedBy: alice.userId,
-        requiredApprovals: 2,
-      },
-      new Date(),
+    const row = await plantedApproval(
+      alice,
+      { requestedBy: alice.userId },
+      { resolvedBy: 'bob', keyId: ownId },
     );
-    const step = {
-      resolvedBy: 'bob',
-      resolvedAt: new Date().toISOString(),
-      byKeyId: ownId,
-      byLineageId: ownId,
-    };
-    await t.store.db
-      .insertInto('approvals')
-      .values({ ...row, requested_by_key_creator: null, approvers: JSON.stringify([step]) })
-      .execute();
     const carol = await addMember(t, alice, `carol-${tag()}`);
     const refused = await resolveApproval(t, carol, row.id, 'approve');
     expectError(refused, 403, 'authorization_error');
@@ -254,28 +273,11 @@ describe('dual control counts the creator of an approver key as the person givin
     const b1 = await createKey(t, bob, ['approvals:resolve'], 'b1');
     const b1Id = await keyIdOf(b1);
     // As an older version (or one before migration 0030) wrote them: no creators on the row or the step.
-    const row = pendingApprovalRow(
-      { organizationId: alice.orgId, projectId: alice.projectId },
-      {
-        decisionId: null,
-        toolName: 'wire',
-        arguments: { amount: 5 },
-        requestedByKeyId: agentId,
-        requestedByLineageId: agentId,
-        requiredApprovals: 2,
-      },
-      new Date(),
+    const row = await plantedApproval(
+      alice,
+      { requestedByKeyId: agentId, requestedByLineageId: agentId },
+      { resolvedBy: 'dave', keyId: b1Id },
     );
-    const step = {
-      resolvedBy: 'dave',
-      resolvedAt: new Date().toISOString(),
-      byKeyId: b1Id,
-      byLineageId: b1Id,
-    };
-    await t.store.db
-      .insertInto('approvals')
-      .values({ ...row, requested_by_key_creator: null, approvers: JSON.stringify([step]) })
-      .execute();
     expectError(await resolveApproval(t, alice, row.id, 'approve'), 403, 'authorization_error');
     expectError(await resolveApproval(t, bob, row.id, 'approve'), 409, 'approval_already_resolved');
     const carol = await addMember(t, alice, `carol-${tag()}`);
