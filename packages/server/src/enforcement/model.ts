@@ -21,6 +21,8 @@ export interface CallScope {
   keyId?: string | null;
   /** That key's lineage: no key of it may resolve an approval the call opens. */
   keyLineageId?: string | null;
+  /** The person who created that key (null: unknown): under dual control they may not approve. */
+  keyCreator?: string | null;
 }
 
 /** The scope of a call made with an API key: its organization, project, tier and the key itself. */
@@ -31,6 +33,7 @@ export function callScopeOf(key: KeyPrincipal): CallScope {
     tier: key.tier,
     keyId: key.keyId,
     keyLineageId: key.lineageId,
+    keyCreator: key.createdBy ?? null,
   };
 }
 

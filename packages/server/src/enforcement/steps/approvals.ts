@@ -44,6 +44,7 @@ export function approvalsStep(approvals: Pick<ApprovalService, 'use' | 'open'>):
                 arguments: call.arguments,
                 requestedByKeyId: scope.keyId ?? null,
                 requestedByLineageId: scope.keyLineageId ?? null,
+                requestedByKeyCreator: scope.keyCreator ?? null,
               });
             },
             release: () => {},

@@ -1,6 +1,7 @@
 import { hashJson } from '../../ledger/canonical.js';
 import { argumentHash } from '../../ledger/receipt.js';
 import { uuidv7 } from '../../lib/ids.js';
+import type { Principal } from '../../plugins/auth.js';
 import type { ApprovalRow } from './repository.js';
 
 export type ApprovalStatus = 'pending' | 'approved' | 'denied' | 'expired';
@@ -222,10 +223,7 @@ export interface NewApproval {
   requestedByKeyId?: string | null;
   /** That key's lineage: no key of it may resolve it. */
   requestedByLineageId?: string | null;
-  /**
-   * That key's creator, when the caller knows it; otherwise the repository reads it from api_keys
-   * when it inserts the approval. Under dual control they may not approve it.
-   */
+  /** That key's creator (null: unknown). Under dual control they may not approve it. */
   requestedByKeyCreator?: string | null;
   /** Why it is asked for, when its opener is not a recorded validation (which the decision explains). */
   escalation?: Escalation;
@@ -233,6 +231,19 @@ export interface NewApproval {
   requestedBy?: string | null;
   /** Distinct people who must approve it: 1 (default) or 2 (dual control). */
   requiredApprovals?: number;
+}
+
+/** Who asks for a new approval, from the credential asking: a key (its lineage, its creator) or a person. */
+export function requesterOf(
+  principal: Principal,
+): Pick<NewApproval, 'requestedByKeyId' | 'requestedByLineageId' | 'requestedByKeyCreator' | 'requestedBy'> {
+  return principal.kind === 'apiKey'
+    ? {
+        requestedByKeyId: principal.keyId,
+        requestedByLineageId: principal.lineageId,
+        requestedByKeyCreator: principal.createdBy ?? null,
+      }
+    : { requestedBy: principal.kind === 'user' ? principal.userId : null };
 }
 
 /** The requesting key's lineage: a caller naming the key must name its lineage, or the check is void. */

@@ -17,27 +17,8 @@ export type Step = Partial<
  */
 export function createApprovalRepository(db: Kysely<Database>) {
   return {
-    /**
-     * Stores a new approval. One opened by an API key keeps that key's creator (who, under dual
-     * control, may not approve it): read here when the caller did not name it, so that every opener
-     * (validation, economic authorizations, capsule mints) records it, and a key deleted meanwhile
-     * does not erase who asked.
-     */
     async insert(row: ApprovalRow): Promise<void> {
-      let creator = row.requested_by_key_creator;
-      if (row.requested_by_key_id !== null && creator === null) {
-        const key = await db
-          .selectFrom('api_keys')
-          .select('created_by')
-          .where('organization_id', '=', row.organization_id)
-          .where('id', '=', row.requested_by_key_id)
-          .executeTakeFirst();
-        creator = key?.created_by ?? null;
-      }
-      await db
-        .insertInto('approvals')
-        .values({ ...row, requested_by_key_creator: creator })
-        .execute();
+      await db.insertInto('approvals').values(row).execute();
     },
 
     /**

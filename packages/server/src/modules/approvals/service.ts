@@ -17,6 +17,7 @@ import {
   type PendingApproval,
   pendingApprovalRow,
   type ResolvedPage,
+  requesterOf,
   statusAt,
   stepsOf,
   toApproval,
@@ -474,10 +475,7 @@ export function createApprovalService(deps: ApprovalServiceDeps) {
         decisionId: input.decisionId ?? null,
         toolName: input.toolName,
         arguments: args ?? {},
-        requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
-        requestedByLineageId: scope.principal.kind === 'apiKey' ? scope.principal.lineageId : null,
-        requestedByKeyCreator: scope.principal.kind === 'apiKey' ? (scope.principal.createdBy ?? null) : null,
-        requestedBy: scope.principal.kind === 'user' ? scope.principal.userId : null,
+        ...requesterOf(scope.principal),
         ...(input.expiresInSeconds !== undefined ? { expiresInSeconds: input.expiresInSeconds } : {}),
       });
       return toPending(row);

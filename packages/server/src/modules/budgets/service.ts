@@ -19,7 +19,7 @@ import { AppError, notFound } from '../../lib/errors.js';
 import { uuidv7 } from '../../lib/ids.js';
 import type { OrgScope } from '../../lib/scope.js';
 import { isStoreUnavailable } from '../../storage/db.js';
-import { approvalsAllowed, pendingApprovalRow, statusAt } from '../approvals/model.js';
+import { approvalsAllowed, pendingApprovalRow, requesterOf, statusAt } from '../approvals/model.js';
 import { type ApprovalRow, createApprovalRepository } from '../approvals/repository.js';
 import { type ConfigInput, DEFAULT_APPROVAL_WINDOW_SECONDS, loadEffective, saveConfig } from './config.js';
 import {
@@ -596,8 +596,9 @@ export function createBudgetService(deps: BudgetServiceDeps) {
             policy: `spend budgets (${ctx.authority === 'organization+project' ? "the organization's and the project's" : `the ${ctx.authority}'s`} economic configuration)`,
             constraint: outcome.message,
           },
-          requestedByKeyId: scope.principal.kind === 'apiKey' ? scope.principal.keyId : null,
-          requestedByLineageId: scope.principal.kind === 'apiKey' ? scope.principal.lineageId : null,
+          // Spend approvals record the asking key only: requested_by stays null.
+          ...requesterOf(scope.principal),
+          requestedBy: null,
         },
         new Date(tx.now),
       );
