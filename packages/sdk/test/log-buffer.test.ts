@@ -291,8 +291,16 @@ describe('what the log records', () => {
 });
 
 describe('what the service refuses of the log', () => {
-  /** A client counting its POST /v1/decisions requests. */
-  function countingClient(tenant: Tenant, options: Partial<ClientOptions> = {}) {
+  /**
+   * A client counting its POST /v1/decisions requests. A `proxy` in front of the service sees each
+   * one's batch first (the counts include it): an answer it returns stands for the service's.
+   */
+  function countingClient(
+    tenant: Tenant,
+    options: Partial<ClientOptions> = {},
+    proxy: (batch: { arguments: { amount: number } }[], posts: number[]) => Response | undefined = () =>
+      undefined,
+  ) {
     const posts: number[] = [];
     const errors: Error[] = [];
     const client = createClient({
@@ -304,7 +312,10 @@ describe('what the service refuses of the log', () => {
       log: { flushIntervalMs: 60_000, ...options.log },
       fetch: async (input, init) => {
         if (String(input).endsWith('/v1/decisions') && init?.method === 'POST') {
-          posts.push(JSON.parse(String(init.body)).length);
+          const batch = JSON.parse(String(init.body));
+          posts.push(batch.length);
+          const answer = proxy(batch, posts);
+          if (answer) return answer;
         }
         return fetch(input, init);
       },
@@ -365,28 +376,15 @@ describe('what the service refuses of the log', () => {
     'keeps and retries a batch a proxy answers %i with its own page: nothing is split or dropped',
     async (status, type, page) => {
       const tenant = await tenantWithPolicy();
-      const errors: Error[] = [];
-      const posts: number[] = [];
       let down = true;
       let thirdPost!: () => void;
       const third = new Promise<void>((resolve) => {
         thirdPost = resolve;
       });
       // A load balancer in front of the service refuses the log's requests with a page of its own.
-      const client = createClient({
-        apiKey: tenant.apiKey,
-        baseUrl,
-        live: false,
-        onError: (e) => errors.push(e),
-        log: { flushIntervalMs: 60_000 },
-        fetch: async (input, init) => {
-          if (String(input).endsWith('/v1/decisions') && init?.method === 'POST') {
-            posts.push(JSON.parse(String(init.body)).length);
-            if (posts.length === 3) thirdPost();
-            if (down) return new Response(page, { status, headers: { 'content-type': type } });
-          }
-          return fetch(input, init);
-        },
+      const { client, posts, errors } = countingClient(tenant, {}, (_batch, sent) => {
+        if (sent.length === 3) thirdPost();
+        return down ? new Response(page, { status, headers: { 'content-type': type } }) : undefined;
       });
       for (let i = 0; i < 11; i++) await client.validate('pay', { amount: i });
       void client.flush();
@@ -407,30 +405,16 @@ describe('what the service refuses of the log', () => {
 
   it("halves batches a proxy's 413 page refuses, and keeps a single decision it still refuses", async () => {
     const tenant = await tenantWithPolicy();
-    const errors: Error[] = [];
-    const posts: number[] = [];
     // A proxy with a body limit of its own: more than 3 decisions, or the decision of amount 7, are too large.
     let strict = true;
-    const client = createClient({
-      apiKey: tenant.apiKey,
-      baseUrl,
-      live: false,
-      onError: (e) => errors.push(e),
-      log: { flushIntervalMs: 60_000 },
-      fetch: async (input, init) => {
-        if (String(input).endsWith('/v1/decisions') && init?.method === 'POST') {
-          const batch = JSON.parse(String(init.body)) as { arguments: { amount: number } }[];
-          posts.push(batch.length);
-          if (strict && (batch.length > 3 || batch.some((d) => d.arguments.amount === 7))) {
-            return new Response('{"message":"Request Entity Too Large"}', {
-              status: 413,
-              headers: { 'content-type': 'application/json' },
-            });
-          }
-        }
-        return fetch(input, init);
-      },
-    });
+    const { client, posts, errors } = countingClient(tenant, {}, (batch) =>
+      strict && (batch.length > 3 || batch.some((d) => d.arguments.amount === 7))
+        ? new Response('{"message":"Request Entity Too Large"}', {
+            status: 413,
+            headers: { 'content-type': 'application/json' },
+          })
+        : undefined,
+    );
     for (let i = 0; i < 11; i++) await client.validate('pay', { amount: i });
     void client.flush();
     // Halved down to batches the proxy takes; the one it refuses alone is retried, not dropped.
